@@ -1,0 +1,156 @@
+# dataplane - one entry point: build, run, test, bench, sanitizers.
+#
+#   make                 build everything into build/
+#   make run             start dataplaned and run the demo client against it
+#   make test            run every Criterion suite
+#   make asan | tsan     the suites under ASan+UBSan / TSan (build/asan, build/tsan)
+#   make bench-ring      ring vs DPDK rte_ring (P1, P2)
+#   make bench-local     service vs fi_pingpong shm, io_uring NOP, memcpy (P3-P5)
+#   make format-check    clang-format --dry-run over the sources
+#   CUDA=0|1             force CUDA off/on (default: detected)
+
+CC ?= gcc
+B ?= build
+SAN ?=
+CUDA_HOME ?= /usr/local/cuda
+ifeq ($(origin CUDA),undefined)
+CUDA := $(if $(or $(shell command -v nvcc 2>/dev/null),$(wildcard $(CUDA_HOME)/bin/nvcc)),1,0)
+endif
+
+PKGS := libfabric liburing numa
+CFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -Werror -fPIC -D_GNU_SOURCE -pthread \
+	-Iring -Ilibclient $(EXTRA_CFLAGS)
+LDLIBS := -pthread
+ifneq ($(filter deps,$(MAKECMDGOALS)),deps)
+CFLAGS += $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LDLIBS += $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+endif
+ifeq ($(CUDA),1)
+CFLAGS += -DDP_HAVE_CUDA -I$(CUDA_HOME)/include
+LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
+endif
+ifeq ($(SAN),asan)
+CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDLIBS += -fsanitize=address,undefined
+endif
+ifeq ($(SAN),tsan)
+CFLAGS += -fsanitize=thread -DDP_TSAN
+LDLIBS += -fsanitize=thread
+endif
+TEST_LIBS := $(shell pkg-config --libs criterion 2>/dev/null)
+
+RING_SRCS := ring/ring.c
+CLIENT_SRCS := $(wildcard libclient/*.c)
+SERVICE_SRCS := $(wildcard dataplane/*.c)
+TEST_SRCS := $(filter-out tests/fixture.c,$(wildcard tests/*.c))
+RING_TEST_SRCS := $(wildcard tests/ring_*.c)
+GPU_TEST_SRCS := $(wildcard tests/gpu_*.c)
+
+obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
+
+LIBRING := $(B)/libdpring.a
+LIBCLIENT_A := $(B)/libdataplane.a
+LIBCLIENT_SO := $(B)/libdataplane.so
+SERVICE := $(B)/dataplaned
+TOOLS := $(B)/ring-bench $(B)/dp-bench $(B)/ring-stat $(B)/dp-demo $(B)/api-example
+TESTS := $(B)/tests/dp-tests $(B)/tests/ring-tests
+
+.SECONDARY:
+.PHONY: all deps deps-bench run test test-ring asan tsan bench-ring bench-local \
+	format format-check gpu-tests clean
+all: $(LIBRING) $(LIBCLIENT_A) $(LIBCLIENT_SO) $(if $(SERVICE_SRCS),$(SERVICE)) \
+	$(foreach t,$(TOOLS),$(if $(wildcard tools/$(notdir $(t)).c examples/$(notdir $(t)).c),$(t)))
+
+# ---- dependencies (Debian packages, installed when missing and root) ----
+deps:
+	@tools/deps.sh bin:pkg-config=pkg-config bin:gcc=gcc bin:make=make \
+		pc:libfabric=libfabric-dev pc:liburing=liburing-dev \
+		pc:criterion=libcriterion-dev pc:numa=libnuma-dev
+
+deps-bench: deps
+	@tools/deps.sh pc:libdpdk=dpdk-dev bin:fi_pingpong=libfabric-bin bin:fio=fio
+
+# ---- objects and libraries ----
+$(B)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(LIBRING): $(call obj,$(RING_SRCS))
+	$(AR) rcs $@ $^
+
+$(LIBCLIENT_A): $(call obj,$(CLIENT_SRCS) $(RING_SRCS))
+	$(AR) rcs $@ $^
+
+$(LIBCLIENT_SO): $(call obj,$(CLIENT_SRCS) $(RING_SRCS))
+	$(CC) -shared -o $@ $^ $(LDLIBS)
+
+$(SERVICE): $(call obj,$(SERVICE_SRCS)) $(LIBRING)
+	$(CC) -o $@ $^ $(LDLIBS)
+
+# Tools link libclient statically so they run from the build tree as is.
+$(B)/ring-bench: $(call obj,tools/ring-bench.c) $(LIBRING)
+	$(CC) -o $@ $^ $(LDLIBS) $(shell pkg-config --libs libdpdk 2>/dev/null)
+$(B)/obj/tools/ring-bench.o: CFLAGS += $(shell pkg-config --cflags libdpdk 2>/dev/null) \
+	-Wno-error=cast-qual -Wno-error=pedantic
+$(B)/%: $(B)/obj/tools/%.o $(LIBCLIENT_A)
+	$(CC) -o $@ $^ $(LDLIBS)
+$(B)/%: $(B)/obj/examples/%.o $(LIBCLIENT_A)
+	$(CC) -o $@ $^ $(LDLIBS)
+
+# ---- tests ----
+$(B)/tests/dp-tests: $(call obj,$(TEST_SRCS) tests/fixture.c) $(LIBCLIENT_A)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDLIBS) $(TEST_LIBS)
+$(B)/tests/ring-tests: $(call obj,$(RING_TEST_SRCS)) $(LIBRING)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDLIBS) $(TEST_LIBS)
+$(B)/tests/gpu_%: $(B)/obj/tests/gpu_%.o $(B)/obj/tests/fixture.o $(LIBCLIENT_A)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDLIBS) $(TEST_LIBS)
+
+# Tests find the service and tools through DP_BUILD.
+CRITERION_ARGS ?= --jobs 1
+test: deps
+	@$(MAKE) --no-print-directory all $(B)/tests/dp-tests
+	DP_BUILD=$(abspath $(B)) $(B)/tests/dp-tests $(CRITERION_ARGS)
+
+test-ring: deps
+	@$(MAKE) --no-print-directory $(B)/tests/ring-tests
+	DP_BUILD=$(abspath $(B)) DP_STRESS_SCALE=$(DP_STRESS_SCALE) $(B)/tests/ring-tests $(CRITERION_ARGS)
+
+# Sanitizer builds use their own trees; CUDA stays off there (the CUDA
+# runtime and the sanitizers' shadow memory do not mix without a GPU).
+asan: deps
+	$(MAKE) --no-print-directory B=build/asan SAN=asan CUDA=0 test \
+		ASAN_OPTIONS=detect_leaks=1
+tsan: deps
+	$(MAKE) --no-print-directory B=build/tsan SAN=tsan CUDA=0 DP_STRESS_SCALE=50 test-ring
+
+gpu-tests: deps
+	$(MAKE) --no-print-directory CUDA=1 all $(patsubst tests/%.c,$(B)/tests/%,$(GPU_TEST_SRCS))
+
+# ---- the main job ----
+run: deps
+	@$(MAKE) --no-print-directory all
+	@tools/run-demo.sh $(B)
+
+# ---- benchmarks ----
+bench-ring: deps-bench
+	@$(MAKE) --no-print-directory $(B)/ring-bench
+	$(B)/ring-bench
+
+bench-local: deps-bench
+	@$(MAKE) --no-print-directory all
+	tools/bench-local.sh $(B)
+
+# ---- formatting ----
+FORMAT_SRCS = $(wildcard ring/*.[ch] libclient/*.[ch] dataplane/*.[ch] tools/*.c tests/*.[ch] examples/*.c)
+format:
+	clang-format -i $(FORMAT_SRCS)
+format-check:
+	clang-format --dry-run --Werror $(FORMAT_SRCS)
+
+clean:
+	rm -rf build
+
+-include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,787 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * control.c - the control socket: clients attach, open queue pairs,
+ * register memory, export and open segments. One thread, one epoll loop.
+ *
+ * Every message is checked before it is believed: the packet length must
+ * equal header + the type's payload, strings must be NUL-terminated inside
+ * their field, fds must come exactly where a type expects them (any other
+ * fd is closed). A malformed message gets an error reply; the third one
+ * disconnects the client. Table changes are published with release stores
+ * and reclaimed only after qsbr_synchronize().
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "dp_internal.h"
+
+#define MAX_STRIKES 3
+#define MAX_FDS 4
+
+static struct client *clients;
+static unsigned nclients;
+static uint32_t next_client_id = 1;
+static struct segment *exports;
+
+struct msg_in {
+	struct dp_msg_hdr hdr;
+	const void *payload;
+	int fds[MAX_FDS];
+	int nfds;
+};
+
+static int send_reply(struct client *c, const struct dp_msg_hdr *req, uint16_t type,
+		      const void *payload, size_t len, const int *fds, int nfds)
+{
+	struct dp_msg_hdr hdr = {.magic = DP_PROTO_MAGIC,
+				 .version = DP_PROTO_VERSION,
+				 .type = (uint16_t)(type | DP_MSG_REPLY),
+				 .len = (uint32_t)len,
+				 .seq = req ? req->seq : 0};
+	struct iovec iov[2] = {{&hdr, sizeof(hdr)}, {(void *)payload, len}};
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
+		struct cmsghdr align;
+	} u;
+	struct msghdr msg = {.msg_iov = iov, .msg_iovlen = 2};
+
+	if (nfds) {
+		struct cmsghdr *cm;
+
+		msg.msg_control = u.buf;
+		msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+		cm = CMSG_FIRSTHDR(&msg);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+	}
+	if (sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+		return -errno;
+	return 0;
+}
+
+static void reply_status(struct client *c, const struct dp_msg_hdr *req, int status)
+{
+	struct dp_msg_status st = {.status = status};
+
+	send_reply(c, req, req ? req->type : 0, &st, sizeof(st), NULL, 0);
+}
+
+/* A NUL-terminated, non-empty string inside a fixed field. */
+static bool field_str_ok(const char *s, size_t cap)
+{
+	size_t n = strnlen(s, cap);
+
+	return n > 0 && n < cap;
+}
+
+static int take_fd(struct msg_in *m)
+{
+	int fd;
+
+	if (m->nfds != 1)
+		return -1;
+	fd = m->fds[0];
+	m->nfds = 0;
+	return fd;
+}
+
+/* ---- handlers: each returns 0 after replying itself, or -errno to have
+ * the caller send a status reply. -EBADMSG counts as a strike. ---- */
+
+static int on_hello(struct client *c, struct msg_in *m)
+{
+	const struct dp_msg_hello *h = m->payload;
+	struct dp_msg_hello_reply r = {.abi_version = DP_ABI_VERSION,
+				       .default_depth = cfg.queue_depth,
+				       .max_depth = cfg.max_depth};
+
+	if (m->hdr.len != sizeof(*h))
+		return -EBADMSG;
+	if (c->hello)
+		return -EALREADY;
+	if (h->abi_version != DP_ABI_VERSION) {
+		log_warn("client %u (pid %d): ABI %u, we speak %u", c->id, (int)c->pid,
+			 h->abi_version, DP_ABI_VERSION);
+		r.status = -EPROTONOSUPPORT;
+		send_reply(c, &m->hdr, DP_MSG_HELLO, &r, sizeof(r), NULL, 0);
+		return 1;
+	}
+	memcpy(c->name, h->name, sizeof(c->name));
+	c->name[sizeof(c->name) - 1] = 0;
+	for (char *p = c->name; *p; p++)
+		if (*p < 0x20 || *p > 0x7e)
+			*p = '?';
+	c->hello = true;
+	memcpy(r.server_name, cfg.server_name, sizeof(r.server_name));
+	log_info("client %u: hello from '%s' (pid %d uid %d)", c->id, c->name, (int)c->pid,
+		 (int)c->uid);
+	send_reply(c, &m->hdr, DP_MSG_HELLO, &r, sizeof(r), NULL, 0);
+	return 0;
+}
+
+static int on_queue_create(struct client *c, struct msg_in *m)
+{
+	const struct dp_msg_queue_create *req = m->payload;
+	struct dp_msg_queue_create_reply r = {0};
+	struct queue *q;
+	unsigned slot, used = 0;
+	uint32_t depth;
+	int rc, fds[3];
+
+	if (m->hdr.len != sizeof(*req))
+		return -EBADMSG;
+	depth = req->depth ? req->depth : cfg.queue_depth;
+	if (depth & (depth - 1) || depth > cfg.max_depth || req->reserved)
+		return -EINVAL;
+	for (slot = DP_MAX_QUEUES, used = 0; used < DP_MAX_QUEUES; used++)
+		if (!c->queues[used] && slot == DP_MAX_QUEUES)
+			slot = used;
+	used = 0;
+	for (unsigned i = 0; i < DP_MAX_QUEUES; i++)
+		used += c->queues[i] != NULL;
+	if (slot == DP_MAX_QUEUES || used >= cfg.max_queues)
+		return -EMFILE;
+	q = calloc(1, sizeof(*q));
+	if (!q)
+		return -ENOMEM;
+	rc = dp_ring_pair_create(&q->pair, "dataplane-queue", depth, sizeof(struct dp_desc), depth,
+				 sizeof(struct dp_cqe), 0);
+	if (rc) {
+		free(q);
+		return rc;
+	}
+	q->sq_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	q->cq_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (q->sq_efd < 0 || q->cq_efd < 0) {
+		rc = -errno;
+		if (q->sq_efd >= 0)
+			close(q->sq_efd);
+		if (q->cq_efd >= 0)
+			close(q->cq_efd);
+		dp_ring_pair_close(&q->pair);
+		free(q);
+		return rc;
+	}
+	q->id = slot;
+	q->depth = depth;
+	q->client = c;
+	atomic_fetch_add(&c->refs, 1);
+	c->queues[slot] = q;
+	r.queue_id = slot;
+	r.depth = depth;
+	fds[0] = q->pair.fd;
+	fds[1] = q->sq_efd;
+	fds[2] = q->cq_efd;
+	rc = send_reply(c, &m->hdr, DP_MSG_QUEUE_CREATE, &r, sizeof(r), fds, 3);
+	/* Handed to a poller even if the reply failed: the client is gone
+	 * then, and the normal teardown frees the queue. */
+	poller_add_queue(q);
+	log_debug("client %u: queue %u, depth %u, poller %u", c->id, slot, depth, q->poller->idx);
+	return 0;
+}
+
+static void queue_close(struct queue *q)
+{
+	struct poller *p = q->poller;
+
+	/* Release: the poller retires the queue once it sees this. */
+	atomic_store_explicit(&q->closing, 1, memory_order_release);
+	poller_kick(p);
+}
+
+static int on_queue_destroy(struct client *c, struct msg_in *m)
+{
+	const struct dp_msg_id *req = m->payload;
+
+	if (m->hdr.len != sizeof(*req))
+		return -EBADMSG;
+	if (req->id >= DP_MAX_QUEUES || !c->queues[req->id])
+		return -EBADF;
+	queue_close(c->queues[req->id]);
+	c->queues[req->id] = NULL;
+	reply_status(c, &m->hdr, 0);
+	return 0;
+}
+
+static int on_region_register(struct client *c, struct msg_in *m)
+{
+	const struct dp_msg_region_register *req = m->payload;
+	struct dp_msg_id_reply r = {0};
+	long page = sysconf(_SC_PAGESIZE);
+	struct region *reg;
+	struct stat st;
+	int fd, seals, rc;
+	unsigned slot;
+	uint64_t aligned;
+	void *map;
+
+	if (m->hdr.len != sizeof(*req))
+		return -EBADMSG;
+	fd = take_fd(m);
+	if (fd < 0)
+		return -EBADF;
+	rc = -EINVAL;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+		goto out_fd;
+	if (!req->len || req->offset > (uint64_t)st.st_size ||
+	    req->len > (uint64_t)st.st_size - req->offset)
+		goto out_fd;
+	/* Only memory files: a seal against shrinking means a client can
+	 * never turn our access to its memory into SIGBUS. */
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0)
+		goto out_fd;
+	if (!(seals & F_SEAL_SHRINK) && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) < 0)
+		goto out_fd;
+	for (slot = 0; slot < DP_MAX_REGIONS; slot++)
+		if (!atomic_load_explicit(&c->regions[slot], memory_order_relaxed))
+			break;
+	rc = -ENOSPC;
+	if (slot == DP_MAX_REGIONS)
+		goto out_fd;
+	aligned = req->offset & ~((uint64_t)page - 1);
+	map = mmap(NULL, req->len + (req->offset - aligned), PROT_READ | PROT_WRITE, MAP_SHARED,
+		   fd, (off_t)aligned);
+	if (map == MAP_FAILED) {
+		rc = errno == EACCES ? -EACCES : -ENOMEM;
+		goto out_fd;
+	}
+	reg = calloc(1, sizeof(*reg));
+	if (!reg) {
+		munmap(map, req->len + (req->offset - aligned));
+		rc = -ENOMEM;
+		goto out_fd;
+	}
+	close(fd);
+	atomic_init(&reg->refs, 1);
+	reg->id = slot;
+	reg->fd = -1;
+	reg->map = map;
+	reg->map_len = req->len + (req->offset - aligned);
+	reg->base = (uint8_t *)map + (req->offset - aligned);
+	reg->len = req->len;
+	reg->owner_pid = c->pid;
+	/* Release: pairs with the acquire in desc_resolve(). */
+	atomic_store_explicit(&c->regions[slot], reg, memory_order_release);
+	r.id = slot;
+	r.len = reg->len;
+	r.access = DP_ACCESS_RW;
+	send_reply(c, &m->hdr, DP_MSG_REGION_REGISTER, &r, sizeof(r), NULL, 0);
+	log_debug("client %u: region %u, %llu bytes", c->id, slot, (unsigned long long)reg->len);
+	return 0;
+out_fd:
+	close(fd);
+	return rc;
+}
+
+static struct segment *export_find(const char *name)
+{
+	for (struct segment *s = exports; s; s = s->next)
+		if (!strcmp(s->name, name))
+			return s;
+	return NULL;
+}
+
+/* Unlinks and marks dead; the caller synchronizes, then export_release(). */
+static void export_kill(struct segment *s)
+{
+	for (struct segment **pp = &exports; *pp; pp = &(*pp)->next)
+		if (*pp == s) {
+			*pp = s->next;
+			break;
+		}
+	atomic_store_explicit(&s->dead, 1, memory_order_release);
+}
+
+static void export_release(struct segment *s)
+{
+	region_put(s->region);
+	segment_put(s);
+}
+
+static int on_segment_export(struct client *c, struct msg_in *m)
+{
+	const struct dp_msg_segment_export *req = m->payload;
+	struct region *reg;
+	struct segment *s;
+
+	if (m->hdr.len != sizeof(*req))
+		return -EBADMSG;
+	if (!field_str_ok(req->name, sizeof(req->name)))
+		return -EINVAL;
+	if (req->access != DP_ACCESS_READ && req->access != DP_ACCESS_RW)
+		return -EINVAL;
+	if (req->region >= DP_MAX_REGIONS)
+		return -EBADF;
+	reg = atomic_load_explicit(&c->regions[req->region], memory_order_relaxed);
+	if (!reg)
+		return -EBADF;
+	if (export_find(req->name))
+		return -EEXIST;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	atomic_init(&s->refs, 1); /* the export list's */
+	atomic_fetch_add(&reg->refs, 1);
+	s->region = reg;
+	s->access = req->access;
+	s->owner = c;
+	memcpy(s->name, req->name, sizeof(s->name));
+	s->next = exports;
+	exports = s;
+	log_info("client %u: exported '%s' (%llu bytes, %s)", c->id, s->name,
+		 (unsigned long long)reg->len, s->access == DP_ACCESS_RW ? "rw" : "ro");
+	reply_status(c, &m->hdr, 0);
+	return 0;
+}
+
+static int on_segment_unexport(struct client *c, struct msg_in *m)
+{
+	const struct dp_msg_segment_name *req = m->payload;
+	struct segment *s;
+
+	if (m->hdr.len != sizeof(*req))
+		return -EBADMSG;
+	if (!field_str_ok(req->name, sizeof(req->name)))
+		return -EINVAL;
+	s = export_find(req->name);
+	if (!s)
+		return -ENOENT;
+	if (s->owner != c)
+		return -EPERM;
+	export_kill(s);
+	qsbr_synchronize();
+	export_release(s);
+	reply_status(c, &m->hdr, 0);
+	return 0;
+}
+
+static int on_segment_open(struct client *c, struct msg_in *m)
+{
+	const struct dp_msg_segment_open *req = m->payload;
+	struct dp_msg_id_reply r = {0};
+	struct seg_handle *h;
+	struct segment *s;
+	unsigned slot;
+
+	if (m->hdr.len != sizeof(*req))
+		return -EBADMSG;
+	if (!field_str_ok(req->name, sizeof(req->name)) ||
+	    strnlen(req->peer, sizeof(req->peer)) == sizeof(req->peer))
+		return -EINVAL;
+	if (!req->access || req->access & ~DP_ACCESS_RW || req->reserved)
+		return -EINVAL;
+	if (req->peer[0] && strcmp(req->peer, cfg.server_name)) {
+		/* Another service: the fabric path is not in this build. */
+		return -EHOSTUNREACH;
+	}
+	s = export_find(req->name);
+	if (!s)
+		return -ENOENT;
+	if ((req->access & s->access) != req->access)
+		return -EPERM;
+	for (slot = 0; slot < DP_MAX_SEGS; slot++)
+		if (!atomic_load_explicit(&c->segs[slot], memory_order_relaxed))
+			break;
+	if (slot == DP_MAX_SEGS)
+		return -ENOSPC;
+	h = malloc(sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	atomic_fetch_add(&s->refs, 1);
+	h->seg = s;
+	h->access = req->access;
+	/* Release: pairs with the acquire in desc_resolve(). */
+	atomic_store_explicit(&c->segs[slot], h, memory_order_release);
+	r.id = slot;
+	r.len = s->region->len;
+	r.access = req->access;
+	send_reply(c, &m->hdr, DP_MSG_SEGMENT_OPEN, &r, sizeof(r), NULL, 0);
+	return 0;
+}
+
+static int on_segment_close(struct client *c, struct msg_in *m)
+{
+	const struct dp_msg_id *req = m->payload;
+	struct seg_handle *h;
+
+	if (m->hdr.len != sizeof(*req))
+		return -EBADMSG;
+	if (req->id >= DP_MAX_SEGS)
+		return -EBADF;
+	h = atomic_exchange(&c->segs[req->id], NULL);
+	if (!h)
+		return -EBADF;
+	qsbr_synchronize();
+	segment_put(h->seg);
+	free(h);
+	reply_status(c, &m->hdr, 0);
+	return 0;
+}
+
+static int on_region_free(struct client *c, struct msg_in *m)
+{
+	const struct dp_msg_id *req = m->payload;
+	struct segment *s, *next, *dead = NULL;
+	struct region *reg;
+
+	if (m->hdr.len != sizeof(*req))
+		return -EBADMSG;
+	if (req->id >= DP_MAX_REGIONS)
+		return -EBADF;
+	reg = atomic_exchange(&c->regions[req->id], NULL);
+	if (!reg)
+		return -EBADF;
+	/* Exports of the region go with it. */
+	for (s = exports; s; s = next) {
+		next = s->next;
+		if (s->region == reg) {
+			export_kill(s);
+			s->next = dead;
+			dead = s;
+		}
+	}
+	qsbr_synchronize();
+	for (; dead; dead = next) {
+		next = dead->next;
+		export_release(dead);
+	}
+	region_put(reg);
+	reply_status(c, &m->hdr, 0);
+	return 0;
+}
+
+/* ---- client lifetime ---- */
+
+static void client_drop(int epfd, struct client *c)
+{
+	struct segment *s, *next, *dead = NULL;
+
+	for (struct client **pp = &clients; *pp; pp = &(*pp)->next)
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	nclients--;
+	epoll_ctl(epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	for (unsigned i = 0; i < DP_MAX_QUEUES; i++)
+		if (c->queues[i]) {
+			queue_close(c->queues[i]);
+			c->queues[i] = NULL;
+		}
+	for (s = exports; s; s = next) {
+		next = s->next;
+		if (s->owner == c) {
+			export_kill(s);
+			s->next = dead;
+			dead = s;
+		}
+	}
+	struct region *regs[DP_MAX_REGIONS];
+	struct seg_handle *hs[DP_MAX_SEGS];
+	for (unsigned i = 0; i < DP_MAX_REGIONS; i++)
+		regs[i] = atomic_exchange(&c->regions[i], NULL);
+	for (unsigned i = 0; i < DP_MAX_SEGS; i++)
+		hs[i] = atomic_exchange(&c->segs[i], NULL);
+	/* One grace period for everything the client had. */
+	qsbr_synchronize();
+	for (; dead; dead = next) {
+		next = dead->next;
+		export_release(dead);
+	}
+	for (unsigned i = 0; i < DP_MAX_REGIONS; i++)
+		if (regs[i])
+			region_put(regs[i]);
+	for (unsigned i = 0; i < DP_MAX_SEGS; i++)
+		if (hs[i]) {
+			segment_put(hs[i]->seg);
+			free(hs[i]);
+		}
+	log_info("client %u (pid %d '%s') left", c->id, (int)c->pid, c->name);
+	client_put(c);
+}
+
+static void client_accept(int epfd, int lfd)
+{
+	struct epoll_event ev = {.events = EPOLLIN};
+	struct ucred cred;
+	socklen_t clen = sizeof(cred);
+	struct client *c;
+	int fd;
+
+	fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+	if (fd < 0)
+		return;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0) {
+		close(fd);
+		return;
+	}
+	if (nclients >= cfg.max_clients) {
+		log_warn("refusing pid %d: %u clients already (--max-clients)", (int)cred.pid,
+			 nclients);
+		close(fd);
+		return;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		close(fd);
+		return;
+	}
+	atomic_init(&c->refs, 1);
+	c->fd = fd;
+	c->id = next_client_id++;
+	c->pid = cred.pid;
+	c->uid = cred.uid;
+	c->gid = cred.gid;
+	ev.data.ptr = c;
+	if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+		close(fd);
+		free(c);
+		return;
+	}
+	c->next = clients;
+	clients = c;
+	nclients++;
+	log_info("client %u: connected, pid %d uid %d gid %d", c->id, (int)cred.pid,
+		 (int)cred.uid, (int)cred.gid);
+}
+
+typedef int (*handler_fn)(struct client *, struct msg_in *);
+
+static const handler_fn handlers[] = {
+	[DP_MSG_HELLO] = on_hello,
+	[DP_MSG_QUEUE_CREATE] = on_queue_create,
+	[DP_MSG_QUEUE_DESTROY] = on_queue_destroy,
+	[DP_MSG_REGION_REGISTER] = on_region_register,
+	[DP_MSG_REGION_FREE] = on_region_free,
+	[DP_MSG_SEGMENT_EXPORT] = on_segment_export,
+	[DP_MSG_SEGMENT_UNEXPORT] = on_segment_unexport,
+	[DP_MSG_SEGMENT_OPEN] = on_segment_open,
+	[DP_MSG_SEGMENT_CLOSE] = on_segment_close,
+};
+
+/* Returns false when the client must be dropped. */
+static bool client_read(struct client *c)
+{
+	_Alignas(8) char buf[DP_MSG_MAX];
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = {buf, sizeof(buf)};
+	struct msghdr msg = {.msg_iov = &iov,
+			     .msg_iovlen = 1,
+			     .msg_control = u.buf,
+			     .msg_controllen = sizeof(u.buf)};
+	struct msg_in m = {.nfds = 0};
+	struct dp_msg_hdr *hdr = NULL;
+	ssize_t n;
+	int rc;
+
+	n = recvmsg(c->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	if (n < 0)
+		return errno == EAGAIN || errno == EINTR;
+	if (n == 0)
+		return false;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		int *fds = (int *)CMSG_DATA(cm);
+		for (size_t i = 0; i < k; i++) {
+			if (m.nfds < MAX_FDS)
+				m.fds[m.nfds++] = fds[i];
+			else
+				close(fds[i]);
+		}
+	}
+	if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
+		rc = -EMSGSIZE;
+	else if ((size_t)n < sizeof(*hdr))
+		rc = -EBADMSG;
+	else {
+		hdr = (struct dp_msg_hdr *)buf;
+		memcpy(&m.hdr, hdr, sizeof(m.hdr));
+		m.payload = buf + sizeof(*hdr);
+		if (m.hdr.magic != DP_PROTO_MAGIC || m.hdr.len != (size_t)n - sizeof(*hdr))
+			rc = -EBADMSG;
+		else if (m.hdr.version != DP_PROTO_VERSION)
+			rc = -EPROTONOSUPPORT;
+		else if (m.hdr.type >= sizeof(handlers) / sizeof(handlers[0]) ||
+			 !handlers[m.hdr.type])
+			rc = -EOPNOTSUPP;
+		else if (!c->hello && m.hdr.type != DP_MSG_HELLO)
+			rc = -EPROTO;
+		else
+			rc = handlers[m.hdr.type](c, &m);
+	}
+	for (int i = 0; i < m.nfds; i++)
+		close(m.fds[i]);
+	if (rc == 1)
+		return false; /* handler replied and wants the client gone */
+	if (rc < 0) {
+		struct dp_msg_status st = {.status = rc};
+		bool malformed = rc == -EBADMSG || rc == -EMSGSIZE || rc == -EOPNOTSUPP ||
+				 rc == -EPROTONOSUPPORT || rc == -EPROTO;
+
+		send_reply(c, hdr ? &m.hdr : NULL, hdr ? m.hdr.type : 0, &st, sizeof(st), NULL,
+			   0);
+		if (malformed) {
+			log_warn("client %u (pid %d): malformed message (%s), strike %u", c->id,
+				 (int)c->pid, strerror(-rc), c->strikes + 1);
+			if (++c->strikes >= MAX_STRIKES || rc == -EPROTONOSUPPORT)
+				return false;
+		}
+	}
+	return true;
+}
+
+/* ---- the socket and the loop ---- */
+
+static int mkdir_parent(const char *path)
+{
+	char dir[sizeof(cfg.socket_path)];
+	char *slash;
+
+	snprintf(dir, sizeof(dir), "%s", path);
+	slash = strrchr(dir, '/');
+	if (!slash || slash == dir)
+		return 0;
+	*slash = 0;
+	for (char *p = dir + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		mkdir(dir, 0755);
+		*p = '/';
+	}
+	if (mkdir(dir, 0750) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+static int listen_socket(void)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd, rc;
+
+	memcpy(sa.sun_path, cfg.socket_path, strlen(cfg.socket_path) + 1);
+	rc = mkdir_parent(cfg.socket_path);
+	if (rc)
+		return rc;
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	/* A socket file nobody answers on is a leftover of a crash. */
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+		close(fd);
+		return -EADDRINUSE;
+	}
+	close(fd);
+	unlink(cfg.socket_path);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    chmod(cfg.socket_path, 0660) < 0 || listen(fd, 128) < 0) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
+static void control_cleanup(int epfd)
+{
+	while (clients)
+		client_drop(epfd, clients);
+}
+
+int control_run(void)
+{
+	struct epoll_event ev = {.events = EPOLLIN}, evs[64];
+	sigset_t sigs;
+	int lfd, sfd, epfd, rc = 0;
+
+	lfd = listen_socket();
+	if (lfd < 0) {
+		log_err("control socket %s: %s", cfg.socket_path, strerror(-lfd));
+		atomic_store(&dp_stopping, 1);
+		pollers_stop();
+		return lfd;
+	}
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
+	epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (sfd < 0 || epfd < 0) {
+		rc = -errno;
+		atomic_store(&dp_stopping, 1);
+		pollers_stop();
+		return rc;
+	}
+	ev.data.ptr = &lfd;
+	epoll_ctl(epfd, EPOLL_CTL_ADD, lfd, &ev);
+	ev.data.ptr = &sfd;
+	epoll_ctl(epfd, EPOLL_CTL_ADD, sfd, &ev);
+	ev.data.ptr = &control_wake_efd;
+	epoll_ctl(epfd, EPOLL_CTL_ADD, control_wake_efd, &ev);
+	log_info("listening on %s", cfg.socket_path);
+
+	while (!atomic_load(&dp_stopping)) {
+		int n = epoll_wait(epfd, evs, 64, -1);
+
+		for (int i = 0; i < n; i++) {
+			void *tag = evs[i].data.ptr;
+
+			if (tag == &lfd) {
+				client_accept(epfd, lfd);
+			} else if (tag == &sfd) {
+				struct signalfd_siginfo si;
+
+				if (read(sfd, &si, sizeof(si)) == sizeof(si))
+					log_info("signal %u: shutting down", si.ssi_signo);
+				atomic_store_explicit(&dp_stopping, 1, memory_order_release);
+			} else if (tag == &control_wake_efd) {
+				struct client *c, *next;
+
+				dp_doorbell_drain(control_wake_efd);
+				for (c = clients; c; c = next) {
+					next = c->next;
+					if (atomic_load(&c->broken))
+						client_drop(epfd, c);
+				}
+			} else {
+				struct client *c = tag;
+
+				if (!client_read(c))
+					client_drop(epfd, c);
+			}
+		}
+	}
+	/* Stop accepting at once; clients stay connected until the pollers
+	 * have answered everything they handed over. */
+	close(lfd);
+	unlink(cfg.socket_path);
+	pollers_stop();
+	control_cleanup(epfd);
+	close(epfd);
+	close(sfd);
+	return 0;
+}

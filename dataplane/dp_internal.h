@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dp_internal.h - the service's shared types: configuration, clients,
+ * queues, regions, segments, pollers. Not for inclusion outside dataplane/.
+ *
+ * Threads: one control thread (the control socket, every table change) and
+ * N pollers (the data path). Pollers never take a lock on the hot path: the
+ * tables they read are arrays of atomic pointers that only the control
+ * thread writes. An object unpublished by the control thread is kept alive
+ * until every poller has passed a quiescent point (qsbr_synchronize); work
+ * that outlives one poller loop holds a reference.
+ */
+#ifndef DP_INTERNAL_H
+#define DP_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "dataplane.h"
+#include "dp_proto.h"
+#include "dp_ring.h"
+
+#define DP_MAX_POLLERS 64
+#define DP_MAX_REGIONS 1024 /* per client */
+#define DP_MAX_SEGS 1024    /* open segment handles per client */
+#define DP_MAX_QUEUES 64    /* per client */
+#define DP_BURST 32
+#define DP_CQE_STAGE 64
+
+/* ---- logging ---- */
+enum { DP_LOG_ERROR, DP_LOG_WARN, DP_LOG_INFO, DP_LOG_DEBUG };
+extern int dp_log_level;
+void dp_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define log_err(...) dp_log(DP_LOG_ERROR, __VA_ARGS__)
+#define log_warn(...) dp_log(DP_LOG_WARN, __VA_ARGS__)
+#define log_info(...) dp_log(DP_LOG_INFO, __VA_ARGS__)
+#define log_debug(...) dp_log(DP_LOG_DEBUG, __VA_ARGS__)
+
+struct dp_config {
+	char socket_path[108];
+	unsigned pollers;
+	int cpus[DP_MAX_POLLERS]; /* -1: not pinned */
+	unsigned spin_us;
+	unsigned max_clients;
+	unsigned max_queues; /* per client */
+	unsigned queue_depth;
+	unsigned max_depth;
+	int rpc_port;
+	char stats_name[64];
+	size_t chunk;      /* local copy engine: bytes per step */
+	size_t inline_max; /* copies up to this size run at once */
+	char server_name[DP_NAME_MAX];
+};
+
+extern struct dp_config cfg;
+
+struct client;
+
+/* Host memory the service mapped from a client's memfd. */
+struct region {
+	atomic_int refs;
+	uint32_t id;
+	int fd;
+	void *map;      /* the mapping (page-aligned) */
+	size_t map_len;
+	uint8_t *base;  /* map + (offset % page) */
+	uint64_t len;
+	pid_t owner_pid;
+};
+
+/* A region exported under a name. `dead` is set before the owner's region
+ * reference is dropped; a poller that saw dead == 0 in its current loop may
+ * still use `region` and takes its own reference for work that outlives the
+ * loop. */
+struct segment {
+	atomic_int refs;
+	atomic_int dead;
+	struct region *region; /* owns one reference until dead */
+	unsigned access;
+	struct client *owner;
+	char name[DP_NAME_MAX];
+	struct segment *next; /* export list, control thread only */
+};
+
+/* A segment handle in a client's table. */
+struct seg_handle {
+	struct segment *seg; /* holds a segment reference */
+	unsigned access;     /* what was granted at open */
+};
+
+/* Counters of one queue, single writer (its poller). */
+struct queue_counters {
+	uint64_t submitted, completed, failed, bytes, local_copies, doorbells;
+};
+
+struct queue {
+	struct dp_ring_pair pair; /* service side: SQ consumer, CQ producer */
+	int sq_efd;               /* client -> service doorbell */
+	int cq_efd;               /* service -> client doorbell */
+	uint32_t id;
+	uint32_t depth;
+	struct client *client; /* holds a client reference */
+	struct poller *poller;
+	atomic_int closing; /* set by the control thread */
+	/* Poller-private from here on. */
+	uint32_t inflight; /* accepted, completion not yet staged */
+	bool broken;
+	uint32_t nstage;
+	struct dp_cqe stage[DP_CQE_STAGE];
+	struct queue_counters ctr;
+	struct queue *next; /* the poller's list */
+};
+
+struct client {
+	atomic_int refs;
+	int fd;
+	uint32_t id;
+	pid_t pid;
+	uid_t uid;
+	gid_t gid;
+	char name[32];
+	bool hello;
+	unsigned strikes; /* malformed messages so far */
+	atomic_int broken; /* a poller found a queue corrupt */
+	_Atomic(struct region *) regions[DP_MAX_REGIONS];
+	_Atomic(struct seg_handle *) segs[DP_MAX_SEGS];
+	struct queue *queues[DP_MAX_QUEUES];
+	struct client *next;
+};
+
+/* A local copy the engine has not finished (larger than inline_max). */
+struct copy_op {
+	struct queue *q;
+	uint64_t user_data;
+	uint8_t *dst;
+	const uint8_t *src;
+	uint64_t len, done;
+	struct region *ra, *rb; /* references held until the op completes */
+	struct copy_op *next;
+};
+
+struct poller {
+	unsigned idx;
+	int cpu;
+	pthread_t thread;
+	int epfd;
+	int wake_efd;           /* control thread -> poller */
+	atomic_ulong qs;        /* quiescent-state counter, bumped every loop */
+	atomic_int sleeping;    /* quiescent while set */
+	atomic_uint nqueues;    /* for least-loaded assignment */
+	pthread_mutex_t inbox_lock;
+	struct queue *inbox;    /* queues handed over by the control thread */
+	atomic_int inbox_pending;
+	struct queue *queues;   /* owned list */
+	struct copy_op *ops_head, *ops_tail, *ops_free;
+	uint64_t loops, busy_loops, sleeps;
+};
+
+/* service.c */
+extern struct poller pollers[DP_MAX_POLLERS];
+extern atomic_int dp_stopping;
+extern int control_wake_efd; /* pollers -> control thread: a client broke */
+void qsbr_synchronize(void);
+void region_put(struct region *r);
+void segment_put(struct segment *s);
+void client_put(struct client *c);
+
+/* poller.c */
+int pollers_start(void);
+void pollers_stop(void);
+void pollers_free(void);
+void poller_add_queue(struct queue *q);
+void poller_kick(struct poller *p);
+void queue_complete(struct queue *q, uint64_t user_data, int status, uint64_t bytes,
+		    uint32_t flags);
+
+/* control.c */
+int control_run(void);
+
+#endif /* DP_INTERNAL_H */

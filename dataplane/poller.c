@@ -1,0 +1,418 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * poller.c - the data path: pinned threads that drain submission rings,
+ * validate each descriptor in private memory, route it to the local copy
+ * engine, and publish exactly one completion per accepted descriptor.
+ *
+ * One loop: drain every SQ in bursts (within the queue's credit) -> run a
+ * bounded number of copy-engine steps -> publish staged completions and ring
+ * doorbells -> retire closed queues. After spin_us without work the poller
+ * arms NEED_WAKEUP on every SQ and sleeps in epoll on their doorbells.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "copy.h"
+#include "dp_internal.h"
+
+struct poller pollers[DP_MAX_POLLERS];
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void poller_kick(struct poller *p)
+{
+	dp_doorbell_ring(p->wake_efd);
+}
+
+static void queue_mark_broken(struct queue *q, const char *why)
+{
+	if (q->broken)
+		return;
+	q->broken = true;
+	log_warn("client %u (pid %d) queue %u broken: %s; disconnecting it", q->client->id,
+		 (int)q->client->pid, q->id, why);
+	atomic_store(&q->client->broken, 1);
+	dp_doorbell_ring(control_wake_efd);
+}
+
+/* Publishes the staged completions. Credit guarantees room: a CQ without it
+ * means the client moved its head, and the queue is broken. */
+static void queue_flush_cq(struct queue *q)
+{
+	if (!q->nstage)
+		return;
+	if (!q->broken) {
+		int k = dp_ring_enqueue_bulk(&q->pair.cq, q->stage, q->nstage);
+		if (k != (int)q->nstage)
+			queue_mark_broken(q, "completion ring head corrupted");
+		else if (dp_ring_needs_wakeup(&q->pair.cq)) {
+			dp_doorbell_ring(q->cq_efd);
+			q->ctr.doorbells++;
+		}
+	}
+	q->nstage = 0;
+}
+
+void queue_complete(struct queue *q, uint64_t user_data, int status, uint64_t bytes,
+		    uint32_t flags)
+{
+	if (q->nstage == DP_CQE_STAGE)
+		queue_flush_cq(q);
+	q->stage[q->nstage++] = (struct dp_cqe){
+		.user_data = user_data, .status = status, .flags = flags, .bytes = bytes};
+	if (status)
+		q->ctr.failed++;
+	else {
+		q->ctr.completed++;
+		q->ctr.bytes += bytes;
+	}
+}
+
+/*
+ * Validates a descriptor already copied to private memory and resolves it
+ * into a copy. Returns 0 or the errno the descriptor completes with. The
+ * order of checks is the documented one (docs/api.md): EINVAL, EBADF,
+ * ECONNRESET, EPERM, EFAULT.
+ */
+static int desc_resolve(struct queue *q, const struct dp_desc *d, struct copy_req *req)
+{
+	struct client *c = q->client;
+	struct seg_handle *h;
+	struct region *local, *target;
+	struct segment *seg;
+	unsigned need;
+
+	if (d->opcode != DP_OP_WRITE && d->opcode != DP_OP_READ)
+		return -EINVAL;
+	if (d->region >= DP_MAX_REGIONS || d->segment >= DP_MAX_SEGS)
+		return -EBADF;
+	/* Acquire: pairs with the release publication in control.c; the
+	 * object is fully initialised. QSBR keeps it alive for this loop. */
+	local = atomic_load_explicit(&c->regions[d->region], memory_order_acquire);
+	h = atomic_load_explicit(&c->segs[d->segment], memory_order_acquire);
+	if (!local || !h)
+		return -EBADF;
+	seg = h->seg;
+	if (atomic_load_explicit(&seg->dead, memory_order_acquire))
+		return -ECONNRESET;
+	target = seg->region;
+	need = d->opcode == DP_OP_WRITE ? DP_ACCESS_WRITE : DP_ACCESS_READ;
+	if (!(h->access & need))
+		return -EPERM;
+	/* Written as subtractions so that no offset + length can overflow. */
+	if (d->len > local->len || d->local_off > local->len - d->len)
+		return -EFAULT;
+	if (d->len > target->len || d->target_off > target->len - d->len)
+		return -EFAULT;
+	if (d->opcode == DP_OP_WRITE) {
+		req->dst = target->base + d->target_off;
+		req->src = local->base + d->local_off;
+	} else {
+		req->dst = local->base + d->local_off;
+		req->src = target->base + d->target_off;
+	}
+	req->len = d->len;
+	req->ra = local;
+	req->rb = target;
+	return 0;
+}
+
+static void desc_process(struct poller *p, struct queue *q, const struct dp_desc *d)
+{
+	struct copy_req req;
+	int rc;
+
+	q->ctr.submitted++;
+	if (d->flags || d->reserved0 || d->reserved1 || d->reserved2)
+		rc = -EINVAL;
+	else if (d->opcode == DP_OP_NOP)
+		rc = 0;
+	else
+		rc = desc_resolve(q, d, &req);
+	if (rc || d->opcode == DP_OP_NOP) {
+		queue_complete(q, d->user_data, rc, 0, 0);
+		return;
+	}
+	q->ctr.local_copies++;
+	req.q = q;
+	req.user_data = d->user_data;
+	copy_engine_submit(p, &req);
+}
+
+/* Drains up to one burst from q's SQ, never more than its credit allows:
+ * the CQ must have room for every completion we owe. */
+static int queue_drain_sq(struct poller *p, struct queue *q)
+{
+	struct dp_desc descs[DP_BURST];
+	uint32_t idx;
+	int room, budget, k;
+
+	if (q->broken || atomic_load_explicit(&q->closing, memory_order_relaxed))
+		return 0;
+	room = dp_ring_reserve(&q->pair.cq, dp_ring_size(&q->pair.cq), &idx);
+	if (room < 0) {
+		queue_mark_broken(q, "completion ring head out of range");
+		return 0;
+	}
+	budget = room - (int)q->inflight - (int)q->nstage;
+	if (budget <= 0)
+		return 0;
+	k = dp_ring_peek(&q->pair.sq, budget < DP_BURST ? (uint32_t)budget : DP_BURST, &idx);
+	if (k <= 0) {
+		if (k < 0)
+			queue_mark_broken(q, "submission ring tail out of range");
+		return 0;
+	}
+	/* Copy first, validate after: the client may rewrite a slot at any
+	 * time, but never the private copy we act on. */
+	dp_ring_copy_out(&q->pair.sq, idx, descs, (uint32_t)k);
+	dp_ring_release(&q->pair.sq, (uint32_t)k);
+	for (int i = 0; i < k; i++)
+		desc_process(p, q, &descs[i]);
+	return k;
+}
+
+/* On shutdown: everything still in the SQ (within credit) completes with
+ * -ECANCELED, so every descriptor the client handed over gets an answer. */
+static void queue_cancel_sq(struct queue *q)
+{
+	struct dp_desc d;
+	uint32_t idx;
+	int room;
+
+	if (q->broken)
+		return;
+	room = dp_ring_reserve(&q->pair.cq, dp_ring_size(&q->pair.cq), &idx);
+	room -= (int)q->inflight + (int)q->nstage;
+	while (room-- > 0 && dp_ring_dequeue(&q->pair.sq, &d) == 1) {
+		q->ctr.submitted++;
+		queue_complete(q, d.user_data, -ECANCELED, 0, 0);
+	}
+}
+
+static void queue_free(struct poller *p, struct queue *q)
+{
+	epoll_ctl(p->epfd, EPOLL_CTL_DEL, q->sq_efd, NULL);
+	close(q->sq_efd);
+	close(q->cq_efd);
+	dp_ring_pair_close(&q->pair);
+	atomic_fetch_sub(&p->nqueues, 1);
+	client_put(q->client);
+	free(q);
+}
+
+static void poller_take_inbox(struct poller *p)
+{
+	struct queue *q, *next;
+
+	pthread_mutex_lock(&p->inbox_lock);
+	q = p->inbox;
+	p->inbox = NULL;
+	atomic_store(&p->inbox_pending, 0);
+	pthread_mutex_unlock(&p->inbox_lock);
+	for (; q; q = next) {
+		struct epoll_event ev = {.events = EPOLLIN, .data.fd = q->sq_efd};
+
+		next = q->next;
+		epoll_ctl(p->epfd, EPOLL_CTL_ADD, q->sq_efd, &ev);
+		q->next = p->queues;
+		p->queues = q;
+	}
+}
+
+void poller_add_queue(struct queue *q)
+{
+	struct poller *best = &pollers[0];
+
+	for (unsigned i = 1; i < cfg.pollers; i++)
+		if (atomic_load(&pollers[i].nqueues) < atomic_load(&best->nqueues))
+			best = &pollers[i];
+	q->poller = best;
+	atomic_fetch_add(&best->nqueues, 1);
+	pthread_mutex_lock(&best->inbox_lock);
+	q->next = best->inbox;
+	best->inbox = q;
+	atomic_store(&best->inbox_pending, 1);
+	pthread_mutex_unlock(&best->inbox_lock);
+	poller_kick(best);
+}
+
+/* Publishes completions, rings doorbells, retires queues whose client left
+ * once nothing of theirs is in flight. */
+static void poller_flush(struct poller *p)
+{
+	struct queue **pp = &p->queues;
+
+	while (*pp) {
+		struct queue *q = *pp;
+
+		queue_flush_cq(q);
+		if (atomic_load_explicit(&q->closing, memory_order_acquire) && !q->inflight) {
+			*pp = q->next;
+			queue_free(p, q);
+			continue;
+		}
+		pp = &q->next;
+	}
+}
+
+/* Arms NEED_WAKEUP on every SQ and sleeps unless work arrived meanwhile. */
+static void poller_sleep(struct poller *p)
+{
+	struct epoll_event evs[32];
+	struct queue *q, *armed_end = NULL;
+	int n;
+
+	if (copy_engine_busy(p))
+		return;
+	for (q = p->queues; q; q = q->next) {
+		if (q->broken)
+			continue;
+		if (!dp_ring_prepare_sleep(&q->pair.sq)) {
+			armed_end = q;
+			break;
+		}
+	}
+	if (!armed_end) {
+		/* Quiescent while asleep: we hold no table pointer. */
+		atomic_store(&p->sleeping, 1);
+		p->sleeps++;
+		n = epoll_wait(p->epfd, evs, 32, 200);
+		atomic_store(&p->sleeping, 0);
+		for (int i = 0; i < n; i++)
+			dp_doorbell_drain(evs[i].data.fd);
+	}
+	for (q = p->queues; q && q != armed_end; q = q->next)
+		dp_ring_finish_sleep(&q->pair.sq);
+}
+
+static void poller_shutdown(struct poller *p)
+{
+	struct queue *q;
+
+	for (q = p->queues; q; q = q->next)
+		queue_cancel_sq(q);
+	while (copy_engine_busy(p))
+		copy_engine_progress(p);
+	for (q = p->queues; q; q = q->next)
+		queue_flush_cq(q);
+}
+
+static void *poller_main(void *arg)
+{
+	struct poller *p = arg;
+	uint64_t spin_ns = (uint64_t)cfg.spin_us * 1000u, idle_since = 0;
+
+	if (p->cpu >= 0) {
+		cpu_set_t set;
+
+		CPU_ZERO(&set);
+		CPU_SET(p->cpu, &set);
+		if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set))
+			log_warn("poller %u: cannot pin to cpu %d", p->idx, p->cpu);
+	}
+	while (!atomic_load_explicit(&dp_stopping, memory_order_acquire)) {
+		int work = 0;
+
+		/* Quiescent point: no table pointer from the previous loop is
+		 * held past here. Pairs with the loads in qsbr_synchronize(). */
+		atomic_fetch_add(&p->qs, 1);
+		if (atomic_load_explicit(&p->inbox_pending, memory_order_acquire))
+			poller_take_inbox(p);
+		for (struct queue *q = p->queues; q; q = q->next)
+			work += queue_drain_sq(p, q);
+		work += copy_engine_progress(p);
+		poller_flush(p);
+		p->loops++;
+		if (work) {
+			p->busy_loops++;
+			idle_since = 0;
+			continue;
+		}
+		uint64_t t = now_ns();
+		if (!idle_since)
+			idle_since = t;
+		else if (t - idle_since >= spin_ns) {
+			poller_sleep(p);
+			idle_since = 0;
+		}
+	}
+	atomic_fetch_add(&p->qs, 1);
+	poller_take_inbox(p);
+	poller_shutdown(p);
+	return NULL;
+}
+
+int pollers_start(void)
+{
+	for (unsigned i = 0; i < cfg.pollers; i++) {
+		struct poller *p = &pollers[i];
+		struct epoll_event ev = {.events = EPOLLIN};
+		int rc;
+
+		p->idx = i;
+		p->cpu = cfg.cpus[i];
+		pthread_mutex_init(&p->inbox_lock, NULL);
+		p->epfd = epoll_create1(EPOLL_CLOEXEC);
+		p->wake_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		if (p->epfd < 0 || p->wake_efd < 0)
+			return -errno;
+		ev.data.fd = p->wake_efd;
+		epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->wake_efd, &ev);
+		rc = pthread_create(&p->thread, NULL, poller_main, p);
+		if (rc)
+			return -rc;
+		if (p->cpu >= 0)
+			log_info("poller %u started on cpu %d", i, p->cpu);
+		else
+			log_info("poller %u started, not pinned", i);
+	}
+	return 0;
+}
+
+/* Called after dp_stopping is set: pollers cancel what is queued, finish
+ * what is in flight, publish, and exit. Queues stay until pollers_free(). */
+void pollers_stop(void)
+{
+	for (unsigned i = 0; i < cfg.pollers; i++) {
+		struct poller *p = &pollers[i];
+
+		if (!p->thread)
+			continue;
+		poller_kick(p);
+		pthread_join(p->thread, NULL);
+		p->thread = 0;
+		/* A joined poller holds nothing: grace periods end at once. */
+		atomic_store(&p->sleeping, 1);
+	}
+}
+
+void pollers_free(void)
+{
+	for (unsigned i = 0; i < cfg.pollers; i++) {
+		struct poller *p = &pollers[i];
+
+		while (p->queues) {
+			struct queue *q = p->queues;
+
+			p->queues = q->next;
+			queue_free(p, q);
+		}
+		copy_engine_free(p);
+		close(p->epfd);
+		close(p->wake_efd);
+	}
+}

@@ -1,0 +1,326 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * service.c - dataplaned's entry point: flags, start-up, shutdown, and the
+ * lifetime rules shared by the control thread and the pollers (reference
+ * counts and quiescent-state-based reclamation).
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "dp_internal.h"
+
+struct dp_config cfg;
+atomic_int dp_stopping;
+int control_wake_efd = -1;
+
+/*
+ * Waits until every poller has passed a quiescent point (the top of its
+ * loop, or asleep) since the call began: after it, no poller holds a table
+ * pointer that was unpublished before the call.
+ */
+void qsbr_synchronize(void)
+{
+	unsigned long snap[DP_MAX_POLLERS];
+
+	for (unsigned i = 0; i < cfg.pollers; i++)
+		snap[i] = atomic_load(&pollers[i].qs);
+	for (unsigned i = 0; i < cfg.pollers; i++) {
+		/* seq_cst loads: pair with the poller's seq_cst increment of
+		 * qs and its store of sleeping. */
+		while (atomic_load(&pollers[i].qs) == snap[i] && !atomic_load(&pollers[i].sleeping))
+			usleep(20);
+	}
+}
+
+void region_put(struct region *r)
+{
+	if (atomic_fetch_sub(&r->refs, 1) != 1)
+		return;
+	munmap(r->map, r->map_len);
+	free(r);
+}
+
+void segment_put(struct segment *s)
+{
+	if (atomic_fetch_sub(&s->refs, 1) == 1)
+		free(s);
+}
+
+void client_put(struct client *c)
+{
+	if (atomic_fetch_sub(&c->refs, 1) == 1)
+		free(c);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: dataplaned [options]\n"
+		"  --socket PATH        control socket (default $XDG_RUNTIME_DIR/dataplane/dataplane.sock,\n"
+		"                       else /run/dataplane/dataplane.sock)\n"
+		"  --pollers N          polling threads (default 1, at most %d)\n"
+		"  --cpus LIST          pin poller i to the i-th CPU of LIST, e.g. 2,3 or 2-5\n"
+		"                       (default: the highest CPUs the process may use)\n"
+		"  --spin-us N          busy-poll this long before sleeping on doorbells (default 50)\n"
+		"  --max-clients N      clients served at once (default 256)\n"
+		"  --max-queues N       queue pairs per client (default %d)\n"
+		"  --queue-depth N      default entries per ring, power of two (default 256)\n"
+		"  --max-depth N        largest depth a client may ask for (default 4096)\n"
+		"  --copy-chunk BYTES   local copy step; larger copies are interleaved (default 262144)\n"
+		"  --rpc-port N         TCP port peers reach this service on; 0 = pick (default 0)\n"
+		"  --stats NAME         name of the shared-memory stats region\n"
+		"  --log-level LEVEL    error, warn, info or debug (default info)\n"
+		"  --help               this text\n"
+		"Exit codes: 0 clean shutdown (SIGTERM/SIGINT), 1 start-up failure, 2 bad usage.\n",
+		DP_MAX_POLLERS, DP_MAX_QUEUES);
+}
+
+static void die_usage(const char *fmt, const char *arg)
+{
+	fprintf(stderr, "dataplaned: ");
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\nTry 'dataplaned --help'.\n");
+	exit(2);
+}
+
+static unsigned long parse_num(const char *flag, const char *s, unsigned long min,
+			       unsigned long max)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	if (!isdigit((unsigned char)*s))
+		die_usage("%s wants a number", flag);
+	v = strtoul(s, &end, 10);
+	if (errno || *end || v < min || v > max) {
+		fprintf(stderr, "dataplaned: %s %s: out of range [%lu, %lu]\n", flag, s, min, max);
+		exit(2);
+	}
+	return v;
+}
+
+/* "0,2-3" -> cpus[]; every CPU must be one this process may run on. */
+static unsigned parse_cpus(const char *s, int *cpus, const cpu_set_t *allowed)
+{
+	unsigned n = 0;
+	const char *p = s;
+
+	while (*p) {
+		char *end;
+		long a, b;
+
+		if (!isdigit((unsigned char)*p))
+			die_usage("--cpus %s: expected a list like 0,2-3", s);
+		a = b = strtol(p, &end, 10);
+		if (*end == '-') {
+			if (!isdigit((unsigned char)end[1]))
+				die_usage("--cpus %s: expected a list like 0,2-3", s);
+			b = strtol(end + 1, &end, 10);
+		}
+		if (*end && *end != ',')
+			die_usage("--cpus %s: expected a list like 0,2-3", s);
+		if (b < a || b >= CPU_SETSIZE)
+			die_usage("--cpus %s: bad range", s);
+		for (long c = a; c <= b; c++) {
+			if (!CPU_ISSET(c, allowed)) {
+				fprintf(stderr, "dataplaned: --cpus: cpu %ld does not exist or is not allowed\n", c);
+				exit(2);
+			}
+			if (n == DP_MAX_POLLERS)
+				die_usage("--cpus %s: too many CPUs", s);
+			cpus[n++] = (int)c;
+		}
+		p = *end ? end + 1 : end;
+	}
+	if (!n)
+		die_usage("--cpus %s: empty list", s);
+	return n;
+}
+
+static void default_socket_path(char *out, size_t len)
+{
+	const char *env = getenv("XDG_RUNTIME_DIR");
+
+	if (env && *env)
+		snprintf(out, len, "%s/dataplane/dataplane.sock", env);
+	else
+		snprintf(out, len, "/run/dataplane/dataplane.sock");
+}
+
+static void parse_args(int argc, char **argv)
+{
+	enum { O_SOCKET = 256, O_POLLERS, O_CPUS, O_SPIN, O_MAXCL, O_MAXQ, O_DEPTH, O_MAXDEPTH,
+	       O_CHUNK, O_RPC, O_STATS, O_LOG, O_HELP };
+	static const struct option opts[] = {
+		{"socket", required_argument, 0, O_SOCKET},
+		{"pollers", required_argument, 0, O_POLLERS},
+		{"cpus", required_argument, 0, O_CPUS},
+		{"spin-us", required_argument, 0, O_SPIN},
+		{"max-clients", required_argument, 0, O_MAXCL},
+		{"max-queues", required_argument, 0, O_MAXQ},
+		{"queue-depth", required_argument, 0, O_DEPTH},
+		{"max-depth", required_argument, 0, O_MAXDEPTH},
+		{"copy-chunk", required_argument, 0, O_CHUNK},
+		{"rpc-port", required_argument, 0, O_RPC},
+		{"stats", required_argument, 0, O_STATS},
+		{"log-level", required_argument, 0, O_LOG},
+		{"help", no_argument, 0, O_HELP},
+		{0, 0, 0, 0},
+	};
+	static const char *const levels[] = {"error", "warn", "info", "debug"};
+	const char *cpus_arg = NULL;
+	unsigned ncpus = 0;
+	cpu_set_t allowed;
+	int c;
+
+	cfg.pollers = 1;
+	cfg.spin_us = 50;
+	cfg.max_clients = 256;
+	cfg.max_queues = DP_MAX_QUEUES;
+	cfg.queue_depth = 256;
+	cfg.max_depth = 4096;
+	cfg.chunk = 256 * 1024;
+	cfg.inline_max = 64 * 1024;
+	default_socket_path(cfg.socket_path, sizeof(cfg.socket_path));
+
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case O_SOCKET:
+			if (strlen(optarg) >= sizeof(cfg.socket_path) || !*optarg)
+				die_usage("--socket %s: path empty or too long", optarg);
+			strcpy(cfg.socket_path, optarg);
+			break;
+		case O_POLLERS:
+			cfg.pollers = (unsigned)parse_num("--pollers", optarg, 1, DP_MAX_POLLERS);
+			break;
+		case O_CPUS:
+			cpus_arg = optarg;
+			break;
+		case O_SPIN:
+			cfg.spin_us = (unsigned)parse_num("--spin-us", optarg, 0, 10000000);
+			break;
+		case O_MAXCL:
+			cfg.max_clients = (unsigned)parse_num("--max-clients", optarg, 1, 65536);
+			break;
+		case O_MAXQ:
+			cfg.max_queues = (unsigned)parse_num("--max-queues", optarg, 1, DP_MAX_QUEUES);
+			break;
+		case O_DEPTH:
+			cfg.queue_depth = (unsigned)parse_num("--queue-depth", optarg, 1, DP_RING_MAX_ENTRIES);
+			break;
+		case O_MAXDEPTH:
+			cfg.max_depth = (unsigned)parse_num("--max-depth", optarg, 1, DP_RING_MAX_ENTRIES);
+			break;
+		case O_CHUNK:
+			cfg.chunk = parse_num("--copy-chunk", optarg, 4096, 1ul << 30);
+			break;
+		case O_RPC:
+			cfg.rpc_port = (int)parse_num("--rpc-port", optarg, 0, 65535);
+			break;
+		case O_STATS:
+			if (strlen(optarg) >= sizeof(cfg.stats_name) || !*optarg || strchr(optarg, '/'))
+				die_usage("--stats %s: want a name without '/', under 64 bytes", optarg);
+			strcpy(cfg.stats_name, optarg);
+			break;
+		case O_LOG:
+			dp_log_level = -1;
+			for (int i = 0; i < 4; i++)
+				if (!strcmp(optarg, levels[i]))
+					dp_log_level = i;
+			if (dp_log_level < 0)
+				die_usage("--log-level %s: want error, warn, info or debug", optarg);
+			break;
+		case O_HELP:
+			usage(stdout);
+			exit(0);
+		default:
+			die_usage("unknown or incomplete option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		die_usage("unexpected argument '%s'", argv[optind]);
+	if (cfg.queue_depth & (cfg.queue_depth - 1) || cfg.max_depth & (cfg.max_depth - 1))
+		die_usage("%s: queue depths must be powers of two", "--queue-depth/--max-depth");
+	if (cfg.queue_depth > cfg.max_depth)
+		die_usage("%s: --queue-depth exceeds --max-depth", "--queue-depth");
+	if (cfg.inline_max > cfg.chunk)
+		cfg.inline_max = cfg.chunk;
+
+	if (sched_getaffinity(0, sizeof(allowed), &allowed))
+		CPU_ZERO(&allowed);
+	for (unsigned i = 0; i < DP_MAX_POLLERS; i++)
+		cfg.cpus[i] = -1;
+	if (cpus_arg) {
+		ncpus = parse_cpus(cpus_arg, cfg.cpus, &allowed);
+		if (ncpus < cfg.pollers) {
+			fprintf(stderr, "dataplaned: --cpus lists %u CPUs for %u pollers\n", ncpus,
+				cfg.pollers);
+			exit(2);
+		}
+	} else {
+		/* Pollers take the highest allowed CPUs, leaving CPU 0 (where
+		 * interrupts and housekeeping usually land) to the rest. */
+		unsigned i = 0;
+
+		for (int cpu = CPU_SETSIZE - 1; cpu >= 0 && i < cfg.pollers; cpu--)
+			if (CPU_ISSET(cpu, &allowed))
+				cfg.cpus[i++] = cpu;
+		while (i < cfg.pollers)
+			cfg.cpus[i++] = -1;
+	}
+	{
+		char host[64] = "localhost";
+
+		gethostname(host, sizeof(host) - 1);
+		host[sizeof(host) - 1] = 0;
+		snprintf(cfg.server_name, sizeof(cfg.server_name), "%.48s:%d", host, cfg.rpc_port);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	sigset_t sigs;
+	int rc;
+
+	parse_args(argc, argv);
+	/* SIGTERM/SIGINT reach the control thread through a signalfd; every
+	 * other thread inherits the blocked mask. */
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	control_wake_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (control_wake_efd < 0) {
+		log_err("eventfd: %s", strerror(errno));
+		return 1;
+	}
+	log_info("starting: server %s, %u poller(s), queue depth %u, spin %u us",
+		 cfg.server_name, cfg.pollers, cfg.queue_depth, cfg.spin_us);
+	rc = pollers_start();
+	if (rc) {
+		log_err("cannot start pollers: %s", strerror(-rc));
+		return 1;
+	}
+	rc = control_run();
+	pollers_free();
+	if (rc) {
+		log_err("stopped: %s", strerror(-rc));
+		return 1;
+	}
+	log_info("stopped cleanly");
+	return 0;
+}

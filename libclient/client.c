@@ -1,0 +1,615 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client.c - libclient: the control calls (one request, one reply over the
+ * SEQPACKET socket) and the data path (rings, no system call unless a
+ * doorbell must be rung or a sleep was asked for).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dataplane.h"
+#include "dp_proto.h"
+#include "dp_ring.h"
+
+#define MAX_ALLOCS 1024
+#define RPC_TIMEOUT_S 10
+#define LIVENESS_EVERY_NS 1000000ull /* idle dp_poll checks the socket this often */
+
+struct alloc {
+	int region;
+	void *addr;
+	size_t len;
+};
+
+struct dp_client {
+	int fd;
+	uint32_t seq;
+	bool dead;
+	char server_name[DP_NAME_MAX];
+	uint32_t default_depth, max_depth;
+	pthread_mutex_t lock; /* control calls may come from several threads */
+	struct alloc allocs[MAX_ALLOCS];
+	unsigned nallocs;
+	struct dp_queue *queues;
+};
+
+struct dp_queue {
+	struct dp_client *c;
+	struct dp_ring_pair pair; /* client side: SQ producer, CQ consumer */
+	int sq_efd, cq_efd;
+	uint32_t id, depth;
+	uint32_t in_flight;
+	uint64_t last_check_ns;
+	struct dp_queue_stats st;
+	struct dp_queue *next;
+};
+
+static uint64_t mono_ns(clockid_t clk)
+{
+	struct timespec ts;
+
+	clock_gettime(clk, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- control calls ---- */
+
+static void close_fds(int *fds, int n)
+{
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+}
+
+/*
+ * Sends one request and waits for its reply. The reply must be the
+ * request's type and seq, and exactly `rlen` bytes or a bare status.
+ * Returns the reply's status, or -ECONNRESET when the service is gone.
+ */
+static int rpc(struct dp_client *c, uint16_t type, const void *req, size_t len, int fd_in,
+	       void *reply, size_t rlen, int *fds_out, int nfds_out)
+{
+	struct dp_msg_hdr hdr = {.magic = DP_PROTO_MAGIC, .version = DP_PROTO_VERSION,
+				 .type = type, .len = (uint32_t)len};
+	_Alignas(8) char buf[DP_MSG_MAX];
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * 4)];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov[2] = {{&hdr, sizeof(hdr)}, {(void *)req, len}};
+	struct msghdr msg = {.msg_iov = iov, .msg_iovlen = 2};
+	int got[4], ngot = 0, rc;
+	ssize_t n;
+
+	if (c->dead)
+		return -ECONNRESET;
+	hdr.seq = ++c->seq;
+	if (fd_in >= 0) {
+		struct cmsghdr *cm;
+
+		msg.msg_control = u.buf;
+		msg.msg_controllen = CMSG_SPACE(sizeof(int));
+		cm = CMSG_FIRSTHDR(&msg);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &fd_in, sizeof(int));
+	}
+	if (sendmsg(c->fd, &msg, MSG_NOSIGNAL) < 0) {
+		c->dead = true;
+		return -ECONNRESET;
+	}
+
+	iov[0] = (struct iovec){buf, sizeof(buf)};
+	msg = (struct msghdr){.msg_iov = iov, .msg_iovlen = 1, .msg_control = u.buf,
+			      .msg_controllen = sizeof(u.buf)};
+	do
+		n = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n <= 0) {
+		/* EAGAIN here is the receive timeout: a service that stopped
+		 * answering is as good as gone. */
+		c->dead = true;
+		return n == 0 || errno != EAGAIN ? -ECONNRESET : -ETIMEDOUT;
+	}
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		int *fds = (int *)CMSG_DATA(cm);
+		for (size_t i = 0; i < k; i++) {
+			if (ngot < 4)
+				got[ngot++] = fds[i];
+			else
+				close(fds[i]);
+		}
+	}
+	memcpy(&hdr, buf, sizeof(hdr) <= (size_t)n ? sizeof(hdr) : 0);
+	rc = -EBADMSG;
+	if ((size_t)n < sizeof(hdr) + sizeof(int32_t) || hdr.magic != DP_PROTO_MAGIC ||
+	    hdr.version != DP_PROTO_VERSION || hdr.type != (type | DP_MSG_REPLY) ||
+	    hdr.seq != c->seq || hdr.len != (size_t)n - sizeof(hdr))
+		goto out;
+	memcpy(&rc, buf + sizeof(hdr), sizeof(rc));
+	if (rc > 0)
+		rc = -EBADMSG;
+	if (rc < 0)
+		goto out;
+	if (hdr.len != rlen || ngot != nfds_out) {
+		rc = -EBADMSG;
+		goto out;
+	}
+	if (reply)
+		memcpy(reply, buf + sizeof(hdr), rlen);
+	if (nfds_out) {
+		memcpy(fds_out, got, sizeof(int) * (size_t)nfds_out);
+		ngot = 0;
+	}
+out:
+	close_fds(got, ngot);
+	return rc;
+}
+
+static int rpc_locked(struct dp_client *c, uint16_t type, const void *req, size_t len, int fd_in,
+		      void *reply, size_t rlen, int *fds_out, int nfds_out)
+{
+	int rc;
+
+	pthread_mutex_lock(&c->lock);
+	rc = rpc(c, type, req, len, fd_in, reply, rlen, fds_out, nfds_out);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+static void default_socket(char *out, size_t len)
+{
+	const char *env = getenv("DP_SOCKET");
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+
+	if (env && *env)
+		snprintf(out, len, "%s", env);
+	else if (xdg && *xdg)
+		snprintf(out, len, "%s/dataplane/dataplane.sock", xdg);
+	else
+		snprintf(out, len, "/run/dataplane/dataplane.sock");
+}
+
+int dp_connect(const char *socket_path, const char *name, struct dp_client **out)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct timeval tv = {.tv_sec = RPC_TIMEOUT_S};
+	struct dp_msg_hello h = {.abi_version = DP_ABI_VERSION, .pid = (uint32_t)getpid()};
+	struct dp_msg_hello_reply r;
+	struct dp_client *c;
+	int rc;
+
+	if (!out)
+		return -EINVAL;
+	if (socket_path && strlen(socket_path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	if (socket_path)
+		memcpy(sa.sun_path, socket_path, strlen(socket_path) + 1);
+	else
+		default_socket(sa.sun_path, sizeof(sa.sun_path));
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	pthread_mutex_init(&c->lock, NULL);
+	c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (c->fd < 0) {
+		rc = -errno;
+		goto err;
+	}
+	setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		rc = -errno;
+		goto err;
+	}
+	snprintf(h.name, sizeof(h.name), "%s", name ? name : "");
+	rc = rpc(c, DP_MSG_HELLO, &h, sizeof(h), -1, &r, sizeof(r), NULL, 0);
+	if (rc)
+		goto err;
+	memcpy(c->server_name, r.server_name, sizeof(c->server_name));
+	c->server_name[sizeof(c->server_name) - 1] = 0;
+	c->default_depth = r.default_depth;
+	c->max_depth = r.max_depth;
+	*out = c;
+	return 0;
+err:
+	if (c->fd >= 0)
+		close(c->fd);
+	free(c);
+	return rc;
+}
+
+const char *dp_server_name(const struct dp_client *c)
+{
+	return c->server_name;
+}
+
+static void queue_unmap(struct dp_queue *q)
+{
+	dp_ring_pair_close(&q->pair);
+	close(q->sq_efd);
+	close(q->cq_efd);
+	free(q);
+}
+
+void dp_close(struct dp_client *c)
+{
+	if (!c)
+		return;
+	close(c->fd);
+	while (c->queues) {
+		struct dp_queue *q = c->queues;
+
+		c->queues = q->next;
+		queue_unmap(q);
+	}
+	for (unsigned i = 0; i < c->nallocs; i++)
+		munmap(c->allocs[i].addr, c->allocs[i].len);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+int dp_queue_create(struct dp_client *c, uint32_t depth, struct dp_queue **out)
+{
+	struct dp_msg_queue_create req = {.depth = depth};
+	struct dp_msg_queue_create_reply r;
+	struct dp_queue *q;
+	int fds[3], rc;
+
+	if (!c || !out)
+		return -EINVAL;
+	q = calloc(1, sizeof(*q));
+	if (!q)
+		return -ENOMEM;
+	rc = rpc_locked(c, DP_MSG_QUEUE_CREATE, &req, sizeof(req), -1, &r, sizeof(r), fds, 3);
+	if (rc) {
+		free(q);
+		return rc;
+	}
+	rc = dp_ring_pair_attach(&q->pair, fds[0], sizeof(struct dp_desc), sizeof(struct dp_cqe));
+	if (!rc && (dp_ring_size(&q->pair.sq) != r.depth || dp_ring_size(&q->pair.cq) != r.depth)) {
+		dp_ring_pair_close(&q->pair);
+		fds[0] = -1;
+		rc = -EBADMSG;
+	}
+	if (rc) {
+		if (fds[0] >= 0)
+			close(fds[0]);
+		close(fds[1]);
+		close(fds[2]);
+		free(q);
+		return rc;
+	}
+	q->c = c;
+	q->sq_efd = fds[1];
+	q->cq_efd = fds[2];
+	q->id = r.queue_id;
+	q->depth = r.depth;
+	q->st.depth = r.depth;
+	pthread_mutex_lock(&c->lock);
+	q->next = c->queues;
+	c->queues = q;
+	pthread_mutex_unlock(&c->lock);
+	*out = q;
+	return 0;
+}
+
+int dp_queue_destroy(struct dp_queue *q)
+{
+	struct dp_client *c;
+	struct dp_msg_id req;
+	int rc;
+
+	if (!q)
+		return -EINVAL;
+	c = q->c;
+	req = (struct dp_msg_id){.id = q->id};
+	pthread_mutex_lock(&c->lock);
+	rc = rpc(c, DP_MSG_QUEUE_DESTROY, &req, sizeof(req), -1, NULL, sizeof(struct dp_msg_status),
+		 NULL, 0);
+	for (struct dp_queue **pp = &c->queues; *pp; pp = &(*pp)->next)
+		if (*pp == q) {
+			*pp = q->next;
+			break;
+		}
+	pthread_mutex_unlock(&c->lock);
+	queue_unmap(q);
+	return rc;
+}
+
+int dp_register_fd(struct dp_client *c, int fd, uint64_t off, uint64_t len)
+{
+	struct dp_msg_region_register req = {.offset = off, .len = len};
+	struct dp_msg_id_reply r;
+	int rc;
+
+	if (!c || fd < 0 || !len)
+		return -EINVAL;
+	rc = rpc_locked(c, DP_MSG_REGION_REGISTER, &req, sizeof(req), fd, &r, sizeof(r), NULL, 0);
+	return rc ? rc : (int)r.id;
+}
+
+int dp_alloc(struct dp_client *c, size_t len, unsigned flags, void **addr)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), maplen;
+	void *p;
+	int fd = -1, region;
+
+	if (!c || !addr || !len || flags & ~DP_ALLOC_HUGE)
+		return -EINVAL;
+	if (c->nallocs == MAX_ALLOCS)
+		return -ENOSPC;
+	if (flags & DP_ALLOC_HUGE) {
+		size_t huge = 2u << 20;
+
+		maplen = (len + huge - 1) & ~(huge - 1);
+		fd = memfd_create("dataplane", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
+		if (fd >= 0 && ftruncate(fd, (off_t)maplen) < 0) {
+			close(fd);
+			fd = -1;
+		}
+	}
+	if (fd < 0) {
+		maplen = (len + page - 1) & ~(page - 1);
+		fd = memfd_create("dataplane", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+		if (fd < 0)
+			return -errno;
+		if (ftruncate(fd, (off_t)maplen) < 0) {
+			close(fd);
+			return -errno;
+		}
+	}
+	/* The service relies on the size staying put. */
+	fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
+	p = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+	if (p == MAP_FAILED) {
+		close(fd);
+		return -ENOMEM;
+	}
+	if (flags & DP_ALLOC_HUGE)
+		madvise(p, maplen, MADV_HUGEPAGE);
+	region = dp_register_fd(c, fd, 0, len);
+	close(fd);
+	if (region < 0) {
+		munmap(p, maplen);
+		return region;
+	}
+	pthread_mutex_lock(&c->lock);
+	c->allocs[c->nallocs++] = (struct alloc){.region = region, .addr = p, .len = maplen};
+	pthread_mutex_unlock(&c->lock);
+	*addr = p;
+	return region;
+}
+
+int dp_free(struct dp_client *c, int region)
+{
+	struct dp_msg_id req = {.id = (uint32_t)region};
+	int rc;
+
+	if (!c || region < 0)
+		return -EBADF;
+	pthread_mutex_lock(&c->lock);
+	rc = rpc(c, DP_MSG_REGION_FREE, &req, sizeof(req), -1, NULL, sizeof(struct dp_msg_status),
+		 NULL, 0);
+	for (unsigned i = 0; i < c->nallocs; i++)
+		if (c->allocs[i].region == region) {
+			munmap(c->allocs[i].addr, c->allocs[i].len);
+			c->allocs[i] = c->allocs[--c->nallocs];
+			break;
+		}
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+static int copy_name(char *dst, size_t cap, const char *src, bool allow_empty)
+{
+	size_t n;
+
+	if (!src)
+		src = "";
+	n = strlen(src);
+	if (n >= cap || (!n && !allow_empty))
+		return -EINVAL;
+	memset(dst, 0, cap);
+	memcpy(dst, src, n);
+	return 0;
+}
+
+int dp_segment_export(struct dp_client *c, int region, const char *name, unsigned access)
+{
+	struct dp_msg_segment_export req = {.region = (uint32_t)region, .access = access};
+
+	if (!c || region < 0 || copy_name(req.name, sizeof(req.name), name, false))
+		return -EINVAL;
+	return rpc_locked(c, DP_MSG_SEGMENT_EXPORT, &req, sizeof(req), -1, NULL,
+			  sizeof(struct dp_msg_status), NULL, 0);
+}
+
+int dp_segment_unexport(struct dp_client *c, const char *name)
+{
+	struct dp_msg_segment_name req;
+
+	if (!c || copy_name(req.name, sizeof(req.name), name, false))
+		return -EINVAL;
+	return rpc_locked(c, DP_MSG_SEGMENT_UNEXPORT, &req, sizeof(req), -1, NULL,
+			  sizeof(struct dp_msg_status), NULL, 0);
+}
+
+int dp_segment_open(struct dp_client *c, const char *peer, const char *name, unsigned access)
+{
+	struct dp_msg_segment_open req = {.access = access};
+	struct dp_msg_id_reply r;
+	int rc;
+
+	if (!c || copy_name(req.name, sizeof(req.name), name, false) ||
+	    copy_name(req.peer, sizeof(req.peer), peer, true))
+		return -EINVAL;
+	rc = rpc_locked(c, DP_MSG_SEGMENT_OPEN, &req, sizeof(req), -1, &r, sizeof(r), NULL, 0);
+	return rc ? rc : (int)r.id;
+}
+
+int dp_segment_close(struct dp_client *c, int segment)
+{
+	struct dp_msg_id req = {.id = (uint32_t)segment};
+
+	if (!c || segment < 0)
+		return -EBADF;
+	return rpc_locked(c, DP_MSG_SEGMENT_CLOSE, &req, sizeof(req), -1, NULL,
+			  sizeof(struct dp_msg_status), NULL, 0);
+}
+
+/* ---- data path ---- */
+
+/* The service holds our socket's other end: a hang-up means it is gone. */
+static bool service_alive(struct dp_client *c)
+{
+	struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+
+	if (c->dead)
+		return false;
+	if (poll(&pfd, 1, 0) > 0 && pfd.revents & (POLLHUP | POLLERR | POLLIN)) {
+		char b;
+
+		/* The service never speaks unasked: readable means EOF. */
+		if (pfd.revents & (POLLHUP | POLLERR) || recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) <= 0)
+			c->dead = true;
+	}
+	return !c->dead;
+}
+
+/* Rate-limited liveness check for calls that made no progress. */
+static int idle_check(struct dp_queue *q)
+{
+	uint64_t t = mono_ns(CLOCK_MONOTONIC_COARSE);
+
+	if (t - q->last_check_ns < LIVENESS_EVERY_NS)
+		return 0;
+	q->last_check_ns = t;
+	return service_alive(q->c) ? 0 : -ECONNRESET;
+}
+
+int dp_submit(struct dp_queue *q, const struct dp_desc *descs, unsigned n)
+{
+	uint32_t idx, credit;
+	uint64_t now;
+	int k;
+
+	if (q->c->dead)
+		return -ECONNRESET;
+	credit = q->depth - q->in_flight;
+	if (n > credit)
+		n = credit;
+	if (!n)
+		return idle_check(q);
+	k = dp_ring_reserve(&q->pair.sq, n, &idx);
+	if (k <= 0)
+		return k < 0 ? k : idle_check(q);
+	dp_ring_copy_in(&q->pair.sq, idx, descs, (uint32_t)k);
+	now = mono_ns(CLOCK_MONOTONIC);
+	for (int i = 0; i < k; i++)
+		((struct dp_desc *)dp_ring_slot(&q->pair.sq, idx + (uint32_t)i))->submit_ns = now;
+	dp_ring_commit(&q->pair.sq, (uint32_t)k);
+	if (dp_ring_needs_wakeup(&q->pair.sq))
+		dp_doorbell_ring(q->sq_efd);
+	q->in_flight += (uint32_t)k;
+	q->st.submitted += (uint64_t)k;
+	return k;
+}
+
+int dp_poll(struct dp_queue *q, struct dp_cqe *cqes, unsigned max)
+{
+	int k = dp_ring_dequeue_burst(&q->pair.cq, cqes, max);
+
+	if (k < 0)
+		return k;
+	if (!k)
+		return q->in_flight ? idle_check(q) : 0;
+	for (int i = 0; i < k; i++) {
+		if (cqes[i].status) {
+			q->st.failed++;
+		} else {
+			q->st.completed++;
+			q->st.bytes += cqes[i].bytes;
+		}
+	}
+	q->in_flight -= (uint32_t)k <= q->in_flight ? (uint32_t)k : q->in_flight;
+	return k;
+}
+
+int dp_wait(struct dp_queue *q, struct dp_cqe *cqes, unsigned max, int timeout_ms)
+{
+	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX
+					   : mono_ns(CLOCK_MONOTONIC) + (uint64_t)timeout_ms * 1000000u;
+
+	for (;;) {
+		struct pollfd pfd[2] = {{.fd = q->cq_efd, .events = POLLIN},
+					{.fd = q->c->fd, .events = POLLIN}};
+		int k = dp_poll(q, cqes, max), wait_ms;
+		uint64_t now;
+
+		if (k)
+			return k;
+		if (!service_alive(q->c))
+			return -ECONNRESET;
+		now = mono_ns(CLOCK_MONOTONIC);
+		if (now >= deadline)
+			return 0;
+		wait_ms = deadline == UINT64_MAX ? -1 : (int)((deadline - now + 999999) / 1000000);
+		if (!dp_ring_prepare_sleep(&q->pair.cq))
+			continue;
+		poll(pfd, 2, wait_ms);
+		dp_ring_finish_sleep(&q->pair.cq);
+		if (pfd[0].revents & POLLIN)
+			dp_doorbell_drain(q->cq_efd);
+	}
+}
+
+int dp_queue_stats(const struct dp_queue *q, struct dp_queue_stats *st)
+{
+	if (!q || !st)
+		return -EINVAL;
+	*st = q->st;
+	st->in_flight = q->in_flight;
+	return 0;
+}
+
+const char *dp_strerror(int err)
+{
+	switch (-err) {
+	case 0:
+		return "success";
+	case ECONNRESET:
+		return "connection to the service lost (or the target's owner left)";
+	case EPROTO:
+		return "ring protocol violation";
+	case EPROTONOSUPPORT:
+		return "client and service speak different ABI versions";
+	case EBADMSG:
+		return "malformed message";
+	case EBADF:
+		return "unknown region, segment or queue handle";
+	case EFAULT:
+		return "offset and length fall outside the region or segment";
+	case EPERM:
+		return "access not granted by the segment's export";
+	case EHOSTUNREACH:
+		return "peer service unreachable";
+	case ECANCELED:
+		return "cancelled: the service is shutting down";
+	default:
+		return err < 0 ? strerror(-err) : "not an error code";
+	}
+}

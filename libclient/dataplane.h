@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: MIT */
+/**
+ * @file dataplane.h
+ * The client API of dataplane: the only header applications include.
+ *
+ * A client connects to the host's dataplaned over a Unix socket, opens one
+ * or more queue pairs (one per thread is the intended pattern), registers
+ * memory, exports or opens named segments, and moves bytes by writing 64-byte
+ * descriptors into its submission ring. Submission and completion make no
+ * system call; dp_wait() sleeps on a doorbell only when asked to.
+ *
+ * Every call returns 0 (or a non-negative count/handle) on success and a
+ * negative errno on failure; dp_strerror() turns one into text. Nothing here
+ * prints or exits.
+ */
+#ifndef DATAPLANE_H
+#define DATAPLANE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DP_ABI_VERSION 1
+
+/** Descriptor opcodes. WRITE copies local -> target, READ target -> local. */
+enum dp_opcode {
+	DP_OP_WRITE = 1,
+	DP_OP_READ = 2,
+	DP_OP_NOP = 3, /**< completes at once with status 0, moves nothing */
+};
+
+/**
+ * A transfer descriptor: exactly 64 bytes, one ring slot. Regions and
+ * segments are named by the small integer handles the service handed out;
+ * no pointer crosses the trust boundary. Fields marked reserved must be 0.
+ */
+struct dp_desc {
+	uint8_t opcode;      /**< enum dp_opcode */
+	uint8_t flags;       /**< none defined yet: must be 0 */
+	uint16_t reserved0;  /**< must be 0 */
+	uint32_t region;     /**< local region id (dp_alloc / dp_register_fd) */
+	uint64_t local_off;  /**< byte offset in the local region */
+	uint32_t segment;    /**< target segment handle (dp_segment_open) */
+	uint32_t reserved1;  /**< must be 0 */
+	uint64_t target_off; /**< byte offset in the target segment */
+	uint64_t len;        /**< bytes to move */
+	uint64_t user_data;  /**< returned untouched in the completion */
+	uint64_t submit_ns;  /**< set by dp_submit (CLOCK_MONOTONIC), for latency stats */
+	uint64_t reserved2;  /**< must be 0 */
+};
+
+/** A completion: exactly one per accepted descriptor. */
+struct dp_cqe {
+	uint64_t user_data; /**< the descriptor's user_data */
+	int32_t status;     /**< 0 or -errno (see docs/api.md) */
+	uint32_t flags;     /**< DP_CQE_F_* */
+	uint64_t bytes;     /**< bytes moved */
+	uint64_t reserved;
+};
+
+/** The copy went through the local (same-service) copy engine. */
+#define DP_CQE_F_LOCAL 1u
+
+_Static_assert(sizeof(struct dp_desc) == 64, "descriptor is one 64-byte slot");
+_Static_assert(sizeof(struct dp_cqe) == 32, "completion is 32 bytes");
+
+/** Segment access modes (dp_segment_export, dp_segment_open). */
+#define DP_ACCESS_READ 1u
+#define DP_ACCESS_WRITE 2u
+#define DP_ACCESS_RW (DP_ACCESS_READ | DP_ACCESS_WRITE)
+
+/** dp_alloc flags. */
+#define DP_ALLOC_HUGE 1u /**< back with huge pages when the host has them */
+
+struct dp_client;
+struct dp_queue;
+
+/** Per-queue figures kept by the client library. */
+struct dp_queue_stats {
+	uint64_t submitted; /**< descriptors accepted by dp_submit */
+	uint64_t completed; /**< completions returned with status 0 */
+	uint64_t failed;    /**< completions returned with status < 0 */
+	uint64_t bytes;     /**< bytes moved by successful completions */
+	uint32_t in_flight; /**< submitted, not yet reaped */
+	uint32_t depth;     /**< queue depth (= credit limit) */
+};
+
+/**
+ * Connects to the service listening on @p socket_path (NULL: the default,
+ * $DP_SOCKET, else $XDG_RUNTIME_DIR/dataplane/dataplane.sock, else
+ * /run/dataplane/dataplane.sock). @p name labels the client in the
+ * service's logs and stats. -ENOENT/-ECONNREFUSED when no service runs,
+ * -EPROTONOSUPPORT on an ABI mismatch.
+ */
+int dp_connect(const char *socket_path, const char *name, struct dp_client **out);
+
+/** Closes the connection; the service frees everything the client had.
+ * Queues and memory of the client must not be used afterwards. */
+void dp_close(struct dp_client *c);
+
+/** The service's identity, "host:rpc-port". */
+const char *dp_server_name(const struct dp_client *c);
+
+/**
+ * Opens a queue pair of @p depth entries (power of two, 0 = the service's
+ * default). At most @p depth descriptors may be in flight on it.
+ */
+int dp_queue_create(struct dp_client *c, uint32_t depth, struct dp_queue **out);
+
+/** Closes a queue; completions not yet reaped are lost. */
+int dp_queue_destroy(struct dp_queue *q);
+
+/**
+ * Allocates @p len bytes of memory shared with the service and registers it.
+ * Returns the region id (>= 0) and the address in *@p addr.
+ */
+int dp_alloc(struct dp_client *c, size_t len, unsigned flags, void **addr);
+
+/** Deregisters a region from dp_alloc or dp_register_fd and unmaps it here. */
+int dp_free(struct dp_client *c, int region);
+
+/**
+ * Registers bytes [@p off, @p off + @p len) of a memfd the caller owns as a
+ * region (the service maps it and seals it against shrinking). Returns the
+ * region id. -EINVAL when the fd is not a memfd or too short.
+ */
+int dp_register_fd(struct dp_client *c, int fd, uint64_t off, uint64_t len);
+
+/** Exports a region as the named segment, with @p access DP_ACCESS_READ or
+ * DP_ACCESS_RW. -EEXIST when the name is taken. Names: 1..63 bytes. */
+int dp_segment_export(struct dp_client *c, int region, const char *name, unsigned access);
+
+/** Withdraws an export; descriptors already accepted finish. */
+int dp_segment_unexport(struct dp_client *c, const char *name);
+
+/**
+ * Opens segment @p name on @p peer ("host:port"; NULL = this service) for
+ * @p access. Returns a segment handle for descriptors. -ENOENT unknown name,
+ * -EPERM access not granted by the export.
+ */
+int dp_segment_open(struct dp_client *c, const char *peer, const char *name, unsigned access);
+
+/** Closes a segment handle. */
+int dp_segment_close(struct dp_client *c, int segment);
+
+/**
+ * Submits up to @p n descriptors. Returns how many were accepted (fewer when
+ * the ring or the credit is short; 0 means try after reaping), or -errno.
+ * Makes no system call unless the service's poller sleeps.
+ */
+int dp_submit(struct dp_queue *q, const struct dp_desc *descs, unsigned n);
+
+/** Reaps up to @p max completions without blocking. Returns the count. */
+int dp_poll(struct dp_queue *q, struct dp_cqe *cqes, unsigned max);
+
+/**
+ * Reaps at least one completion, sleeping on the doorbell up to
+ * @p timeout_ms (-1: forever). Returns the count, 0 on timeout, -ECONNRESET
+ * when the service went away.
+ */
+int dp_wait(struct dp_queue *q, struct dp_cqe *cqes, unsigned max, int timeout_ms);
+
+/** Fills @p st with the queue's figures. */
+int dp_queue_stats(const struct dp_queue *q, struct dp_queue_stats *st);
+
+/** Text for a negative errno returned by this API. */
+const char *dp_strerror(int err);
+
+/** Fills a WRITE descriptor (local region -> target segment). */
+static inline void dp_prep_write(struct dp_desc *d, int region, uint64_t local_off, int segment,
+				 uint64_t target_off, uint64_t len, uint64_t user_data)
+{
+	*d = (struct dp_desc){.opcode = DP_OP_WRITE,
+			      .region = (uint32_t)region,
+			      .local_off = local_off,
+			      .segment = (uint32_t)segment,
+			      .target_off = target_off,
+			      .len = len,
+			      .user_data = user_data};
+}
+
+/** Fills a READ descriptor (target segment -> local region). */
+static inline void dp_prep_read(struct dp_desc *d, int region, uint64_t local_off, int segment,
+				uint64_t target_off, uint64_t len, uint64_t user_data)
+{
+	dp_prep_write(d, region, local_off, segment, target_off, len, user_data);
+	d->opcode = DP_OP_READ;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DATAPLANE_H */

@@ -1,0 +1,111 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dp_proto.h - the control protocol between libclient and dataplaned.
+ * Internal: shared by libclient/ and dataplane/, not for applications.
+ *
+ * Transport: a SOCK_SEQPACKET Unix socket, so one message is one packet.
+ * Every message is a dp_msg_hdr followed by exactly the payload its type
+ * defines; a packet of any other length is malformed (-EBADMSG). Replies carry
+ * the request's type with DP_MSG_REPLY set, the request's seq, and start with
+ * an int32 status (0 or -errno). File descriptors travel with SCM_RIGHTS:
+ * QUEUE_CREATE replies carry three (ring memfd, SQ doorbell, CQ doorbell),
+ * REGION_REGISTER requests carry one (the memfd). Layout: docs/api.md.
+ */
+#ifndef DP_PROTO_H
+#define DP_PROTO_H
+
+#include <stdint.h>
+
+#define DP_PROTO_MAGIC 0x4c504444u /* "DDPL" */
+#define DP_PROTO_VERSION 1u
+#define DP_MSG_MAX 512u
+#define DP_NAME_MAX 64u /* segment names and peers, NUL included */
+#define DP_MSG_REPLY 0x8000u
+
+enum dp_msg_type {
+	DP_MSG_HELLO = 1,
+	DP_MSG_QUEUE_CREATE = 2,
+	DP_MSG_QUEUE_DESTROY = 3,
+	DP_MSG_REGION_REGISTER = 4,
+	DP_MSG_REGION_FREE = 5,
+	DP_MSG_SEGMENT_EXPORT = 6,
+	DP_MSG_SEGMENT_UNEXPORT = 7,
+	DP_MSG_SEGMENT_OPEN = 8,
+	DP_MSG_SEGMENT_CLOSE = 9,
+};
+
+struct dp_msg_hdr {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t type;
+	uint32_t len; /* payload bytes after this header */
+	uint32_t seq;
+};
+
+struct dp_msg_hello {
+	uint32_t abi_version; /* DP_ABI_VERSION of the client */
+	uint32_t pid;
+	char name[32];
+};
+struct dp_msg_hello_reply {
+	int32_t status;
+	uint32_t abi_version;
+	uint32_t default_depth;
+	uint32_t max_depth;
+	char server_name[DP_NAME_MAX];
+};
+
+struct dp_msg_queue_create {
+	uint32_t depth; /* 0 = default */
+	uint32_t reserved;
+};
+struct dp_msg_queue_create_reply {
+	int32_t status;
+	uint32_t queue_id;
+	uint32_t depth;
+	uint32_t reserved;
+};
+
+struct dp_msg_id {
+	uint32_t id;
+	uint32_t reserved;
+};
+
+struct dp_msg_region_register {
+	uint64_t offset; /* into the memfd */
+	uint64_t len;
+};
+
+struct dp_msg_segment_export {
+	uint32_t region;
+	uint32_t access;
+	char name[DP_NAME_MAX];
+};
+
+struct dp_msg_segment_name {
+	char name[DP_NAME_MAX];
+};
+
+struct dp_msg_segment_open {
+	uint32_t access;
+	uint32_t reserved;
+	char peer[DP_NAME_MAX]; /* "" = this service */
+	char name[DP_NAME_MAX];
+};
+
+/* Reply of REGION_REGISTER and SEGMENT_OPEN: the new id plus the size. */
+struct dp_msg_id_reply {
+	int32_t status;
+	uint32_t id;
+	uint64_t len;
+	uint32_t access;
+	uint32_t reserved;
+};
+
+/* Reply with nothing but a status. */
+struct dp_msg_status {
+	int32_t status;
+	uint32_t reserved;
+};
+
+#endif /* DP_PROTO_H */

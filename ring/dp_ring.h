@@ -1,0 +1,390 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dp_ring.h - single-producer single-consumer ring in shared memory.
+ *
+ * Two processes that do not trust each other share a ring: one produces, the
+ * other consumes. Each side keeps its own index and a cached copy of the
+ * other side's index in private memory (struct dp_ring) and only ever writes
+ * its own index to the shared header. Indices are free-running 32-bit
+ * counters; the slot of index i is i & (entries - 1).
+ *
+ * Fast path, in the DPDK shape: reserve (or peek) -> copy entries -> commit
+ * (or release). Every memory-ordering edge is named where it happens; the
+ * pairs are listed in docs/ring.md.
+ *
+ * A side never follows an index that makes no sense: if the other side's
+ * index says more than `entries` are in flight, the call returns -EPROTO and
+ * the caller treats the peer as broken.
+ */
+#ifndef DP_RING_H
+#define DP_RING_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define DP_RING_MAGIC 0x474e5244u /* "DRNG" */
+#define DP_RING_PAIR_MAGIC 0x50515044u /* "DPQP" */
+#define DP_RING_ABI_VERSION 1u
+/* Two cache lines: keeps the adjacent-line prefetcher from coupling the
+ * producer's and consumer's indices. */
+#define DP_RING_ALIGN 128u
+#define DP_RING_MAX_ENTRIES (1u << 20)
+#define DP_RING_MAX_ENTRY_SIZE 1024u
+
+/* hdr->flags bits, written by the consumer only. */
+#define DP_RING_NEED_WAKEUP 1u
+
+/*
+ * The shared header, at the start of each ring. Ownership:
+ *   magic .. ring_bytes : written once by the creator, read-only afterwards
+ *   tail                : producer only
+ *   head, flags         : consumer only
+ */
+struct dp_ring_hdr {
+	uint32_t magic;
+	uint16_t abi_version;
+	uint16_t hdr_size;
+	uint32_t entry_size;
+	uint32_t entries;
+	uint64_t entries_off; /* from the start of this header */
+	uint64_t ring_bytes;  /* header + entries */
+	uint8_t pad0[DP_RING_ALIGN - 32];
+	uint32_t tail;
+	uint8_t pad1[DP_RING_ALIGN - 4];
+	uint32_t head;
+	uint8_t pad2[DP_RING_ALIGN - 4];
+	uint32_t flags;
+	uint8_t pad3[DP_RING_ALIGN - 4];
+};
+_Static_assert(sizeof(struct dp_ring_hdr) == 4 * DP_RING_ALIGN, "ring header layout");
+_Static_assert(offsetof(struct dp_ring_hdr, tail) == 1 * DP_RING_ALIGN, "tail line");
+_Static_assert(offsetof(struct dp_ring_hdr, head) == 2 * DP_RING_ALIGN, "head line");
+_Static_assert(offsetof(struct dp_ring_hdr, flags) == 3 * DP_RING_ALIGN, "flags line");
+
+/* Header of a queue pair: one memfd holding an SQ and a CQ. */
+struct dp_ring_pair_hdr {
+	uint32_t magic;
+	uint16_t abi_version;
+	uint16_t hdr_size;
+	uint64_t map_size;
+	uint64_t sq_off;
+	uint64_t cq_off;
+};
+
+/* One side's private view of a ring. Never placed in shared memory. */
+struct dp_ring {
+	struct dp_ring_hdr *hdr;
+	uint8_t *slots;
+	uint32_t mask;
+	uint32_t entry_size;
+	uint32_t local;  /* ours: tail for a producer, head for a consumer */
+	uint32_t cached; /* theirs, as last loaded */
+};
+
+struct dp_ring_pair {
+	void *base;
+	size_t map_size;
+	int fd;
+	struct dp_ring sq;
+	struct dp_ring cq;
+};
+
+enum dp_ring_role { DP_RING_PRODUCER, DP_RING_CONSUMER };
+
+/* ---- cold path: ring.c ---- */
+
+/* Bytes a ring of `entries` x `entry_size` needs, header included. */
+size_t dp_ring_bytes(uint32_t entries, uint32_t entry_size);
+/* Lays out a ring in `mem` (DP_RING_ALIGN-aligned, dp_ring_bytes() long)
+ * with both indices at `start`. -EINVAL for a bad geometry. */
+int dp_ring_format(void *mem, size_t len, uint32_t entries, uint32_t entry_size,
+		   uint32_t start);
+/* Checks every header field of a ring at `off` inside a mapping of `map_len`
+ * bytes: -EBADMSG wrong magic, -EPROTONOSUPPORT wrong version, -EMSGSIZE
+ * wrong entry size, -EINVAL bad count, -ERANGE offsets beyond the mapping. */
+int dp_ring_validate(const void *map, size_t map_len, uint64_t off, uint32_t entry_size);
+/* Binds a private view to a validated header. The creator binds before the
+ * memory is shared; an attaching side reads the current indices once here
+ * and gets -EPROTO when they are inconsistent. */
+int dp_ring_bind(struct dp_ring *r, struct dp_ring_hdr *hdr, enum dp_ring_role role);
+
+/* Creates a memfd holding an SQ and a CQ, formatted with indices at `start`,
+ * mapped and bound for the creator's roles (SQ consumer, CQ producer). */
+int dp_ring_pair_create(struct dp_ring_pair *p, const char *name, uint32_t sq_entries,
+			uint32_t sq_esize, uint32_t cq_entries, uint32_t cq_esize, uint32_t start);
+/* Maps a pair from `fd` (the fd is kept; closed by dp_ring_pair_close) and
+ * validates every field; binds the attacher's roles (SQ producer, CQ
+ * consumer). Entry sizes must be the ones the caller expects. */
+int dp_ring_pair_attach(struct dp_ring_pair *p, int fd, uint32_t sq_esize, uint32_t cq_esize);
+void dp_ring_pair_close(struct dp_ring_pair *p);
+
+/* Doorbells: eventfds. */
+int dp_doorbell_ring(int efd);
+/* Empties the eventfd's counter; returns how many rings were pending. */
+uint64_t dp_doorbell_drain(int efd);
+
+/* ---- hot path ---- */
+
+static inline uint32_t dp_ring_size(const struct dp_ring *r)
+{
+	return r->mask + 1;
+}
+
+static inline void *dp_ring_slot(const struct dp_ring *r, uint32_t idx)
+{
+	return r->slots + (size_t)(idx & r->mask) * r->entry_size;
+}
+
+/*
+ * Producer, step 1: reserve up to `n` slots starting at *idx. Returns the
+ * number reserved (burst: as many as fit; bulk: n or 0), or -EPROTO when the
+ * consumer's head is not within one ring of our tail.
+ */
+static inline int dp_ring__reserve(struct dp_ring *r, uint32_t n, uint32_t *idx, int bulk)
+{
+	uint32_t size = r->mask + 1;
+	uint32_t free_slots = size - (r->local - r->cached);
+
+	if (free_slots < n) {
+		/* Acquire: pairs with the release of head in dp_ring_release().
+		 * The consumer's reads of the slots it released happen before
+		 * we overwrite them. */
+		uint32_t head = __atomic_load_n(&r->hdr->head, __ATOMIC_ACQUIRE);
+		uint32_t used = r->local - head;
+		/* A bogus head is never cached: the next call would compute
+		 * more free slots than the ring has from it and write past
+		 * the slots. */
+		if (used > size)
+			return -EPROTO;
+		r->cached = head;
+		free_slots = size - used;
+		if (free_slots < n) {
+			if (bulk)
+				return 0;
+			n = free_slots;
+		}
+	}
+	*idx = r->local;
+	return (int)n;
+}
+
+static inline int dp_ring_reserve(struct dp_ring *r, uint32_t n, uint32_t *idx)
+{
+	return dp_ring__reserve(r, n, idx, 0);
+}
+
+static inline int dp_ring_reserve_bulk(struct dp_ring *r, uint32_t n, uint32_t *idx)
+{
+	return dp_ring__reserve(r, n, idx, 1);
+}
+
+/* Producer, step 3: publish `n` reserved slots. */
+static inline void dp_ring_commit(struct dp_ring *r, uint32_t n)
+{
+	r->local += n;
+	/* Release: pairs with the acquire of tail in dp_ring__peek(). The
+	 * entries written into the slots are visible before the new tail. */
+	__atomic_store_n(&r->hdr->tail, r->local, __ATOMIC_RELEASE);
+}
+
+/*
+ * Consumer, step 1: up to `n` entries are readable from *idx on. Returns
+ * the count (burst: what is there; bulk: n or 0), or -EPROTO when the
+ * producer's tail claims more than a ring's worth (a corrupt or hostile
+ * producer; the tail is not followed).
+ */
+static inline int dp_ring__peek(struct dp_ring *r, uint32_t n, uint32_t *idx, int bulk)
+{
+	uint32_t avail = r->cached - r->local;
+
+	if (avail < n) {
+		/* Acquire: pairs with the release of tail in dp_ring_commit().
+		 * The tail is loaded once per batch; the slots it covers are
+		 * fully written. */
+		r->cached = __atomic_load_n(&r->hdr->tail, __ATOMIC_ACQUIRE);
+		avail = r->cached - r->local;
+		if (avail > r->mask + 1) {
+			r->cached = r->local;
+			return -EPROTO;
+		}
+		if (avail < n) {
+			if (bulk)
+				return 0;
+			n = avail;
+		}
+	}
+	*idx = r->local;
+	return (int)n;
+}
+
+static inline int dp_ring_peek(struct dp_ring *r, uint32_t n, uint32_t *idx)
+{
+	return dp_ring__peek(r, n, idx, 0);
+}
+
+static inline int dp_ring_peek_bulk(struct dp_ring *r, uint32_t n, uint32_t *idx)
+{
+	return dp_ring__peek(r, n, idx, 1);
+}
+
+/* Consumer, step 3: hand `n` read slots back to the producer. */
+static inline void dp_ring_release(struct dp_ring *r, uint32_t n)
+{
+	r->local += n;
+	/* Release: pairs with the acquire of head in dp_ring__reserve(). Our
+	 * reads of the slots complete before the producer may reuse them. */
+	__atomic_store_n(&r->hdr->head, r->local, __ATOMIC_RELEASE);
+}
+
+/* Step 2 for whole batches: copy between private memory and the slots, in
+ * at most two pieces (before and after the wrap). */
+static inline void dp_ring_copy_in(struct dp_ring *r, uint32_t idx, const void *src, uint32_t n)
+{
+	uint32_t first = dp_ring_size(r) - (idx & r->mask);
+	size_t es = r->entry_size;
+
+	if (first >= n) {
+		memcpy(dp_ring_slot(r, idx), src, n * es);
+		return;
+	}
+	memcpy(dp_ring_slot(r, idx), src, first * es);
+	memcpy(r->slots, (const uint8_t *)src + first * es, (n - first) * es);
+}
+
+static inline void dp_ring_copy_out(const struct dp_ring *r, uint32_t idx, void *dst, uint32_t n)
+{
+	uint32_t first = dp_ring_size(r) - (idx & r->mask);
+	size_t es = r->entry_size;
+
+	if (first >= n) {
+		memcpy(dst, dp_ring_slot(r, idx), n * es);
+		return;
+	}
+	memcpy(dst, dp_ring_slot(r, idx), first * es);
+	memcpy((uint8_t *)dst + first * es, r->slots, (n - first) * es);
+}
+
+/* Burst and bulk enqueue/dequeue built on the three steps. Return the count
+ * moved or -EPROTO. */
+static inline int dp_ring_enqueue_burst(struct dp_ring *r, const void *src, uint32_t n)
+{
+	uint32_t idx;
+	int k = dp_ring_reserve(r, n, &idx);
+
+	if (k > 0) {
+		dp_ring_copy_in(r, idx, src, (uint32_t)k);
+		dp_ring_commit(r, (uint32_t)k);
+	}
+	return k;
+}
+
+static inline int dp_ring_enqueue_bulk(struct dp_ring *r, const void *src, uint32_t n)
+{
+	uint32_t idx;
+	int k = dp_ring_reserve_bulk(r, n, &idx);
+
+	if (k > 0) {
+		dp_ring_copy_in(r, idx, src, (uint32_t)k);
+		dp_ring_commit(r, (uint32_t)k);
+	}
+	return k;
+}
+
+static inline int dp_ring_dequeue_burst(struct dp_ring *r, void *dst, uint32_t n)
+{
+	uint32_t idx;
+	int k = dp_ring_peek(r, n, &idx);
+
+	if (k > 0) {
+		dp_ring_copy_out(r, idx, dst, (uint32_t)k);
+		dp_ring_release(r, (uint32_t)k);
+	}
+	return k;
+}
+
+static inline int dp_ring_dequeue_bulk(struct dp_ring *r, void *dst, uint32_t n)
+{
+	uint32_t idx;
+	int k = dp_ring_peek_bulk(r, n, &idx);
+
+	if (k > 0) {
+		dp_ring_copy_out(r, idx, dst, (uint32_t)k);
+		dp_ring_release(r, (uint32_t)k);
+	}
+	return k;
+}
+
+static inline int dp_ring_enqueue(struct dp_ring *r, const void *entry)
+{
+	return dp_ring_enqueue_bulk(r, entry, 1);
+}
+
+static inline int dp_ring_dequeue(struct dp_ring *r, void *entry)
+{
+	return dp_ring_dequeue_bulk(r, entry, 1);
+}
+
+/* Entries a consumer could read now (reloads the producer's tail). */
+static inline uint32_t dp_ring_count(struct dp_ring *r)
+{
+	uint32_t t = __atomic_load_n(&r->hdr->tail, __ATOMIC_ACQUIRE);
+	uint32_t n = t - __atomic_load_n(&r->hdr->head, __ATOMIC_ACQUIRE);
+
+	return n > dp_ring_size(r) ? dp_ring_size(r) : n;
+}
+
+/*
+ * The NEED_WAKEUP handshake (io_uring SQPOLL's, across processes). This is a
+ * store-buffering pattern: the consumer stores flags then loads tail, the
+ * producer stores tail then loads flags. Acquire/release cannot order a store
+ * before a later load, so each side issues a full fence between the two, and
+ * at least one of them sees the other's store: no lost wake-up.
+ */
+
+/* GCC's TSan does not model fences and warns (-Wtsan, an error here). The two
+ * fences below order only atomic accesses to flags and tail, which TSan
+ * checks on their own, and its fence hook still issues the hardware fence. */
+#if defined(DP_TSAN) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+#define DP_RING_TSAN_FENCE_PRAGMAS 1
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wtsan"
+#endif
+
+/* Consumer, before sleeping: returns 1 when it may sleep on the doorbell,
+ * 0 when entries arrived meanwhile (the flag is cleared again). */
+static inline int dp_ring_prepare_sleep(struct dp_ring *r)
+{
+	__atomic_store_n(&r->hdr->flags, DP_RING_NEED_WAKEUP, __ATOMIC_RELAXED);
+	/* Full fence: pairs with the one in dp_ring_needs_wakeup(). */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&r->hdr->tail, __ATOMIC_ACQUIRE) != r->local) {
+		__atomic_store_n(&r->hdr->flags, 0, __ATOMIC_RELAXED);
+		return 0;
+	}
+	return 1;
+}
+
+/* Consumer, after waking: stop asking for doorbells while polling. */
+static inline void dp_ring_finish_sleep(struct dp_ring *r)
+{
+	__atomic_store_n(&r->hdr->flags, 0, __ATOMIC_RELAXED);
+}
+
+/* Producer, after dp_ring_commit(): 1 when the consumer sleeps and the
+ * doorbell must be rung. */
+static inline int dp_ring_needs_wakeup(const struct dp_ring *r)
+{
+	/* Full fence: pairs with the one in dp_ring_prepare_sleep(); orders
+	 * the tail store of the commit before the flags load. */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	return __atomic_load_n(&r->hdr->flags, __ATOMIC_RELAXED) & DP_RING_NEED_WAKEUP;
+}
+
+#ifdef DP_RING_TSAN_FENCE_PRAGMAS
+#pragma GCC diagnostic pop
+#undef DP_RING_TSAN_FENCE_PRAGMAS
+#endif
+
+#endif /* DP_RING_H */

@@ -1,0 +1,237 @@
+/* SPDX-License-Identifier: MIT */
+/* ring.c - cold paths of the ring: layout, validation, queue pairs, doorbells. */
+
+#include "dp_ring.h"
+
+#include <fcntl.h>
+#include <stdbool.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define PAIR_HDR_BYTES DP_RING_ALIGN
+
+static bool is_pow2(uint32_t v)
+{
+	return v && !(v & (v - 1));
+}
+
+static size_t align_up(size_t v, size_t a)
+{
+	return (v + a - 1) & ~(a - 1);
+}
+
+size_t dp_ring_bytes(uint32_t entries, uint32_t entry_size)
+{
+	return align_up(sizeof(struct dp_ring_hdr) + (size_t)entries * entry_size, DP_RING_ALIGN);
+}
+
+static int check_geometry(uint32_t entries, uint32_t entry_size)
+{
+	if (!is_pow2(entries) || entries > DP_RING_MAX_ENTRIES)
+		return -EINVAL;
+	if (entry_size == 0 || entry_size > DP_RING_MAX_ENTRY_SIZE || entry_size % 8)
+		return -EINVAL;
+	return 0;
+}
+
+int dp_ring_format(void *mem, size_t len, uint32_t entries, uint32_t entry_size, uint32_t start)
+{
+	struct dp_ring_hdr *h = mem;
+	int rc = check_geometry(entries, entry_size);
+
+	if (rc)
+		return rc;
+	if ((uintptr_t)mem % DP_RING_ALIGN || len < dp_ring_bytes(entries, entry_size))
+		return -EINVAL;
+	memset(h, 0, sizeof(*h));
+	h->magic = DP_RING_MAGIC;
+	h->abi_version = DP_RING_ABI_VERSION;
+	h->hdr_size = sizeof(*h);
+	h->entry_size = entry_size;
+	h->entries = entries;
+	h->entries_off = sizeof(*h);
+	h->ring_bytes = dp_ring_bytes(entries, entry_size);
+	h->tail = start;
+	h->head = start;
+	return 0;
+}
+
+int dp_ring_validate(const void *map, size_t map_len, uint64_t off, uint32_t entry_size)
+{
+	const struct dp_ring_hdr *h;
+	uint64_t end;
+
+	if (off % DP_RING_ALIGN || off > map_len || map_len - off < sizeof(*h))
+		return -ERANGE;
+	h = (const struct dp_ring_hdr *)((const uint8_t *)map + off);
+	if (h->magic != DP_RING_MAGIC)
+		return -EBADMSG;
+	if (h->abi_version != DP_RING_ABI_VERSION || h->hdr_size != sizeof(*h))
+		return -EPROTONOSUPPORT;
+	if (h->entry_size != entry_size)
+		return -EMSGSIZE;
+	if (check_geometry(h->entries, h->entry_size))
+		return -EINVAL;
+	/* Entries must follow the header, be aligned, and end inside the
+	 * mapping. All terms are bounded (entries <= 2^20, size <= 2^10), so
+	 * only entries_off and ring_bytes need overflow care. */
+	if (h->entries_off < sizeof(*h) || h->entries_off % DP_RING_ALIGN ||
+	    h->entries_off > map_len)
+		return -ERANGE;
+	end = h->entries_off + (uint64_t)h->entries * h->entry_size;
+	if (h->ring_bytes < end || h->ring_bytes > map_len - off)
+		return -ERANGE;
+	return 0;
+}
+
+int dp_ring_bind(struct dp_ring *r, struct dp_ring_hdr *hdr, enum dp_ring_role role)
+{
+	uint32_t tail = __atomic_load_n(&hdr->tail, __ATOMIC_ACQUIRE);
+	uint32_t head = __atomic_load_n(&hdr->head, __ATOMIC_ACQUIRE);
+	uint32_t entries = hdr->entries;
+
+	if (tail - head > entries)
+		return -EPROTO;
+	r->hdr = hdr;
+	r->slots = (uint8_t *)hdr + hdr->entries_off;
+	r->mask = entries - 1;
+	r->entry_size = hdr->entry_size;
+	r->local = role == DP_RING_PRODUCER ? tail : head;
+	r->cached = role == DP_RING_PRODUCER ? head : tail;
+	return 0;
+}
+
+int dp_ring_pair_create(struct dp_ring_pair *p, const char *name, uint32_t sq_entries,
+			uint32_t sq_esize, uint32_t cq_entries, uint32_t cq_esize, uint32_t start)
+{
+	struct dp_ring_pair_hdr *ph;
+	size_t sq_bytes, cq_bytes, total;
+	int rc, fd;
+	void *base;
+
+	if ((rc = check_geometry(sq_entries, sq_esize)) || (rc = check_geometry(cq_entries, cq_esize)))
+		return rc;
+	sq_bytes = dp_ring_bytes(sq_entries, sq_esize);
+	cq_bytes = dp_ring_bytes(cq_entries, cq_esize);
+	total = align_up(PAIR_HDR_BYTES + sq_bytes + cq_bytes, (size_t)sysconf(_SC_PAGESIZE));
+
+	fd = memfd_create(name ? name : "dp-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)total) < 0) {
+		rc = -errno;
+		goto err_fd;
+	}
+	/* The size is fixed for good: a peer cannot shrink the file under our
+	 * mapping and turn a ring access into SIGBUS. */
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+		rc = -errno;
+		goto err_fd;
+	}
+	base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+	if (base == MAP_FAILED) {
+		rc = -errno;
+		goto err_fd;
+	}
+	ph = base;
+	ph->magic = DP_RING_PAIR_MAGIC;
+	ph->abi_version = DP_RING_ABI_VERSION;
+	ph->hdr_size = sizeof(*ph);
+	ph->map_size = total;
+	ph->sq_off = PAIR_HDR_BYTES;
+	ph->cq_off = PAIR_HDR_BYTES + sq_bytes;
+	dp_ring_format((uint8_t *)base + ph->sq_off, sq_bytes, sq_entries, sq_esize, start);
+	dp_ring_format((uint8_t *)base + ph->cq_off, cq_bytes, cq_entries, cq_esize, start);
+
+	p->base = base;
+	p->map_size = total;
+	p->fd = fd;
+	/* Bound before anyone else can see the memory: nothing read here
+	 * comes from an untrusted peer. */
+	dp_ring_bind(&p->sq, (struct dp_ring_hdr *)((uint8_t *)base + ph->sq_off), DP_RING_CONSUMER);
+	dp_ring_bind(&p->cq, (struct dp_ring_hdr *)((uint8_t *)base + ph->cq_off), DP_RING_PRODUCER);
+	return 0;
+err_fd:
+	close(fd);
+	return rc;
+}
+
+int dp_ring_pair_attach(struct dp_ring_pair *p, int fd, uint32_t sq_esize, uint32_t cq_esize)
+{
+	struct dp_ring_pair_hdr ph;
+	struct stat st;
+	uint8_t *base;
+	int rc;
+
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode) || st.st_size < (off_t)PAIR_HDR_BYTES)
+		return -EINVAL;
+	base = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (base == MAP_FAILED)
+		return -errno;
+	memcpy(&ph, base, sizeof(ph));
+	rc = -EBADMSG;
+	if (ph.magic != DP_RING_PAIR_MAGIC)
+		goto err;
+	rc = -EPROTONOSUPPORT;
+	if (ph.abi_version != DP_RING_ABI_VERSION || ph.hdr_size != sizeof(ph))
+		goto err;
+	rc = -ERANGE;
+	if (ph.map_size != (uint64_t)st.st_size)
+		goto err;
+	if ((rc = dp_ring_validate(base, ph.map_size, ph.sq_off, sq_esize)) ||
+	    (rc = dp_ring_validate(base, ph.map_size, ph.cq_off, cq_esize)))
+		goto err;
+	{
+		const struct dp_ring_hdr *sq = (const void *)(base + ph.sq_off);
+		const struct dp_ring_hdr *cq = (const void *)(base + ph.cq_off);
+		/* The two rings must not overlap each other or the pair header. */
+		rc = -ERANGE;
+		if (ph.sq_off < PAIR_HDR_BYTES || ph.cq_off < PAIR_HDR_BYTES)
+			goto err;
+		if (ph.sq_off < ph.cq_off ? ph.sq_off + sq->ring_bytes > ph.cq_off
+					  : ph.cq_off + cq->ring_bytes > ph.sq_off)
+			goto err;
+	}
+	if ((rc = dp_ring_bind(&p->sq, (void *)(base + ph.sq_off), DP_RING_PRODUCER)) ||
+	    (rc = dp_ring_bind(&p->cq, (void *)(base + ph.cq_off), DP_RING_CONSUMER)))
+		goto err;
+	p->base = base;
+	p->map_size = ph.map_size;
+	p->fd = fd;
+	return 0;
+err:
+	munmap(base, (size_t)st.st_size);
+	return rc;
+}
+
+void dp_ring_pair_close(struct dp_ring_pair *p)
+{
+	if (p->base)
+		munmap(p->base, p->map_size);
+	if (p->fd >= 0)
+		close(p->fd);
+	p->base = NULL;
+	p->fd = -1;
+}
+
+int dp_doorbell_ring(int efd)
+{
+	uint64_t one = 1;
+
+	/* EAGAIN means the counter is saturated: the sleeper will wake anyway. */
+	if (write(efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		return -errno;
+	return 0;
+}
+
+uint64_t dp_doorbell_drain(int efd)
+{
+	uint64_t v = 0;
+
+	if (read(efd, &v, sizeof(v)) != sizeof(v))
+		return 0;
+	return v;
+}
