@@ -19,7 +19,7 @@ endif
 
 PKGS := libfabric liburing numa
 CFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -Werror -fPIC -D_GNU_SOURCE -pthread \
-	-Iring -Ilibclient $(EXTRA_CFLAGS)
+	-Iring -Ilibclient -Itests $(EXTRA_CFLAGS)
 LDLIBS := -pthread
 ifneq ($(filter deps,$(MAKECMDGOALS)),deps)
 CFLAGS += $(shell pkg-config --cflags $(PKGS) 2>/dev/null)

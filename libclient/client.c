@@ -342,45 +342,55 @@ int dp_register_fd(struct dp_client *c, int fd, uint64_t off, uint64_t len)
 	return rc ? rc : (int)r.id;
 }
 
+/* A sealed memfd of `len` bytes, mapped; huge pages when asked and the host
+ * has them reserved (hugetlbfs fails at mmap time when it has none). */
+static int map_memfd(size_t len, bool huge, int *fd_out, void **addr)
+{
+	void *p;
+	int fd;
+
+	fd = memfd_create("dataplane", MFD_CLOEXEC | MFD_ALLOW_SEALING | (huge ? MFD_HUGETLB : 0));
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)len) < 0) {
+		close(fd);
+		return -errno;
+	}
+	/* The service relies on the size staying put. */
+	fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+	if (p == MAP_FAILED) {
+		close(fd);
+		return -ENOMEM;
+	}
+	*fd_out = fd;
+	*addr = p;
+	return 0;
+}
+
 int dp_alloc(struct dp_client *c, size_t len, unsigned flags, void **addr)
 {
-	size_t page = (size_t)sysconf(_SC_PAGESIZE), maplen;
-	void *p;
-	int fd = -1, region;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), huge = 2u << 20, maplen;
+	void *p = NULL;
+	int fd = -1, region, rc = -1;
 
 	if (!c || !addr || !len || flags & ~DP_ALLOC_HUGE)
 		return -EINVAL;
 	if (c->nallocs == MAX_ALLOCS)
 		return -ENOSPC;
 	if (flags & DP_ALLOC_HUGE) {
-		size_t huge = 2u << 20;
-
 		maplen = (len + huge - 1) & ~(huge - 1);
-		fd = memfd_create("dataplane", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
-		if (fd >= 0 && ftruncate(fd, (off_t)maplen) < 0) {
-			close(fd);
-			fd = -1;
-		}
+		rc = map_memfd(maplen, true, &fd, &p);
 	}
-	if (fd < 0) {
+	if (rc) {
 		maplen = (len + page - 1) & ~(page - 1);
-		fd = memfd_create("dataplane", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-		if (fd < 0)
-			return -errno;
-		if (ftruncate(fd, (off_t)maplen) < 0) {
-			close(fd);
-			return -errno;
-		}
+		rc = map_memfd(maplen, false, &fd, &p);
+		if (rc)
+			return rc;
+		/* Transparent huge pages, where shmem allows them. */
+		if (flags & DP_ALLOC_HUGE)
+			madvise(p, maplen, MADV_HUGEPAGE);
 	}
-	/* The service relies on the size staying put. */
-	fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
-	p = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-	if (p == MAP_FAILED) {
-		close(fd);
-		return -ENOMEM;
-	}
-	if (flags & DP_ALLOC_HUGE)
-		madvise(p, maplen, MADV_HUGEPAGE);
 	region = dp_register_fd(c, fd, 0, len);
 	close(fd);
 	if (region < 0) {
