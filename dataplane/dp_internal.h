@@ -61,15 +61,27 @@ extern struct dp_config cfg;
 struct client;
 
 /* Host memory the service mapped from a client's memfd. */
+/* What backs a region; the copy engine picks its path from the kinds of
+ * the two regions of a transfer. */
+enum region_kind {
+	REGION_HOST, /* a client's memfd, mapped here */
+	REGION_CUDA, /* GPU memory opened from a CUDA IPC handle (gpu.c) */
+	REGION_FILE, /* a file, read and written through io_uring */
+};
+
 struct region {
 	atomic_int refs;
 	uint32_t id;
-	int fd;
+	enum region_kind kind;
+	int device;     /* CUDA device ordinal (REGION_CUDA) */
+	int fd;         /* REGION_FILE: the file; -1 otherwise */
 	void *map;      /* the mapping (page-aligned) */
 	size_t map_len;
-	uint8_t *base;  /* map + (offset % page) */
+	uint8_t *base;  /* where byte 0 of the region is, in this process */
 	uint64_t len;
+	uint64_t file_off; /* REGION_FILE: offset of byte 0 in the file */
 	pid_t owner_pid;
+	void *priv;     /* per-kind state (e.g. libfabric registrations) */
 };
 
 /* A region exported under a name. `dead` is set before the owner's region
@@ -158,6 +170,10 @@ struct poller {
 	struct queue *queues;   /* owned list */
 	struct copy_op *ops_head, *ops_tail, *ops_free;
 	uint64_t loops, busy_loops, sleeps;
+	/* Per-poller state of the engines beside the host copy engine. */
+	void *gpu;    /* gpu.c */
+	void *fileio; /* fileio.c */
+	void *fabric; /* fabric.c */
 };
 
 /* service.c */

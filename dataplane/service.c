@@ -46,7 +46,14 @@ void region_put(struct region *r)
 {
 	if (atomic_fetch_sub(&r->refs, 1) != 1)
 		return;
-	munmap(r->map, r->map_len);
+	switch (r->kind) {
+	case REGION_HOST:
+		munmap(r->map, r->map_len);
+		break;
+	case REGION_CUDA:
+	case REGION_FILE:
+		break;
+	}
 	free(r);
 }
 

@@ -63,6 +63,12 @@ struct dp_cqe {
 
 /** The copy went through the local (same-service) copy engine. */
 #define DP_CQE_F_LOCAL 1u
+/** The transfer went through the fabric (libfabric RMA to another service). */
+#define DP_CQE_F_FABRIC 2u
+/** A GPU took part (cudaMemcpyAsync on the poller's stream). */
+#define DP_CQE_F_GPU 4u
+/** A file took part (io_uring). */
+#define DP_CQE_F_FILE 8u
 
 _Static_assert(sizeof(struct dp_desc) == 64, "descriptor is one 64-byte slot");
 _Static_assert(sizeof(struct dp_cqe) == 32, "completion is 32 bytes");
