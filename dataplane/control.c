@@ -26,6 +26,8 @@
 #include <unistd.h>
 
 #include "dp_internal.h"
+#include "fabric.h"
+#include "rpc.h"
 
 #define MAX_STRIKES 3
 #define MAX_FDS 4
@@ -34,6 +36,8 @@ static struct client *clients;
 static unsigned nclients;
 static uint32_t next_client_id = 1;
 static struct segment *exports;
+static struct segment *remotes; /* segments of other services, cached */
+static struct peer *peers;
 
 struct msg_in {
 	struct dp_msg_hdr hdr;
@@ -269,12 +273,18 @@ static int on_region_register(struct client *c, struct msg_in *m)
 	close(fd);
 	atomic_init(&reg->refs, 1);
 	reg->id = slot;
+	reg->kind = REGION_HOST;
 	reg->fd = -1;
 	reg->map = map;
 	reg->map_len = req->len + (req->offset - aligned);
 	reg->base = (uint8_t *)map + (req->offset - aligned);
 	reg->len = req->len;
 	reg->owner_pid = c->pid;
+	rc = fabric_region_register(reg);
+	if (rc) {
+		region_put(reg);
+		return rc;
+	}
 	/* Release: pairs with the acquire in desc_resolve(). */
 	atomic_store_explicit(&c->regions[slot], reg, memory_order_release);
 	r.id = slot;
@@ -288,7 +298,7 @@ out_fd:
 	return rc;
 }
 
-static struct segment *export_find(const char *name)
+struct segment *export_find(const char *name)
 {
 	for (struct segment *s = exports; s; s = s->next)
 		if (!strcmp(s->name, name))
@@ -309,6 +319,7 @@ static void export_kill(struct segment *s)
 
 static void export_release(struct segment *s)
 {
+	fabric_export_deregister(s);
 	region_put(s->region);
 	segment_put(s);
 }
@@ -341,6 +352,11 @@ static int on_segment_export(struct client *c, struct msg_in *m)
 	s->access = req->access;
 	s->owner = c;
 	memcpy(s->name, req->name, sizeof(s->name));
+	if (fabric_export_register(s, s->fab_keys)) {
+		region_put(reg);
+		free(s);
+		return -ENOMEM;
+	}
 	s->next = exports;
 	exports = s;
 	log_info("client %u: exported '%s' (%llu bytes, %s)", c->id, s->name,
@@ -370,6 +386,111 @@ static int on_segment_unexport(struct client *c, struct msg_in *m)
 	return 0;
 }
 
+/* ---- segments of other services ---- */
+
+/* Drops cached segments of peers found dead, so the next open asks again. */
+static void remotes_prune(void)
+{
+	struct segment **pp = &remotes;
+
+	while (*pp) {
+		struct segment *s = *pp;
+
+		if (atomic_load(&s->remote->peer->dead) || atomic_load(&s->dead)) {
+			*pp = s->next;
+			atomic_store(&s->dead, 1);
+			segment_put(s); /* the cache's reference */
+			continue;
+		}
+		pp = &s->next;
+	}
+}
+
+static struct peer *peer_get(const struct dp_rpc_lookup_reply *r)
+{
+	uint8_t addrs[DP_MAX_RAILS][DP_FABRIC_ADDR_MAX];
+	uint32_t lens[DP_MAX_RAILS];
+	struct peer *p;
+
+	for (p = peers; p; p = p->next)
+		if (!strcmp(p->name, r->server_name) && !atomic_load(&p->dead))
+			return p;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return NULL;
+	memcpy(p->name, r->server_name, sizeof(p->name));
+	for (unsigned i = 0; i < r->nrails; i++) {
+		memcpy(addrs[i], r->rail[i].addr, DP_FABRIC_ADDR_MAX);
+		lens[i] = r->rail[i].addr_len;
+	}
+	if (fabric_peer_insert(p, addrs, lens, r->nrails)) {
+		log_warn("peer %s: fabric addresses rejected", p->name);
+		free(p);
+		return NULL;
+	}
+	/* Peers are kept for the life of the service: segments and in-flight
+	 * slices point at them, and their AV entries are few. */
+	p->next = peers;
+	peers = p;
+	return p;
+}
+
+/* Resolves a segment of another service through its RPC port, or the cache.
+ * A peer string that turns out to name this service resolves locally. */
+static int remote_open(const char *peer, const char *name, struct segment **out)
+{
+	struct dp_rpc_lookup_reply r;
+	struct remote_seg *rs;
+	struct segment *s;
+	int rc;
+
+	if (!fabric_nrails())
+		return -EHOSTUNREACH;
+	remotes_prune();
+	for (s = remotes; s; s = s->next)
+		if (!strcmp(s->name, name) && !strcmp(s->owner_name, peer)) {
+			*out = s;
+			return 0;
+		}
+	rc = rpc_lookup(peer, name, &r);
+	if (rc) {
+		log_info("segment '%s' on %s: %s", name, peer, strerror(-rc));
+		return rc;
+	}
+	if (!strcmp(r.server_name, cfg.server_name)) {
+		s = export_find(name);
+		if (!s)
+			return -ENOENT;
+		*out = s;
+		return 0;
+	}
+	s = calloc(1, sizeof(*s));
+	rs = calloc(1, sizeof(*rs));
+	if (!s || !rs || !(rs->peer = peer_get(&r))) {
+		free(s);
+		free(rs);
+		return s && rs ? -EHOSTUNREACH : -ENOMEM;
+	}
+	rs->base = r.base;
+	rs->len = r.len;
+	rs->access = r.access;
+	rs->nrails = rs->peer->nrails;
+	for (unsigned i = 0; i < rs->nrails; i++)
+		rs->key[i] = r.rail[i].key;
+	atomic_init(&s->refs, 1); /* the cache's */
+	s->remote = rs;
+	s->access = r.access;
+	snprintf(s->name, sizeof(s->name), "%s", name);
+	snprintf(s->owner_name, sizeof(s->owner_name), "%s", peer);
+	s->next = remotes;
+	remotes = s;
+	log_info("segment '%s' on %s (%s): %llu bytes, %s, %u rail(s)", name, peer,
+		 rs->peer->name, (unsigned long long)rs->len,
+		 rs->access == DP_ACCESS_RW ? "rw" : "ro", rs->nrails);
+	*out = s;
+	return 0;
+}
+
 static int on_segment_open(struct client *c, struct msg_in *m)
 {
 	const struct dp_msg_segment_open *req = m->payload;
@@ -385,13 +506,16 @@ static int on_segment_open(struct client *c, struct msg_in *m)
 		return -EINVAL;
 	if (!req->access || req->access & ~DP_ACCESS_RW || req->reserved)
 		return -EINVAL;
-	if (req->peer[0] && strcmp(req->peer, cfg.server_name)) {
-		/* Another service: the fabric path is not in this build. */
-		return -EHOSTUNREACH;
+	if (req->peer[0] && !rpc_is_self(req->peer)) {
+		int rc = remote_open(req->peer, req->name, &s);
+
+		if (rc)
+			return rc;
+	} else {
+		s = export_find(req->name);
+		if (!s)
+			return -ENOENT;
 	}
-	s = export_find(req->name);
-	if (!s)
-		return -ENOENT;
 	if ((req->access & s->access) != req->access)
 		return -EPERM;
 	for (slot = 0; slot < DP_MAX_SEGS; slot++)
@@ -408,7 +532,7 @@ static int on_segment_open(struct client *c, struct msg_in *m)
 	/* Release: pairs with the acquire in desc_resolve(). */
 	atomic_store_explicit(&c->segs[slot], h, memory_order_release);
 	r.id = slot;
-	r.len = s->region->len;
+	r.len = s->remote ? s->remote->len : s->region->len;
 	r.access = req->access;
 	send_reply(c, &m->hdr, DP_MSG_SEGMENT_OPEN, &r, sizeof(r), NULL, 0);
 	return 0;
@@ -710,9 +834,21 @@ static void control_cleanup(int epfd)
 {
 	while (clients)
 		client_drop(epfd, clients);
+	while (remotes) {
+		struct segment *s = remotes;
+
+		remotes = s->next;
+		segment_put(s);
+	}
+	while (peers) {
+		struct peer *p = peers;
+
+		peers = p->next;
+		free(p);
+	}
 }
 
-int control_run(void)
+int control_run(int rpc_fd)
 {
 	struct epoll_event ev = {.events = EPOLLIN}, evs[64];
 	sigset_t sigs;
@@ -742,6 +878,10 @@ int control_run(void)
 	epoll_ctl(epfd, EPOLL_CTL_ADD, sfd, &ev);
 	ev.data.ptr = &control_wake_efd;
 	epoll_ctl(epfd, EPOLL_CTL_ADD, control_wake_efd, &ev);
+	if (rpc_fd >= 0) {
+		ev.data.ptr = &rpc_fd;
+		epoll_ctl(epfd, EPOLL_CTL_ADD, rpc_fd, &ev);
+	}
 	log_info("listening on %s", cfg.socket_path);
 
 	while (!atomic_load(&dp_stopping)) {
@@ -752,6 +892,8 @@ int control_run(void)
 
 			if (tag == &lfd) {
 				client_accept(epfd, lfd);
+			} else if (tag == &rpc_fd) {
+				rpc_serve(rpc_fd);
 			} else if (tag == &sfd) {
 				struct signalfd_siginfo si;
 
@@ -778,6 +920,8 @@ int control_run(void)
 	/* Stop accepting at once; clients stay connected until the pollers
 	 * have answered everything they handed over. */
 	close(lfd);
+	if (rpc_fd >= 0)
+		close(rpc_fd);
 	unlink(cfg.socket_path);
 	pollers_stop();
 	control_cleanup(epfd);

@@ -53,7 +53,8 @@ struct dp_config {
 	char stats_name[64];
 	size_t chunk;      /* local copy engine: bytes per step */
 	size_t inline_max; /* copies up to this size run at once */
-	char server_name[DP_NAME_MAX];
+	char server_host[DP_NAME_MAX]; /* host part of the server name */
+	char server_name[DP_NAME_MAX]; /* "host:rpc-port", this service's identity */
 };
 
 extern struct dp_config cfg;
@@ -96,6 +97,13 @@ struct segment {
 	struct client *owner;
 	char name[DP_NAME_MAX];
 	struct segment *next; /* export list, control thread only */
+	/* Fabric: an export's remote keys per rail (and their registrations),
+	 * or, for a segment of another service, its description (region is
+	 * NULL then). */
+	uint64_t fab_keys[8];
+	void *fab;
+	struct remote_seg *remote;
+	char owner_name[DP_NAME_MAX]; /* remote: the peer string it was opened by */
 };
 
 /* A segment handle in a client's table. */
@@ -195,6 +203,6 @@ void queue_complete(struct queue *q, uint64_t user_data, int status, uint64_t by
 		    uint32_t flags);
 
 /* control.c */
-int control_run(void);
+int control_run(int rpc_fd);
 
 #endif /* DP_INTERNAL_H */

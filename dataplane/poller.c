@@ -21,6 +21,7 @@
 
 #include "copy.h"
 #include "dp_internal.h"
+#include "fabric.h"
 
 struct poller pollers[DP_MAX_POLLERS];
 
@@ -108,13 +109,22 @@ static int desc_resolve(struct queue *q, const struct dp_desc *d, struct copy_re
 	seg = h->seg;
 	if (atomic_load_explicit(&seg->dead, memory_order_acquire))
 		return -ECONNRESET;
-	target = seg->region;
 	need = d->opcode == DP_OP_WRITE ? DP_ACCESS_WRITE : DP_ACCESS_READ;
 	if (!(h->access & need))
 		return -EPERM;
 	/* Written as subtractions so that no offset + length can overflow. */
 	if (d->len > local->len || d->local_off > local->len - d->len)
 		return -EFAULT;
+	if (seg->remote) {
+		/* Another service's segment: the fabric path. */
+		if (d->len > seg->remote->len || d->target_off > seg->remote->len - d->len)
+			return -EFAULT;
+		req->ra = local;
+		req->rb = NULL;
+		req->seg = seg;
+		return 0;
+	}
+	target = seg->region;
 	if (d->len > target->len || d->target_off > target->len - d->len)
 		return -EFAULT;
 	if (d->opcode == DP_OP_WRITE) {
@@ -127,6 +137,7 @@ static int desc_resolve(struct queue *q, const struct dp_desc *d, struct copy_re
 	req->len = d->len;
 	req->ra = local;
 	req->rb = target;
+	req->seg = NULL;
 	return 0;
 }
 
@@ -144,6 +155,10 @@ static void desc_process(struct poller *p, struct queue *q, const struct dp_desc
 		rc = desc_resolve(q, d, &req);
 	if (rc || d->opcode == DP_OP_NOP) {
 		queue_complete(q, d->user_data, rc, 0, 0);
+		return;
+	}
+	if (req.seg) {
+		fabric_submit(p, q, d, req.ra, req.seg);
 		return;
 	}
 	q->ctr.local_copies++;
@@ -276,7 +291,7 @@ static void poller_sleep(struct poller *p)
 	struct queue *q, *armed_end = NULL;
 	int n;
 
-	if (copy_engine_busy(p))
+	if (copy_engine_busy(p) || fabric_busy(p) || fabric_trywait(p))
 		return;
 	for (q = p->queues; q; q = q->next) {
 		if (q->broken)
@@ -290,10 +305,11 @@ static void poller_sleep(struct poller *p)
 		/* Quiescent while asleep: we hold no table pointer. */
 		atomic_store(&p->sleeping, 1);
 		p->sleeps++;
-		n = epoll_wait(p->epfd, evs, 32, 200);
+		n = epoll_wait(p->epfd, evs, 32, fabric_sleep_cap_ms() > 0 ? fabric_sleep_cap_ms() : 200);
 		atomic_store(&p->sleeping, 0);
 		for (int i = 0; i < n; i++)
-			dp_doorbell_drain(evs[i].data.fd);
+			if (evs[i].data.fd >= 0)
+				dp_doorbell_drain(evs[i].data.fd);
 	}
 	for (q = p->queues; q && q != armed_end; q = q->next)
 		dp_ring_finish_sleep(&q->pair.sq);
@@ -307,6 +323,7 @@ static void poller_shutdown(struct poller *p)
 		queue_cancel_sq(q);
 	while (copy_engine_busy(p))
 		copy_engine_progress(p);
+	fabric_cancel_all(p);
 	for (q = p->queues; q; q = q->next)
 		queue_flush_cq(q);
 }
@@ -335,6 +352,7 @@ static void *poller_main(void *arg)
 		for (struct queue *q = p->queues; q; q = q->next)
 			work += queue_drain_sq(p, q);
 		work += copy_engine_progress(p);
+		work += fabric_progress(p);
 		poller_flush(p);
 		p->loops++;
 		if (work) {
@@ -372,6 +390,17 @@ int pollers_start(void)
 			return -errno;
 		ev.data.fd = p->wake_efd;
 		epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->wake_efd, &ev);
+		{
+			/* Fabric CQs that need progress wake the poller; they
+			 * are never read here, only waited on. */
+			int fds[DP_MAX_RAILS], n = fabric_wait_fds(p, fds, DP_MAX_RAILS);
+
+			for (int k = 0; k < n; k++) {
+				struct epoll_event fev = {.events = EPOLLIN, .data.fd = -1 - k};
+
+				epoll_ctl(p->epfd, EPOLL_CTL_ADD, fds[k], &fev);
+			}
+		}
 		rc = pthread_create(&p->thread, NULL, poller_main, p);
 		if (rc)
 			return -rc;

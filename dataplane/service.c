@@ -18,6 +18,8 @@
 #include <unistd.h>
 
 #include "dp_internal.h"
+#include "fabric.h"
+#include "rpc.h"
 
 struct dp_config cfg;
 atomic_int dp_stopping;
@@ -48,6 +50,7 @@ void region_put(struct region *r)
 		return;
 	switch (r->kind) {
 	case REGION_HOST:
+		fabric_region_deregister(r);
 		munmap(r->map, r->map_len);
 		break;
 	case REGION_CUDA:
@@ -59,8 +62,10 @@ void region_put(struct region *r)
 
 void segment_put(struct segment *s)
 {
-	if (atomic_fetch_sub(&s->refs, 1) == 1)
+	if (atomic_fetch_sub(&s->refs, 1) == 1) {
+		free(s->remote);
 		free(s);
+	}
 }
 
 void client_put(struct client *c)
@@ -85,6 +90,13 @@ static void usage(FILE *f)
 		"  --max-depth N        largest depth a client may ask for (default 4096)\n"
 		"  --copy-chunk BYTES   local copy step; larger copies are interleaved (default 262144)\n"
 		"  --rpc-port N         TCP port peers reach this service on; 0 = pick (default 0)\n"
+		"  --server-name HOST   host part of this service's name HOST:PORT (default: hostname)\n"
+		"  --provider P         fabric provider: efa, tcp, shm, sockets, auto (efa, else tcp)\n"
+		"                       or none (local transfers only) (default auto)\n"
+		"  --nics LIST          fabric domains (NICs) to use as rails, comma-separated, or auto\n"
+		"                       (efa: every device; others: the first) (default auto)\n"
+		"  --slice BYTES        fabric transfers go in slices of this size (default 1048576)\n"
+		"  --fabric-timeout-ms N  a transfer to a peer fails with ETIMEDOUT after this (default 5000)\n"
 		"  --stats NAME         name of the shared-memory stats region\n"
 		"  --log-level LEVEL    error, warn, info or debug (default info)\n"
 		"  --help               this text\n"
@@ -168,7 +180,8 @@ static void default_socket_path(char *out, size_t len)
 static void parse_args(int argc, char **argv)
 {
 	enum { O_SOCKET = 256, O_POLLERS, O_CPUS, O_SPIN, O_MAXCL, O_MAXQ, O_DEPTH, O_MAXDEPTH,
-	       O_CHUNK, O_RPC, O_STATS, O_LOG, O_HELP };
+	       O_CHUNK, O_RPC, O_STATS, O_LOG, O_HELP, O_HOST, O_PROV, O_NICS, O_SLICE,
+	       O_FTIMEOUT };
 	static const struct option opts[] = {
 		{"socket", required_argument, 0, O_SOCKET},
 		{"pollers", required_argument, 0, O_POLLERS},
@@ -183,6 +196,11 @@ static void parse_args(int argc, char **argv)
 		{"stats", required_argument, 0, O_STATS},
 		{"log-level", required_argument, 0, O_LOG},
 		{"help", no_argument, 0, O_HELP},
+		{"server-name", required_argument, 0, O_HOST},
+		{"provider", required_argument, 0, O_PROV},
+		{"nics", required_argument, 0, O_NICS},
+		{"slice", required_argument, 0, O_SLICE},
+		{"fabric-timeout-ms", required_argument, 0, O_FTIMEOUT},
 		{0, 0, 0, 0},
 	};
 	static const char *const levels[] = {"error", "warn", "info", "debug"};
@@ -252,6 +270,33 @@ static void parse_args(int argc, char **argv)
 		case O_HELP:
 			usage(stdout);
 			exit(0);
+		case O_HOST:
+			if (!*optarg || strlen(optarg) > 48 || strpbrk(optarg, ":@/ "))
+				die_usage("--server-name %s: want a host name or address", optarg);
+			strcpy(cfg.server_host, optarg);
+			break;
+		case O_PROV: {
+			static const char *const provs[] = {"efa", "tcp", "shm", "sockets", "auto", "none"};
+			bool ok = false;
+
+			for (unsigned i = 0; i < 6; i++)
+				ok |= !strcmp(optarg, provs[i]);
+			if (!ok)
+				die_usage("--provider %s: want efa, tcp, shm, sockets, auto or none", optarg);
+			snprintf(fab_cfg.provider, sizeof(fab_cfg.provider), "%s", optarg);
+			break;
+		}
+		case O_NICS:
+			if (!*optarg || strlen(optarg) >= sizeof(fab_cfg.nics))
+				die_usage("--nics %s: empty or too long", optarg);
+			strcpy(fab_cfg.nics, optarg);
+			break;
+		case O_SLICE:
+			fab_cfg.slice = parse_num("--slice", optarg, 4096, 1ul << 30);
+			break;
+		case O_FTIMEOUT:
+			fab_cfg.timeout_ms = (unsigned)parse_num("--fabric-timeout-ms", optarg, 1, 3600000);
+			break;
 		default:
 			die_usage("unknown or incomplete option '%s'", argv[optind - 1]);
 		}
@@ -287,19 +332,21 @@ static void parse_args(int argc, char **argv)
 		while (i < cfg.pollers)
 			cfg.cpus[i++] = -1;
 	}
-	{
+	if (!cfg.server_host[0]) {
 		char host[64] = "localhost";
 
 		gethostname(host, sizeof(host) - 1);
-		host[sizeof(host) - 1] = 0;
-		snprintf(cfg.server_name, sizeof(cfg.server_name), "%.48s:%d", host, cfg.rpc_port);
+		host[48] = 0;
+		strcpy(cfg.server_host, host);
 	}
+	snprintf(cfg.server_name, sizeof(cfg.server_name), "%.48s:%d", cfg.server_host,
+		 cfg.rpc_port);
 }
 
 int main(int argc, char **argv)
 {
 	sigset_t sigs;
-	int rc;
+	int rc, rpc_fd;
 
 	parse_args(argc, argv);
 	/* SIGTERM/SIGINT reach the control thread through a signalfd; every
@@ -315,15 +362,26 @@ int main(int argc, char **argv)
 		log_err("eventfd: %s", strerror(errno));
 		return 1;
 	}
+	rpc_fd = rpc_listen();
+	if (rpc_fd < 0) {
+		log_err("peer RPC port %d: %s", cfg.rpc_port, strerror(-rpc_fd));
+		return 1;
+	}
 	log_info("starting: server %s, %u poller(s), queue depth %u, spin %u us",
 		 cfg.server_name, cfg.pollers, cfg.queue_depth, cfg.spin_us);
+	rc = fabric_init();
+	if (rc) {
+		log_err("fabric: %s (use --provider none for local transfers only)", strerror(-rc));
+		return 1;
+	}
 	rc = pollers_start();
 	if (rc) {
 		log_err("cannot start pollers: %s", strerror(-rc));
 		return 1;
 	}
-	rc = control_run();
+	rc = control_run(rpc_fd);
 	pollers_free();
+	fabric_fini();
 	if (rc) {
 		log_err("stopped: %s", strerror(-rc));
 		return 1;
