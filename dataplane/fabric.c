@@ -576,6 +576,10 @@ static void slice_failed(struct fab_op *op, struct fab_slice *s, int err)
 		return;
 	}
 	free(s);
+	/* Whatever the provider said, a transfer to a peer that went away
+	 * failed because it went away. */
+	if (atomic_load(&op->seg->remote->peer->dead))
+		err = -EHOSTUNREACH;
 	if (!op->status)
 		op->status = err;
 }
