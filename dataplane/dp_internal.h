@@ -29,7 +29,6 @@
 #define DP_MAX_SEGS 1024    /* open segment handles per client */
 #define DP_MAX_QUEUES 64    /* per client */
 #define DP_BURST 32
-#define DP_CQE_STAGE 64
 
 /* ---- logging ---- */
 enum { DP_LOG_ERROR, DP_LOG_WARN, DP_LOG_INFO, DP_LOG_DEBUG };
@@ -83,6 +82,7 @@ struct region {
 	uint64_t file_off; /* REGION_FILE: offset of byte 0 in the file */
 	pid_t owner_pid;
 	void *priv;     /* per-kind state (e.g. libfabric registrations) */
+	bool cuda_pinned; /* REGION_HOST: cudaHostRegister'ed (gpu.c) */
 };
 
 /* A region exported under a name. `dead` is set before the owner's region
@@ -129,8 +129,7 @@ struct queue {
 	/* Poller-private from here on. */
 	uint32_t inflight; /* accepted, completion not yet staged */
 	bool broken;
-	uint32_t nstage;
-	struct dp_cqe stage[DP_CQE_STAGE];
+	uint32_t nstage; /* completions written to the CQ, not yet published */
 	struct queue_counters ctr;
 	struct queue *next; /* the poller's list */
 };

@@ -49,17 +49,15 @@ static void queue_mark_broken(struct queue *q, const char *why)
 	dp_doorbell_ring(control_wake_efd);
 }
 
-/* Publishes the staged completions. Credit guarantees room: a CQ without it
- * means the client moved its head, and the queue is broken. */
+/* Publishes the completions written since the last flush: one release of
+ * the CQ tail per queue per loop, and a doorbell only for a sleeping client. */
 static void queue_flush_cq(struct queue *q)
 {
 	if (!q->nstage)
 		return;
 	if (!q->broken) {
-		int k = dp_ring_enqueue_bulk(&q->pair.cq, q->stage, q->nstage);
-		if (k != (int)q->nstage)
-			queue_mark_broken(q, "completion ring head corrupted");
-		else if (dp_ring_needs_wakeup(&q->pair.cq)) {
+		dp_ring_commit(&q->pair.cq, q->nstage);
+		if (dp_ring_needs_wakeup(&q->pair.cq)) {
 			dp_doorbell_ring(q->cq_efd);
 			q->ctr.doorbells++;
 		}
@@ -67,19 +65,38 @@ static void queue_flush_cq(struct queue *q)
 	q->nstage = 0;
 }
 
+/*
+ * Writes a completion straight into the next free CQ slot; queue_flush_cq()
+ * publishes it. Credit guarantees the slot is free: a CQ without room means
+ * the client moved its head, and the queue is broken (its completions are
+ * dropped; it is being disconnected).
+ */
 void queue_complete(struct queue *q, uint64_t user_data, int status, uint64_t bytes,
 		    uint32_t flags)
 {
-	if (q->nstage == DP_CQE_STAGE)
-		queue_flush_cq(q);
-	q->stage[q->nstage++] = (struct dp_cqe){
-		.user_data = user_data, .status = status, .flags = flags, .bytes = bytes};
+	struct dp_ring *cq = &q->pair.cq;
+	struct dp_cqe *e;
+	uint32_t idx;
+
 	if (status)
 		q->ctr.failed++;
 	else {
 		q->ctr.completed++;
 		q->ctr.bytes += bytes;
 	}
+	if (q->broken)
+		return;
+	if (dp_ring_size(cq) - (cq->local - cq->cached) <= q->nstage &&
+	    dp_ring_reserve(cq, q->nstage + 1, &idx) != (int)q->nstage + 1) {
+		queue_mark_broken(q, "completion ring head corrupted");
+		return;
+	}
+	e = dp_ring_slot(cq, cq->local + q->nstage++);
+	e->user_data = user_data;
+	e->status = status;
+	e->flags = flags;
+	e->bytes = bytes;
+	e->reserved = 0;
 }
 
 /*

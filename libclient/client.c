@@ -527,10 +527,14 @@ int dp_submit(struct dp_queue *q, const struct dp_desc *descs, unsigned n)
 	k = dp_ring_reserve(&q->pair.sq, n, &idx);
 	if (k <= 0)
 		return k < 0 ? k : idle_check(q);
-	dp_ring_copy_in(&q->pair.sq, idx, descs, (uint32_t)k);
 	now = mono_ns(CLOCK_MONOTONIC);
-	for (int i = 0; i < k; i++)
-		((struct dp_desc *)dp_ring_slot(&q->pair.sq, idx + (uint32_t)i))->submit_ns = now;
+	/* One pass: each slot is written once, stamp included. */
+	for (int i = 0; i < k; i++) {
+		struct dp_desc *slot = dp_ring_slot(&q->pair.sq, idx + (uint32_t)i);
+
+		*slot = descs[i];
+		slot->submit_ns = now;
+	}
 	dp_ring_commit(&q->pair.sq, (uint32_t)k);
 	if (dp_ring_needs_wakeup(&q->pair.sq))
 		dp_doorbell_ring(q->sq_efd);
