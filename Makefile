@@ -6,6 +6,9 @@
 #   make asan | tsan     the suites under ASan+UBSan / TSan (build/asan, build/tsan)
 #   make bench-ring      ring vs DPDK rte_ring (P1, P2)
 #   make bench-local     service vs fi_pingpong shm, io_uring NOP, memcpy (P3-P5)
+#   make bench-fabric    two services in two netns over veth vs fi_pingpong tcp, ucx_perftest (P6, P7)
+#   make bench-gpu       GPU copies vs raw cudaMemcpyAsync on this GPU (P8-P10)
+#   make bench-file      1 GiB file read through the service vs fio, O_DIRECT and buffered (P11)
 #   make format-check    clang-format --dry-run over the sources
 #   CUDA=0|1             force CUDA off/on (default: detected)
 
@@ -17,7 +20,7 @@ ifeq ($(origin CUDA),undefined)
 CUDA := $(if $(or $(shell command -v nvcc 2>/dev/null),$(wildcard $(CUDA_HOME)/bin/nvcc)),1,0)
 endif
 
-PKGS := libfabric liburing numa
+PKGS := libfabric liburing numa hiredis
 CFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -Werror -fPIC -D_GNU_SOURCE -pthread \
 	-Iring -Ilibclient -Itests $(EXTRA_CFLAGS)
 LDLIBS := -pthread
@@ -52,12 +55,13 @@ LIBRING := $(B)/libdpring.a
 LIBCLIENT_A := $(B)/libdataplane.a
 LIBCLIENT_SO := $(B)/libdataplane.so
 SERVICE := $(B)/dataplaned
-TOOLS := $(B)/ring-bench $(B)/dp-bench $(B)/ring-stat $(B)/dp-demo $(B)/api-example
+TOOLS := $(B)/ring-bench $(B)/dp-bench $(B)/ring-stat $(B)/dp-demo $(B)/api-example \
+	$(B)/gpu-bench $(B)/file-bench
 TESTS := $(B)/tests/dp-tests $(B)/tests/ring-tests
 
 .SECONDARY:
 .PHONY: all deps deps-bench run test test-ring asan tsan bench-ring bench-local \
-	format format-check gpu-tests clean
+	bench-gpu bench-file bench-fabric format format-check gpu-tests clean
 all: $(LIBRING) $(LIBCLIENT_A) $(LIBCLIENT_SO) $(if $(SERVICE_SRCS),$(SERVICE)) \
 	$(foreach t,$(TOOLS),$(if $(wildcard tools/$(notdir $(t)).c examples/$(notdir $(t)).c),$(t)))
 
@@ -65,10 +69,12 @@ all: $(LIBRING) $(LIBCLIENT_A) $(LIBCLIENT_SO) $(if $(SERVICE_SRCS),$(SERVICE)) 
 deps:
 	@tools/deps.sh bin:pkg-config=pkg-config bin:gcc=gcc bin:make=make \
 		pc:libfabric=libfabric-dev pc:liburing=liburing-dev \
-		pc:criterion=libcriterion-dev pc:numa=libnuma-dev
+		pc:criterion=libcriterion-dev pc:numa=libnuma-dev \
+		pc:hiredis=libhiredis-dev bin:redis-server=redis-server
 
 deps-bench: deps
-	@tools/deps.sh pc:libdpdk=dpdk-dev bin:fi_pingpong=libfabric-bin bin:fio=fio
+	@tools/deps.sh pc:libdpdk=dpdk-dev bin:fi_pingpong=libfabric-bin bin:fio=fio \
+		bin:gnuplot=gnuplot-nox
 
 # ---- objects and libraries ----
 $(B)/obj/%.o: %.c
@@ -94,6 +100,7 @@ $(B)/obj/tools/ring-bench.o: CFLAGS += $(shell pkg-config --cflags libdpdk 2>/de
 	-Wno-error=cast-qual -Wno-error=pedantic
 $(B)/%: $(B)/obj/tools/%.o $(LIBCLIENT_A)
 	$(CC) -o $@ $^ $(LDLIBS)
+$(B)/dp-bench: $(B)/obj/tools/bench-report.o
 $(B)/%: $(B)/obj/examples/%.o $(LIBCLIENT_A)
 	$(CC) -o $@ $^ $(LDLIBS)
 
@@ -139,9 +146,26 @@ bench-ring: deps-bench
 	@$(MAKE) --no-print-directory $(B)/ring-bench
 	$(B)/ring-bench
 
+# The peer of P8-P10 is the CUDA runtime itself, in the same program.
+bench-gpu: deps
+	@$(MAKE) --no-print-directory CUDA=1 all
+	tools/bench-gpu.sh $(B)
+
 bench-local: deps-bench
 	@$(MAKE) --no-print-directory all
 	tools/bench-local.sh $(B)
+
+# P6, P7: needs root (it creates two network namespaces joined by veth).
+bench-fabric: deps-bench
+	@tools/deps.sh bin:ucx_perftest=ucx-utils bin:ip=iproute2
+	@$(MAKE) --no-print-directory all
+	tools/bench-fabric.sh $(B)
+
+# P11: the peer is fio (io_uring engine) on the same file in the same run.
+bench-file: deps
+	@tools/deps.sh bin:fio=fio
+	@$(MAKE) --no-print-directory all
+	tools/bench-file.sh $(B)
 
 # ---- formatting ----
 FORMAT_SRCS = $(wildcard ring/*.[ch] libclient/*.[ch] dataplane/*.[ch] tools/*.c tests/*.[ch] examples/*.c)

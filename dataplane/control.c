@@ -25,9 +25,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "directory.h"
 #include "dp_internal.h"
 #include "fabric.h"
+#include "fileio.h"
+#include "gpu.h"
 #include "rpc.h"
+#include "stats.h"
 
 #define MAX_STRIKES 3
 #define MAX_FDS 4
@@ -205,6 +209,7 @@ static void queue_close(struct queue *q)
 	/* Release: the poller retires the queue once it sees this. */
 	atomic_store_explicit(&q->closing, 1, memory_order_release);
 	poller_kick(p);
+	stats_queue_closed();
 }
 
 static int on_queue_destroy(struct client *c, struct msg_in *m)
@@ -280,6 +285,7 @@ static int on_region_register(struct client *c, struct msg_in *m)
 	reg->base = (uint8_t *)map + (req->offset - aligned);
 	reg->len = req->len;
 	reg->owner_pid = c->pid;
+	gpu_host_register(reg);
 	rc = fabric_region_register(reg);
 	if (rc) {
 		region_put(reg);
@@ -287,6 +293,7 @@ static int on_region_register(struct client *c, struct msg_in *m)
 	}
 	/* Release: pairs with the acquire in desc_resolve(). */
 	atomic_store_explicit(&c->regions[slot], reg, memory_order_release);
+	stats_region_added(reg->len);
 	r.id = slot;
 	r.len = reg->len;
 	r.access = DP_ACCESS_RW;
@@ -295,6 +302,106 @@ static int on_region_register(struct client *c, struct msg_in *m)
 	return 0;
 out_fd:
 	close(fd);
+	return rc;
+}
+
+/* GPU memory: a CUDA IPC handle plus the range in its allocation (gpu.c). */
+static int on_region_register_cuda(struct client *c, struct msg_in *m)
+{
+	const struct dp_msg_region_register_cuda *req = m->payload;
+	struct dp_msg_id_reply r = {0};
+	struct region *reg;
+	unsigned slot;
+	int rc;
+
+	if (m->hdr.len != sizeof(*req))
+		return -EBADMSG;
+	if (!req->len || req->reserved)
+		return -EINVAL;
+	for (slot = 0; slot < DP_MAX_REGIONS; slot++)
+		if (!atomic_load_explicit(&c->regions[slot], memory_order_relaxed))
+			break;
+	if (slot == DP_MAX_REGIONS)
+		return -ENOSPC;
+	reg = calloc(1, sizeof(*reg));
+	if (!reg)
+		return -ENOMEM;
+	rc = gpu_region_open(reg, req);
+	if (rc) {
+		free(reg);
+		return rc;
+	}
+	atomic_init(&reg->refs, 1);
+	reg->id = slot;
+	reg->owner_pid = c->pid;
+	rc = fabric_region_register(reg);
+	if (rc) {
+		region_put(reg);
+		return rc;
+	}
+	/* Release: pairs with the acquire in desc_resolve(). */
+	atomic_store_explicit(&c->regions[slot], reg, memory_order_release);
+	stats_region_added(reg->len);
+	r.id = slot;
+	r.len = reg->len;
+	r.access = DP_ACCESS_RW;
+	send_reply(c, &m->hdr, DP_MSG_REGION_REGISTER_CUDA, &r, sizeof(r), NULL, 0);
+	log_debug("client %u: GPU region %u, %llu bytes on device %d", c->id, slot,
+		  (unsigned long long)reg->len, reg->device);
+	return 0;
+}
+
+/* Files (fileio.c): an fd the client passed, or a path the service opens
+ * beneath --file-root. */
+static int on_region_file(struct client *c, struct msg_in *m)
+{
+	const struct dp_msg_region_path *req = m->payload;
+	bool by_path = m->hdr.type == DP_MSG_REGION_OPEN_PATH;
+	struct dp_msg_id_reply r = {0};
+	struct region *reg;
+	unsigned slot;
+	int fd = -1, rc;
+
+	if (m->hdr.len != (by_path ? sizeof(*req) : sizeof(req->file)))
+		return -EBADMSG;
+	if (!by_path && (fd = take_fd(m)) < 0)
+		return -EBADF;
+	rc = -EINVAL;
+	if (req->file.reserved || (by_path && !field_str_ok(req->path, sizeof(req->path))))
+		goto out_fd;
+	for (slot = 0; slot < DP_MAX_REGIONS; slot++)
+		if (!atomic_load_explicit(&c->regions[slot], memory_order_relaxed))
+			break;
+	rc = -ENOSPC;
+	if (slot == DP_MAX_REGIONS)
+		goto out_fd;
+	rc = -ENOMEM;
+	reg = calloc(1, sizeof(*reg));
+	if (!reg)
+		goto out_fd;
+	/* Takes the fd over, on failure too. */
+	rc = fileio_region_open(reg, fd, by_path ? req->path : NULL, req->file.offset,
+				req->file.len, req->file.access);
+	if (rc) {
+		free(reg);
+		return rc;
+	}
+	atomic_init(&reg->refs, 1);
+	reg->id = slot;
+	reg->owner_pid = c->pid;
+	/* Release: pairs with the acquire in desc_resolve(). */
+	atomic_store_explicit(&c->regions[slot], reg, memory_order_release);
+	stats_region_added(reg->len);
+	r.id = slot;
+	r.len = reg->len;
+	r.access = req->file.access & DP_ACCESS_RW;
+	send_reply(c, &m->hdr, m->hdr.type, &r, sizeof(r), NULL, 0);
+	log_debug("client %u: file region %u, %llu bytes", c->id, slot,
+		  (unsigned long long)reg->len);
+	return 0;
+out_fd:
+	if (fd >= 0)
+		close(fd);
 	return rc;
 }
 
@@ -315,6 +422,8 @@ static void export_kill(struct segment *s)
 			break;
 		}
 	atomic_store_explicit(&s->dead, 1, memory_order_release);
+	stats_segment_removed();
+	directory_withdraw(s->name);
 }
 
 static void export_release(struct segment *s)
@@ -329,6 +438,7 @@ static int on_segment_export(struct client *c, struct msg_in *m)
 	const struct dp_msg_segment_export *req = m->payload;
 	struct region *reg;
 	struct segment *s;
+	int rc;
 
 	if (m->hdr.len != sizeof(*req))
 		return -EBADMSG;
@@ -341,6 +451,8 @@ static int on_segment_export(struct client *c, struct msg_in *m)
 	reg = atomic_load_explicit(&c->regions[req->region], memory_order_relaxed);
 	if (!reg)
 		return -EBADF;
+	if (!fileio_access_ok(reg, req->access))
+		return -EPERM;
 	if (export_find(req->name))
 		return -EEXIST;
 	s = calloc(1, sizeof(*s));
@@ -357,8 +469,17 @@ static int on_segment_export(struct client *c, struct msg_in *m)
 		free(s);
 		return -ENOMEM;
 	}
+	/* -EEXIST when another live service holds the name fleet-wide. */
+	rc = directory_publish(s);
+	if (rc) {
+		fabric_export_deregister(s);
+		region_put(reg);
+		free(s);
+		return rc;
+	}
 	s->next = exports;
 	exports = s;
+	stats_segment_added();
 	log_info("client %u: exported '%s' (%llu bytes, %s)", c->id, s->name,
 		 (unsigned long long)reg->len, s->access == DP_ACCESS_RW ? "rw" : "ro");
 	reply_status(c, &m->hdr, 0);
@@ -412,9 +533,20 @@ static struct peer *peer_get(const struct dp_rpc_lookup_reply *r)
 	uint32_t lens[DP_MAX_RAILS];
 	struct peer *p;
 
-	for (p = peers; p; p = p->next)
-		if (!strcmp(p->name, r->server_name) && !atomic_load(&p->dead))
+	for (p = peers; p; p = p->next) {
+		bool same = p->nsent == r->nrails;
+
+		if (strcmp(p->name, r->server_name) || atomic_load(&p->dead))
+			continue;
+		for (unsigned i = 0; same && i < r->nrails; i++)
+			same = p->sent_len[i] == r->rail[i].addr_len &&
+			       !memcmp(p->sent[i], r->rail[i].addr, r->rail[i].addr_len);
+		if (same)
 			return p;
+		/* Restarted under the same name: the old process is gone. */
+		log_info("peer %s: new fabric addresses; the old ones are dropped", p->name);
+		atomic_store(&p->dead, 1);
+	}
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return NULL;
@@ -422,7 +554,10 @@ static struct peer *peer_get(const struct dp_rpc_lookup_reply *r)
 	for (unsigned i = 0; i < r->nrails; i++) {
 		memcpy(addrs[i], r->rail[i].addr, DP_FABRIC_ADDR_MAX);
 		lens[i] = r->rail[i].addr_len;
+		memcpy(p->sent[i], r->rail[i].addr, DP_FABRIC_ADDR_MAX);
+		p->sent_len[i] = r->rail[i].addr_len;
 	}
+	p->nsent = r->nrails;
 	if (fabric_peer_insert(p, addrs, lens, r->nrails)) {
 		log_warn("peer %s: fabric addresses rejected", p->name);
 		free(p);
@@ -435,26 +570,45 @@ static struct peer *peer_get(const struct dp_rpc_lookup_reply *r)
 	return p;
 }
 
-/* Resolves a segment of another service through its RPC port, or the cache.
- * A peer string that turns out to name this service resolves locally. */
+/* Does a cached description still match what the peer answered? */
+static bool remote_same(const struct remote_seg *rs, const struct peer *pr,
+			const struct dp_rpc_lookup_reply *r)
+{
+	if (rs->peer != pr || rs->base != r->base || rs->len != r->len || rs->access != r->access)
+		return false;
+	for (unsigned i = 0; i < rs->nrails; i++)
+		if (rs->key[i] != r->rail[i].key)
+			return false;
+	return true;
+}
+
+/* Resolves a segment of another service through its RPC port (peer
+ * "host:port") or the cluster directory (peer ""), or the cache. A peer
+ * string or a record that turns out to name this service resolves locally. */
 static int remote_open(const char *peer, const char *name, struct segment **out)
 {
 	struct dp_rpc_lookup_reply r;
 	struct remote_seg *rs;
 	struct segment *s;
+	struct peer *pr;
 	int rc;
 
 	if (!fabric_nrails())
 		return -EHOSTUNREACH;
 	remotes_prune();
-	for (s = remotes; s; s = s->next)
-		if (!strcmp(s->name, name) && !strcmp(s->owner_name, peer)) {
+	/* The directory keeps its records fresh (remotes_invalidate). A
+	 * host:port is asked again at every open: its export may have been
+	 * replaced (new keys), or the peer restarted on the same port (new
+	 * addresses), without a transfer failing in between. */
+	for (s = remotes; s && !peer[0]; s = s->next)
+		if (!strcmp(s->name, name) && !s->owner_name[0]) {
 			*out = s;
 			return 0;
 		}
-	rc = rpc_lookup(peer, name, &r);
+	rc = peer[0] ? rpc_lookup(peer, name, &r) : directory_lookup(name, &r);
 	if (rc) {
-		log_info("segment '%s' on %s: %s", name, peer, strerror(-rc));
+		log_info("segment '%s' on %s: %s", name, peer[0] ? peer : "the directory",
+			 strerror(-rc));
 		return rc;
 	}
 	if (!strcmp(r.server_name, cfg.server_name)) {
@@ -464,13 +618,31 @@ static int remote_open(const char *peer, const char *name, struct segment **out)
 		*out = s;
 		return 0;
 	}
+	pr = peer_get(&r);
+	if (!pr)
+		return -EHOSTUNREACH;
+	for (struct segment **pp = &remotes; *pp; pp = &(*pp)->next) {
+		s = *pp;
+		if (strcmp(s->name, name) || strcmp(s->owner_name, peer))
+			continue;
+		if (remote_same(s->remote, pr, &r)) {
+			*out = s;
+			return 0;
+		}
+		/* Replaced: handles to the old one fail as after an unexport. */
+		*pp = s->next;
+		atomic_store(&s->dead, 1);
+		segment_put(s); /* the cache's reference */
+		break;
+	}
 	s = calloc(1, sizeof(*s));
 	rs = calloc(1, sizeof(*rs));
-	if (!s || !rs || !(rs->peer = peer_get(&r))) {
+	if (!s || !rs) {
 		free(s);
 		free(rs);
-		return s && rs ? -EHOSTUNREACH : -ENOMEM;
+		return -ENOMEM;
 	}
+	rs->peer = pr;
 	rs->base = r.base;
 	rs->len = r.len;
 	rs->access = r.access;
@@ -484,11 +656,32 @@ static int remote_open(const char *peer, const char *name, struct segment **out)
 	snprintf(s->owner_name, sizeof(s->owner_name), "%s", peer);
 	s->next = remotes;
 	remotes = s;
-	log_info("segment '%s' on %s (%s): %llu bytes, %s, %u rail(s)", name, peer,
-		 rs->peer->name, (unsigned long long)rs->len,
+	log_info("segment '%s' on %s (%s): %llu bytes, %s, %u rail(s)", name,
+		 peer[0] ? peer : "the directory", rs->peer->name, (unsigned long long)rs->len,
 		 rs->access == DP_ACCESS_RW ? "rw" : "ro", rs->nrails);
 	*out = s;
 	return 0;
+}
+
+/* The directory's word on a name (directory.h): a record gone or replaced
+ * kills the segment opened from it, as an unexport kills a local one; a
+ * reconnect only empties the cache (name NULL), open handles keep theirs. */
+static void remotes_invalidate(const char *name, bool kill)
+{
+	struct segment **pp = &remotes;
+
+	while (*pp) {
+		struct segment *s = *pp;
+
+		if (s->owner_name[0] || (name && strcmp(s->name, name))) {
+			pp = &s->next;
+			continue;
+		}
+		*pp = s->next;
+		if (kill)
+			atomic_store(&s->dead, 1);
+		segment_put(s); /* the cache's reference */
+	}
 }
 
 static int on_segment_open(struct client *c, struct msg_in *m)
@@ -506,11 +699,18 @@ static int on_segment_open(struct client *c, struct msg_in *m)
 		return -EINVAL;
 	if (!req->access || req->access & ~DP_ACCESS_RW || req->reserved)
 		return -EINVAL;
-	if (req->peer[0] && !rpc_is_self(req->peer)) {
+	/* Another service's: by its RPC port, or (no peer, not exported
+	 * here) wherever the cluster directory says. */
+	if ((req->peer[0] && !rpc_is_self(req->peer)) ||
+	    (!req->peer[0] && directory_enabled() && !export_find(req->name))) {
 		int rc = remote_open(req->peer, req->name, &s);
 
-		if (rc)
-			return rc;
+		/* Replied here: -EBADMSG (or any status) that a peer sent
+		 * is no malformed message of this client's, no strike. */
+		if (rc) {
+			reply_status(c, &m->hdr, rc);
+			return 0;
+		}
 	} else {
 		s = export_find(req->name);
 		if (!s)
@@ -584,6 +784,7 @@ static int on_region_free(struct client *c, struct msg_in *m)
 		next = dead->next;
 		export_release(dead);
 	}
+	stats_region_removed(reg->len);
 	region_put(reg);
 	reply_status(c, &m->hdr, 0);
 	return 0;
@@ -601,6 +802,7 @@ static void client_drop(int epfd, struct client *c)
 			break;
 		}
 	nclients--;
+	stats_client_removed();
 	epoll_ctl(epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
 	for (unsigned i = 0; i < DP_MAX_QUEUES; i++)
@@ -629,8 +831,10 @@ static void client_drop(int epfd, struct client *c)
 		export_release(dead);
 	}
 	for (unsigned i = 0; i < DP_MAX_REGIONS; i++)
-		if (regs[i])
+		if (regs[i]) {
+			stats_region_removed(regs[i]->len);
 			region_put(regs[i]);
+		}
 	for (unsigned i = 0; i < DP_MAX_SEGS; i++)
 		if (hs[i]) {
 			segment_put(hs[i]->seg);
@@ -681,6 +885,7 @@ static void client_accept(int epfd, int lfd)
 	c->next = clients;
 	clients = c;
 	nclients++;
+	stats_client_added();
 	log_info("client %u: connected, pid %d uid %d gid %d", c->id, (int)cred.pid,
 		 (int)cred.uid, (int)cred.gid);
 }
@@ -697,6 +902,9 @@ static const handler_fn handlers[] = {
 	[DP_MSG_SEGMENT_UNEXPORT] = on_segment_unexport,
 	[DP_MSG_SEGMENT_OPEN] = on_segment_open,
 	[DP_MSG_SEGMENT_CLOSE] = on_segment_close,
+	[DP_MSG_REGION_REGISTER_CUDA] = on_region_register_cuda,
+	[DP_MSG_REGION_REGISTER_FILE] = on_region_file,
+	[DP_MSG_REGION_OPEN_PATH] = on_region_file,
 };
 
 /* Returns false when the client must be dropped. */
@@ -882,6 +1090,11 @@ int control_run(int rpc_fd)
 		ev.data.ptr = &rpc_fd;
 		epoll_ctl(epfd, EPOLL_CTL_ADD, rpc_fd, &ev);
 	}
+	rc = directory_start(epfd, remotes_invalidate);
+	if (rc) {
+		log_err("directory: %s", strerror(-rc));
+		atomic_store(&dp_stopping, 1);
+	}
 	log_info("listening on %s", cfg.socket_path);
 
 	while (!atomic_load(&dp_stopping)) {
@@ -894,6 +1107,8 @@ int control_run(int rpc_fd)
 				client_accept(epfd, lfd);
 			} else if (tag == &rpc_fd) {
 				rpc_serve(rpc_fd);
+			} else if (directory_owns(tag)) {
+				directory_event(tag, evs[i].events);
 			} else if (tag == &sfd) {
 				struct signalfd_siginfo si;
 
@@ -925,7 +1140,8 @@ int control_run(int rpc_fd)
 	unlink(cfg.socket_path);
 	pollers_stop();
 	control_cleanup(epfd);
+	directory_stop();
 	close(epfd);
 	close(sfd);
-	return 0;
+	return rc;
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "copy.h"
+#include "gpu.h"
 
 /* Steps per poller loop: with the default 256 KiB chunk a loop spends about
  * 1 MiB of memcpy (tens of microseconds) before it looks at the SQs again. */
@@ -25,7 +26,8 @@ static void op_finish(struct poller *p, struct copy_op *op, int status)
 	struct queue *q = op->q;
 
 	q->inflight--;
-	queue_complete(q, op->user_data, status, status ? 0 : op->len, DP_CQE_F_LOCAL);
+	queue_complete_ns(q, op->user_data, op->submit_ns, status, status ? 0 : op->len,
+			  DP_CQE_F_LOCAL);
 	region_put(op->ra);
 	region_put(op->rb);
 	op->next = p->ops_free;
@@ -36,14 +38,19 @@ void copy_engine_submit(struct poller *p, const struct copy_req *req)
 {
 	struct copy_op *op;
 
+	if (gpu_copy_wanted(req)) {
+		gpu_copy_submit(p, req);
+		return;
+	}
 	if (req->len <= cfg.inline_max) {
 		memcpy(req->dst, req->src, req->len);
-		queue_complete(req->q, req->user_data, 0, req->len, DP_CQE_F_LOCAL);
+		queue_complete_ns(req->q, req->user_data, req->submit_ns, 0, req->len,
+				  DP_CQE_F_LOCAL);
 		return;
 	}
 	op = op_alloc(p);
 	if (!op) {
-		queue_complete(req->q, req->user_data, -ENOMEM, 0, 0);
+		queue_complete_ns(req->q, req->user_data, req->submit_ns, -ENOMEM, 0, 0);
 		return;
 	}
 	/* The regions were found in this loop, so they are alive (QSBR); the
@@ -52,6 +59,7 @@ void copy_engine_submit(struct poller *p, const struct copy_req *req)
 	atomic_fetch_add(&req->rb->refs, 1);
 	*op = (struct copy_op){.q = req->q,
 			       .user_data = req->user_data,
+			       .submit_ns = req->submit_ns,
 			       .dst = req->dst,
 			       .src = req->src,
 			       .len = req->len,
@@ -93,16 +101,17 @@ int copy_engine_progress(struct poller *p)
 			p->ops_head = op;
 		p->ops_tail = op;
 	}
-	return steps;
+	return steps + gpu_progress(p);
 }
 
 bool copy_engine_busy(const struct poller *p)
 {
-	return p->ops_head != NULL;
+	return p->ops_head != NULL || gpu_busy(p);
 }
 
 void copy_engine_free(struct poller *p)
 {
+	gpu_poller_free(p);
 	while (p->ops_free) {
 		struct copy_op *op = p->ops_free;
 

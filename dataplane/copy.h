@@ -15,6 +15,7 @@
 struct copy_req {
 	struct queue *q;
 	uint64_t user_data;
+	uint64_t submit_ns; /* the descriptor's stamp, for queue_complete_ns() */
 	uint8_t *dst;
 	const uint8_t *src;
 	uint64_t len;

@@ -23,6 +23,7 @@
 #include "dataplane.h"
 #include "dp_proto.h"
 #include "dp_ring.h"
+#include "dp_stats.h"
 
 #define DP_MAX_POLLERS 64
 #define DP_MAX_REGIONS 1024 /* per client */
@@ -50,6 +51,7 @@ struct dp_config {
 	unsigned max_depth;
 	int rpc_port;
 	char stats_name[64];
+	bool no_stats;	   /* --no-stats: no stats region, no hot-path counting for it */
 	size_t chunk;      /* local copy engine: bytes per step */
 	size_t inline_max; /* copies up to this size run at once */
 	char server_host[DP_NAME_MAX]; /* host part of the server name */
@@ -115,6 +117,9 @@ struct seg_handle {
 /* Counters of one queue, single writer (its poller). */
 struct queue_counters {
 	uint64_t submitted, completed, failed, bytes, local_copies, doorbells;
+	/* Kept for the stats region (stats.h) only when it exists. */
+	uint64_t lat_sum_ns, lat_max_ns, lat_unstamped, submitted_seen;
+	uint64_t failed_by[DP_STATS_NERR];
 };
 
 struct queue {
@@ -131,6 +136,7 @@ struct queue {
 	bool broken;
 	uint32_t nstage; /* completions written to the CQ, not yet published */
 	struct queue_counters ctr;
+	struct dp_stats_queue *st; /* its block in the stats region, or NULL */
 	struct queue *next; /* the poller's list */
 };
 
@@ -155,6 +161,7 @@ struct client {
 struct copy_op {
 	struct queue *q;
 	uint64_t user_data;
+	uint64_t submit_ns;
 	uint8_t *dst;
 	const uint8_t *src;
 	uint64_t len, done;
@@ -181,6 +188,7 @@ struct poller {
 	void *gpu;    /* gpu.c */
 	void *fileio; /* fileio.c */
 	void *fabric; /* fabric.c */
+	struct stats_poller *stats; /* stats.c; NULL without a stats region */
 };
 
 /* service.c */
@@ -198,8 +206,16 @@ void pollers_stop(void);
 void pollers_free(void);
 void poller_add_queue(struct queue *q);
 void poller_kick(struct poller *p);
-void queue_complete(struct queue *q, uint64_t user_data, int status, uint64_t bytes,
-		    uint32_t flags);
+/* Stages a completion; submit_ns is the descriptor's dp_desc.submit_ns
+ * (the stats region's latency histogram). */
+void queue_complete_ns(struct queue *q, uint64_t user_data, uint64_t submit_ns, int status,
+		       uint64_t bytes, uint32_t flags);
+/* For engines that did not keep submit_ns: counted, not timed. */
+static inline void queue_complete(struct queue *q, uint64_t user_data, int status, uint64_t bytes,
+				  uint32_t flags)
+{
+	queue_complete_ns(q, user_data, 0, status, bytes, flags);
+}
 
 /* control.c */
 int control_run(int rpc_fd);

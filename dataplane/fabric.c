@@ -130,7 +130,7 @@ static const char *prov_name(void)
 	return fab_cfg.provider;
 }
 
-static struct fi_info *rail_hints(const char *prov, bool hmem)
+static struct fi_info *rail_hints(const char *prov, bool hmem, bool delivery)
 {
 	struct fi_info *h = fi_allocinfo();
 
@@ -145,6 +145,10 @@ static struct fi_info *rail_hints(const char *prov, bool hmem)
 	h->domain_attr->threading = FI_THREAD_SAFE;
 	h->domain_attr->av_type = FI_AV_TABLE;
 	h->mode = FI_CONTEXT | FI_CONTEXT2;
+	/* A WRITE completes when its bytes are in the target's memory: tcp
+	 * and shm otherwise report a write done once it is sent. */
+	if (delivery)
+		h->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
 	if (prov)
 		h->fabric_attr->prov_name = strdup(prov);
 	return h;
@@ -164,14 +168,17 @@ static int get_infos(struct fi_info **out)
 		const char *p = strcmp(fab_cfg.provider, "auto") ? prov_name() : order[i];
 
 		/* FI_HMEM first where GPU memory can exist; a provider without
-		 * it still serves host memory. */
+		 * it still serves host memory. Delivery-complete writes first;
+		 * a provider that lacks them is logged (rail_open). */
 		for (int h = hmem; h >= 0; h--) {
-			struct fi_info *hints = rail_hints(p, h);
+			for (int dc = 1; dc >= 0; dc--) {
+				struct fi_info *hints = rail_hints(p, h, dc);
 
-			rc = fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, out);
-			fi_freeinfo(hints);
-			if (!rc)
-				return 0;
+				rc = fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, out);
+				fi_freeinfo(hints);
+				if (!rc)
+					return 0;
+			}
 		}
 		if (strcmp(fab_cfg.provider, "auto"))
 			break;
@@ -225,6 +232,9 @@ static int rail_open(struct rail *r, struct fi_info *fi)
 		 fi->domain_attr->name, fi->ep_attr->max_msg_size, fi->tx_attr->size,
 		 fi->tx_attr->inject_size, mr_mode_str(fi->domain_attr->mr_mode, mm, sizeof(mm)),
 		 fi->caps & FI_HMEM ? ", FI_HMEM" : "");
+	if (!(fi->tx_attr->op_flags & FI_DELIVERY_COMPLETE))
+		log_warn("rail %ld: no FI_DELIVERY_COMPLETE; a WRITE completes when the provider "
+			 "says it is sent", (long)(r - rails));
 	return 0;
 }
 
@@ -502,7 +512,8 @@ void fabric_submit(struct poller *p, struct queue *q, const struct dp_desc *d,
 	struct remote_seg *rs = seg->remote;
 	struct fab_op *op;
 
-	if (!fp || !local->priv || rs->peer->nrails == 0) {
+	/* A peer known to be gone fails at once, not after the timeout. */
+	if (!fp || !local->priv || rs->peer->nrails == 0 || atomic_load(&rs->peer->dead)) {
 		queue_complete(q, d->user_data, -EHOSTUNREACH, 0, DP_CQE_F_FABRIC);
 		return;
 	}
@@ -563,10 +574,19 @@ static int slice_post(struct fab_poller *fp, struct fab_slice *s)
 	return 0;
 }
 
+/* Marks a peer gone: its cached segments are dropped by the control thread
+ * (rpc.c), which checks `dead` on the next open. */
+static void peer_lost(struct peer *pr)
+{
+	if (!atomic_exchange(&pr->dead, 1))
+		log_warn("fabric: peer %s unreachable; its segments are dropped", pr->name);
+}
+
 /* A slice that failed: again on the next rail while tries remain. */
 static void slice_failed(struct fab_op *op, struct fab_slice *s, int err)
 {
-	unsigned n = op->seg->remote->peer->nrails;
+	struct peer *peer = op->seg->remote->peer;
+	unsigned n = peer->nrails;
 
 	if (op->q && s->tries < n && !atomic_load(&op->seg->dead)) {
 		s->tries++;
@@ -577,9 +597,14 @@ static void slice_failed(struct fab_op *op, struct fab_slice *s, int err)
 	}
 	free(s);
 	/* Whatever the provider said, a transfer to a peer that went away
-	 * failed because it went away. */
-	if (atomic_load(&op->seg->remote->peer->dead))
+	 * failed because it went away. A slice that failed on every rail
+	 * means the peer is lost too, whatever the error: sockets reports a
+	 * dead peer as a plain FI_EIO, and a cached description that a
+	 * restarted peer no longer honours must be asked for again. */
+	if (atomic_load(&peer->dead))
 		err = -EHOSTUNREACH;
+	else if (op->q)
+		peer_lost(peer);
 	if (!op->status)
 		op->status = err;
 }
@@ -599,14 +624,6 @@ static int errno_of(int fi_err)
 	default:
 		return -EIO;
 	}
-}
-
-/* Marks a peer gone: its cached segments are dropped by the control thread
- * (rpc.c), which checks `dead` on the next open. */
-static void peer_lost(struct peer *pr)
-{
-	if (!atomic_exchange(&pr->dead, 1))
-		log_warn("fabric: peer %s unreachable; its segments are dropped", pr->name);
 }
 
 static int reap(struct poller *p, struct fab_poller *fp)
@@ -729,8 +746,10 @@ int fabric_progress(struct poller *p)
 		if (op->q && !op->status)
 			work += op_post(fp, op);
 		if (t && op->q && t > op->deadline_ns) {
-			log_warn("fabric: transfer to %s timed out after %u ms",
-				 op->seg->remote->peer->name, fab_cfg.timeout_ms);
+			/* Once per peer, not once per transfer. */
+			if (!atomic_load(&op->seg->remote->peer->dead))
+				log_warn("fabric: transfer to %s timed out after %u ms",
+					 op->seg->remote->peer->name, fab_cfg.timeout_ms);
 			peer_lost(op->seg->remote->peer);
 			op_complete(op, -ETIMEDOUT);
 		}

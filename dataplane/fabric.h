@@ -35,6 +35,11 @@ struct peer {
 	unsigned nrails;
 	fi_addr_t addr[DP_MAX_RAILS];
 	atomic_int dead;
+	/* The addresses as the peer sent them: the same name with other
+	 * addresses is a restarted peer. */
+	unsigned nsent;
+	uint32_t sent_len[DP_MAX_RAILS];
+	uint8_t sent[DP_MAX_RAILS][DP_FABRIC_ADDR_MAX];
 	struct peer *next;
 };
 

@@ -22,16 +22,10 @@
 #include "copy.h"
 #include "dp_internal.h"
 #include "fabric.h"
+#include "fileio.h"
+#include "stats.h"
 
 struct poller pollers[DP_MAX_POLLERS];
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 void poller_kick(struct poller *p)
 {
@@ -53,6 +47,7 @@ static void queue_mark_broken(struct queue *q, const char *why)
  * the CQ tail per queue per loop, and a doorbell only for a sleeping client. */
 static void queue_flush_cq(struct queue *q)
 {
+	stats_queue_flush(q);
 	if (!q->nstage)
 		return;
 	if (!q->broken) {
@@ -71,8 +66,8 @@ static void queue_flush_cq(struct queue *q)
  * the client moved its head, and the queue is broken (its completions are
  * dropped; it is being disconnected).
  */
-void queue_complete(struct queue *q, uint64_t user_data, int status, uint64_t bytes,
-		    uint32_t flags)
+void queue_complete_ns(struct queue *q, uint64_t user_data, uint64_t submit_ns, int status,
+		       uint64_t bytes, uint32_t flags)
 {
 	struct dp_ring *cq = &q->pair.cq;
 	struct dp_cqe *e;
@@ -84,6 +79,7 @@ void queue_complete(struct queue *q, uint64_t user_data, int status, uint64_t by
 		q->ctr.completed++;
 		q->ctr.bytes += bytes;
 	}
+	stats_complete(q, submit_ns, status, bytes, flags);
 	if (q->broken)
 		return;
 	if (dp_ring_size(cq) - (cq->local - cq->cached) <= q->nstage &&
@@ -127,7 +123,10 @@ static int desc_resolve(struct queue *q, const struct dp_desc *d, struct copy_re
 	if (atomic_load_explicit(&seg->dead, memory_order_acquire))
 		return -ECONNRESET;
 	need = d->opcode == DP_OP_WRITE ? DP_ACCESS_WRITE : DP_ACCESS_READ;
-	if (!(h->access & need))
+	/* A file region allows what its fd allows: the local region is read
+	 * by a WRITE and written by a READ. */
+	if (!(h->access & need) || !fileio_access_ok(local, need ^ DP_ACCESS_RW) ||
+	    (!seg->remote && !fileio_access_ok(seg->region, need)))
 		return -EPERM;
 	/* Written as subtractions so that no offset + length can overflow. */
 	if (d->len > local->len || d->local_off > local->len - d->len)
@@ -136,6 +135,8 @@ static int desc_resolve(struct queue *q, const struct dp_desc *d, struct copy_re
 		/* Another service's segment: the fabric path. */
 		if (d->len > seg->remote->len || d->target_off > seg->remote->len - d->len)
 			return -EFAULT;
+		if (local->kind == REGION_FILE)
+			return -ENOTSUP; /* docs/files.md: not over the fabric yet */
 		req->ra = local;
 		req->rb = NULL;
 		req->seg = seg;
@@ -144,6 +145,13 @@ static int desc_resolve(struct queue *q, const struct dp_desc *d, struct copy_re
 	target = seg->region;
 	if (d->len > target->len || d->target_off > target->len - d->len)
 		return -EFAULT;
+	if (local->kind == REGION_FILE || target->kind == REGION_FILE) {
+		/* No address here: fileio.c works from the descriptor. */
+		req->ra = local;
+		req->rb = target;
+		req->seg = NULL;
+		return 0;
+	}
 	if (d->opcode == DP_OP_WRITE) {
 		req->dst = target->base + d->target_off;
 		req->src = local->base + d->local_off;
@@ -171,16 +179,21 @@ static void desc_process(struct poller *p, struct queue *q, const struct dp_desc
 	else
 		rc = desc_resolve(q, d, &req);
 	if (rc || d->opcode == DP_OP_NOP) {
-		queue_complete(q, d->user_data, rc, 0, 0);
+		queue_complete_ns(q, d->user_data, d->submit_ns, rc, 0, 0);
 		return;
 	}
 	if (req.seg) {
 		fabric_submit(p, q, d, req.ra, req.seg);
 		return;
 	}
+	if (req.ra->kind == REGION_FILE || req.rb->kind == REGION_FILE) {
+		fileio_submit(p, q, d, req.ra, req.rb);
+		return;
+	}
 	q->ctr.local_copies++;
 	req.q = q;
 	req.user_data = d->user_data;
+	req.submit_ns = d->submit_ns;
 	copy_engine_submit(p, &req);
 }
 
@@ -231,12 +244,13 @@ static void queue_cancel_sq(struct queue *q)
 	room -= (int)q->inflight + (int)q->nstage;
 	while (room-- > 0 && dp_ring_dequeue(&q->pair.sq, &d) == 1) {
 		q->ctr.submitted++;
-		queue_complete(q, d.user_data, -ECANCELED, 0, 0);
+		queue_complete_ns(q, d.user_data, d.submit_ns, -ECANCELED, 0, 0);
 	}
 }
 
 static void queue_free(struct poller *p, struct queue *q)
 {
+	stats_queue_retire(q);
 	epoll_ctl(p->epfd, EPOLL_CTL_DEL, q->sq_efd, NULL);
 	close(q->sq_efd);
 	close(q->cq_efd);
@@ -273,6 +287,7 @@ void poller_add_queue(struct queue *q)
 		if (atomic_load(&pollers[i].nqueues) < atomic_load(&best->nqueues))
 			best = &pollers[i];
 	q->poller = best;
+	stats_queue_attach(q);
 	atomic_fetch_add(&best->nqueues, 1);
 	pthread_mutex_lock(&best->inbox_lock);
 	q->next = best->inbox;
@@ -308,7 +323,7 @@ static void poller_sleep(struct poller *p)
 	struct queue *q, *armed_end = NULL;
 	int n;
 
-	if (copy_engine_busy(p) || fabric_busy(p) || fabric_trywait(p))
+	if (copy_engine_busy(p) || fileio_busy(p) || fabric_busy(p) || fabric_trywait(p))
 		return;
 	for (q = p->queues; q; q = q->next) {
 		if (q->broken)
@@ -320,10 +335,12 @@ static void poller_sleep(struct poller *p)
 	}
 	if (!armed_end) {
 		/* Quiescent while asleep: we hold no table pointer. */
+		stats_poller_sleeping(p);
 		atomic_store(&p->sleeping, 1);
 		p->sleeps++;
 		n = epoll_wait(p->epfd, evs, 32, fabric_sleep_cap_ms() > 0 ? fabric_sleep_cap_ms() : 200);
 		atomic_store(&p->sleeping, 0);
+		stats_poller_woke(p, n);
 		for (int i = 0; i < n; i++)
 			if (evs[i].data.fd >= 0)
 				dp_doorbell_drain(evs[i].data.fd);
@@ -341,6 +358,7 @@ static void poller_shutdown(struct poller *p)
 	while (copy_engine_busy(p))
 		copy_engine_progress(p);
 	fabric_cancel_all(p);
+	fileio_cancel_all(p);
 	for (q = p->queues; q; q = q->next)
 		queue_flush_cq(q);
 }
@@ -370,14 +388,15 @@ static void *poller_main(void *arg)
 			work += queue_drain_sq(p, q);
 		work += copy_engine_progress(p);
 		work += fabric_progress(p);
+		work += fileio_progress(p);
 		poller_flush(p);
 		p->loops++;
+		uint64_t t = stats_loop_end(p, work);
 		if (work) {
 			p->busy_loops++;
 			idle_since = 0;
 			continue;
 		}
-		uint64_t t = now_ns();
 		if (!idle_since)
 			idle_since = t;
 		else if (t - idle_since >= spin_ns) {

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "rpc.h"
@@ -49,16 +50,36 @@ int rpc_listen(void)
 	return fd;
 }
 
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Waits for `events` until the deadline (CLOCK_MONOTONIC ms): one limit for
+ * a whole exchange, so a peer that trickles bytes gets no more time than
+ * one that sends nothing. */
+static int wait_until(int fd, short events, uint64_t deadline)
+{
+	struct pollfd pfd = {.fd = fd, .events = events};
+	uint64_t t = now_ms();
+
+	if (t >= deadline || poll(&pfd, 1, (int)(deadline - t)) <= 0)
+		return -ETIMEDOUT;
+	return 0;
+}
+
 /* Reads exactly len bytes before the deadline. */
-static int read_full(int fd, void *buf, size_t len, int timeout_ms)
+static int read_full(int fd, void *buf, size_t len, uint64_t deadline)
 {
 	size_t got = 0;
 
 	while (got < len) {
-		struct pollfd pfd = {.fd = fd, .events = POLLIN};
 		ssize_t n;
 
-		if (poll(&pfd, 1, timeout_ms) <= 0)
+		if (wait_until(fd, POLLIN, deadline))
 			return -ETIMEDOUT;
 		n = recv(fd, (char *)buf + got, len - got, MSG_DONTWAIT);
 		if (n == 0)
@@ -73,15 +94,14 @@ static int read_full(int fd, void *buf, size_t len, int timeout_ms)
 	return 0;
 }
 
-static int write_full(int fd, const void *buf, size_t len, int timeout_ms)
+static int write_full(int fd, const void *buf, size_t len, uint64_t deadline)
 {
 	size_t put = 0;
 
 	while (put < len) {
-		struct pollfd pfd = {.fd = fd, .events = POLLOUT};
 		ssize_t n;
 
-		if (poll(&pfd, 1, timeout_ms) <= 0)
+		if (wait_until(fd, POLLOUT, deadline))
 			return -ETIMEDOUT;
 		n = send(fd, (const char *)buf + put, len - put, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (n < 0) {
@@ -90,6 +110,27 @@ static int write_full(int fd, const void *buf, size_t len, int timeout_ms)
 			return -errno;
 		}
 		put += (size_t)n;
+	}
+	return 0;
+}
+
+int rpc_segment_record(const struct segment *s, struct dp_rpc_lookup_reply *r)
+{
+	memcpy(r->server_name, cfg.server_name, sizeof(r->server_name));
+	r->access = s->access;
+	r->len = s->region->len;
+	r->base = fabric_virt_addr() ? (uint64_t)(uintptr_t)s->region->base : 0;
+	r->flags = fabric_virt_addr() ? DP_RPC_F_VIRT_ADDR : 0;
+	r->nrails = fabric_nrails();
+	for (unsigned i = 0; i < r->nrails; i++) {
+		size_t len = DP_FABRIC_ADDR_MAX;
+
+		if (fabric_rail_addr(i, r->rail[i].addr, &len)) {
+			r->status = -EIO;
+			return -EIO;
+		}
+		r->rail[i].addr_len = (uint32_t)len;
+		r->rail[i].key = s->fab_keys[i];
 	}
 	return 0;
 }
@@ -110,21 +151,7 @@ static void fill_reply(const struct dp_rpc_lookup *req, struct dp_rpc_lookup_rep
 		r->status = -ENOENT;
 		return;
 	}
-	r->access = s->access;
-	r->len = s->region->len;
-	r->base = fabric_virt_addr() ? (uint64_t)(uintptr_t)s->region->base : 0;
-	r->flags = fabric_virt_addr() ? DP_RPC_F_VIRT_ADDR : 0;
-	r->nrails = fabric_nrails();
-	for (unsigned i = 0; i < r->nrails; i++) {
-		size_t len = DP_FABRIC_ADDR_MAX;
-
-		if (fabric_rail_addr(i, r->rail[i].addr, &len)) {
-			r->status = -EIO;
-			return;
-		}
-		r->rail[i].addr_len = (uint32_t)len;
-		r->rail[i].key = s->fab_keys[i];
-	}
+	rpc_segment_record(s, r);
 }
 
 void rpc_serve(int lfd)
@@ -138,13 +165,14 @@ void rpc_serve(int lfd)
 		struct dp_rpc_lookup_reply r;
 	} out;
 	int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+	uint64_t deadline = now_ms() + SERVE_TIMEOUT_MS;
 
 	if (fd < 0)
 		return;
 	memset(&out, 0, sizeof(out));
 	out.h = (struct dp_rpc_hdr){.magic = DP_RPC_MAGIC, .version = DP_RPC_VERSION,
 				    .type = DP_RPC_LOOKUP | DP_RPC_REPLY, .len = sizeof(out.r)};
-	if (read_full(fd, &in.h, sizeof(in.h), SERVE_TIMEOUT_MS)) {
+	if (read_full(fd, &in.h, sizeof(in.h), deadline)) {
 		close(fd);
 		return;
 	}
@@ -154,13 +182,13 @@ void rpc_serve(int lfd)
 		out.r.status = -EPROTONOSUPPORT;
 	else if (in.h.type != DP_RPC_LOOKUP || in.h.len != sizeof(in.req))
 		out.r.status = -EBADMSG;
-	else if (read_full(fd, &in.req, sizeof(in.req), SERVE_TIMEOUT_MS))
+	else if (read_full(fd, &in.req, sizeof(in.req), deadline))
 		out.r.status = -EBADMSG;
 	else
 		fill_reply(&in.req, &out.r);
 	if (out.r.status)
 		log_debug("peer RPC: request refused: %s", strerror(-out.r.status));
-	write_full(fd, &out, sizeof(out), SERVE_TIMEOUT_MS);
+	write_full(fd, &out, sizeof(out), deadline);
 	close(fd);
 }
 
@@ -255,7 +283,7 @@ int rpc_lookup(const char *peer, const char *name, struct dp_rpc_lookup_reply *o
 	} msg;
 	struct dp_rpc_hdr h;
 	char host[DP_NAME_MAX], port[16];
-	struct pollfd pfd;
+	uint64_t deadline = now_ms() + DP_RPC_TIMEOUT_MS;
 	int fd, rc, err = 0;
 	socklen_t elen = sizeof(err);
 
@@ -274,8 +302,7 @@ int rpc_lookup(const char *peer, const char *name, struct dp_rpc_lookup_reply *o
 		close(fd);
 		return -EHOSTUNREACH;
 	}
-	pfd = (struct pollfd){.fd = fd, .events = POLLOUT};
-	if (rc < 0 && (poll(&pfd, 1, DP_RPC_TIMEOUT_MS) <= 0 ||
+	if (rc < 0 && (wait_until(fd, POLLOUT, deadline) ||
 		       getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) || err)) {
 		close(fd);
 		return err ? -EHOSTUNREACH : -ETIMEDOUT;
@@ -284,13 +311,13 @@ int rpc_lookup(const char *peer, const char *name, struct dp_rpc_lookup_reply *o
 	msg.h = (struct dp_rpc_hdr){.magic = DP_RPC_MAGIC, .version = DP_RPC_VERSION,
 				    .type = DP_RPC_LOOKUP, .len = sizeof(msg.req)};
 	snprintf(msg.req.name, sizeof(msg.req.name), "%s", name);
-	rc = write_full(fd, &msg, sizeof(msg), DP_RPC_TIMEOUT_MS);
+	rc = write_full(fd, &msg, sizeof(msg), deadline);
 	if (!rc)
-		rc = read_full(fd, &h, sizeof(h), DP_RPC_TIMEOUT_MS);
+		rc = read_full(fd, &h, sizeof(h), deadline);
 	if (!rc && h.len != sizeof(*out))
 		rc = -EBADMSG;
 	if (!rc)
-		rc = read_full(fd, out, sizeof(*out), DP_RPC_TIMEOUT_MS);
+		rc = read_full(fd, out, sizeof(*out), deadline);
 	close(fd);
 	if (rc == -ECONNRESET)
 		return -EHOSTUNREACH;

@@ -53,6 +53,11 @@ struct dp_rpc_lookup_reply {
 int rpc_listen(void);
 void rpc_serve(int lfd);
 
+/* The description of an export (one with fabric registrations) as a
+ * lookup reply: what the RPC port answers and what the cluster directory
+ * publishes (directory.c). 0 or -EIO. */
+int rpc_segment_record(const struct segment *s, struct dp_rpc_lookup_reply *r);
+
 /* Checks a reply as received: 0, the peer's negative status, or -EBADMSG. */
 int rpc_reply_check(const struct dp_rpc_hdr *h, const struct dp_rpc_lookup_reply *r);
 

@@ -17,9 +17,13 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "directory.h"
 #include "dp_internal.h"
 #include "fabric.h"
+#include "fileio.h"
+#include "gpu.h"
 #include "rpc.h"
+#include "stats.h"
 
 struct dp_config cfg;
 atomic_int dp_stopping;
@@ -51,10 +55,15 @@ void region_put(struct region *r)
 	switch (r->kind) {
 	case REGION_HOST:
 		fabric_region_deregister(r);
+		gpu_host_unregister(r);
 		munmap(r->map, r->map_len);
 		break;
 	case REGION_CUDA:
+		fabric_region_deregister(r);
+		gpu_region_close(r);
+		break;
 	case REGION_FILE:
+		fileio_region_close(r);
 		break;
 	}
 	free(r);
@@ -97,7 +106,17 @@ static void usage(FILE *f)
 		"                       (efa: every device; others: the first) (default auto)\n"
 		"  --slice BYTES        fabric transfers go in slices of this size (default 1048576)\n"
 		"  --fabric-timeout-ms N  a transfer to a peer fails with ETIMEDOUT after this (default 5000)\n"
-		"  --stats NAME         name of the shared-memory stats region\n"
+		"  --file-root DIR      dp_open_file paths are opened beneath DIR (default: none, refused)\n"
+		"  --io-depth N         file I/O: reads/writes in flight per poller (default 32)\n"
+		"  --io-slice BYTES     file I/O: bytes per read/write, a multiple of 4096 (default 1048576)\n"
+		"  --staging BYTES      file I/O: pinned staging pool for GPU targets (default 67108864)\n"
+		"  --directory URL      cluster directory redis://[user:password@]host[:port][/db]:\n"
+		"                       exports are published there, unknown names looked up there\n"
+		"                       (password also from $DP_DIRECTORY_PASSWORD) (default: none)\n"
+		"  --directory-ttl S    records expire S seconds after their owner stops (default 10)\n"
+		"  --stats NAME         name of the shared-memory stats region in /dev/shm\n"
+		"                       (default dataplane-HASH, derived from the socket path)\n"
+		"  --no-stats           no stats region (and no counting for it on the data path)\n"
 		"  --log-level LEVEL    error, warn, info or debug (default info)\n"
 		"  --help               this text\n"
 		"Exit codes: 0 clean shutdown (SIGTERM/SIGINT), 1 start-up failure, 2 bad usage.\n",
@@ -180,8 +199,8 @@ static void default_socket_path(char *out, size_t len)
 static void parse_args(int argc, char **argv)
 {
 	enum { O_SOCKET = 256, O_POLLERS, O_CPUS, O_SPIN, O_MAXCL, O_MAXQ, O_DEPTH, O_MAXDEPTH,
-	       O_CHUNK, O_RPC, O_STATS, O_LOG, O_HELP, O_HOST, O_PROV, O_NICS, O_SLICE,
-	       O_FTIMEOUT };
+	       O_CHUNK, O_RPC, O_STATS, O_NOSTATS, O_LOG, O_HELP, O_HOST, O_PROV, O_NICS, O_SLICE,
+	       O_FTIMEOUT, O_FROOT, O_IODEPTH, O_IOSLICE, O_STAGING, O_DIR, O_DIRTTL };
 	static const struct option opts[] = {
 		{"socket", required_argument, 0, O_SOCKET},
 		{"pollers", required_argument, 0, O_POLLERS},
@@ -194,6 +213,7 @@ static void parse_args(int argc, char **argv)
 		{"copy-chunk", required_argument, 0, O_CHUNK},
 		{"rpc-port", required_argument, 0, O_RPC},
 		{"stats", required_argument, 0, O_STATS},
+		{"no-stats", no_argument, 0, O_NOSTATS},
 		{"log-level", required_argument, 0, O_LOG},
 		{"help", no_argument, 0, O_HELP},
 		{"server-name", required_argument, 0, O_HOST},
@@ -201,6 +221,12 @@ static void parse_args(int argc, char **argv)
 		{"nics", required_argument, 0, O_NICS},
 		{"slice", required_argument, 0, O_SLICE},
 		{"fabric-timeout-ms", required_argument, 0, O_FTIMEOUT},
+		{"file-root", required_argument, 0, O_FROOT},
+		{"io-depth", required_argument, 0, O_IODEPTH},
+		{"io-slice", required_argument, 0, O_IOSLICE},
+		{"staging", required_argument, 0, O_STAGING},
+		{"directory", required_argument, 0, O_DIR},
+		{"directory-ttl", required_argument, 0, O_DIRTTL},
 		{0, 0, 0, 0},
 	};
 	static const char *const levels[] = {"error", "warn", "info", "debug"};
@@ -259,6 +285,9 @@ static void parse_args(int argc, char **argv)
 				die_usage("--stats %s: want a name without '/', under 64 bytes", optarg);
 			strcpy(cfg.stats_name, optarg);
 			break;
+		case O_NOSTATS:
+			cfg.no_stats = true;
+			break;
 		case O_LOG:
 			dp_log_level = -1;
 			for (int i = 0; i < 4; i++)
@@ -296,6 +325,31 @@ static void parse_args(int argc, char **argv)
 			break;
 		case O_FTIMEOUT:
 			fab_cfg.timeout_ms = (unsigned)parse_num("--fabric-timeout-ms", optarg, 1, 3600000);
+			break;
+		case O_FROOT:
+			if (!*optarg || strlen(optarg) >= sizeof(fio_cfg.root))
+				die_usage("--file-root %s: empty or too long", optarg);
+			strcpy(fio_cfg.root, optarg);
+			break;
+		case O_IODEPTH:
+			fio_cfg.depth = (unsigned)parse_num("--io-depth", optarg, 1, 4096);
+			break;
+		case O_IOSLICE:
+			fio_cfg.slice = parse_num("--io-slice", optarg, 4096, 1ul << 30);
+			if (fio_cfg.slice % 4096)
+				die_usage("--io-slice %s: want a multiple of 4096", optarg);
+			break;
+		case O_STAGING:
+			fio_cfg.staging = parse_num("--staging", optarg, 0, 1ul << 40);
+			break;
+		case O_DIR:
+			/* The URL is not echoed: it may hold a password. */
+			if (directory_configure(optarg))
+				die_usage("%s: want redis://[user:password@]host[:port][/db]",
+					  "--directory");
+			break;
+		case O_DIRTTL:
+			directory_set_ttl((unsigned)parse_num("--directory-ttl", optarg, 1, 86400));
 			break;
 		default:
 			die_usage("unknown or incomplete option '%s'", argv[optind - 1]);
@@ -369,9 +423,20 @@ int main(int argc, char **argv)
 	}
 	log_info("starting: server %s, %u poller(s), queue depth %u, spin %u us",
 		 cfg.server_name, cfg.pollers, cfg.queue_depth, cfg.spin_us);
+	rc = stats_init();
+	if (rc) {
+		log_err("stats region: %s (or run with --no-stats)", strerror(-rc));
+		return 1;
+	}
+	gpu_init();
 	rc = fabric_init();
 	if (rc) {
 		log_err("fabric: %s (use --provider none for local transfers only)", strerror(-rc));
+		return 1;
+	}
+	rc = fileio_init();
+	if (rc) {
+		log_err("file I/O: %s", strerror(-rc));
 		return 1;
 	}
 	rc = pollers_start();
@@ -382,6 +447,8 @@ int main(int argc, char **argv)
 	rc = control_run(rpc_fd);
 	pollers_free();
 	fabric_fini();
+	fileio_fini();
+	stats_fini();
 	if (rc) {
 		log_err("stopped: %s", strerror(-rc));
 		return 1;

@@ -18,13 +18,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cuda_export.h"
 #include "dataplane.h"
 #include "dp_proto.h"
 #include "dp_ring.h"
 
 #define MAX_ALLOCS 1024
 #define RPC_TIMEOUT_S 10
-#define LIVENESS_EVERY_NS 1000000ull /* idle dp_poll checks the socket this often */
+#define LIVENESS_EVERY_NS 1000000ull /* dp_submit and idle dp_poll check the socket this often */
 
 struct alloc {
 	int region;
@@ -342,6 +343,51 @@ int dp_register_fd(struct dp_client *c, int fd, uint64_t off, uint64_t len)
 	return rc ? rc : (int)r.id;
 }
 
+int dp_register_cuda(struct dp_client *c, void *ptr, size_t len)
+{
+	struct dp_msg_region_register_cuda req;
+	struct dp_msg_id_reply r;
+	int rc;
+
+	if (!c || !ptr || !len)
+		return -EINVAL;
+	rc = dp_cuda_export(ptr, len, &req);
+	if (rc)
+		return rc;
+	rc = rpc_locked(c, DP_MSG_REGION_REGISTER_CUDA, &req, sizeof(req), -1, &r, sizeof(r), NULL,
+			0);
+	return rc ? rc : (int)r.id;
+}
+
+int dp_register_file(struct dp_client *c, int fd, uint64_t offset, uint64_t len, unsigned flags)
+{
+	struct dp_msg_region_file req = {.offset = offset, .len = len, .access = flags};
+	struct dp_msg_id_reply r;
+	int rc;
+
+	if (!c || fd < 0)
+		return -EINVAL;
+	rc = rpc_locked(c, DP_MSG_REGION_REGISTER_FILE, &req, sizeof(req), fd, &r, sizeof(r), NULL,
+			0);
+	return rc ? rc : (int)r.id;
+}
+
+int dp_open_file(struct dp_client *c, const char *path, uint64_t offset, uint64_t len,
+		 unsigned flags)
+{
+	struct dp_msg_region_path req = {.file = {.offset = offset, .len = len, .access = flags}};
+	struct dp_msg_id_reply r;
+	int rc;
+
+	if (!c || !path || !*path)
+		return -EINVAL;
+	if (strlen(path) >= sizeof(req.path))
+		return -ENAMETOOLONG;
+	strcpy(req.path, path);
+	rc = rpc_locked(c, DP_MSG_REGION_OPEN_PATH, &req, sizeof(req), -1, &r, sizeof(r), NULL, 0);
+	return rc ? rc : (int)r.id;
+}
+
 /* A sealed memfd of `len` bytes, mapped; huge pages when asked and the host
  * has them reserved (hugetlbfs fails at mmap time when it has none). */
 static int map_memfd(size_t len, bool huge, int *fd_out, void **addr)
@@ -519,11 +565,15 @@ int dp_submit(struct dp_queue *q, const struct dp_desc *descs, unsigned n)
 
 	if (q->c->dead)
 		return -ECONNRESET;
+	/* The ring alone never says that the service died: a client that
+	 * submits slowly and reaps late would fill it for seconds first. */
+	if (idle_check(q))
+		return -ECONNRESET;
 	credit = q->depth - q->in_flight;
 	if (n > credit)
 		n = credit;
 	if (!n)
-		return idle_check(q);
+		return 0;
 	k = dp_ring_reserve(&q->pair.sq, n, &idx);
 	if (k <= 0)
 		return k < 0 ? k : idle_check(q);
@@ -623,6 +673,10 @@ const char *dp_strerror(int err)
 		return "peer service unreachable";
 	case ECANCELED:
 		return "cancelled: the service is shutting down";
+	case ENODEV:
+		return "no usable GPU (no device or driver here, or the service sees none)";
+	case ENOTSUP:
+		return "not supported (GPU memory needs CUDA; file transfers: docs/files.md)";
 	default:
 		return err < 0 ? strerror(-err) : "not an error code";
 	}

@@ -65,7 +65,8 @@ struct dp_cqe {
 #define DP_CQE_F_LOCAL 1u
 /** The transfer went through the fabric (libfabric RMA to another service). */
 #define DP_CQE_F_FABRIC 2u
-/** A GPU took part (cudaMemcpyAsync on the poller's stream). */
+/** A GPU took part (cudaMemcpyAsync on the poller's stream; with
+ * DP_CQE_F_LOCAL for a same-service copy). */
 #define DP_CQE_F_GPU 4u
 /** A file took part (io_uring). */
 #define DP_CQE_F_FILE 8u
@@ -77,6 +78,10 @@ _Static_assert(sizeof(struct dp_cqe) == 32, "completion is 32 bytes");
 #define DP_ACCESS_READ 1u
 #define DP_ACCESS_WRITE 2u
 #define DP_ACCESS_RW (DP_ACCESS_READ | DP_ACCESS_WRITE)
+
+/** dp_register_file / dp_open_file flag, beside the access mode: never
+ * O_DIRECT, every slice through the page cache (files read many times). */
+#define DP_FILE_BUFFERED 0x100u
 
 /** dp_alloc flags. */
 #define DP_ALLOC_HUGE 1u /**< back with huge pages when the host has them */
@@ -125,7 +130,8 @@ int dp_queue_destroy(struct dp_queue *q);
  */
 int dp_alloc(struct dp_client *c, size_t len, unsigned flags, void **addr);
 
-/** Deregisters a region from dp_alloc or dp_register_fd and unmaps it here. */
+/** Deregisters a region (dp_alloc, dp_register_fd, dp_register_cuda,
+ * dp_register_file, dp_open_file); memory from dp_alloc is unmapped here too. */
 int dp_free(struct dp_client *c, int region);
 
 /**
@@ -135,8 +141,57 @@ int dp_free(struct dp_client *c, int region);
  */
 int dp_register_fd(struct dp_client *c, int fd, uint64_t off, uint64_t len);
 
+/**
+ * Registers GPU memory: bytes [@p ptr, @p ptr + @p len) of an allocation
+ * from cudaMalloc (any pointer inside it). The service opens the
+ * allocation's CUDA IPC handle; copies that touch the region run as
+ * cudaMemcpyAsync on the service's streams (DP_CQE_F_GPU in completions).
+ * Returns the region id; dp_free() deregisters it (the memory stays the
+ * caller's: deregister before cudaFree). -ENOTSUP built without CUDA,
+ * -ENODEV no GPU here or the service does not see the device, -EINVAL not
+ * cudaMalloc device memory (host, managed, pool or VMM memory) or the range
+ * leaves the allocation.
+ *
+ * Ordering: the service copies in its own process, on its own streams. GPU
+ * work of the caller that writes a descriptor's source, or touches its
+ * destination, must be complete (cudaStreamSynchronize, cudaEventSynchronize)
+ * before dp_submit; once the completion is reaped the bytes are in place for
+ * any stream.
+ */
+int dp_register_cuda(struct dp_client *c, void *ptr, size_t len);
+
+/**
+ * Registers bytes [@p offset, @p offset + @p len) of the open file @p fd
+ * (a regular file or a block device; @p len 0: to the end of the file) as
+ * a file region. @p flags: the access, DP_ACCESS_READ or DP_ACCESS_RW,
+ * optionally ORed with DP_FILE_BUFFERED. The service keeps its own copy of
+ * the fd: the caller may close its fd afterwards. Descriptors between a
+ * file region and a host region (either may be the local region or the
+ * segment target) are read and written by the service through io_uring,
+ * O_DIRECT where aligned (DP_CQE_F_FILE; docs/files.md). A writable
+ * regular file grows when written past its end; a read-only region must
+ * lie within the file. Returns the region id. -EPERM the fd's open mode
+ * does not allow the access (a read-only fd for DP_ACCESS_RW), -EINVAL not
+ * a regular file or block device, a range beyond a read-only file, an
+ * O_APPEND fd for DP_ACCESS_RW, or bad @p flags, -ENOTSUP the service has
+ * no io_uring.
+ */
+int dp_register_file(struct dp_client *c, int fd, uint64_t offset, uint64_t len, unsigned flags);
+
+/**
+ * As dp_register_file(), for @p path, which the service opens (as itself)
+ * relative to the directory of its --file-root flag. -EPERM the path leaves
+ * that directory ("..", absolute paths, symlinks that lead out of it) or
+ * the service has no --file-root, -ENOENT no such file, -ENAMETOOLONG
+ * 256 bytes or more.
+ */
+int dp_open_file(struct dp_client *c, const char *path, uint64_t offset, uint64_t len,
+		 unsigned flags);
+
 /** Exports a region as the named segment, with @p access DP_ACCESS_READ or
- * DP_ACCESS_RW. -EEXIST when the name is taken. Names: 1..63 bytes. */
+ * DP_ACCESS_RW. -EEXIST when the name is taken (with a cluster directory:
+ * by any live service of the fleet; -EHOSTUNREACH / -ETIMEDOUT when the
+ * directory cannot be reached, docs/cluster.md). Names: 1..63 bytes. */
 int dp_segment_export(struct dp_client *c, int region, const char *name, unsigned access);
 
 /** Withdraws an export; descriptors already accepted finish. */
@@ -145,7 +200,10 @@ int dp_segment_unexport(struct dp_client *c, const char *name);
 /**
  * Opens segment @p name on @p peer ("host:port"; NULL = this service) for
  * @p access. Returns a segment handle for descriptors. -ENOENT unknown name,
- * -EPERM access not granted by the export.
+ * -EPERM access not granted by the export. With @p peer NULL and a service
+ * run with a cluster directory (--directory), a name not exported here is
+ * looked up there and opened wherever it lives; -EHOSTUNREACH / -ETIMEDOUT
+ * when the directory cannot be reached (docs/cluster.md).
  */
 int dp_segment_open(struct dp_client *c, const char *peer, const char *name, unsigned access);
 
@@ -155,7 +213,8 @@ int dp_segment_close(struct dp_client *c, int segment);
 /**
  * Submits up to @p n descriptors. Returns how many were accepted (fewer when
  * the ring or the credit is short; 0 means try after reaping), or -errno.
- * Makes no system call unless the service's poller sleeps.
+ * Makes no system call unless the service's poller sleeps, besides a check
+ * that the service is alive at most once a millisecond (-ECONNRESET).
  */
 int dp_submit(struct dp_queue *q, const struct dp_desc *descs, unsigned n);
 

@@ -96,6 +96,39 @@ struct dp_msg_segment_open {
 	char name[DP_NAME_MAX];
 };
 
+/*
+ * REGION_REGISTER_CUDA: bytes [offset, offset + len) of a cudaMalloc
+ * allocation, exported with cudaIpcGetMemHandle (which names the whole
+ * allocation). The device is named by its UUID: ordinals differ between
+ * processes (CUDA_VISIBLE_DEVICES). No fd travels. Reply: dp_msg_id_reply.
+ */
+struct dp_msg_region_register_cuda {
+	uint8_t handle[64]; /* cudaIpcMemHandle_t */
+	uint8_t uuid[16];   /* cudaDeviceProp.uuid of the allocation's device */
+	uint64_t offset;    /* of the first byte in the allocation */
+	uint64_t len;
+	int32_t device;	   /* the client's ordinal, for logs only */
+	uint32_t reserved; /* must be 0 */
+};
+
+/*
+ * REGION_REGISTER_FILE (one fd travels: the file) and REGION_OPEN_PATH (no
+ * fd; a relative path the service opens beneath its --file-root): bytes
+ * [offset, offset + len) of a file, len 0 = to the end of the file.
+ * Reply: dp_msg_id_reply. See fileio.h.
+ */
+struct dp_msg_region_file {
+	uint64_t offset;
+	uint64_t len;
+	uint32_t access;   /* DP_ACCESS_READ or DP_ACCESS_RW, | DP_FILE_BUFFERED */
+	uint32_t reserved; /* must be 0 */
+};
+#define DP_PATH_MAX 256u /* dp_open_file paths, NUL included */
+struct dp_msg_region_path {
+	struct dp_msg_region_file file;
+	char path[DP_PATH_MAX];
+};
+
 /* Reply of REGION_REGISTER and SEGMENT_OPEN: the new id plus the size. */
 struct dp_msg_id_reply {
 	int32_t status;

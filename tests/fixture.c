@@ -6,12 +6,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "dp_stats.h"
 #include "fixture.h"
 
 const char *build_path(const char *name)
@@ -57,6 +59,11 @@ static void dump_log(const struct svc *s)
 
 int svc_start(struct svc *s, const char *const *extra)
 {
+	return svc_start_in(s, NULL, extra);
+}
+
+int svc_start_in(struct svc *s, const char *const *prefix, const char *const *extra)
+{
 	const char *argv[64];
 	int argc = 0, status;
 
@@ -66,6 +73,8 @@ int svc_start(struct svc *s, const char *const *extra)
 		return -errno;
 	snprintf(s->sock, sizeof(s->sock), "%s/dp.sock", s->dir);
 	snprintf(s->log, sizeof(s->log), "%s/dataplaned.log", s->dir);
+	for (; prefix && *prefix && argc < 16; prefix++)
+		argv[argc++] = *prefix;
 	argv[argc++] = build_path("dataplaned");
 	argv[argc++] = "--socket";
 	argv[argc++] = s->sock;
@@ -84,7 +93,7 @@ int svc_start(struct svc *s, const char *const *extra)
 		FILE *f = freopen(s->log, "w", stderr);
 
 		(void)f;
-		execv(argv[0], (char *const *)argv);
+		execvp(argv[0], (char *const *)argv);
 		_exit(127);
 	}
 	for (int i = 0; i < 500; i++) {
@@ -104,10 +113,14 @@ int svc_start(struct svc *s, const char *const *extra)
 
 static void remove_dir(struct svc *s)
 {
-	char path[400];
+	char path[400], stats[DP_STATS_NAME_MAX];
 	DIR *d = opendir(s->dir);
 	struct dirent *e;
 
+	/* The stats region a killed service could not remove (its default
+	 * name; tests that name one remove it themselves). */
+	dp_stats_default_name(s->sock, stats, sizeof(stats));
+	shm_unlink(stats);
 	if (!d)
 		return;
 	while ((e = readdir(d)))

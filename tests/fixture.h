@@ -17,6 +17,10 @@ struct svc {
  * the extra flags given (NULL-terminated), and waits until it accepts
  * clients. Returns 0 or -errno; on failure the log is printed. */
 int svc_start(struct svc *s, const char *const *extra_args);
+/* The same, run under a command prefix (NULL-terminated, at most 16 words),
+ * e.g. {"ip", "netns", "exec", "ns1", NULL}; the prefix must exec the
+ * service in place (same pid). */
+int svc_start_in(struct svc *s, const char *const *prefix, const char *const *extra_args);
 /* SIGTERM, waits up to 10 s; returns the exit status (or -1 if it had to be
  * killed, 128+sig if it died by a signal). Removes the temp dir. */
 int svc_stop(struct svc *s);

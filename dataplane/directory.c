@@ -1,0 +1,1097 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * directory.c - segment records in Redis (directory.h, docs/cluster.md).
+ *
+ * Two connections. `cmd` carries commands, each synchronous with a 500 ms
+ * timeout (several at once are pipelined). `sub` is in subscribe mode and
+ * is read from the control thread's epoll loop: it carries invalidations of
+ * the names this service looked up, on two channels per name: one the
+ * owner publishes to when it deletes or replaces a record, and the key's
+ * keyspace channel, on which Redis reports the record's expiry (when
+ * keyspace notifications can be enabled).
+ *
+ * Every write is one of three Lua scripts, so that "whose record is this"
+ * and the change are one atomic step: publish (create, or replace our
+ * own), refresh (extend the TTL of our own, same generation) and delete
+ * (our own, same generation). A record is a hash: owner (the server
+ * name), gen (the export's generation) and rec (the lookup reply, exactly
+ * as the peer protocol sends it, header included).
+ *
+ * States: DOWN (a timer for the next attempt, jittered exponential
+ * backoff), CONNECTING (both sockets in a non-blocking connect, in the
+ * epoll set, with a deadline) and UP. A failed command or a closed socket
+ * drops both connections at once. While not UP, exports and lookups fail
+ * at once with -EHOSTUNREACH; segments already open are not affected. On
+ * each connect the service republishes its records, deletes those it
+ * withdrew while Redis was unreachable, and forgets its cached lookups,
+ * whose invalidations it may have missed.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "directory.h"
+
+#define KEY_PREFIX "dataplane:seg:"
+#define BACKOFF_MIN_MS 100u
+#define BACKOFF_MAX_MS 2000u
+
+enum { CMD, SUB };
+enum dir_state { DIR_DOWN, DIR_CONNECTING, DIR_UP };
+enum script { S_PUBLISH, S_REFRESH, S_DELETE, NSCRIPTS };
+
+/* KEYS[1] the record; ARGV: owner, gen, rec, ttl ms, invalidation channel.
+ * 1 when published, 0 when another service holds the name. */
+static const char publish_lua[] =
+	"local cur = redis.call('HMGET', KEYS[1], 'owner', 'gen')\n"
+	"if cur[1] and cur[1] ~= ARGV[1] then return 0 end\n"
+	"redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'gen', ARGV[2], 'rec', ARGV[3])\n"
+	"redis.call('PEXPIRE', KEYS[1], ARGV[4])\n"
+	"if cur[2] and cur[2] ~= ARGV[2] then redis.call('PUBLISH', ARGV[5], 'replaced') end\n"
+	"return 1\n";
+/* ARGV: owner, gen, ttl ms. 1 refreshed, 0 gone, -1 no longer ours. */
+static const char refresh_lua[] = "local cur = redis.call('HMGET', KEYS[1], 'owner', 'gen')\n"
+				  "if not cur[1] then return 0 end\n"
+				  "if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then return -1 end\n"
+				  "redis.call('PEXPIRE', KEYS[1], ARGV[3])\n"
+				  "return 1\n";
+/* ARGV: owner, gen, invalidation channel. 1 deleted, 0 not ours. */
+static const char delete_lua[] = "local cur = redis.call('HMGET', KEYS[1], 'owner', 'gen')\n"
+				 "if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then return 0 end\n"
+				 "redis.call('DEL', KEYS[1])\n"
+				 "redis.call('PUBLISH', ARGV[3], 'deleted')\n"
+				 "return 1\n";
+static const char *const scripts[NSCRIPTS] = {publish_lua, refresh_lua, delete_lua};
+
+/* The value of a record's `rec` field: a peer protocol reply message. */
+struct dir_record {
+	struct dp_rpc_hdr h;
+	struct dp_rpc_lookup_reply r;
+};
+
+/* A record this service published (or withdrew while unreachable). */
+struct own_rec {
+	char name[DP_NAME_MAX];
+	char gen[24];
+	struct dir_record rec;
+	bool lost;    /* another service holds the name now */
+	bool pending; /* in the pipeline being sent */
+	long long result;
+	uint64_t withdrawn_ms;
+	struct own_rec *next;
+};
+
+/* A name whose invalidations `sub` is subscribed to. */
+struct watch {
+	char name[DP_NAME_MAX];
+	struct watch *next;
+};
+
+static struct {
+	bool on;
+	char host[256];
+	char port[8];
+	char user[128];
+	char password[256];
+	bool auth;
+	int db;
+	unsigned ttl_s;
+	char shown[512];	  /* the URL as logged: password masked */
+	char inval_prefix[64];	  /* "dataplane:inval:<db>:" */
+	char keyspace_prefix[64]; /* "__keyspace@<db>__:dataplane:seg:" */
+} conf = {.ttl_s = DP_DIRECTORY_TTL_S};
+
+static struct {
+	enum dir_state state;
+	int epfd;
+	int tfd;
+	int fd[2]; /* CONNECTING: the sockets; UP: the contexts' */
+	bool connected[2];
+	redisContext *ctx[2];
+	uint64_t due_ms; /* DOWN: next attempt; CONNECTING: give up; UP: heartbeat */
+	unsigned backoff_ms;
+	bool quiet; /* this outage was logged */
+	bool expiry_events;
+	char sha[NSCRIPTS][48];
+	directory_invalidate_fn invalidate;
+	struct own_rec *own, *graves;
+	struct watch *watches;
+	uint64_t last_gen;
+	unsigned seed;
+} dir = {.tfd = -1, .fd = {-1, -1}};
+
+/* ---- configuration ---- */
+
+static int hexval(int c)
+{
+	return isdigit(c) ? c - '0' : tolower(c) - 'a' + 10;
+}
+
+/* Copies src[0..n) into dst, %XX decoded. */
+static int pct_decode(char *dst, size_t cap, const char *src, size_t n)
+{
+	size_t o = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		int c = (unsigned char)src[i];
+
+		if (c == '%') {
+			if (i + 2 >= n || !isxdigit((unsigned char)src[i + 1]) ||
+			    !isxdigit((unsigned char)src[i + 2]))
+				return -EINVAL;
+			c = hexval((unsigned char)src[i + 1]) * 16 +
+			    hexval((unsigned char)src[i + 2]);
+			i += 2;
+		}
+		if (!c || o + 1 >= cap)
+			return -EINVAL;
+		dst[o++] = (char)c;
+	}
+	dst[o] = 0;
+	return 0;
+}
+
+static bool all_digits(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!isdigit((unsigned char)s[i]))
+			return false;
+	return n > 0 && n < 8;
+}
+
+int directory_configure(const char *url)
+{
+	const char *p, *end, *slash, *at, *hend, *q;
+	const char *env = getenv("DP_DIRECTORY_PASSWORD");
+	bool v6 = false;
+	long port = 6379, db = 0;
+
+	memset(conf.user, 0, sizeof(conf.user));
+	memset(conf.password, 0, sizeof(conf.password));
+	conf.auth = false;
+	if (strncmp(url, "redis://", 8))
+		return -EINVAL;
+	p = url + 8;
+	slash = strchr(p, '/');
+	end = slash ? slash : p + strlen(p);
+	at = memrchr(p, '@', (size_t)(end - p));
+	if (at) {
+		const char *colon = memchr(p, ':', (size_t)(at - p));
+
+		if (pct_decode(conf.user, sizeof(conf.user), p, (size_t)((colon ? colon : at) - p)))
+			return -EINVAL;
+		if (colon) {
+			if (pct_decode(conf.password, sizeof(conf.password), colon + 1,
+				       (size_t)(at - colon - 1)))
+				return -EINVAL;
+			conf.auth = true;
+		}
+		p = at + 1;
+	}
+	if (*p == '[') {
+		q = memchr(p, ']', (size_t)(end - p));
+		if (!q)
+			return -EINVAL;
+		p++;
+		hend = q++;
+		v6 = true;
+	} else {
+		hend = memchr(p, ':', (size_t)(end - p));
+		if (!hend)
+			hend = end;
+		q = hend;
+	}
+	if (hend == p || (size_t)(hend - p) >= sizeof(conf.host))
+		return -EINVAL;
+	memcpy(conf.host, p, (size_t)(hend - p));
+	conf.host[hend - p] = 0;
+	if (q < end) {
+		if (*q != ':' || !all_digits(q + 1, (size_t)(end - q - 1)))
+			return -EINVAL;
+		port = strtol(q + 1, NULL, 10);
+		if (port < 1 || port > 65535)
+			return -EINVAL;
+	}
+	if (slash && slash[1]) {
+		if (!all_digits(slash + 1, strlen(slash + 1)))
+			return -EINVAL;
+		db = strtol(slash + 1, NULL, 10);
+	}
+	/* A password kept off the command line (and out of `ps`). */
+	if (!conf.auth && env && *env) {
+		if (strlen(env) >= sizeof(conf.password))
+			return -EINVAL;
+		strcpy(conf.password, env);
+		conf.auth = true;
+	}
+	if (conf.user[0] && !conf.auth)
+		return -EINVAL;
+	snprintf(conf.port, sizeof(conf.port), "%ld", port);
+	conf.db = (int)db;
+	snprintf(conf.shown, sizeof(conf.shown), "redis://%s%s%s%s%s%s:%ld/%d", conf.user,
+		 conf.auth ? ":***" : "", conf.user[0] || conf.auth ? "@" : "", v6 ? "[" : "",
+		 conf.host, v6 ? "]" : "", port, conf.db);
+	snprintf(conf.inval_prefix, sizeof(conf.inval_prefix), "dataplane:inval:%d:", conf.db);
+	snprintf(conf.keyspace_prefix, sizeof(conf.keyspace_prefix), "__keyspace@%d__:%s", conf.db,
+		 KEY_PREFIX);
+	conf.on = true;
+	return 0;
+}
+
+void directory_set_ttl(unsigned ttl_s)
+{
+	conf.ttl_s = ttl_s;
+}
+
+bool directory_enabled(void)
+{
+	return conf.on;
+}
+
+/* ---- connection ---- */
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void arm_timer(void)
+{
+	struct itimerspec its = {{0, 0}, {0, 0}};
+	uint64_t now = now_ms(), d = dir.due_ms > now ? dir.due_ms - now : 1;
+
+	its.it_value.tv_sec = (time_t)(d / 1000);
+	its.it_value.tv_nsec = (long)(d % 1000) * 1000000;
+	timerfd_settime(dir.tfd, 0, &its, NULL);
+}
+
+static void watches_free(void)
+{
+	while (dir.watches) {
+		struct watch *w = dir.watches;
+
+		dir.watches = w->next;
+		free(w);
+	}
+}
+
+static void conn_close(void)
+{
+	for (int i = 0; i < 2; i++) {
+		if (dir.fd[i] >= 0)
+			epoll_ctl(dir.epfd, EPOLL_CTL_DEL, dir.fd[i], NULL);
+		if (dir.ctx[i])
+			redisFree(dir.ctx[i]); /* closes the fd */
+		else if (dir.fd[i] >= 0)
+			close(dir.fd[i]);
+		dir.ctx[i] = NULL;
+		dir.fd[i] = -1;
+		dir.connected[i] = false;
+	}
+	/* Subscriptions die with the connection. */
+	watches_free();
+}
+
+/* Drops both connections and schedules the next attempt. Logged at warn
+ * once per outage, the retries at debug. */
+static void conn_down(const char *why)
+{
+	unsigned b = dir.backoff_ms;
+
+	if (!dir.quiet)
+		log_warn("directory %s: %s; exports and lookups by name fail until it is back%s",
+			 conf.shown, why,
+			 dir.state == DIR_UP ? " (open segments are not affected)" : "");
+	else
+		log_debug("directory %s: %s", conf.shown, why);
+	dir.quiet = true;
+	conn_close();
+	dir.state = DIR_DOWN;
+	/* Jitter: a fleet that lost its Redis does not come back in step. */
+	dir.due_ms = now_ms() + b / 2 + (unsigned)rand_r(&dir.seed) % (b / 2 + 1);
+	dir.backoff_ms = b * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : b * 2;
+	arm_timer();
+}
+
+/* A connection failed mid-command: drop both, and say how. */
+static int conn_lost(int which)
+{
+	int e = errno; /* first thing: hiredis leaves the failed call's errno */
+	redisContext *c = dir.ctx[which];
+	bool timeout = c->err == REDIS_ERR_IO && (e == EAGAIN || e == EWOULDBLOCK);
+	char why[160];
+
+#ifdef REDIS_ERR_TIMEOUT
+	timeout |= c->err == REDIS_ERR_TIMEOUT;
+#endif
+	snprintf(why, sizeof(why), "%s", c->errstr[0] ? c->errstr : "connection lost");
+	if (timeout)
+		snprintf(why, sizeof(why), "timed out");
+	conn_down(why);
+	return timeout ? -ETIMEDOUT : -EHOSTUNREACH;
+}
+
+static void conn_start(void)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
+	struct epoll_event ev = {.events = EPOLLOUT};
+	int one = 1, rc;
+
+	rc = getaddrinfo(conf.host, conf.port, &hints, &ai);
+	if (rc) {
+		char why[300];
+
+		snprintf(why, sizeof(why), "%s: %s", conf.host, gai_strerror(rc));
+		conn_down(why);
+		return;
+	}
+	for (int i = 0; i < 2; i++) {
+		int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		int err = errno;
+
+		if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 &&
+		    (err = errno) != EINPROGRESS) {
+			close(fd);
+			fd = -1;
+		}
+		if (fd < 0) {
+			freeaddrinfo(ai);
+			conn_down(strerror(err));
+			return;
+		}
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		dir.fd[i] = fd;
+		ev.data.ptr = &dir.fd[i];
+		epoll_ctl(dir.epfd, EPOLL_CTL_ADD, fd, &ev);
+	}
+	freeaddrinfo(ai);
+	dir.state = DIR_CONNECTING;
+	dir.due_ms = now_ms() + DP_DIRECTORY_TIMEOUT_MS;
+	arm_timer();
+}
+
+/* ---- commands ---- */
+
+/* One command on `cmd`; NULL after the connection was dropped (*err). */
+static redisReply *command(int argc, const char **argv, int *err)
+{
+	redisReply *r = redisCommandArgv(dir.ctx[CMD], argc, argv, NULL);
+
+	if (!r)
+		*err = conn_lost(CMD);
+	return r;
+}
+
+/* A command whose reply must be +OK; false after dropping the connection. */
+static bool command_ok(int which, int argc, const char **argv, const char *what)
+{
+	redisReply *r = redisCommandArgv(dir.ctx[which], argc, argv, NULL);
+	char why[300];
+
+	if (!r) {
+		conn_lost(which);
+		return false;
+	}
+	if (r->type == REDIS_REPLY_STATUS && !strcmp(r->str, "OK")) {
+		freeReplyObject(r);
+		return true;
+	}
+	/* Redis's error text, never the arguments (a password). */
+	snprintf(why, sizeof(why), "%s refused: %.200s", what,
+		 r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+	freeReplyObject(r);
+	conn_down(why);
+	return false;
+}
+
+static void key_of(char *buf, size_t len, const char *name)
+{
+	snprintf(buf, len, "%s%s", KEY_PREFIX, name);
+}
+
+/* Appends one script call for `o` to the `cmd` pipeline. */
+static int script_append(enum script s, const struct own_rec *o)
+{
+	char key[DP_NAME_MAX + 32], chan[DP_NAME_MAX + 64], ttl[24];
+	const char *argv[9] = {"EVALSHA", dir.sha[s], "1", key, cfg.server_name, o->gen};
+	size_t lens[9];
+	int argc = 6;
+
+	key_of(key, sizeof(key), o->name);
+	snprintf(chan, sizeof(chan), "%s%s", conf.inval_prefix, o->name);
+	snprintf(ttl, sizeof(ttl), "%u", conf.ttl_s * 1000u);
+	switch (s) {
+	case S_PUBLISH:
+		argv[argc] = (const char *)&o->rec;
+		lens[argc++] = sizeof(o->rec);
+		argv[argc++] = ttl;
+		argv[argc++] = chan;
+		break;
+	case S_REFRESH:
+		argv[argc++] = ttl;
+		break;
+	default:
+		argv[argc++] = chan;
+		break;
+	}
+	for (int i = 0; i < argc; i++)
+		if (!(s == S_PUBLISH && i == 6))
+			lens[i] = strlen(argv[i]);
+	return redisAppendCommandArgv(dir.ctx[CMD], argc, argv, lens);
+}
+
+/*
+ * Runs script `s` for every record of `list` marked pending, in one
+ * pipeline, and leaves each integer result in `result`. 0, or -errno after
+ * the connection was dropped (an error reply drops it too: a read-only
+ * replica, a Redis still loading, a flushed script cache).
+ */
+static int pipeline(struct own_rec *list, enum script s)
+{
+	struct own_rec *o;
+	redisReply *r;
+	char why[300];
+
+	for (o = list; o; o = o->next)
+		if (o->pending && script_append(s, o) != REDIS_OK)
+			return conn_lost(CMD);
+	for (o = list; o; o = o->next) {
+		if (!o->pending)
+			continue;
+		if (redisGetReply(dir.ctx[CMD], (void **)&r) != REDIS_OK)
+			return conn_lost(CMD);
+		if (r->type != REDIS_REPLY_INTEGER) {
+			snprintf(why, sizeof(why), "script refused: %.200s",
+				 r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+			freeReplyObject(r);
+			conn_down(why);
+			return -EHOSTUNREACH;
+		}
+		o->result = r->integer;
+		o->pending = false;
+		freeReplyObject(r);
+	}
+	return 0;
+}
+
+static void record_lost(struct own_rec *o)
+{
+	o->lost = true;
+	log_warn("directory: '%s' is held by another service now (this one could not refresh "
+		 "it in time); it stays exported here but is no longer found by name",
+		 o->name);
+}
+
+/* Publishes every record not lost; marks those another service took. */
+static int republish(void)
+{
+	unsigned n = 0;
+	int rc;
+
+	for (struct own_rec *o = dir.own; o; o = o->next) {
+		o->pending = !o->lost;
+		n += o->pending;
+	}
+	rc = pipeline(dir.own, S_PUBLISH);
+	if (rc)
+		return rc;
+	for (struct own_rec *o = dir.own; o; o = o->next)
+		if (!o->lost && o->result != 1)
+			record_lost(o);
+	if (n)
+		log_info("directory: %u record(s) published", n);
+	return 0;
+}
+
+static void heartbeat(void)
+{
+	bool missing = false;
+
+	for (struct own_rec *o = dir.own; o; o = o->next)
+		o->pending = !o->lost;
+	if (pipeline(dir.own, S_REFRESH))
+		return;
+	for (struct own_rec *o = dir.own; o; o = o->next) {
+		if (o->lost)
+			continue;
+		if (o->result == 0) {
+			/* Expired (a stalled heartbeat) or lost with Redis's data. */
+			o->pending = missing = true;
+			log_info("directory: record of '%s' was gone; publishing it again",
+				 o->name);
+		} else if (o->result < 0) {
+			record_lost(o);
+		}
+	}
+	if (missing && !pipeline(dir.own, S_PUBLISH))
+		for (struct own_rec *o = dir.own; o; o = o->next)
+			if (!o->lost && o->result == 0)
+				record_lost(o);
+}
+
+/* Deletes what was withdrawn while Redis was unreachable and has not
+ * expired yet (still ours: the script compares owner and generation). */
+static void bury_graves(void)
+{
+	struct own_rec *o, **pp = &dir.graves;
+	uint64_t now = now_ms();
+
+	while ((o = *pp)) {
+		if (now - o->withdrawn_ms > conf.ttl_s * 1000ull) {
+			*pp = o->next;
+			free(o);
+			continue;
+		}
+		o->pending = true;
+		pp = &o->next;
+	}
+	if (pipeline(dir.graves, S_DELETE))
+		return;
+	while ((o = dir.graves)) {
+		dir.graves = o->next;
+		free(o);
+	}
+}
+
+/* Expired records reach us only with keyspace notifications for expiry
+ * ('K' and 'x'); added to what the server has, never taken away. */
+static void keyspace_events(void)
+{
+	const char *get[3] = {"CONFIG", "GET", "notify-keyspace-events"};
+	const char *set[4] = {"CONFIG", "SET", "notify-keyspace-events", NULL};
+	char want[64];
+	redisReply *r;
+	int err;
+	bool k, x;
+
+	dir.expiry_events = false;
+	r = command(3, get, &err);
+	if (!r)
+		return;
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+	    r->element[1]->type != REDIS_REPLY_STRING) {
+		freeReplyObject(r);
+		return;
+	}
+	k = strchr(r->element[1]->str, 'K');
+	x = strchr(r->element[1]->str, 'x') || strchr(r->element[1]->str, 'A');
+	snprintf(want, sizeof(want), "%.40s%s%s", r->element[1]->str, k ? "" : "K", x ? "" : "x");
+	freeReplyObject(r);
+	if (k && x) {
+		dir.expiry_events = true;
+		return;
+	}
+	set[3] = want;
+	r = command(4, set, &err);
+	if (!r)
+		return;
+	dir.expiry_events = r->type == REDIS_REPLY_STATUS;
+	freeReplyObject(r);
+}
+
+/* Both sockets are connected: authenticate, load the scripts, go UP. */
+static void handshake(void)
+{
+	struct timeval tv = {0, DP_DIRECTORY_TIMEOUT_MS * 1000};
+	const char *auth[3] = {"AUTH", conf.user, conf.password};
+	const char *auth_legacy[2] = {"AUTH", conf.password};
+	const char *load[3] = {"SCRIPT", "LOAD", NULL};
+	char db[16];
+	const char *select[2] = {"SELECT", db};
+	int err;
+
+	for (int i = 0; i < 2; i++) {
+		int fl = fcntl(dir.fd[i], F_GETFL);
+
+		/* Blocking with timeouts: hiredis's synchronous API. */
+		fcntl(dir.fd[i], F_SETFL, fl & ~O_NONBLOCK);
+		dir.ctx[i] = redisConnectFd(dir.fd[i]);
+		if (!dir.ctx[i] || dir.ctx[i]->err) {
+			conn_down("out of memory");
+			return;
+		}
+		redisSetTimeout(dir.ctx[i], tv);
+		redisEnableKeepAlive(dir.ctx[i]);
+		/* AUTH user password (Redis 6 ACLs), or the legacy form. */
+		if (conf.auth && !command_ok(i, conf.user[0] ? 3 : 2,
+					     conf.user[0] ? auth : auth_legacy, "authentication"))
+			return;
+	}
+	snprintf(db, sizeof(db), "%d", conf.db);
+	if (conf.db && !command_ok(CMD, 2, select, "SELECT"))
+		return;
+	for (int s = 0; s < NSCRIPTS; s++) {
+		redisReply *r;
+
+		load[2] = scripts[s];
+		r = command(3, load, &err);
+		if (!r)
+			return;
+		if (r->type != REDIS_REPLY_STRING || r->len >= sizeof(dir.sha[s])) {
+			freeReplyObject(r);
+			conn_down("SCRIPT LOAD refused");
+			return;
+		}
+		memcpy(dir.sha[s], r->str, r->len + 1);
+		freeReplyObject(r);
+	}
+	keyspace_events();
+	if (!dir.ctx[CMD])
+		return;
+	dir.state = DIR_UP;
+	dir.backoff_ms = BACKOFF_MIN_MS;
+	dir.quiet = false;
+	log_info("directory %s: connected%s", conf.shown,
+		 dir.expiry_events ? ""
+				   : " (keyspace notifications could not be enabled: records that "
+				     "expire are noticed by the next failed transfer)");
+	if (dir.invalidate)
+		dir.invalidate(NULL, false);
+	bury_graves();
+	if (dir.state != DIR_UP || republish())
+		return;
+	dir.due_ms = now_ms() + conf.ttl_s * 1000u / 3;
+	arm_timer();
+}
+
+static void connect_done(int i, uint32_t events)
+{
+	struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = &dir.fd[i]};
+	socklen_t len = sizeof(int);
+	int err = 0;
+
+	(void)events; /* SO_ERROR says what happened */
+	if (getsockopt(dir.fd[i], SOL_SOCKET, SO_ERROR, &err, &len) || err) {
+		conn_down(strerror(err ? err : errno));
+		return;
+	}
+	dir.connected[i] = true;
+	epoll_ctl(dir.epfd, EPOLL_CTL_MOD, dir.fd[i], &ev);
+	if (dir.connected[CMD] && dir.connected[SUB])
+		handshake();
+}
+
+/* ---- invalidations ---- */
+
+static struct watch *watch_find(const char *name)
+{
+	for (struct watch *w = dir.watches; w; w = w->next)
+		if (!strcmp(w->name, name))
+			return w;
+	return NULL;
+}
+
+static void channels_of(const char *name, char *inval, char *keyspace, size_t len)
+{
+	snprintf(inval, len, "%s%s", conf.inval_prefix, name);
+	snprintf(keyspace, len, "%s%s", conf.keyspace_prefix, name);
+}
+
+static void unwatch(const char *name)
+{
+	char inval[DP_NAME_MAX + 64], keyspace[DP_NAME_MAX + 64];
+	const char *argv[3] = {"UNSUBSCRIBE", inval, keyspace};
+	struct watch **pp, *w;
+	int done = 0;
+
+	for (pp = &dir.watches; (w = *pp); pp = &w->next)
+		if (!strcmp(w->name, name))
+			break;
+	if (!w)
+		return;
+	*pp = w->next;
+	free(w);
+	channels_of(name, inval, keyspace, sizeof(inval));
+	/* The confirmation is read (and ignored) with the other messages. */
+	if (redisAppendCommandArgv(dir.ctx[SUB], 3, argv, NULL) != REDIS_OK)
+		goto lost;
+	while (!done)
+		if (redisBufferWrite(dir.ctx[SUB], &done) != REDIS_OK)
+			goto lost;
+	return;
+lost:
+	conn_lost(SUB);
+}
+
+static bool is_str(const redisReply *r)
+{
+	return r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS;
+}
+
+/* A message on `sub`: an invalidation of a watched name, or nothing. */
+static void dispatch(const redisReply *r)
+{
+	char name[DP_NAME_MAX];
+	const char *ch, *ev;
+	size_t n;
+
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 || !is_str(r->element[0]) ||
+	    !is_str(r->element[1]) || !is_str(r->element[2]) ||
+	    strcmp(r->element[0]->str, "message"))
+		return;
+	ch = r->element[1]->str;
+	ev = r->element[2]->str;
+	if (!strncmp(ch, conf.inval_prefix, (n = strlen(conf.inval_prefix)))) {
+		ch += n;
+	} else if (!strncmp(ch, conf.keyspace_prefix, (n = strlen(conf.keyspace_prefix)))) {
+		/* Other events (a heartbeat's "expire" where the server
+		 * notifies generic commands too) change nothing. */
+		if (strcmp(ev, "expired") && strcmp(ev, "del"))
+			return;
+		ch += n;
+	} else {
+		return;
+	}
+	if (strlen(ch) >= sizeof(name) || !watch_find(ch))
+		return;
+	strcpy(name, ch);
+	log_info("directory: record of '%s' %s; segments opened by that name are dropped", name,
+		 ev);
+	unwatch(name);
+	if (dir.invalidate)
+		dir.invalidate(name, true);
+}
+
+/* Dispatches the replies `sub` has already read. */
+static void sub_drain(void)
+{
+	while (dir.state == DIR_UP) {
+		redisReply *r = NULL;
+
+		if (redisGetReplyFromReader(dir.ctx[SUB], (void **)&r) != REDIS_OK) {
+			conn_lost(SUB);
+			return;
+		}
+		if (!r)
+			return;
+		dispatch(r);
+		freeReplyObject(r);
+	}
+}
+
+/*
+ * Subscribes to a name's invalidations and waits for the confirmation:
+ * the record is read only after it, so an invalidation published after
+ * that read cannot be missed.
+ */
+static int watch(const char *name)
+{
+	char inval[DP_NAME_MAX + 64], keyspace[DP_NAME_MAX + 64];
+	const char *argv[3] = {"SUBSCRIBE", inval, keyspace};
+	struct watch *w;
+	bool confirmed = false;
+
+	if (watch_find(name))
+		return 0;
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	snprintf(w->name, sizeof(w->name), "%s", name);
+	channels_of(name, inval, keyspace, sizeof(inval));
+	if (redisAppendCommandArgv(dir.ctx[SUB], 3, argv, NULL) != REDIS_OK) {
+		free(w);
+		return conn_lost(SUB);
+	}
+	while (!confirmed) {
+		redisReply *r;
+
+		if (redisGetReply(dir.ctx[SUB], (void **)&r) != REDIS_OK) {
+			free(w);
+			return conn_lost(SUB);
+		}
+		/* "subscribe" for the last channel: both are in. */
+		confirmed = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+			    is_str(r->element[0]) && !strcmp(r->element[0]->str, "subscribe") &&
+			    is_str(r->element[1]) && !strcmp(r->element[1]->str, keyspace);
+		dispatch(r);
+		freeReplyObject(r);
+		if (dir.state != DIR_UP) {
+			free(w);
+			return -EHOSTUNREACH;
+		}
+	}
+	w->next = dir.watches;
+	dir.watches = w;
+	sub_drain();
+	return dir.state == DIR_UP ? 0 : -EHOSTUNREACH;
+}
+
+/* ---- the interface ---- */
+
+int directory_start(int epfd, directory_invalidate_fn invalidate)
+{
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &dir.tfd};
+
+	if (!conf.on)
+		return 0;
+	dir.epfd = epfd;
+	dir.invalidate = invalidate;
+	dir.backoff_ms = BACKOFF_MIN_MS;
+	dir.seed = (unsigned)getpid() ^ (unsigned)now_ms();
+	dir.tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (dir.tfd < 0)
+		return -errno;
+	if (epoll_ctl(epfd, EPOLL_CTL_ADD, dir.tfd, &ev) < 0)
+		return -errno;
+	log_info("directory %s: records \"%s<name>\", TTL %u s, refreshed every %u ms", conf.shown,
+		 KEY_PREFIX, conf.ttl_s, conf.ttl_s * 1000u / 3);
+	conn_start();
+	/* The first connection is waited for here, before any client is
+	 * served, so that an export right after start-up finds it up. */
+	while (dir.state == DIR_CONNECTING) {
+		struct pollfd pfd[2];
+		int map[2], n = 0, k;
+		uint64_t now = now_ms();
+
+		for (int i = 0; i < 2; i++)
+			if (!dir.connected[i]) {
+				pfd[n] = (struct pollfd){.fd = dir.fd[i], .events = POLLOUT};
+				map[n++] = i;
+			}
+		k = now < dir.due_ms ? poll(pfd, (nfds_t)n, (int)(dir.due_ms - now)) : 0;
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0) {
+			conn_down("connect timed out");
+			break;
+		}
+		for (int j = 0; j < n && dir.state == DIR_CONNECTING; j++)
+			if (pfd[j].revents)
+				connect_done(map[j], pfd[j].revents);
+	}
+	return 0;
+}
+
+void directory_stop(void)
+{
+	if (!conf.on)
+		return;
+	/* Normally empty: the exports were withdrawn with their clients. */
+	while (dir.own) {
+		struct own_rec *o = dir.own;
+
+		dir.own = o->next;
+		free(o);
+	}
+	while (dir.graves) {
+		struct own_rec *o = dir.graves;
+
+		dir.graves = o->next;
+		free(o);
+	}
+	conn_close();
+	if (dir.tfd >= 0) {
+		epoll_ctl(dir.epfd, EPOLL_CTL_DEL, dir.tfd, NULL);
+		close(dir.tfd);
+		dir.tfd = -1;
+	}
+}
+
+bool directory_owns(const void *tag)
+{
+	return conf.on && (tag == &dir.tfd || tag == &dir.fd[CMD] || tag == &dir.fd[SUB]);
+}
+
+void directory_event(const void *tag, uint32_t events)
+{
+	if (tag == &dir.tfd) {
+		uint64_t ticks;
+
+		if (read(dir.tfd, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN)
+			return;
+		if (now_ms() < dir.due_ms) {
+			arm_timer();
+			return;
+		}
+		switch (dir.state) {
+		case DIR_DOWN:
+			conn_start();
+			break;
+		case DIR_CONNECTING:
+			conn_down("connect timed out");
+			break;
+		case DIR_UP:
+			heartbeat();
+			if (dir.state == DIR_UP) {
+				dir.due_ms = now_ms() + conf.ttl_s * 1000u / 3;
+				arm_timer();
+			}
+			break;
+		}
+		return;
+	}
+	/* Events of sockets closed earlier in the same epoll batch find the
+	 * state changed and are ignored. */
+	if (dir.state == DIR_CONNECTING) {
+		int i = tag == &dir.fd[CMD] ? CMD : SUB;
+
+		if (!dir.connected[i])
+			connect_done(i, events);
+	} else if (dir.state == DIR_UP) {
+		int i = tag == &dir.fd[CMD] ? CMD : SUB;
+		char b;
+
+		/* The sockets block (with timeouts): an event whose bytes a
+		 * lookup earlier in this epoll batch has read already must
+		 * not become a 500 ms wait and a dropped connection. */
+		if (recv(dir.fd[i], &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0 &&
+		    (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+			return;
+		if (i == CMD) {
+			/* `cmd` is only read inside a command: readable now
+			 * means closed (or bytes nobody asked for). */
+			conn_down("the server closed the connection");
+		} else if (redisBufferRead(dir.ctx[SUB]) != REDIS_OK) {
+			conn_lost(SUB);
+		} else {
+			sub_drain();
+		}
+	}
+}
+
+int directory_publish(const struct segment *s)
+{
+	struct own_rec *o;
+	struct timespec ts;
+	uint64_t gen;
+	int rc;
+
+	if (!conf.on || !s->fab)
+		return 0;
+	if (dir.state != DIR_UP)
+		return -EHOSTUNREACH;
+	o = calloc(1, sizeof(*o));
+	if (!o)
+		return -ENOMEM;
+	snprintf(o->name, sizeof(o->name), "%s", s->name);
+	/* The export's generation: microseconds since the epoch, rising
+	 * within this process, so that a restarted service (same server
+	 * name) replaces its old records visibly. */
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gen = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+	if (gen <= dir.last_gen)
+		gen = dir.last_gen + 1;
+	dir.last_gen = gen;
+	snprintf(o->gen, sizeof(o->gen), "%llu", (unsigned long long)gen);
+	o->rec.h = (struct dp_rpc_hdr){.magic = DP_RPC_MAGIC,
+				       .version = DP_RPC_VERSION,
+				       .type = DP_RPC_LOOKUP | DP_RPC_REPLY,
+				       .len = sizeof(o->rec.r)};
+	rc = rpc_segment_record(s, &o->rec.r);
+	if (!rc) {
+		o->pending = true;
+		rc = pipeline(o, S_PUBLISH);
+	}
+	if (!rc && o->result != 1) {
+		log_info("directory: '%s' is held by another live service", o->name);
+		rc = -EEXIST;
+	}
+	if (rc) {
+		free(o);
+		return rc;
+	}
+	o->next = dir.own;
+	dir.own = o;
+	log_debug("directory: published '%s' (generation %s)", o->name, o->gen);
+	return 0;
+}
+
+void directory_withdraw(const char *name)
+{
+	struct own_rec **pp, *o;
+
+	if (!conf.on)
+		return;
+	for (pp = &dir.own; (o = *pp); pp = &o->next)
+		if (!strcmp(o->name, name))
+			break;
+	if (!o)
+		return;
+	*pp = o->next;
+	o->next = NULL;
+	if (!o->lost && dir.state == DIR_UP) {
+		o->pending = true;
+		if (!pipeline(o, S_DELETE)) {
+			log_debug("directory: withdrew '%s'", name);
+			free(o);
+			return;
+		}
+	}
+	if (o->lost) {
+		free(o);
+		return;
+	}
+	/* Unreachable: deleted on reconnect, unless it expires first. */
+	o->withdrawn_ms = now_ms();
+	o->next = dir.graves;
+	dir.graves = o;
+}
+
+int directory_lookup(const char *name, struct dp_rpc_lookup_reply *out)
+{
+	char key[DP_NAME_MAX + 32];
+	const char *argv[5] = {"HMGET", key, "owner", "gen", "rec"};
+	struct dir_record rec;
+	redisReply *r, **e;
+	int rc;
+
+	if (!conf.on)
+		return -ENOENT;
+	if (dir.state != DIR_UP)
+		return -EHOSTUNREACH;
+	rc = watch(name);
+	if (rc)
+		return rc;
+	key_of(key, sizeof(key), name);
+	r = command(5, argv, &rc);
+	if (!r)
+		return rc;
+	e = r->element;
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 3) {
+		rc = -EBADMSG;
+	} else if (e[0]->type == REDIS_REPLY_NIL) {
+		rc = -ENOENT;
+	} else if (e[0]->type != REDIS_REPLY_STRING || e[1]->type != REDIS_REPLY_STRING ||
+		   e[2]->type != REDIS_REPLY_STRING || e[2]->len != sizeof(rec)) {
+		rc = -EBADMSG;
+	} else {
+		/* The checks of a reply from the peer's RPC port, and the
+		 * owner field must name the record's server. */
+		memcpy(&rec, e[2]->str, sizeof(rec));
+		rc = rpc_reply_check(&rec.h, &rec.r) ? -EBADMSG : 0;
+		if (!rc && (e[0]->len >= sizeof(rec.r.server_name) ||
+			    strcmp(e[0]->str, rec.r.server_name)))
+			rc = -EBADMSG;
+		if (!rc)
+			log_debug("directory: '%s' -> %s (generation %.24s)", name,
+				  rec.r.server_name, e[1]->str);
+	}
+	freeReplyObject(r);
+	if (rc == -EBADMSG)
+		log_warn("directory: the record of '%s' is malformed; ignored", name);
+	/* Nothing is cached for these: no invalidation to wait for. */
+	if (rc || !strcmp(rec.r.server_name, cfg.server_name)) {
+		if (dir.state == DIR_UP)
+			unwatch(name);
+		return rc;
+	}
+	*out = rec.r;
+	return 0;
+}

@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fileio.h - file regions and the file engine: transfers between a file
+ * region and a host region, through one io_uring per poller.
+ *
+ * A file region is an fd the client passed (dp_register_file) or a path
+ * the service opened beneath --file-root (dp_open_file), plus a byte range
+ * of the file and an access mode no wider than the fd's. Transfers are cut
+ * into slices of --io-slice bytes; at most --io-depth slices per poller are
+ * in the kernel at once. A slice whose file offset, length and memory
+ * address meet the file's direct-I/O alignment goes through a second fd of
+ * the same file opened with O_DIRECT; any other slice goes through the page
+ * cache. Completions are reaped in the poller loop; no thread of ours ever
+ * blocks in a read or a write. docs/files.md is the user's view.
+ *
+ * Threads: fileio_init/fini at start-up and exit; fileio_region_* on the
+ * control thread (fileio_region_close also on a poller, through the last
+ * region_put); fileio_submit/progress/busy/cancel_all on the poller that
+ * owns the state.
+ */
+#ifndef DP_FILEIO_H
+#define DP_FILEIO_H
+
+#include <limits.h>
+#include <stdbool.h>
+
+#include "dp_internal.h"
+
+struct fileio_config {
+	unsigned depth;	     /* --io-depth: slices in flight per poller */
+	size_t slice;	     /* --io-slice: bytes per read/write */
+	size_t staging;	     /* --staging: pinned staging pool for GPU targets */
+	char root[PATH_MAX]; /* --file-root; "" = dp_open_file is refused */
+};
+extern struct fileio_config fio_cfg;
+
+/* A file region's state (region->priv of a REGION_FILE region). */
+struct file_region {
+	unsigned access;    /* DP_ACCESS_READ or DP_ACCESS_RW */
+	int dfd;	    /* the same file opened O_DIRECT, or -1 */
+	int slot, dslot;    /* registered-file indexes of fd and dfd, or -1 */
+	uint32_t off_align; /* direct I/O: file offset and length alignment */
+	uint32_t mem_align; /* direct I/O: memory address alignment */
+	/* Slices by path, for the log line at close (any poller adds). */
+	atomic_ullong direct_ios, direct_bytes, buffered_ios, buffered_bytes;
+};
+
+/* Start-up, before the pollers run: one ring per poller, the --file-root
+ * directory. A kernel without io_uring is not fatal (file regions are then
+ * refused with -ENOTSUP); an unusable --file-root is (-errno). */
+int fileio_init(void);
+/* After the pollers are freed and every region is gone. */
+void fileio_fini(void);
+
+/*
+ * Control thread. Builds a file region from @fd (taken over: closed on
+ * failure too) or, when @fd is -1, from @path opened beneath --file-root.
+ * @len 0 means "to the end of the file"; @flags is the access mode, with
+ * DP_FILE_BUFFERED for no O_DIRECT. Fills @reg's kind, fd, file_off, len
+ * and priv. 0, or: -EINVAL bad access, range or file type (only
+ * regular files and block devices), -EPERM the fd's mode does not allow
+ * @access or the path leaves --file-root (or there is none), -ENOENT no
+ * such path, -ENOTSUP no io_uring.
+ */
+int fileio_region_open(struct region *reg, int fd, const char *path, uint64_t offset, uint64_t len,
+		       unsigned flags);
+/* The last reference went away: unregisters and closes the fds. */
+void fileio_region_close(struct region *reg);
+
+/* True when @r allows every access in @need (any region that is not a
+ * file allows everything). */
+static inline bool fileio_access_ok(const struct region *r, unsigned need)
+{
+	const struct file_region *f = r->priv;
+
+	return r->kind != REGION_FILE || (f->access & need) == need;
+}
+
+/* Poller: a validated descriptor between @local and @target, one of them a
+ * file region (both alive for this loop; the engine takes references). It
+ * completes with DP_CQE_F_FILE, here or in a later fileio_progress(). */
+void fileio_submit(struct poller *p, struct queue *q, const struct dp_desc *d, struct region *local,
+		   struct region *target);
+/* Reaps completions and posts new slices; returns how much work it did. */
+int fileio_progress(struct poller *p);
+/* True while slices are in the kernel or waiting to be posted: the poller
+ * must not sleep then (completions are polled, not waited for). */
+bool fileio_busy(const struct poller *p);
+/* Shutdown: posts nothing more, waits for the kernel to give back every
+ * slice in flight, completes unfinished descriptors with -ECANCELED. */
+void fileio_cancel_all(struct poller *p);
+
+#endif /* DP_FILEIO_H */

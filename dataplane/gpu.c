@@ -1,0 +1,521 @@
+/* SPDX-License-Identifier: MIT */
+/* gpu.c - the service's CUDA code: devices, GPU regions, the GPU copy path.
+ * See gpu.h. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu.h"
+
+#ifndef DP_HAVE_CUDA
+
+void gpu_init(void)
+{
+	log_info("gpu: built without CUDA; GPU registration answers ENODEV");
+}
+
+int gpu_device_count(void)
+{
+	return 0;
+}
+
+int gpu_region_open(struct region *reg, const struct dp_msg_region_register_cuda *req)
+{
+	(void)reg;
+	(void)req;
+	return -ENODEV;
+}
+
+void gpu_region_close(struct region *reg)
+{
+	(void)reg;
+}
+
+void gpu_host_register(struct region *reg)
+{
+	(void)reg;
+}
+
+void gpu_host_unregister(struct region *reg)
+{
+	(void)reg;
+}
+
+/* Unreachable: no REGION_CUDA region exists without CUDA. */
+void gpu_copy_submit(struct poller *p, const struct copy_req *req)
+{
+	(void)p;
+	queue_complete_ns(req->q, req->user_data, req->submit_ns, -ENODEV, 0,
+			  DP_CQE_F_LOCAL | DP_CQE_F_GPU);
+}
+
+int gpu_progress(struct poller *p)
+{
+	(void)p;
+	return 0;
+}
+
+bool gpu_busy(const struct poller *p)
+{
+	(void)p;
+	return false;
+}
+
+void gpu_poller_free(struct poller *p)
+{
+	(void)p;
+}
+
+#else /* DP_HAVE_CUDA */
+
+#include <cuda.h> /* types of the one driver entry point we look up */
+#include <cuda_runtime_api.h>
+
+#define GPU_MAX_DEVICES 16
+enum { LANE_BULK, LANE_SMALL, GPU_LANES };
+
+_Static_assert(sizeof(cudaIpcMemHandle_t) ==
+		       sizeof(((struct dp_msg_region_register_cuda *)0)->handle),
+	       "the protocol carries a whole cudaIpcMemHandle_t");
+
+/* A copy on its way: the event recorded after it on its lane's stream. */
+struct gpu_op {
+	struct queue *q;
+	uint64_t user_data;
+	uint64_t submit_ns;
+	uint64_t len;
+	struct region *ra, *rb; /* references held until the event fires */
+	cudaEvent_t ev;
+	int dev;
+	struct gpu_op *next;
+};
+
+/* One stream and the copies on it, oldest first (= completion order). */
+struct gpu_lane {
+	cudaStream_t stream; /* created on first use, recreated after an error */
+	struct gpu_op *head, *tail;
+};
+
+struct gpu_dev {
+	struct gpu_lane lane[GPU_LANES];
+	cudaEvent_t *pool; /* idle events of this device */
+	unsigned npool, cap;
+};
+
+/* A poller's GPU state (poller->gpu), created at its first GPU copy. */
+struct gpu_poller {
+	struct gpu_dev dev[GPU_MAX_DEVICES];
+	struct gpu_op *free_ops;
+	unsigned pending;
+};
+
+typedef CUresult (*addr_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
+
+static int ndev;
+static cudaUUID_t uuids[GPU_MAX_DEVICES];
+static int prio_small, prio_bulk;
+static addr_range_fn addr_range;
+
+int gpu_device_count(void)
+{
+	return ndev;
+}
+
+void gpu_init(void)
+{
+	enum cudaDriverEntryPointQueryResult q;
+	cudaError_t err;
+	int n = 0;
+
+	err = cudaGetDeviceCount(&n);
+	if (err != cudaSuccess || n <= 0) {
+		log_info("gpu: no CUDA device (%s); GPU registration answers ENODEV",
+			 err != cudaSuccess ? cudaGetErrorString(err) : "count is 0");
+		return;
+	}
+	/* The allocation of an IPC pointer bounds what a client may name; the
+	 * runtime has no call for it, the driver's is looked up (no -lcuda). */
+	err = cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", (void **)&addr_range, 12000,
+					       cudaEnableDefault, &q);
+	if (err != cudaSuccess || q != cudaDriverEntryPointSuccess || !addr_range) {
+		log_err("gpu: driver has no cuMemGetAddressRange; GPU registration disabled");
+		return;
+	}
+	if (n > GPU_MAX_DEVICES) {
+		log_warn("gpu: %d devices, using the first %d", n, GPU_MAX_DEVICES);
+		n = GPU_MAX_DEVICES;
+	}
+	for (int i = 0; i < n; i++) {
+		struct cudaDeviceProp prop;
+
+		if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) {
+			log_err("gpu: device %d: cannot read its properties; GPU registration "
+				"disabled",
+				i);
+			return;
+		}
+		uuids[i] = prop.uuid;
+		log_info("gpu: device %d: %s, %zu MiB, pci %04x:%02x:%02x", i, prop.name,
+			 prop.totalGlobalMem >> 20, prop.pciDomainID, prop.pciBusID,
+			 prop.pciDeviceID);
+	}
+	cudaDeviceGetStreamPriorityRange(&prio_bulk, &prio_small);
+	/* Direct copies between GPUs instead of staging through the host. */
+	for (int i = 0; i < n; i++)
+		for (int j = 0; j < n; j++) {
+			int can = 0;
+
+			if (i == j || cudaDeviceCanAccessPeer(&can, i, j) != cudaSuccess || !can)
+				continue;
+			cudaSetDevice(i);
+			err = cudaDeviceEnablePeerAccess(j, 0);
+			if (err != cudaSuccess && err != cudaErrorPeerAccessAlreadyEnabled)
+				log_warn("gpu: peer access %d -> %d: %s", i, j,
+					 cudaGetErrorString(err));
+			else
+				log_info("gpu: peer access %d -> %d", i, j);
+		}
+	if (n > 1)
+		cudaSetDevice(0);
+	cudaGetLastError();
+	ndev = n;
+}
+
+/* Makes @dev current; returns the device to restore. */
+static int dev_enter(int dev)
+{
+	int prev = -1;
+
+	if (cudaGetDevice(&prev) != cudaSuccess || prev != dev)
+		cudaSetDevice(dev);
+	return prev;
+}
+
+static void dev_leave(int prev, int dev)
+{
+	if (prev >= 0 && prev != dev)
+		cudaSetDevice(prev);
+}
+
+static int device_by_uuid(const uint8_t *uuid)
+{
+	for (int i = 0; i < ndev; i++)
+		if (!memcmp(uuids[i].bytes, uuid, sizeof(uuids[i].bytes)))
+			return i;
+	return -1;
+}
+
+int gpu_region_open(struct region *reg, const struct dp_msg_region_register_cuda *req)
+{
+	cudaIpcMemHandle_t h;
+	CUdeviceptr base = 0;
+	size_t size = 0;
+	cudaError_t err;
+	void *ptr = NULL;
+	int dev, prev, rc = 0;
+
+	if (!ndev)
+		return -ENODEV;
+	dev = device_by_uuid(req->uuid);
+	if (dev < 0) {
+		log_warn("gpu: registration names a device this service does not see "
+			 "(client's ordinal %d)",
+			 req->device);
+		return -ENODEV;
+	}
+	memcpy(&h, req->handle, sizeof(h));
+	prev = dev_enter(dev);
+	err = cudaIpcOpenMemHandle(&ptr, h, cudaIpcMemLazyEnablePeerAccess);
+	if (err != cudaSuccess) {
+		log_warn("gpu: cudaIpcOpenMemHandle on device %d: %s", dev,
+			 cudaGetErrorString(err));
+		cudaGetLastError();
+		rc = -EINVAL;
+		goto out;
+	}
+	/* The client's word on the allocation's size is not trusted: a copy
+	 * past its end would fault the whole context. */
+	if (addr_range(&base, &size, (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS ||
+	    base != (CUdeviceptr)(uintptr_t)ptr || req->offset > size ||
+	    req->len > size - req->offset) {
+		log_warn("gpu: registration of %llu bytes at offset %llu exceeds the allocation "
+			 "(%zu)",
+			 (unsigned long long)req->len, (unsigned long long)req->offset, size);
+		cudaIpcCloseMemHandle(ptr);
+		rc = -EINVAL;
+		goto out;
+	}
+	reg->kind = REGION_CUDA;
+	reg->device = dev;
+	reg->fd = -1;
+	reg->map = ptr;
+	reg->map_len = size;
+	reg->base = (uint8_t *)ptr + req->offset;
+	reg->len = req->len;
+out:
+	dev_leave(prev, dev);
+	return rc;
+}
+
+void gpu_region_close(struct region *reg)
+{
+	int prev = dev_enter(reg->device);
+	cudaError_t err = cudaIpcCloseMemHandle(reg->map);
+
+	if (err != cudaSuccess)
+		log_warn("gpu: cudaIpcCloseMemHandle on device %d: %s", reg->device,
+			 cudaGetErrorString(err));
+	else
+		log_debug("gpu: closed the IPC mapping of %zu bytes on device %d", reg->map_len,
+			  reg->device);
+	dev_leave(prev, reg->device);
+}
+
+void gpu_host_register(struct region *reg)
+{
+	cudaError_t err;
+
+	if (!ndev)
+		return;
+	err = cudaHostRegister(reg->map, reg->map_len, cudaHostRegisterPortable);
+	if (err != cudaSuccess) {
+		log_warn("gpu: cudaHostRegister of %zu bytes: %s; copies with GPUs will be "
+			 "synchronous",
+			 reg->map_len, cudaGetErrorString(err));
+		cudaGetLastError();
+		return;
+	}
+	reg->cuda_pinned = true;
+}
+
+void gpu_host_unregister(struct region *reg)
+{
+	if (reg->cuda_pinned)
+		cudaHostUnregister(reg->map);
+	reg->cuda_pinned = false;
+}
+
+/* ---- the copy path (one poller) ---- */
+
+static struct gpu_poller *gpu_poller_get(struct poller *p)
+{
+	if (!p->gpu)
+		p->gpu = calloc(1, sizeof(struct gpu_poller));
+	return p->gpu;
+}
+
+static cudaEvent_t event_get(struct gpu_dev *d)
+{
+	cudaEvent_t ev;
+
+	if (d->npool)
+		return d->pool[--d->npool];
+	if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess)
+		return NULL;
+	return ev;
+}
+
+static void event_put(struct gpu_dev *d, cudaEvent_t ev)
+{
+	if (d->npool == d->cap) {
+		unsigned cap = d->cap ? 2 * d->cap : 64;
+		cudaEvent_t *pool = realloc(d->pool, cap * sizeof(*pool));
+
+		if (!pool) {
+			cudaEventDestroy(ev);
+			return;
+		}
+		d->pool = pool;
+		d->cap = cap;
+	}
+	d->pool[d->npool++] = ev;
+}
+
+/* Drops a stream that saw an error. cudaStreamDestroy returns at once and
+ * frees the stream when its work is done; the events already recorded on
+ * it stay valid, so the copies behind the failed one still complete. The
+ * next copy on the lane gets a fresh stream. */
+static void lane_reset(struct gpu_lane *l)
+{
+	if (l->stream)
+		cudaStreamDestroy(l->stream);
+	l->stream = NULL;
+	cudaGetLastError();
+}
+
+static bool holds(const struct region *r, const uint8_t *p, uint64_t len)
+{
+	return p >= r->base && (uint64_t)(p - r->base) <= r->len - len;
+}
+
+static void op_finish(struct gpu_poller *g, struct gpu_op *op, int status)
+{
+	struct queue *q = op->q;
+
+	q->inflight--;
+	queue_complete_ns(q, op->user_data, op->submit_ns, status, status ? 0 : op->len,
+			  DP_CQE_F_LOCAL | DP_CQE_F_GPU);
+	region_put(op->ra);
+	region_put(op->rb);
+	event_put(&g->dev[op->dev], op->ev);
+	op->next = g->free_ops;
+	g->free_ops = op;
+	g->pending--;
+}
+
+void gpu_copy_submit(struct poller *p, const struct copy_req *req)
+{
+	const uint32_t flags = DP_CQE_F_LOCAL | DP_CQE_F_GPU;
+	struct gpu_poller *g = gpu_poller_get(p);
+	const struct region *rdst, *rsrc;
+	struct gpu_lane *l;
+	struct gpu_dev *d;
+	struct gpu_op *op;
+	cudaEvent_t ev;
+	cudaError_t err;
+	int dev, prev;
+
+	if (!req->len) {
+		queue_complete_ns(req->q, req->user_data, req->submit_ns, 0, 0, flags);
+		return;
+	}
+	op = g ? g->free_ops : NULL;
+	if (op)
+		g->free_ops = op->next;
+	else if (g)
+		op = malloc(sizeof(*op));
+	if (!op) {
+		queue_complete_ns(req->q, req->user_data, req->submit_ns, -ENOMEM, 0, flags);
+		return;
+	}
+	/* Which region is the destination: regions never overlap in this
+	 * process's (unified) address space, so the address tells. */
+	rdst = holds(req->ra, req->dst, req->len) ? req->ra : req->rb;
+	rsrc = rdst == req->ra ? req->rb : req->ra;
+	dev = rdst->kind == REGION_CUDA ? rdst->device : rsrc->device;
+	d = &g->dev[dev];
+	l = &d->lane[req->len <= GPU_SMALL_MAX ? LANE_SMALL : LANE_BULK];
+
+	prev = dev_enter(dev);
+	err = cudaSuccess;
+	if (!l->stream)
+		err = cudaStreamCreateWithPriority(&l->stream, cudaStreamNonBlocking,
+						   l == &d->lane[LANE_SMALL] ? prio_small
+									     : prio_bulk);
+	ev = err == cudaSuccess ? event_get(d) : NULL;
+	if (err == cudaSuccess && !ev)
+		err = cudaErrorMemoryAllocation;
+	if (err == cudaSuccess)
+		err = cudaMemcpyAsync(req->dst, req->src, req->len, cudaMemcpyDefault, l->stream);
+	if (err == cudaSuccess) {
+		err = cudaEventRecord(ev, l->stream);
+		/* The copy was queued but cannot be tracked: wait for it (an
+		 * error path) so that no DMA outlives the region references. */
+		if (err != cudaSuccess)
+			cudaStreamSynchronize(l->stream);
+	}
+	if (err != cudaSuccess) {
+		log_err("gpu: copy of %llu bytes on device %d (%s -> %s): %s",
+			(unsigned long long)req->len, dev,
+			rsrc->kind == REGION_CUDA ? "gpu" : "host",
+			rdst->kind == REGION_CUDA ? "gpu" : "host", cudaGetErrorString(err));
+		if (ev)
+			event_put(d, ev);
+		lane_reset(l);
+		dev_leave(prev, dev);
+		op->next = g->free_ops;
+		g->free_ops = op;
+		queue_complete_ns(req->q, req->user_data, req->submit_ns, -EIO, 0, flags);
+		return;
+	}
+	dev_leave(prev, dev);
+
+	/* The regions were found in this loop, so they are alive (QSBR); the
+	 * references keep them open until the event fires. */
+	atomic_fetch_add(&req->ra->refs, 1);
+	atomic_fetch_add(&req->rb->refs, 1);
+	*op = (struct gpu_op){.q = req->q,
+			      .user_data = req->user_data,
+			      .submit_ns = req->submit_ns,
+			      .len = req->len,
+			      .ra = req->ra,
+			      .rb = req->rb,
+			      .ev = ev,
+			      .dev = dev};
+	req->q->inflight++;
+	if (l->tail)
+		l->tail->next = op;
+	else
+		l->head = op;
+	l->tail = op;
+	g->pending++;
+}
+
+int gpu_progress(struct poller *p)
+{
+	struct gpu_poller *g = p->gpu;
+	int done = 0;
+
+	if (!g || !g->pending)
+		return 0;
+	for (int dev = 0; dev < ndev; dev++) {
+		for (int i = 0; i < GPU_LANES; i++) {
+			struct gpu_lane *l = &g->dev[dev].lane[i];
+			struct gpu_op *op;
+
+			while ((op = l->head)) {
+				cudaError_t err = cudaEventQuery(op->ev);
+
+				if (err == cudaErrorNotReady)
+					break;
+				l->head = op->next;
+				if (!l->head)
+					l->tail = NULL;
+				if (err != cudaSuccess) {
+					log_err("gpu: copy of %llu bytes on device %d failed: %s",
+						(unsigned long long)op->len, dev,
+						cudaGetErrorString(err));
+					lane_reset(l);
+				}
+				op_finish(g, op, err == cudaSuccess ? 0 : -EIO);
+				done++;
+			}
+		}
+	}
+	return done;
+}
+
+bool gpu_busy(const struct poller *p)
+{
+	const struct gpu_poller *g = p->gpu;
+
+	return g && g->pending;
+}
+
+void gpu_poller_free(struct poller *p)
+{
+	struct gpu_poller *g = p->gpu;
+
+	if (!g)
+		return;
+	for (int dev = 0; dev < ndev; dev++) {
+		struct gpu_dev *d = &g->dev[dev];
+
+		for (int i = 0; i < GPU_LANES; i++)
+			if (d->lane[i].stream)
+				cudaStreamDestroy(d->lane[i].stream);
+		for (unsigned i = 0; i < d->npool; i++)
+			cudaEventDestroy(d->pool[i]);
+		free(d->pool);
+	}
+	while (g->free_ops) {
+		struct gpu_op *op = g->free_ops;
+
+		g->free_ops = op->next;
+		free(op);
+	}
+	free(g);
+	p->gpu = NULL;
+}
+
+#endif /* DP_HAVE_CUDA */

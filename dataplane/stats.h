@@ -1,0 +1,320 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * stats.h - the service's side of the shared-memory stats region (layout:
+ * libclient/dp_stats.h). Cold paths (create, assign and retire queue blocks,
+ * service gauges, rails) live in stats.c; the per-descriptor and per-loop
+ * hooks are inline here.
+ *
+ * Hot-path cost: a poller keeps its queues' counters and its own in private
+ * memory (the queue's ctr, which it updates anyway) and copies them to the
+ * region with plain stores at the first idle loop after work, and every
+ * STATS_PUBLISH_BUSY loops while it stays busy. The only per-completion
+ * write to the region is one histogram bucket. The clock is
+ * read at most once per loop for all completions of that loop, again only
+ * after a completion that moved many bytes (so that latencies after a long
+ * copy are not dated before it). Without stats (--no-stats) every hook is
+ * one well-predicted branch.
+ *
+ * The clock of a busy loop is the TSC where it is invariant (x86-64 with
+ * constant_tsc and nonstop_tsc), extrapolated from the poller's last
+ * CLOCK_MONOTONIC reading (its anchor: the read its idle loops make anyway,
+ * or a fresh one once the anchor is STATS_TSC_SPAN_NS old), with a scale
+ * the poller refines at every anchor. A TSC read costs a fraction of
+ * clock_gettime() under a hypervisor's clock source, and one descriptor
+ * per loop (P3) pays for one clock reading per descriptor.
+ */
+#ifndef DP_SERVICE_STATS_H
+#define DP_SERVICE_STATS_H
+
+#include <time.h>
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
+#include "dp_internal.h"
+#include "dp_stats.h"
+
+/* A completion that moved more than this since the clock was read reads it
+ * again: the copy took long enough that the old reading would flatter it. */
+#define STATS_CLOCK_BYTES (16u * 1024)
+/* Longest TSC extrapolation from an anchor: with the scale known to 1e-5
+ * (2 ms of calibration at start), under 2 ns of error. */
+#define STATS_TSC_SPAN_NS 200000u
+
+/* A poller's private side of its stats (the region holds the published
+ * side). Cache-line aligned: each poller writes only its own. */
+struct stats_poller {
+	struct dp_stats_poller *sh;
+	uint64_t now;	    /* clock for this loop's completions; 0 = not read */
+	uint64_t now_bytes; /* bytes completed since `now` was read */
+	uint64_t last;	    /* clock at the end of the previous loop (or wake-up) */
+	/* TSC clock (stats_now): anchor, calibration point, ns per tick << 32
+	 * (0: no usable TSC), the anchor's age limit in ticks. */
+	uint64_t anchor_ns, anchor_tsc, cal_ns, cal_tsc, tsc_mult, tsc_span;
+	uint64_t loops, busy_loops, sleeps, wakeups, descs, busy_ns, idle_ns, sleep_ns;
+	uint32_t loop_descs; /* descriptors taken in this loop */
+	bool dirty;	     /* counted something not yet published */
+	uint64_t busy_end;   /* clock at the end of the last busy loop */
+	uint64_t loop_hist[DP_STATS_LOOP_BUCKETS];
+	/* Completions and bytes by the low bits of their DP_CQE_F_* flags;
+	 * summed into paths when published. */
+	uint64_t flag_ops[16], flag_bytes[16];
+	/* The run of completions being counted: same queue, same stamp, same
+	 * flags, same clock reading, so same latency (a batch of one
+	 * dp_submit finishing in one loop). Added to the histogram and the
+	 * flag counters once, when the run ends. */
+	struct queue *run_q;
+	uint64_t run_submit, run_lat, run_bytes;
+	uint32_t run_flags, run_count;
+	bool run_stamped;
+} __attribute__((aligned(64)));
+
+/* ---- cold path: stats.c ---- */
+
+/* Creates the region (cfg.stats_name, else the name derived from the
+ * socket path) and points every poller at its block. 0 without stats
+ * (cfg.no_stats). -EADDRINUSE when a live service owns the name, -EEXIST
+ * when a file of that name is not a stats region. */
+int stats_init(void);
+/* Marks the region stopped and unlinks it. */
+void stats_fini(void);
+const char *stats_name(void);
+
+/* Control thread, when a queue is handed to its poller (q->poller set):
+ * takes a free block, or leaves q->st NULL when none is left. */
+void stats_queue_attach(struct queue *q);
+/* The owning poller, when it frees the queue: adds the queue's figures to
+ * the poller's retired totals and hands the block back. */
+void stats_queue_retire(struct queue *q);
+
+/* Service gauges, control thread only. */
+void stats_client_added(void);
+void stats_client_removed(void);
+void stats_queue_closed(void);
+void stats_region_added(uint64_t len);
+void stats_region_removed(uint64_t len);
+void stats_segment_added(void);
+void stats_segment_removed(void);
+
+/*
+ * Fabric rails. stats_rail_name() names rail idx (control thread, at
+ * start-up, before the pollers run); stats_rail() returns the counters
+ * poller p keeps for rail idx, to be bumped with stats_add() by that poller
+ * only. NULL without stats or for idx >= DP_STATS_MAX_RAILS.
+ */
+void stats_rail_name(unsigned idx, const char *provider, const char *fabric, const char *domain);
+struct dp_stats_rail *stats_rail(unsigned idx, const struct poller *p);
+
+/* ---- hot path ---- */
+
+/* Single-writer counter update: a relaxed load and store, never a locked
+ * read-modify-write. Readers tolerate the value changing under them. */
+static inline void stats_add(uint64_t *c, uint64_t n)
+{
+	__atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
+}
+
+static inline void stats_set(uint64_t *c, uint64_t v)
+{
+	__atomic_store_n(c, v, __ATOMIC_RELAXED);
+}
+
+static inline uint64_t stats_clock(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint64_t stats_tsc(void)
+{
+#if defined(__x86_64__)
+	return __rdtsc();
+#else
+	return 0;
+#endif
+}
+
+/* Refines the scale over the span since the calibration point (stats.c). */
+void stats_tsc_recalibrate(struct stats_poller *sp, uint64_t t, uint64_t tsc);
+
+/*
+ * A CLOCK_MONOTONIC reading that becomes the TSC anchor, bracketed by two
+ * TSC reads: a pair the thread was preempted in the middle of (wide
+ * bracket) would date every extrapolation wrongly, and is not taken.
+ */
+static inline uint64_t stats_anchor(struct stats_poller *sp)
+{
+	uint64_t c0, c1, t;
+
+	if (!sp->tsc_mult)
+		return stats_clock();
+	c0 = stats_tsc();
+	t = stats_clock();
+	c1 = stats_tsc();
+	if (c1 - c0 > sp->tsc_span / 64)
+		return t;
+	c0 += (c1 - c0) / 2;
+	if (c0 - sp->cal_tsc > 1000 * sp->tsc_span)
+		stats_tsc_recalibrate(sp, t, c0);
+	sp->anchor_ns = t;
+	sp->anchor_tsc = c0;
+	return t;
+}
+
+/* The time now, for a busy loop: the TSC from a fresh anchor, else a real
+ * reading (which becomes the anchor). */
+static inline uint64_t stats_now(struct stats_poller *sp)
+{
+	if (sp->tsc_mult) {
+		uint64_t d = stats_tsc() - sp->anchor_tsc;
+
+		if (d < sp->tsc_span)
+			return sp->anchor_ns + ((d * sp->tsc_mult) >> 32);
+	}
+	return stats_anchor(sp);
+}
+
+/* Adds the current run to its queue's histogram and the flag counters. */
+void stats_run_end(struct stats_poller *sp);
+void stats_complete_slow(struct queue *q, uint64_t submit_ns, int status, uint64_t bytes,
+			 uint32_t flags);
+
+/*
+ * One completion staged on q (queue_complete, after the ctr update).
+ * submit_ns is the descriptor's stamp. One that extends the current run
+ * costs two increments of the poller's private memory; the rest (a new
+ * run, a clock reading, a failure's errno class) is out of line.
+ */
+static inline void stats_complete(struct queue *q, uint64_t submit_ns, int status, uint64_t bytes,
+				  uint32_t flags)
+{
+	struct stats_poller *sp;
+
+	if (!q->st)
+		return;
+	sp = q->poller->stats;
+	if (__builtin_expect(q == sp->run_q && submit_ns == sp->run_submit && !status &&
+				     (flags & 15) == sp->run_flags && bytes <= STATS_CLOCK_BYTES,
+			     1)) {
+		sp->run_count++;
+		sp->run_bytes += bytes;
+		return;
+	}
+	stats_complete_slow(q, submit_ns, status, bytes, flags);
+}
+
+/* Publishes everything this poller counted privately: its queues' counters
+ * and ring depths, its own block (stats.c). */
+void stats_publish(struct poller *p);
+void stats_publish_poller(struct stats_poller *sp);
+
+/* Busy loops between publications while a poller stays busy; how long it
+ * must have been idle before it publishes news (a client in a tight
+ * ping-pong sends the next descriptor sooner: publishing then would delay
+ * it); idle loops between publications of the poller's own figures. */
+#define STATS_PUBLISH_BUSY 64u
+#define STATS_PUBLISH_AFTER_NS 5000u
+#define STATS_PUBLISH_IDLE 1024u
+
+/*
+ * q's completions are about to be published (queue_flush_cq): notes, in
+ * private memory only, the descriptors it took this loop and that it has
+ * news. The region gets the figures at the next publication: once the
+ * poller has been idle for STATS_PUBLISH_AFTER_NS, and every
+ * STATS_PUBLISH_BUSY loops of a poller that stays busy.
+ */
+static inline void stats_queue_flush(struct queue *q)
+{
+	struct stats_poller *sp;
+	uint64_t d;
+
+	if (!q->st)
+		return;
+	sp = q->poller->stats;
+	d = q->ctr.submitted - q->ctr.submitted_seen;
+	if (d | q->nstage) {
+		sp->loop_descs += (uint32_t)d;
+		q->ctr.submitted_seen = q->ctr.submitted;
+		sp->dirty = true;
+	}
+}
+
+/*
+ * End of a poller loop (after poller_flush). Returns the loop's clock
+ * reading for the caller's spin timing: read here unless a completion of
+ * this loop already did; without stats it is read only for idle loops, as
+ * before.
+ */
+static inline uint64_t stats_loop_end(struct poller *p, int work)
+{
+	struct stats_poller *sp = p->stats;
+	uint64_t t, d;
+
+	if (!sp)
+		return work ? 0 : stats_clock();
+	if (sp->now)
+		t = sp->now;
+	else if (work)
+		t = stats_now(sp);
+	else {
+		/* The reading idle loops make anyway; a stale anchor is
+		 * replaced (rarely: every STATS_TSC_SPAN_NS / 2 of spinning). */
+		t = stats_clock();
+		if (sp->tsc_mult && t - sp->anchor_ns > STATS_TSC_SPAN_NS / 2)
+			t = stats_anchor(sp);
+	}
+	sp->now = 0;
+	if (sp->run_q)
+		stats_run_end(sp);
+	d = t > sp->last ? t - sp->last : 0;
+	sp->last = t;
+	sp->loops++;
+	if (!work) {
+		sp->idle_ns += d;
+		if (sp->dirty && t - sp->busy_end > STATS_PUBLISH_AFTER_NS)
+			stats_publish(p);
+		else if (!(sp->loops % STATS_PUBLISH_IDLE))
+			stats_publish_poller(sp);
+		return t;
+	}
+	sp->busy_loops++;
+	sp->busy_ns += d;
+	sp->descs += sp->loop_descs;
+	sp->loop_hist[dp_stats_loop_index(sp->loop_descs)]++;
+	sp->loop_descs = 0;
+	sp->dirty = true;
+	sp->busy_end = t;
+	if (!(sp->busy_loops % STATS_PUBLISH_BUSY))
+		stats_publish(p);
+	return t;
+}
+
+/* Before a poller sleeps on its doorbells: what it counted must not wait
+ * for the next wake-up to be seen. */
+static inline void stats_poller_sleeping(struct poller *p)
+{
+	if (p->stats && p->stats->dirty)
+		stats_publish(p);
+}
+
+/* After a poller's sleep on its doorbells; events: what epoll_wait returned
+ * (> 0: woken by a doorbell, else a timeout). */
+static inline void stats_poller_woke(struct poller *p, int events)
+{
+	struct stats_poller *sp = p->stats;
+	uint64_t t;
+
+	if (!sp)
+		return;
+	t = stats_anchor(sp);
+	sp->sleep_ns += t > sp->last ? t - sp->last : 0;
+	sp->last = t;
+	sp->sleeps++;
+	if (events > 0)
+		sp->wakeups++;
+	stats_publish_poller(sp);
+}
+
+#endif /* DP_SERVICE_STATS_H */

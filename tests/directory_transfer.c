@@ -1,0 +1,194 @@
+/* directory_transfer.c - two dataplaned and one Redis: a segment exported on one is opened by name alone on the other, bytes move both ways through the fabric, lookups are cached, and an unexport reaches the opener; without --directory nothing changes; the password never reaches a log. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "directory_util.h"
+
+TestSuite(directory_transfer, .fini = dir_teardown, .timeout = 60);
+
+#define SEG "kv/layer17/shard3"
+#define LEN (4 * MiB)
+
+Test(directory_transfer, open_by_name_on_another_service)
+{
+	char owner[64], name_a[64];
+	struct dp_client *ca, *cb, *cb2;
+	uint8_t *tgt, *loc;
+	int treg, lreg, seg, seg2, self;
+	struct dp_queue *qa, *qb;
+	struct dp_desc d;
+	long hmget0;
+	long long pttl;
+	uint64_t t0;
+
+	dir_redis_start(&dir_redis, 0, NULL);
+	dir_svc_start(0, dir_redis.url, 2, NULL);
+	dir_svc_start(1, dir_redis.url, 2, NULL);
+	dir_server_name(0, name_a, sizeof(name_a));
+	ca = fab_connect(&fab_svc[0], "owner");
+	cb = fab_connect(&fab_svc[1], "opener");
+
+	/* The record: owned by A, with a TTL of at most 2 s. */
+	treg = fab_alloc(ca, LEN, &tgt);
+	memset(tgt, 0x5a, LEN);
+	fab_export(ca, treg, SEG, DP_ACCESS_RW);
+	dir_hget(&dir_redis, DIR_KEY(SEG), "owner", owner, sizeof(owner));
+	cr_assert_str_eq(owner, name_a, "record owner '%s', want A (%s)", owner, name_a);
+	pttl = dir_int(&dir_redis, "PTTL %s", DIR_KEY(SEG));
+	cr_assert(pttl > 0 && pttl <= 2000, "record TTL %lld ms, want (0, 2000]", pttl);
+
+	/* B opens it by name alone and writes into A's memory. */
+	lreg = fab_alloc(cb, LEN, &loc);
+	seg = fab_open(cb, NULL, SEG, DP_ACCESS_RW);
+	qb = fab_queue(cb, 16);
+	pattern_fill(loc, MiB, 1);
+	dp_prep_write(&d, lreg, 0, seg, 4096, MiB, 1);
+	fab_run_ok(qb, &d, DP_CQE_F_FABRIC, 15000);
+	fab_check(tgt + 4096, MiB, 1, tgt, tgt + LEN, 0x5a, "WRITE by name");
+	/* ... and reads A's memory back. */
+	pattern_fill(tgt + 2 * MiB, MiB, 2);
+	memset(loc, 0, LEN);
+	dp_prep_read(&d, lreg, 8192, seg, 2 * MiB, MiB, 2);
+	fab_run_ok(qb, &d, DP_CQE_F_FABRIC, 15000);
+	fab_check(loc + 8192, MiB, 2, loc, loc + LEN, 0, "READ by name");
+
+	/* A second open of the name on B is served from B's cache: Redis
+	 * sees no lookup (HMGET) for it. */
+	hmget0 = dir_calls(&dir_redis, "hmget");
+	cb2 = fab_connect(&fab_svc[1], "opener-2");
+	seg2 = fab_open(cb2, NULL, SEG, DP_ACCESS_READ);
+	cr_assert_geq(seg2, 0);
+	cr_assert_eq(dir_calls(&dir_redis, "hmget"), hmget0, "a cached name was looked up again");
+
+	/* On A itself the name resolves to the local export: a local copy. */
+	self = fab_open(ca, NULL, SEG, DP_ACCESS_RW);
+	qa = fab_queue(ca, 16);
+	dp_prep_read(&d, treg, 3 * MiB, self, 2 * MiB, MiB, 3);
+	fab_run_ok(qa, &d, DP_CQE_F_LOCAL, 15000);
+	cr_assert_eq(pattern_check(tgt + 3 * MiB, MiB, 2), -1, "local copy by name");
+
+	/* The heartbeat keeps the record past its TTL. */
+	fab_sleep_ms(3000);
+	cr_assert_eq(dir_int(&dir_redis, "EXISTS %s", DIR_KEY(SEG)), 1,
+		     "record expired although its owner lives");
+
+	/* Unexport: the record goes at once, B's open segment fails from the
+	 * invalidation on, and a new open by name finds nothing. */
+	dp_segment_close(ca, self);
+	cr_assert_eq(dp_segment_unexport(ca, SEG), 0);
+	cr_assert_eq(dir_int(&dir_redis, "EXISTS %s", DIR_KEY(SEG)), 0, "record left behind");
+	t0 = fab_now_ns();
+	for (;;) {
+		int st;
+
+		dp_prep_read(&d, lreg, 0, seg, 0, 4096, 4);
+		st = dir_run(qb, &d);
+		if (st == -ECONNRESET)
+			break;
+		cr_assert_lt(dir_ms_since(t0), 3000,
+			     "open segment still usable 3 s after unexport "
+			     "(last status %s)",
+			     dp_strerror(st));
+		fab_sleep_ms(20);
+	}
+	cr_assert(fab_log_has(&fab_svc[1], "record of '" SEG "' deleted"),
+		  "B did not log the invalidation");
+	cr_assert_eq(dp_segment_open(cb, NULL, SEG, DP_ACCESS_RW), -ENOENT);
+
+	dp_close(cb2);
+	dp_close(cb);
+	dp_close(ca);
+	cr_assert_eq(svc_stop(&fab_svc[0]), 0);
+	cr_assert_eq(svc_stop(&fab_svc[1]), 0);
+}
+
+/* Without --directory a service neither publishes nor looks up: the peer
+ * string works as before, a bare name is this service's only. */
+Test(directory_transfer, without_directory_nothing_changes)
+{
+	char peer_a[64];
+	struct dp_client *ca, *cb;
+	uint8_t *tgt, *loc;
+	int treg, lreg, seg;
+	struct dp_queue *q;
+	struct dp_desc d;
+
+	dir_redis_start(&dir_redis, 0, NULL);
+	dir_svc_start(0, dir_redis.url, 2, NULL);
+	dir_svc_start(1, NULL, 0, NULL);
+	dir_server_name(0, peer_a, sizeof(peer_a));
+	ca = fab_connect(&fab_svc[0], "owner");
+	cb = fab_connect(&fab_svc[1], "opener");
+	treg = fab_alloc(ca, MiB, &tgt);
+	fab_export(ca, treg, "plain", DP_ACCESS_RW);
+	cr_assert_eq(dp_segment_open(cb, NULL, "plain", DP_ACCESS_RW), -ENOENT);
+	seg = fab_open(cb, peer_a, "plain", DP_ACCESS_RW);
+	lreg = fab_alloc(cb, MiB, &loc);
+	pattern_fill(loc, MiB, 7);
+	q = fab_queue(cb, 16);
+	dp_prep_write(&d, lreg, 0, seg, 0, MiB, 1);
+	fab_run_ok(q, &d, DP_CQE_F_FABRIC, 15000);
+	cr_assert_eq(pattern_check(tgt, MiB, 7), -1);
+	cr_assert_not(fab_log_has(&fab_svc[1], "directory"), "B mentions a directory");
+	dp_close(cb);
+	dp_close(ca);
+	cr_assert_eq(svc_stop(&fab_svc[0]), 0);
+	cr_assert_eq(svc_stop(&fab_svc[1]), 0);
+}
+
+#define PASSWORD "pw-Secret-42"
+
+static void assert_log_clean(unsigned i)
+{
+	cr_assert_not(fab_log_has(&fab_svc[i], PASSWORD), "service %u logged the password", i);
+	cr_assert(fab_log_has(&fab_svc[i], ":***@127.0.0.1"), "service %u: no masked URL", i);
+}
+
+/* A password-protected Redis: the right password works (in the URL or in
+ * $DP_DIRECTORY_PASSWORD), a wrong one fails exports cleanly, and no log
+ * line holds it. */
+Test(directory_transfer, password_never_logged)
+{
+	char url[160], bad[160], owner[64];
+	struct dp_client *c0, *c1, *c2;
+	uint8_t *mem;
+	int reg;
+
+	dir_redis_start(&dir_redis, 0, PASSWORD);
+	snprintf(url, sizeof(url), "redis://:%s@127.0.0.1:%d/0", PASSWORD, dir_redis.port);
+	snprintf(bad, sizeof(bad), "redis://default:wrong-%s@127.0.0.1:%d", PASSWORD,
+		 dir_redis.port);
+	dir_svc_start(0, url, 5, NULL);
+	dir_svc_start(1, bad, 5, NULL);
+	setenv("DP_DIRECTORY_PASSWORD", PASSWORD, 1);
+	snprintf(bad, sizeof(bad), "redis://127.0.0.1:%d", dir_redis.port);
+	dir_svc_start(2, bad, 5, NULL);
+	unsetenv("DP_DIRECTORY_PASSWORD");
+
+	c0 = fab_connect(&fab_svc[0], "a");
+	reg = fab_alloc(c0, MiB, &mem);
+	fab_export(c0, reg, "guarded", DP_ACCESS_READ);
+	dir_hget(&dir_redis, DIR_KEY("guarded"), "owner", owner, sizeof(owner));
+	cr_assert_neq(owner[0], 0, "no record published with the password");
+
+	c1 = fab_connect(&fab_svc[1], "b");
+	reg = fab_alloc(c1, MiB, &mem);
+	cr_assert_eq(dp_segment_export(c1, reg, "guarded-2", DP_ACCESS_READ), -EHOSTUNREACH,
+		     "export with a wrong password");
+	cr_assert_eq(dp_segment_open(c1, NULL, "guarded", DP_ACCESS_READ), -EHOSTUNREACH);
+	cr_assert(fab_log_has(&fab_svc[1], "authentication refused"));
+
+	c2 = fab_connect(&fab_svc[2], "c");
+	reg = fab_alloc(c2, MiB, &mem);
+	fab_export(c2, reg, "guarded-3", DP_ACCESS_READ);
+	cr_assert_geq(dp_segment_open(c2, NULL, "guarded", DP_ACCESS_READ), 0);
+
+	dp_close(c0);
+	dp_close(c1);
+	dp_close(c2);
+	for (unsigned i = 0; i < 3; i++) {
+		assert_log_clean(i);
+		cr_assert_eq(svc_stop(&fab_svc[i]), 0);
+	}
+}

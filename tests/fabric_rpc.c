@@ -1,0 +1,657 @@
+/* fabric_rpc.c - the peer protocol under hostile input: malformed, truncated, trickled or absent requests to a service's RPC port, and hostile replies from a fake peer to dp_segment_open; nothing crashes or hangs, the service keeps serving. */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fabric_util.h"
+
+TestSuite(fabric_rpc, .fini = fab_teardown, .timeout = 60);
+
+/* The wire format of dataplane/rpc.h, restated here so that a change to it
+ * is a conscious one: every peer of a running cluster speaks it. */
+#define RPC_MAGIC 0x50525044u
+#define RPC_VERSION 1u
+#define RPC_LOOKUP 1u
+#define RPC_REPLY 0x8000u
+
+struct rpc_hdr {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t type;
+	uint32_t len;
+	uint32_t reserved;
+};
+
+struct rpc_lookup {
+	char name[64];
+};
+
+struct rpc_rail {
+	uint32_t addr_len;
+	uint32_t reserved;
+	uint64_t key;
+	uint8_t addr[128];
+};
+
+struct rpc_reply {
+	int32_t status;
+	uint32_t access;
+	uint64_t len;
+	uint64_t base;
+	uint32_t nrails;
+	uint32_t flags;
+	char server_name[64];
+	struct rpc_rail rail[8];
+};
+
+struct rpc_req_msg {
+	struct rpc_hdr h;
+	struct rpc_lookup req;
+};
+
+struct rpc_reply_msg {
+	struct rpc_hdr h;
+	struct rpc_reply r;
+};
+
+_Static_assert(sizeof(struct rpc_hdr) == 16, "header");
+_Static_assert(sizeof(struct rpc_reply) == 1248, "reply");
+
+#define EXPORT_LEN (1u << 20)
+
+static int rpc_connect(int port)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET,
+				 .sin_port = htons((uint16_t)port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0, "connect to port %d: %s",
+		     port, strerror(errno));
+	return fd;
+}
+
+static void send_all(int fd, const void *buf, size_t len)
+{
+	cr_assert_eq(send(fd, buf, len, MSG_NOSIGNAL), (ssize_t)len, "send: %s", strerror(errno));
+}
+
+/* Reads up to len bytes until EOF or timeout; returns the count, or -1 on
+ * a reset connection. */
+static ssize_t recv_until_eof(int fd, void *buf, size_t len, int timeout_ms)
+{
+	uint64_t deadline = fab_now_ns() + (uint64_t)timeout_ms * 1000000u;
+	size_t got = 0;
+
+	for (;;) {
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		int left = (int)(((int64_t)deadline - (int64_t)fab_now_ns()) / 1000000);
+		ssize_t n;
+
+		if (left <= 0 || poll(&pfd, 1, left) <= 0)
+			return (ssize_t)got;
+		n = recv(fd, (char *)buf + got, len - got, 0);
+		if (n < 0)
+			return got ? (ssize_t)got : -1;
+		if (n == 0 || (got += (size_t)n) == len)
+			return (ssize_t)got;
+	}
+}
+
+static struct rpc_req_msg lookup_msg(const char *name)
+{
+	struct rpc_req_msg m;
+
+	memset(&m, 0, sizeof(m));
+	m.h = (struct rpc_hdr){.magic = RPC_MAGIC,
+			       .version = RPC_VERSION,
+			       .type = RPC_LOOKUP,
+			       .len = sizeof(m.req)};
+	snprintf(m.req.name, sizeof(m.req.name), "%s", name);
+	return m;
+}
+
+/* Sends `len` bytes of `msg` and returns the status of the reply; a reply
+ * must be a whole, well-formed one. */
+static int32_t request_status(int port, const void *msg, size_t len, struct rpc_reply_msg *out)
+{
+	struct rpc_reply_msg rep;
+	int fd = rpc_connect(port);
+	ssize_t n;
+
+	send_all(fd, msg, len);
+	n = recv_until_eof(fd, &rep, sizeof(rep), 2000);
+	close(fd);
+	cr_assert_eq(n, (ssize_t)sizeof(rep), "reply of %zd bytes, want %zu", n, sizeof(rep));
+	cr_assert_eq(rep.h.magic, RPC_MAGIC);
+	cr_assert_eq(rep.h.version, RPC_VERSION);
+	cr_assert_eq(rep.h.type, RPC_LOOKUP | RPC_REPLY);
+	cr_assert_eq(rep.h.len, sizeof(rep.r));
+	if (out)
+		*out = rep;
+	return rep.r.status;
+}
+
+/* A service with one export ("rpc-seg") and a client of it. */
+struct target {
+	struct dp_client *c;
+	int port, region;
+	uint8_t *mem;
+};
+
+static void target_start(struct svc *s, struct target *t, const char *const *more)
+{
+	const char *args[16] = {"--provider", "tcp", "--server-name", "127.0.0.1"};
+	unsigned n = 4;
+
+	for (; more && *more; more++)
+		args[n++] = *more;
+	args[n] = NULL;
+	fab_start(s, args);
+	t->port = fab_rpc_port(s);
+	t->c = fab_connect(s, "target");
+	t->region = fab_alloc(t->c, EXPORT_LEN, &t->mem);
+	fab_export(t->c, t->region, "rpc-seg", DP_ACCESS_RW);
+}
+
+/* The service still answers a lookup and still moves bytes locally. */
+static void still_serving(const struct svc *s, struct target *t)
+{
+	struct rpc_req_msg m = lookup_msg("rpc-seg");
+	struct dp_queue *q = fab_queue(t->c, 8);
+	int seg, src;
+	uint8_t *srcp;
+	struct dp_desc d;
+
+	cr_assert(kill(s->pid, 0) == 0, "the service died");
+	cr_assert_eq(request_status(t->port, &m, sizeof(m), NULL), 0, "lookup after the abuse");
+	src = fab_alloc(t->c, 4096, &srcp);
+	seg = fab_open(t->c, NULL, "rpc-seg", DP_ACCESS_RW);
+	pattern_fill(srcp, 4096, 31);
+	dp_prep_write(&d, src, 0, seg, 0, 4096, 1);
+	fab_run_ok(q, &d, DP_CQE_F_LOCAL, 5000);
+	cr_assert_eq(pattern_check(t->mem, 4096, 31), -1);
+	dp_segment_close(t->c, seg);
+	dp_free(t->c, src);
+	dp_queue_destroy(q);
+}
+
+/* ---- requests ---- */
+
+Test(fabric_rpc, well_formed_lookup_describes_the_export)
+{
+	struct rpc_req_msg m = lookup_msg("rpc-seg");
+	struct rpc_reply_msg rep;
+	struct target t;
+
+	target_start(&fab_svc[0], &t, NULL);
+	cr_assert_eq(request_status(t.port, &m, sizeof(m), &rep), 0);
+	cr_assert_eq(rep.r.len, EXPORT_LEN);
+	cr_assert_eq(rep.r.access, DP_ACCESS_RW);
+	cr_assert_geq(rep.r.nrails, 1);
+	cr_assert_leq(rep.r.nrails, 8);
+	cr_assert_gt(rep.r.rail[0].addr_len, 0);
+	cr_assert_str_eq(rep.r.server_name, dp_server_name(t.c));
+	m = lookup_msg("no-such-export");
+	cr_assert_eq(request_status(t.port, &m, sizeof(m), NULL), -ENOENT);
+	dp_close(t.c);
+	cr_assert_eq(svc_stop(&fab_svc[0]), 0);
+}
+
+Test(fabric_rpc, malformed_requests_get_an_error_reply)
+{
+	struct rpc_req_msg m;
+	struct target t;
+	int fds_before;
+
+	target_start(&fab_svc[0], &t, NULL);
+	fds_before = proc_fd_count(fab_svc[0].pid);
+
+	m = lookup_msg("rpc-seg");
+	m.h.magic = 0x12345678;
+	cr_assert_eq(request_status(t.port, &m, sizeof(m), NULL), -EBADMSG, "bad magic");
+	m = lookup_msg("rpc-seg");
+	m.h.version = 2;
+	cr_assert_eq(request_status(t.port, &m, sizeof(m), NULL), -EPROTONOSUPPORT, "bad version");
+	m = lookup_msg("rpc-seg");
+	m.h.type = 7;
+	cr_assert_eq(request_status(t.port, &m, sizeof(m), NULL), -EBADMSG, "unknown type");
+	m = lookup_msg("rpc-seg");
+	m.h.type = RPC_LOOKUP | RPC_REPLY;
+	cr_assert_eq(request_status(t.port, &m, sizeof(m), NULL), -EBADMSG, "a reply as request");
+	/* Lengths: the header alone, claiming a gigabyte or almost nothing. */
+	m = lookup_msg("rpc-seg");
+	m.h.len = 1u << 30;
+	cr_assert_eq(request_status(t.port, &m.h, sizeof(m.h), NULL), -EBADMSG, "oversized len");
+	m.h.len = 0xffffffffu;
+	cr_assert_eq(request_status(t.port, &m.h, sizeof(m.h), NULL), -EBADMSG, "len 2^32-1");
+	m.h.len = 4;
+	cr_assert_eq(request_status(t.port, &m, sizeof(m.h) + 4, NULL), -EBADMSG, "short len");
+	/* Names: without a NUL inside the field, and empty. */
+	m = lookup_msg("");
+	memset(m.req.name, 'A', sizeof(m.req.name));
+	cr_assert_eq(request_status(t.port, &m, sizeof(m), NULL), -EINVAL, "name without NUL");
+	m = lookup_msg("");
+	cr_assert_eq(request_status(t.port, &m, sizeof(m), NULL), -EINVAL, "empty name");
+	/* A payload shorter than the header says, then the end: an error
+	 * reply or a closed connection, never a hang. */
+	{
+		int fd = rpc_connect(t.port);
+		char buf[sizeof(struct rpc_reply_msg)];
+		uint64_t t0 = fab_now_ns();
+
+		m = lookup_msg("rpc-seg");
+		send_all(fd, &m, sizeof(m.h) + 10);
+		shutdown(fd, SHUT_WR);
+		recv_until_eof(fd, buf, sizeof(buf), 3000);
+		cr_assert_lt(fab_now_ns() - t0, 1000000000ull, "a truncated payload held for >1 s");
+		close(fd);
+	}
+	/* Junk: 64 KiB of it. */
+	{
+		static uint8_t junk[65536];
+		int fd = rpc_connect(t.port);
+		char buf[sizeof(struct rpc_reply_msg)];
+
+		pattern_fill(junk, sizeof(junk), 3);
+		(void)!send(fd, junk, sizeof(junk), MSG_NOSIGNAL | MSG_DONTWAIT);
+		recv_until_eof(fd, buf, sizeof(buf), 2000);
+		close(fd);
+	}
+	still_serving(&fab_svc[0], &t);
+	fab_sleep_ms(100);
+	cr_assert_eq(proc_fd_count(fab_svc[0].pid), fds_before, "the service leaked sockets");
+	dp_close(t.c);
+	cr_assert_eq(svc_stop(&fab_svc[0]), 0);
+}
+
+/* How long the service keeps a connection that sends `prefix` and then
+ * nothing (or one byte per `trickle_ms` of the rest, when > 0). */
+static double held_ms(int port, const void *prefix, size_t len, unsigned trickle_ms,
+		      const void *rest, size_t rest_len)
+{
+	int fd = rpc_connect(port);
+	uint64_t t0 = fab_now_ns();
+	char buf[sizeof(struct rpc_reply_msg)];
+	size_t sent = 0;
+
+	if (len)
+		send_all(fd, prefix, len);
+	for (;;) {
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		int r = poll(&pfd, 1, trickle_ms ? (int)trickle_ms : 5000);
+
+		if (r > 0) {
+			/* EOF, a reset, or a reply (then EOF). */
+			if (recv(fd, buf, sizeof(buf), 0) <= 0)
+				break;
+			continue;
+		}
+		if (!trickle_ms || sent == rest_len ||
+		    send(fd, (const char *)rest + sent, 1, MSG_NOSIGNAL) != 1)
+			break;
+		sent++;
+		if (fab_now_ns() - t0 > 10000000000ull)
+			break;
+	}
+	close(fd);
+	return (double)(fab_now_ns() - t0) / 1e6;
+}
+
+Test(fabric_rpc, silent_truncated_or_trickling_peers_are_dropped)
+{
+	struct rpc_req_msg m = lookup_msg("rpc-seg");
+	struct target t;
+	double ms;
+
+	target_start(&fab_svc[0], &t, NULL);
+	/* Connect and say nothing. */
+	ms = held_ms(t.port, NULL, 0, 0, NULL, 0);
+	cr_assert_lt(ms, 1000, "a silent peer was held %.0f ms", ms);
+	/* Half a header, then silence. */
+	ms = held_ms(t.port, &m, 8, 0, NULL, 0);
+	cr_assert_lt(ms, 1000, "half a header was held %.0f ms", ms);
+	/* A whole header, then silence. */
+	ms = held_ms(t.port, &m, sizeof(m.h), 0, NULL, 0);
+	cr_assert_lt(ms, 1000, "a header without payload was held %.0f ms", ms);
+	/* A request trickled one byte per 100 ms: the limit is on the
+	 * whole request, not on each read. */
+	ms = held_ms(t.port, NULL, 0, 100, &m, sizeof(m));
+	cr_assert_lt(ms, 1000, "a trickling peer was held %.0f ms", ms);
+	still_serving(&fab_svc[0], &t);
+	dp_close(t.c);
+	cr_assert_eq(svc_stop(&fab_svc[0]), 0);
+}
+
+/* ---- replies: a fake peer ---- */
+
+enum fake_mode { FAKE_REPLY, FAKE_TRUNCATE, FAKE_SILENT, FAKE_TRICKLE };
+
+/* A TCP server answering each lookup with `reply` as configured. */
+static struct fake {
+	int lfd, port;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	enum fake_mode mode;
+	size_t trunc; /* FAKE_TRUNCATE: bytes of the reply sent */
+	struct rpc_reply_msg reply;
+	atomic_bool stop;
+} fake;
+
+static void *fake_main(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		struct rpc_req_msg req;
+		struct rpc_reply_msg rep;
+		enum fake_mode mode;
+		size_t trunc;
+		int fd = accept(fake.lfd, NULL, NULL);
+
+		if (fd < 0)
+			return NULL;
+		if (atomic_load(&fake.stop)) {
+			close(fd);
+			return NULL;
+		}
+		pthread_mutex_lock(&fake.lock);
+		rep = fake.reply;
+		mode = fake.mode;
+		trunc = fake.trunc;
+		pthread_mutex_unlock(&fake.lock);
+		recv_until_eof(fd, &req, sizeof(req), 1000);
+		switch (mode) {
+		case FAKE_REPLY:
+			(void)!send(fd, &rep, sizeof(rep), MSG_NOSIGNAL);
+			break;
+		case FAKE_TRUNCATE:
+			(void)!send(fd, &rep, trunc, MSG_NOSIGNAL);
+			break;
+		case FAKE_SILENT:
+			fab_sleep_ms(3000);
+			break;
+		case FAKE_TRICKLE:
+			/* A byte per 50 ms: the whole reply would take a minute. */
+			for (size_t i = 0; i < sizeof(rep) && !atomic_load(&fake.stop); i++) {
+				if (send(fd, (char *)&rep + i, 1, MSG_NOSIGNAL) != 1)
+					break;
+				fab_sleep_ms(50);
+			}
+			break;
+		}
+		close(fd);
+	}
+}
+
+static void fake_start(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(sa);
+
+	atomic_store(&fake.stop, false);
+	fake.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert_geq(fake.lfd, 0);
+	cr_assert_eq(bind(fake.lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(listen(fake.lfd, 8), 0);
+	cr_assert_eq(getsockname(fake.lfd, (struct sockaddr *)&sa, &len), 0);
+	fake.port = ntohs(sa.sin_port);
+	pthread_mutex_init(&fake.lock, NULL);
+	cr_assert_eq(pthread_create(&fake.thread, NULL, fake_main, NULL), 0);
+}
+
+static void fake_stop(void)
+{
+	atomic_store(&fake.stop, true);
+	shutdown(fake.lfd, SHUT_RDWR);
+	close(fake.lfd);
+	pthread_join(fake.thread, NULL);
+}
+
+static void fake_set(enum fake_mode mode, const struct rpc_reply_msg *rep, size_t trunc)
+{
+	pthread_mutex_lock(&fake.lock);
+	fake.mode = mode;
+	fake.reply = *rep;
+	fake.trunc = trunc;
+	pthread_mutex_unlock(&fake.lock);
+}
+
+/* dp_segment_open through the real service A, answered by the fake peer:
+ * the result and how long it took. */
+static int fake_open(struct dp_client *c, const struct rpc_reply_msg *rep, enum fake_mode mode,
+		     size_t trunc, double *ms)
+{
+	static unsigned fake_opens;
+	char peer[64], name[32];
+	uint64_t t0;
+	int rc;
+
+	fake_set(mode, rep, trunc);
+	snprintf(peer, sizeof(peer), "127.0.0.1:%d", fake.port);
+	t0 = fab_now_ns();
+	/* A new name each time: a name once resolved is answered from the
+	 * cache, without asking the peer. */
+	snprintf(name, sizeof(name), "case-%u", fake_opens++);
+	rc = dp_segment_open(c, peer, name, DP_ACCESS_READ);
+	if (ms)
+		*ms = (double)(fab_now_ns() - t0) / 1e6;
+	return rc;
+}
+
+static bool one_of(int rc, int a, int b)
+{
+	return rc == a || rc == b;
+}
+
+/* Ways to bend a good reply, and what dp_segment_open must answer. */
+static const struct {
+	const char *what;
+	int want, or_want;
+} cases[] = {
+	{"bad magic", -EBADMSG, -EBADMSG},
+	{"bad version", -EBADMSG, -EBADMSG},
+	{"not a reply", -EBADMSG, -EBADMSG},
+	{"header len one too many", -EBADMSG, -EBADMSG},
+	{"header len 2^32-1", -EBADMSG, -EBADMSG},
+	{"nrails 0", -EBADMSG, -EBADMSG},
+	{"nrails 99", -EBADMSG, -EBADMSG},
+	{"addr_len 2^31", -EBADMSG, -EBADMSG},
+	{"addr_len 0", -EBADMSG, -EBADMSG},
+	{"addr_len 129", -EBADMSG, -EBADMSG},
+	/* Addresses the provider cannot take: the peer is unreachable. */
+	{"addr_len 3", -EHOSTUNREACH, -EINVAL},
+	{"bogus address bytes", -EHOSTUNREACH, -EINVAL},
+	{"status > 0", -EBADMSG, -EBADMSG},
+	{"status < -4095", -EBADMSG, -EBADMSG},
+	{"status -ENOENT", -ENOENT, -ENOENT},
+	{"access 7", -EBADMSG, -EBADMSG},
+	{"access 0", -EBADMSG, -EBADMSG},
+	{"len 0", -EBADMSG, -EBADMSG},
+	{"base + len overflows", -EBADMSG, -EBADMSG},
+	{"unknown flag", -EBADMSG, -EBADMSG},
+	{"server name without NUL", -EBADMSG, -EBADMSG},
+	/* A peer's status is its answer: passed on, never held against the
+	 * client (as a malformed message of its own would be). */
+	{"status -EPROTONOSUPPORT", -EPROTONOSUPPORT, -EPROTONOSUPPORT},
+};
+
+static void bend(unsigned i, struct rpc_reply_msg *x)
+{
+	switch (i) {
+	case 0:
+		x->h.magic ^= 1;
+		break;
+	case 1:
+		x->h.version = 9;
+		break;
+	case 2:
+		x->h.type = RPC_LOOKUP;
+		break;
+	case 3:
+		x->h.len = sizeof(x->r) + 1;
+		break;
+	case 4:
+		x->h.len = 0xffffffffu;
+		break;
+	case 5:
+		x->r.nrails = 0;
+		break;
+	case 6:
+		x->r.nrails = 99;
+		break;
+	case 7:
+		x->r.rail[0].addr_len = 0x80000000u;
+		break;
+	case 8:
+		x->r.rail[0].addr_len = 0;
+		break;
+	case 9:
+		x->r.rail[0].addr_len = 129;
+		break;
+	case 10:
+		x->r.rail[0].addr_len = 3;
+		break;
+	case 11:
+		memset(x->r.rail[0].addr, 0xee, sizeof(x->r.rail[0].addr));
+		break;
+	case 12:
+		x->r.status = 5;
+		break;
+	case 13:
+		x->r.status = -100000;
+		break;
+	case 14:
+		x->r.status = -ENOENT;
+		break;
+	case 15:
+		x->r.access = 7;
+		break;
+	case 16:
+		x->r.access = 0;
+		break;
+	case 17:
+		x->r.len = 0;
+		break;
+	case 18:
+		x->r.base = UINT64_MAX - 10;
+		x->r.len = 4096;
+		break;
+	case 19:
+		x->r.flags |= 0x80;
+		break;
+	case 20:
+		memset(x->r.server_name, 'x', sizeof(x->r.server_name));
+		break;
+	case 21:
+		x->r.status = -EPROTONOSUPPORT;
+		break;
+	}
+}
+
+Test(fabric_rpc, hostile_replies_are_rejected)
+{
+	struct rpc_req_msg m = lookup_msg("rpc-seg");
+	struct rpc_reply_msg real, r;
+	struct dp_client *ca;
+	struct target t;
+	unsigned i;
+	int rc;
+
+	/* B is real: its reply is the template the fake peer bends. A asks. */
+	target_start(&fab_svc[1], &t, NULL);
+	cr_assert_eq(request_status(t.port, &m, sizeof(m), &real), 0);
+	{
+		static const char *const a_args[] = {
+			"--provider", "tcp", "--server-name", "127.0.0.1", "--fabric-timeout-ms",
+			"2000",	      NULL};
+
+		fab_start(&fab_svc[0], a_args);
+	}
+	ca = fab_connect(&fab_svc[0], "asker");
+	fake_start();
+
+	/* The template itself is accepted (and says it is B). */
+	rc = fake_open(ca, &real, FAKE_REPLY, 0, NULL);
+	cr_assert_geq(rc, 0, "the unbent reply: %s", dp_strerror(rc));
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		r = real;
+		/* Each case is another peer, so no cached answer hides it. */
+		snprintf(r.r.server_name, sizeof(r.r.server_name), "fake-%u:1", i);
+		bend(i, &r);
+		rc = fake_open(ca, &r, FAKE_REPLY, 0, NULL);
+		cr_assert(one_of(rc, cases[i].want, cases[i].or_want), "%s: %s, want %s",
+			  cases[i].what, dp_strerror(rc), dp_strerror(cases[i].want));
+	}
+	/* Cut short: after the header, half-way, one byte short. */
+	{
+		static const size_t cuts[] = {0, 7, sizeof(struct rpc_hdr), 600,
+					      sizeof(struct rpc_reply_msg) - 1};
+
+		for (i = 0; i < sizeof(cuts) / sizeof(cuts[0]); i++) {
+			rc = fake_open(ca, &real, FAKE_TRUNCATE, cuts[i], NULL);
+			cr_assert(one_of(rc, -EHOSTUNREACH, -EBADMSG), "reply cut at %zu: %s",
+				  cuts[i], dp_strerror(rc));
+		}
+	}
+	/* Silent, and trickling: bounded by the RPC timeout (2 s) in all. */
+	{
+		double ms;
+
+		rc = fake_open(ca, &real, FAKE_SILENT, 0, &ms);
+		cr_assert_eq(rc, -ETIMEDOUT, "silent peer: %s", dp_strerror(rc));
+		cr_assert_lt(ms, 3000, "silent peer held the open %.0f ms", ms);
+		rc = fake_open(ca, &real, FAKE_TRICKLE, 0, &ms);
+		cr_assert_eq(rc, -ETIMEDOUT, "trickling peer: %s", dp_strerror(rc));
+		cr_assert_lt(ms, 3000, "trickling peer held the open %.0f ms", ms);
+	}
+	fake_stop();
+
+	/* A well-formed reply with a bogus key (B's real address): the open
+	 * succeeds, the transfer fails cleanly, both services live on. */
+	{
+		struct dp_queue *q = fab_queue(ca, 8);
+		struct dp_desc d;
+		struct dp_cqe cqe;
+		uint8_t *loc;
+		int lreg = fab_alloc(ca, 65536, &loc), seg;
+
+		fake_start();
+		r = real;
+		snprintf(r.r.server_name, sizeof(r.r.server_name), "bogus-key:1");
+		r.r.rail[0].key ^= 0x5a5a5a5a5a5aull;
+		seg = fake_open(ca, &r, FAKE_REPLY, 0, NULL);
+		fake_stop();
+		cr_assert_geq(seg, 0, "bogus key: %s", dp_strerror(seg));
+		pattern_fill(loc, 65536, 5);
+		memset(t.mem, 0, 65536);
+		dp_prep_write(&d, lreg, 0, seg, 0, 65536, 77);
+		fab_submit_all(q, &d, 1);
+		fab_reap(q, &cqe, 1, 5000);
+		cr_assert_neq(cqe.status, 0, "a WRITE with a bogus key succeeded");
+		for (unsigned k = 0; k < 65536; k++)
+			cr_assert_eq(t.mem[k], 0, "a WRITE with a bogus key changed byte %u", k);
+		cr_assert(kill(fab_svc[1].pid, 0) == 0, "the target died of a bogus key");
+		/* And the real thing still works between them. */
+		{
+			char peer[64];
+
+			snprintf(peer, sizeof(peer), "127.0.0.1:%d", t.port);
+			seg = fab_open(ca, peer, "rpc-seg", DP_ACCESS_RW);
+			dp_prep_write(&d, lreg, 0, seg, 0, 65536, 78);
+			fab_run_ok(q, &d, DP_CQE_F_FABRIC, 5000);
+			cr_assert_eq(pattern_check(t.mem, 65536, 5), -1);
+		}
+	}
+	still_serving(&fab_svc[1], &t);
+	dp_close(ca);
+	dp_close(t.c);
+	cr_assert_eq(svc_stop(&fab_svc[0]), 0);
+	cr_assert_eq(svc_stop(&fab_svc[1]), 0);
+}

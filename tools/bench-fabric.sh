@@ -1,0 +1,140 @@
+#!/bin/sh
+# bench-fabric.sh BUILD - P6, P7 (../shared/PERF.md): two dataplaned in two
+# network namespaces joined by a veth pair, tcp provider; dp-bench's fabric
+# mode side by side with fi_pingpong and ucx_perftest between the same
+# namespaces. Then the self-loopback bypass: the same transfers to a segment
+# of the local service and to one of a second service on the same host.
+# Needs root (ip netns). Knobs: QUICK=1 (short run), ROUNDS=N (ours and the
+# peer's alternate N times; default 5, 2 with QUICK), A_CPU / B_CPU (pollers of
+# the initiating and the target service; default 0 and 1), SPIN (their
+# --spin-us; default 50).
+set -eu
+B=${1:-build}
+if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null 2>&1; then
+	echo "bench-fabric: needs root and iproute2 (it creates network namespaces)" >&2
+	exit 1
+fi
+q=${QUICK:+--quick}
+id=$$
+nsA=dpbA-$id nsB=dpbB-$id vA=dpba-$id vB=dpbb-$id
+net=10.79.$((id % 250 + 1))
+ipA=$net.1 ipB=$net.2
+dir=$(mktemp -d /tmp/dp-bench-fabric-XXXXXX)
+pids=""
+cleanup() {
+	for p in $pids; do kill "$p" 2>/dev/null || true; done
+	for p in $pids; do wait "$p" 2>/dev/null || true; done
+	ip netns del "$nsA" 2>/dev/null || true
+	ip netns del "$nsB" 2>/dev/null || true
+	rm -rf "$dir"
+}
+trap cleanup EXIT INT TERM
+
+ip netns add "$nsA"
+ip netns add "$nsB"
+ip link add "$vA" type veth peer name "$vB"
+ip link set "$vA" netns "$nsA"
+ip link set "$vB" netns "$nsB"
+ip -n "$nsA" addr add "$ipA/24" dev "$vA"
+ip -n "$nsB" addr add "$ipB/24" dev "$vB"
+for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up; done
+ip -n "$nsA" link set "$vA" up
+ip -n "$nsB" link set "$vB" up
+
+# CPU plan on this 2-core machine: the client (dp-bench) and the initiating
+# service's poller on CPU 0, the target's poller on CPU 1, as fi_pingpong's
+# client on 0 and server on 1. Pollers spin 50 us, then sleep.
+svc() { # NS NAME IP NIC PORT CPU
+	ip netns exec "$1" "$B/dataplaned" --socket "$dir/$2.sock" --provider tcp --nics "$4" \
+		--server-name "$3" --rpc-port "$5" --cpus "$6" --spin-us "${SPIN:-50}" \
+		--log-level warn 2>"$dir/$2.log" &
+	pids="$pids $!"
+	for _ in $(seq 200); do [ -S "$dir/$2.sock" ] && return 0; sleep 0.05; done
+	echo "bench-fabric: dataplaned $2 did not start:" >&2
+	cat "$dir/$2.log" >&2
+	exit 1
+}
+svc "$nsA" a "$ipA" "$vA" 18515 "${A_CPU:-0}"
+svc "$nsB" b "$ipB" "$vB" 18515 "${B_CPU:-1}"
+svc "$nsA" c "$ipA" "$vA" 18516 1 # a second service beside a, for the bypass
+
+echo "bench-fabric: $(nproc) CPUs, $(uname -r), libfabric $(fi_info --version | awk '/libfabric:/{print $2}'), namespaces $nsA/$nsB over veth"
+if [ -n "$q" ]; then rounds=${ROUNDS:-2} bi=50 li=5000; else rounds=${ROUNDS:-5} bi=200 li=20000; fi
+
+# fi_pingpong: server in b's namespace on CPU 1, client in a's on CPU 0.
+pingpong() { # SIZE ITERS -> "MB/sec usec/xfer"
+	ip netns exec "$nsB" taskset -c 1 fi_pingpong -p tcp -e rdm -S "$1" -I "$2" \
+		>/dev/null 2>&1 &
+	srv=$!
+	sleep 0.5
+	ip netns exec "$nsA" taskset -c 0 fi_pingpong -p tcp -e rdm -S "$1" -I "$2" "$ipB" \
+		2>/dev/null | awk 'NF == 8 && $1 !~ /bytes/ {print $6, $7}'
+	wait "$srv" 2>/dev/null || true
+}
+
+# Rounds alternate ours and the peer's, so that both see the same noise (this
+# machine is shared); the report takes medians.
+echo "== $rounds rounds; dataplane: client on CPU 0 in the root namespace, a ($ipA, CPU ${A_CPU:-0}) WRITEs to b ($ipB, CPU ${B_CPU:-1}); fi_pingpong client in $nsA on CPU 0, server in $nsB on CPU 1"
+: >"$dir/rounds"
+for r in $(seq "$rounds"); do
+	out=$("$B/dp-bench" --socket "$dir/a.sock" --peer "$ipB:18515" \
+		--peer-socket "$dir/b.sock" --cpu 0 $q fabric)
+	[ "$r" = 1 ] && echo "$out" | head -1
+	bw1=$(echo "$out" | sed -n 's/^P6 .* 1 outstanding \([0-9.]*\) GB.*/\1/p')
+	bwn=$(echo "$out" | sed -n 's/^P6 .* outstanding \([0-9.]*\) GB\/s$/\1/p')
+	p50=$(echo "$out" | sed -n 's/^P7 .* p50 \([0-9.]*\) us.*/\1/p')
+	fpb=$(pingpong 4194304 $bi)
+	fpl=$(pingpong 64 $li)
+	echo "$bw1 $bwn $p50 ${fpb:-0 0} ${fpl:-0 0}" | tee -a "$dir/rounds" |
+		awk -v r="$r" '{printf "  round %d: ours %.3f / %.3f GB/s (1 / 8 outstanding), p50 %.2f us; fi_pingpong %.3f GB/s, %.2f us\n", r, $1, $2, $3, $4 / 1000, $7}'
+done
+
+# ucx_perftest put_bw over tcp, once: server in b's namespace, client in a's.
+ucx=""
+if command -v ucx_perftest >/dev/null 2>&1; then
+	ip netns exec "$nsB" taskset -c 1 env UCX_TLS=tcp ucx_perftest >"$dir/ucx-srv.log" 2>&1 &
+	usrv=$!
+	sleep 0.5
+	ucx=$(ip netns exec "$nsA" taskset -c 0 env UCX_TLS=tcp timeout 120 ucx_perftest "$ipB" \
+		-t ucp_put_bw -s 4194304 -n $((bi * 2)) -w 20 2>"$dir/ucx.log" |
+		awk '/^Final:/ {print $7}') || true
+	kill "$usrv" 2>/dev/null || true
+	wait "$usrv" 2>/dev/null || true
+fi
+
+awk -v ucx="$ucx" '
+function verdict(ok) { return ok ? "PASS" : "MISS" }
+function med(a, n,   i, j, t) {
+	for (i = 2; i <= n; i++)
+		for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+	return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+{
+	n++; b1[n] = $1; bn[n] = $2; p[n] = $3; fb[n] = $4 / 1000; fl[n] = $7
+	rb[n] = $4 > 0 ? $2 / ($4 / 1000) : 0; rl[n] = $7 > 0 ? $3 / $7 : 0
+}
+END {
+	peer = med(fb, n); lat = med(fl, n)
+	printf "P6 fabric bandwidth, 4 MiB WRITEs, tcp provider across veth (GB/s, median of %d rounds)\n", n
+	printf "  dataplane, 8 outstanding                %7.3f\n", med(bn, n)
+	printf "  dataplane, 1 outstanding                %7.3f\n", med(b1, n)
+	printf "  fi_pingpong -p tcp -e rdm -S 4194304    %7.3f   ratio %.2fx (median of per-round ratios)   target >= 0.9x   %s\n",
+		peer, med(rb, n), verdict(med(rb, n) >= 0.9)
+	if (ucx != "") {
+		u = ucx * 1048576 / 1e9     # ucx_perftest MB/s (2^20 B/s) -> GB/s
+		printf "  ucx_perftest -t ucp_put_bw, UCX_TLS=tcp %7.3f   ratio %.2fx (one run)   target >= 1.0x   %s\n",
+			u, med(bn, n) / u, verdict(med(bn, n) >= u)
+	} else
+		printf "  ucx_perftest: did not run\n"
+	printf "P7 fabric latency, 64 B WRITE, one outstanding (us, median of %d rounds)\n", n
+	printf "  dataplane p50                           %7.2f\n", med(p, n)
+	printf "  fi_pingpong -p tcp -e rdm -S 64 usec/xfer %5.2f   ratio %.2fx (median of per-round ratios)   target <= 1.2x   %s\n",
+		lat, med(rl, n), verdict(med(rl, n) <= 1.2)
+	printf "  (a dataplane WRITE completes once the target has placed it, a round trip, and\n"
+	printf "   crosses client -> service -> peer; fi_pingpong usec/xfer is half a round trip)\n"
+}' "$dir/rounds"
+[ -n "$ucx" ] || { echo "ucx_perftest log:"; tail -5 "$dir/ucx.log" 2>/dev/null || true; }
+
+echo "== bypass: a segment of service a vs one of service c, both in $nsA (same host)"
+"$B/dp-bench" --socket "$dir/a.sock" --peer "$ipA:18516" --peer-socket "$dir/c.sock" \
+	--cpu 0 $q bypass

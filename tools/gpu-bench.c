@@ -1,0 +1,545 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * gpu-bench - GPU copies through a running dataplaned, side by side with the
+ * raw CUDA runtime doing the same copy on the same GPU in this process
+ * (../shared/PERF.md):
+ *   P8  device -> device WRITE, 64 MiB .. 1 GiB   vs cudaMemcpyAsync D2D  (>= 0.95x)
+ *   P9  host <-> device WRITE, pinned, 64 MiB    vs cudaMemcpyAsync H2D/D2H (>= 0.95x)
+ *   P10 4 KiB device -> device, submit to completion seen, one outstanding
+ *       vs cudaMemcpyAsync + cudaEventRecord + cudaEventSynchronize (p50 <= raw + 3 us)
+ * Both sides are timed the same way: wall clock from the call to the
+ * completion seen by this thread. GB/s counts bytes copied (1 GB = 1e9 B).
+ * Buffers hold non-zero data; every timed run's bytes are checked after.
+ *
+ * usage: gpu-bench [--socket PATH] [--cpu N] [--device N] [--quick] [p8|p9|p10|all|probe]
+ * Exit: 0 every run completed and verified (targets missed are reported, not
+ * fatal), 1 a failure, 2 usage, 77 no CUDA (build or device).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dataplane.h"
+
+#ifndef DP_HAVE_CUDA
+
+int main(void)
+{
+	fprintf(stderr, "gpu-bench: built without CUDA (make bench-gpu builds with CUDA=1)\n");
+	return 77;
+}
+
+#else
+
+#include <cuda_runtime_api.h>
+
+#define MiB (1ull << 20)
+
+static const char *sock_path;
+static int client_cpu = 0, device = 0;
+static bool quick;
+
+static struct dp_client *cl;
+static struct dp_queue *q;
+static cudaStream_t raw_stream;
+static cudaEvent_t raw_ev;
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void die(const char *what, int rc)
+{
+	fprintf(stderr, "gpu-bench: %s: %s\n", what, dp_strerror(rc));
+	exit(1);
+}
+
+static void ck(cudaError_t err, const char *what)
+{
+	if (err != cudaSuccess) {
+		fprintf(stderr, "gpu-bench: %s: %s\n", what, cudaGetErrorString(err));
+		exit(1);
+	}
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static const char *verdict(bool ok)
+{
+	return ok ? "PASS" : "MISS";
+}
+
+/* Non-zero, position-dependent bytes. */
+static void fill_random(uint8_t *p, size_t len, uint64_t seed)
+{
+	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+
+	for (size_t i = 0; i + 8 <= len; i += 8) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		memcpy(p + i, &x, 8);
+	}
+}
+
+static void *gpu_random(size_t len, uint64_t seed)
+{
+	size_t chunk = len < 64 * MiB ? len : 64 * MiB;
+	uint8_t *h = malloc(chunk);
+	void *d;
+
+	if (!h)
+		die("malloc", -ENOMEM);
+	ck(cudaMalloc(&d, len), "cudaMalloc");
+	for (size_t off = 0; off < len; off += chunk) {
+		fill_random(h, chunk, seed + off);
+		ck(cudaMemcpy((uint8_t *)d + off, h, chunk, cudaMemcpyHostToDevice), "fill");
+	}
+	/* The service copies in another process: what we wrote must be done
+	 * (from pageable memory cudaMemcpy may return before its DMA is). */
+	ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+	free(h);
+	return d;
+}
+
+static void zero(void *d, size_t len)
+{
+	ck(cudaMemset(d, 0, len), "cudaMemset");
+	ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
+/* Exports @region under @name and opens it. */
+static int segment(int region, const char *name)
+{
+	int rc = dp_segment_export(cl, region, name, DP_ACCESS_RW);
+
+	if (rc)
+		die("dp_segment_export", rc);
+	rc = dp_segment_open(cl, NULL, name, DP_ACCESS_RW);
+	if (rc < 0)
+		die("dp_segment_open", rc);
+	return rc;
+}
+
+static int reg_gpu(void *p, size_t len)
+{
+	int r = dp_register_cuda(cl, p, len);
+
+	if (r < 0)
+		die("dp_register_cuda", r);
+	return r;
+}
+
+/* One WRITE through the service, busy-polled to its completion; ns. */
+static uint64_t ours(int region, uint64_t loff, int seg, uint64_t toff, uint64_t len)
+{
+	static uint64_t ud;
+	struct dp_desc d;
+	struct dp_cqe cqe;
+	uint64_t t0;
+	int rc;
+
+	dp_prep_write(&d, region, loff, seg, toff, len, ++ud);
+	t0 = now_ns();
+	if ((rc = dp_submit(q, &d, 1)) != 1)
+		die("dp_submit", rc < 0 ? rc : -EAGAIN);
+	while ((rc = dp_poll(q, &cqe, 1)) == 0)
+		;
+	t0 = now_ns() - t0;
+	if (rc < 0 || cqe.status || cqe.user_data != ud)
+		die("completion", rc < 0 ? rc : cqe.status ? cqe.status : -EBADMSG);
+	if (cqe.flags != (DP_CQE_F_LOCAL | DP_CQE_F_GPU))
+		die("completion without DP_CQE_F_GPU", -EBADMSG);
+	return t0;
+}
+
+/* The same copy by the CUDA runtime in this process; ns. */
+static uint64_t raw(void *dst, const void *src, uint64_t len)
+{
+	uint64_t t0 = now_ns();
+
+	ck(cudaMemcpyAsync(dst, src, len, cudaMemcpyDefault, raw_stream), "cudaMemcpyAsync");
+	ck(cudaEventRecord(raw_ev, raw_stream), "cudaEventRecord");
+	ck(cudaEventSynchronize(raw_ev), "cudaEventSynchronize");
+	return now_ns() - t0;
+}
+
+static void verify_gpu(const void *a, const void *b, size_t len, const char *what)
+{
+	uint8_t *ha = malloc(len), *hb = malloc(len);
+
+	if (!ha || !hb)
+		die("malloc", -ENOMEM);
+	ck(cudaMemcpy(ha, a, len, cudaMemcpyDefault), "verify copy");
+	ck(cudaMemcpy(hb, b, len, cudaMemcpyDefault), "verify copy");
+	if (memcmp(ha, hb, len)) {
+		fprintf(stderr, "gpu-bench: DATA MISMATCH after %s\n", what);
+		exit(1);
+	}
+	free(ha);
+	free(hb);
+}
+
+static double median_gbs(uint64_t *ns, unsigned n, uint64_t len)
+{
+	qsort(ns, n, sizeof(*ns), cmp_u64);
+	return (double)len / (double)ns[n / 2];
+}
+
+static void bench_p8(void)
+{
+	const uint64_t max = 1024 * MiB;
+	unsigned reps = quick ? 3 : 10;
+	uint64_t t_ours[16], t_raw[16];
+	void *src, *dst;
+	int rs, rd, seg;
+	bool all = true;
+
+	src = gpu_random(max, 1);
+	ck(cudaMalloc(&dst, max), "cudaMalloc");
+	zero(dst, max);
+	rs = reg_gpu(src, max);
+	rd = reg_gpu(dst, max);
+	seg = segment(rd, "p8-dst");
+	printf("P8 GPU loopback, device -> device WRITE, GB/s (median of %u)\n", reps);
+	printf("  %9s %10s %10s %7s\n", "size", "dataplane", "raw", "ratio");
+	for (uint64_t len = 64 * MiB; len <= max; len *= 2) {
+		double o, r;
+
+		/* Each side in a block after a warm-up: the GPU switches
+		 * between the service's context and ours at a cost of about
+		 * 150 us, which alternating copies would pay every time.
+		 * Offsets rotate through the buffers: nothing stays in L2. */
+		ours(rs, 0, seg, 0, len);
+		for (unsigned i = 0; i < reps; i++) {
+			uint64_t off = (i % (max / len)) * len;
+
+			t_ours[i] = ours(rs, off, seg, off, len);
+		}
+		raw(dst, src, len);
+		for (unsigned i = 0; i < reps; i++) {
+			uint64_t off = (i % (max / len)) * len;
+
+			t_raw[i] = raw((uint8_t *)dst + off, (uint8_t *)src + off, len);
+		}
+		zero(dst, len);
+		ours(rs, 0, seg, 0, len);
+		verify_gpu(dst, src, len, "P8");
+		o = median_gbs(t_ours, reps, len);
+		r = median_gbs(t_raw, reps, len);
+		all &= o >= 0.95 * r;
+		printf("  %5llu MiB %10.1f %10.1f %6.3fx  %s\n", (unsigned long long)(len / MiB), o,
+		       r, o / r, verdict(o >= 0.95 * r));
+	}
+	printf("  target >= 0.95x raw cudaMemcpyAsync: %s\n", verdict(all));
+	dp_free(cl, rs);
+	dp_free(cl, rd);
+	dp_segment_close(cl, seg);
+	ck(cudaFree(src), "cudaFree");
+	ck(cudaFree(dst), "cudaFree");
+}
+
+static void bench_p9(void)
+{
+	const uint64_t len = 64 * MiB;
+	unsigned reps = quick ? 5 : 20;
+	uint64_t t_ours[32], t_raw[32];
+	uint8_t *host;
+	void *g;
+	int rh, rg, seg_h, seg_g;
+	double o, r;
+
+	rh = dp_alloc(cl, len, DP_ALLOC_HUGE, (void **)&host);
+	if (rh < 0)
+		die("dp_alloc", rh);
+	fill_random(host, len, 2);
+	/* The raw side pins the very pages the service pinned. */
+	ck(cudaHostRegister(host, len, cudaHostRegisterPortable), "cudaHostRegister");
+	g = gpu_random(len, 3);
+	rg = reg_gpu(g, len);
+	seg_h = segment(rh, "p9-host");
+	seg_g = segment(rg, "p9-gpu");
+	printf("P9 GPU loopback, host <-> device WRITE, pinned, 64 MiB, GB/s (median of %u)\n",
+	       reps);
+
+	/* Device -> host first: the host buffer then holds the GPU's bytes,
+	 * and host -> device writes them back unchanged. */
+	ours(rg, 0, seg_h, 0, len);
+	for (unsigned i = 0; i < reps; i++)
+		t_ours[i] = ours(rg, 0, seg_h, 0, len);
+	raw(host, g, len);
+	for (unsigned i = 0; i < reps; i++)
+		t_raw[i] = raw(host, g, len);
+	memset(host, 0, len);
+	ours(rg, 0, seg_h, 0, len);
+	verify_gpu(host, g, len, "P9 device -> host");
+	o = median_gbs(t_ours, reps, len);
+	r = median_gbs(t_raw, reps, len);
+	printf("  device -> host  dataplane %6.1f  raw %6.1f  ratio %6.3fx  target >= 0.95x  %s\n",
+	       o, r, o / r, verdict(o >= 0.95 * r));
+
+	fill_random(host, len, 4);
+	ours(rh, 0, seg_g, 0, len);
+	for (unsigned i = 0; i < reps; i++)
+		t_ours[i] = ours(rh, 0, seg_g, 0, len);
+	raw(g, host, len);
+	for (unsigned i = 0; i < reps; i++)
+		t_raw[i] = raw(g, host, len);
+	zero(g, len);
+	ours(rh, 0, seg_g, 0, len);
+	verify_gpu(g, host, len, "P9 host -> device");
+	o = median_gbs(t_ours, reps, len);
+	r = median_gbs(t_raw, reps, len);
+	printf("  host -> device  dataplane %6.1f  raw %6.1f  ratio %6.3fx  target >= 0.95x  %s\n",
+	       o, r, o / r, verdict(o >= 0.95 * r));
+	dp_segment_close(cl, seg_h);
+	dp_segment_close(cl, seg_g);
+	dp_free(cl, rg);
+	cudaHostUnregister(host);
+	dp_free(cl, rh);
+	ck(cudaFree(g), "cudaFree");
+}
+
+static void bench_p10(void)
+{
+	const uint64_t len = 4096, span = 256 * len;
+	unsigned n = quick ? 5000 : 50000;
+	uint64_t *t_ours = malloc(n * sizeof(*t_ours)), *t_raw = malloc(n * sizeof(*t_raw));
+	void *src, *dst;
+	int rs, rd, seg;
+	double o50, r50;
+
+	if (!t_ours || !t_raw)
+		die("malloc", -ENOMEM);
+	src = gpu_random(span, 5);
+	ck(cudaMalloc(&dst, span), "cudaMalloc");
+	zero(dst, span);
+	rs = reg_gpu(src, span);
+	rd = reg_gpu(dst, span);
+	seg = segment(rd, "p10-dst");
+	for (unsigned i = 0; i < n / 10; i++) {
+		ours(rs, (i % 256) * len, seg, (i % 256) * len, len);
+		raw((uint8_t *)dst + (i % 256) * len, (uint8_t *)src + (i % 256) * len, len);
+	}
+	/* Alternating blocks, so that drift in clocks or load hits both. */
+	for (unsigned b = 0; b < n; b += 1000) {
+		for (unsigned i = b; i < b + 1000 && i < n; i++)
+			t_ours[i] = ours(rs, (i % 256) * len, seg, (i % 256) * len, len);
+		for (unsigned i = b; i < b + 1000 && i < n; i++)
+			t_raw[i] = raw((uint8_t *)dst + (i % 256) * len,
+				       (uint8_t *)src + (i % 256) * len, len);
+	}
+	zero(dst, span);
+	for (unsigned i = 0; i < 256; i++)
+		ours(rs, i * len, seg, i * len, len);
+	verify_gpu(dst, src, span, "P10");
+	qsort(t_ours, n, sizeof(*t_ours), cmp_u64);
+	qsort(t_raw, n, sizeof(*t_raw), cmp_u64);
+	o50 = t_ours[n / 2] / 1e3;
+	r50 = t_raw[n / 2] / 1e3;
+	printf("P10 GPU small transfer, 4 KiB device -> device, submit to completion (%u "
+	       "samples)\n",
+	       n);
+	printf("  dataplane  p50 %6.2f us  p99 %6.2f us  p999 %6.2f us\n", o50,
+	       t_ours[n * 99 / 100] / 1e3, t_ours[n * 999 / 1000] / 1e3);
+	printf("  raw        p50 %6.2f us  p99 %6.2f us  p999 %6.2f us  (cudaMemcpyAsync + "
+	       "cudaEventRecord + cudaEventSynchronize)\n",
+	       r50, t_raw[n * 99 / 100] / 1e3, t_raw[n * 999 / 1000] / 1e3);
+	printf("  p50 difference %+.2f us   target <= raw + 3 us   %s\n", o50 - r50,
+	       verdict(o50 <= r50 + 3.0));
+	dp_segment_close(cl, seg);
+	dp_free(cl, rs);
+	dp_free(cl, rd);
+	ck(cudaFree(src), "cudaFree");
+	ck(cudaFree(dst), "cudaFree");
+	free(t_ours);
+	free(t_raw);
+}
+
+/*
+ * Not a target, a probe of the hardware under the engine's design: how long
+ * a 4 KiB device -> device cudaMemcpyAsync takes alone, and issued 50 us
+ * after a 1 GiB copy on another stream (greatest or least priority) or on
+ * the same stream. The engine relies on the other-stream case.
+ */
+static void bench_probe(void)
+{
+	const uint64_t big = 1024 * MiB, small = 4096;
+	cudaStream_t s_hi, s_lo, s_big;
+	cudaEvent_t ev_big, ev_small;
+	void *bsrc, *bdst, *ssrc, *sdst;
+	int least, greatest;
+
+	ck(cudaDeviceGetStreamPriorityRange(&least, &greatest), "priority range");
+	ck(cudaStreamCreateWithPriority(&s_hi, cudaStreamNonBlocking, greatest), "stream");
+	ck(cudaStreamCreateWithPriority(&s_lo, cudaStreamNonBlocking, least), "stream");
+	ck(cudaStreamCreateWithPriority(&s_big, cudaStreamNonBlocking, least), "stream");
+	ck(cudaEventCreateWithFlags(&ev_big, cudaEventDisableTiming), "event");
+	ck(cudaEventCreateWithFlags(&ev_small, cudaEventDisableTiming), "event");
+	bsrc = gpu_random(big, 7);
+	ck(cudaMalloc(&bdst, big), "cudaMalloc");
+	ssrc = gpu_random(small, 8);
+	ck(cudaMalloc(&sdst, small), "cudaMalloc");
+	printf("probe: 4 KiB D2D latency (us, median of 9), a 1 GiB D2D copy started 50 us "
+	       "before\n");
+	for (int mode = 0; mode < 4; mode++) {
+		static const char *const names[] = {"alone", "other stream, greatest priority",
+						    "other stream, least priority", "same stream"};
+		cudaStream_t s = mode == 1 ? s_hi : mode == 2 ? s_lo : s_big;
+		uint64_t t[9], tbig[9];
+
+		for (int r = 0; r < 9; r++) {
+			uint64_t t0, tb = now_ns(), end;
+
+			if (mode) {
+				ck(cudaMemcpyAsync(bdst, bsrc, big, cudaMemcpyDefault, s_big),
+				   "big");
+				ck(cudaEventRecord(ev_big, s_big), "record");
+				end = now_ns() + 50000;
+				while (now_ns() < end)
+					;
+			}
+			t0 = now_ns();
+			ck(cudaMemcpyAsync(sdst, ssrc, small, cudaMemcpyDefault, s), "small");
+			ck(cudaEventRecord(ev_small, s), "record");
+			ck(cudaEventSynchronize(ev_small), "sync");
+			t[r] = now_ns() - t0;
+			ck(cudaEventSynchronize(ev_big), "sync");
+			tbig[r] = now_ns() - tb;
+		}
+		qsort(t, 9, sizeof(t[0]), cmp_u64);
+		qsort(tbig, 9, sizeof(tbig[0]), cmp_u64);
+		printf("  %-34s %9.1f   (1 GiB copy %.1f us)\n", names[mode], t[4] / 1e3,
+		       mode ? tbig[4] / 1e3 : 0.0);
+	}
+	cudaFree(bsrc);
+	cudaFree(bdst);
+	cudaFree(ssrc);
+	cudaFree(sdst);
+
+	/* What one large raw copy costs, timed four ways (64 MiB, us). */
+	{
+		const uint64_t len = 64 * MiB;
+		uint64_t t[4][9], t0;
+
+		bsrc = gpu_random(big, 9);
+		ck(cudaMalloc(&bdst, big), "cudaMalloc");
+		zero(bdst, big);
+		raw(bdst, bsrc, len);
+		for (int r = 0; r < 9; r++) {
+			uint64_t off = (uint64_t)(r % 16) * len;
+
+			t[0][r] = raw((uint8_t *)bdst + off, (uint8_t *)bsrc + off, len);
+			t[1][r] = raw(bdst, bsrc, len);
+			t0 = now_ns();
+			for (int k = 0; k < 10; k++)
+				ck(cudaMemcpyAsync(bdst, bsrc, len, cudaMemcpyDefault, raw_stream),
+				   "copy");
+			ck(cudaStreamSynchronize(raw_stream), "sync");
+			t[2][r] = (now_ns() - t0) / 10;
+		}
+		ck(cudaMemset(bsrc, 0x5a, big), "cudaMemset");
+		ck(cudaDeviceSynchronize(), "sync");
+		for (int r = 0; r < 9; r++)
+			t[3][r] = raw(bdst, bsrc, len);
+		for (int i = 0; i < 4; i++)
+			qsort(t[i], 9, sizeof(t[i][0]), cmp_u64);
+		printf("probe: one 64 MiB D2D cudaMemcpyAsync, us (median of 9): random data, "
+		       "rotating "
+		       "offsets %.1f; same offset %.1f; 10 back to back, per copy %.1f; constant "
+		       "data %.1f\n",
+		       t[0][4] / 1e3, t[1][4] / 1e3, t[2][4] / 1e3, t[3][4] / 1e3);
+		cudaFree(bsrc);
+		cudaFree(bdst);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"socket", required_argument, 0, 's'}, {"cpu", required_argument, 0, 'c'},
+		{"device", required_argument, 0, 'd'}, {"quick", no_argument, 0, 'q'},
+		{"help", no_argument, 0, 'h'},	       {0, 0, 0, 0}};
+	struct cudaDeviceProp prop;
+	const char *what = "all";
+	int o, n = 0, drv = 0, rt = 0, rc;
+
+	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (o) {
+		case 's':
+			sock_path = optarg;
+			break;
+		case 'c':
+			client_cpu = atoi(optarg);
+			break;
+		case 'd':
+			device = atoi(optarg);
+			break;
+		case 'q':
+			quick = true;
+			break;
+		case 'h':
+			printf("usage: gpu-bench [--socket PATH] [--cpu N] [--device N] [--quick] "
+			       "[p8|p9|p10|all|probe]\n");
+			return 0;
+		default:
+			return 2;
+		}
+	}
+	if (optind < argc)
+		what = argv[optind];
+	if (strcmp(what, "p8") && strcmp(what, "p9") && strcmp(what, "p10") &&
+	    strcmp(what, "all") && strcmp(what, "probe")) {
+		fprintf(stderr, "gpu-bench: unknown benchmark '%s'\n", what);
+		return 2;
+	}
+	if (cudaGetDeviceCount(&n) != cudaSuccess || n <= device) {
+		fprintf(stderr, "gpu-bench: no CUDA device %d here\n", device);
+		return 77;
+	}
+	if (client_cpu >= 0) {
+		cpu_set_t set;
+
+		CPU_ZERO(&set);
+		CPU_SET(client_cpu, &set);
+		sched_setaffinity(0, sizeof(set), &set);
+	}
+	ck(cudaSetDevice(device), "cudaSetDevice");
+	ck(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+	cudaDriverGetVersion(&drv);
+	cudaRuntimeGetVersion(&rt);
+	printf("gpu-bench: device %d %s, driver %d, runtime %d; client on CPU %d\n", device,
+	       prop.name, drv, rt, client_cpu);
+	ck(cudaStreamCreateWithFlags(&raw_stream, cudaStreamNonBlocking), "cudaStreamCreate");
+	ck(cudaEventCreateWithFlags(&raw_ev, cudaEventDisableTiming), "cudaEventCreate");
+	if ((rc = dp_connect(sock_path, "gpu-bench", &cl)) < 0)
+		die("dp_connect", rc);
+	if ((rc = dp_queue_create(cl, 256, &q)) < 0)
+		die("dp_queue_create", rc);
+	if (!strcmp(what, "p8") || !strcmp(what, "all"))
+		bench_p8();
+	if (!strcmp(what, "p9") || !strcmp(what, "all"))
+		bench_p9();
+	if (!strcmp(what, "p10") || !strcmp(what, "all"))
+		bench_p10();
+	if (!strcmp(what, "probe"))
+		bench_probe();
+	dp_close(cl);
+	return 0;
+}
+
+#endif /* DP_HAVE_CUDA */

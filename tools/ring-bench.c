@@ -1,0 +1,768 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ring-bench - the project's SPSC ring against DPDK's rte_ring, in one run,
+ * on the same two pinned CPUs, with the same 64-byte entries (PERF.md P1, P2).
+ *
+ *   P1  throughput: a producer streams entries to a consumer, burst 1 and 32.
+ *   P2  round trip: A enqueues one entry on an SQ, echo thread B moves it to
+ *       a CQ, A dequeues it. A bare cache-line ping-pong is the floor.
+ *
+ * Each measurement runs once to warm up and then --reps times, interleaved
+ * (ours, rte_ring, ours, ...), so that noise from other work on the machine
+ * falls on both sides alike; the table shows medians.
+ *
+ * On a shared two-CPU machine a run in which the scheduler gave one of the
+ * two spinning threads' CPUs to another program measures that program, not
+ * the ring (a round trip then waits for a time slice). Each thread reads its
+ * run-queue wait time (/proc/thread-self/schedstat): a run in which the two
+ * threads together waited for their CPUs longer than 1% of the run is
+ * repeated, up to --retries times, and the last attempt is kept whatever
+ * happens. A thread that has waited ABANDON_WAIT_NS gives the run up early.
+ * The counts are printed.
+ *
+ * Every entry carries a sequence number that the receiving side checks: a
+ * mismatch is an error (exit 1). A missed target is not an error: this is a
+ * benchmark.
+ *
+ * rte_ring is set up with rte_ring_init() on memory of our own, so no EAL,
+ * hugepages or root are needed.
+ */
+#include "dp_ring.h"
+
+#include <fcntl.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <rte_ring.h>
+#include <rte_ring_elem.h>
+
+#define ENTRY_SIZE 64u
+#define MAX_BURST 32u
+/* Loop iterations between two looks at the run-queue wait time (a pread of
+ * a /proc file, about a microsecond): a millisecond or more of any loop. */
+#define PREEMPT_CHECK_EVERY 16384u
+#define ABANDON_WAIT_NS 1e6
+
+struct entry {
+	uint64_t seq;
+	uint64_t payload[7];
+};
+_Static_assert(sizeof(struct entry) == ENTRY_SIZE, "64-byte entries");
+
+static struct {
+	uint64_t p1_entries;
+	uint64_t p2_round_trips;
+	unsigned reps;
+	unsigned retries;
+	uint32_t ring_size;
+	int cpu[2];
+} opt = {
+	.p1_entries = 5 * 1000 * 1000,
+	.p2_round_trips = 1000 * 1000,
+	.reps = 5,
+	.retries = 20,
+	.ring_size = 1024,
+	.cpu = {0, 1},
+};
+
+static double now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static void die(const char *what)
+{
+	fprintf(stderr, "ring-bench: %s\n", what);
+	exit(1);
+}
+
+static void pin(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set))
+		die("cannot pin a thread (see --cpus)");
+}
+
+/* Nanoseconds this thread has spent runnable but waiting for its CPU: the
+ * second field of /proc/thread-self/schedstat. 0 where unavailable. */
+static double runqueue_wait_ns(int schedstat_fd)
+{
+	char buf[96], *end;
+	ssize_t n = schedstat_fd < 0 ? -1 : pread(schedstat_fd, buf, sizeof(buf) - 1, 0);
+
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	strtoull(buf, &end, 10);
+	return (double)strtoull(end, NULL, 10);
+}
+
+/*
+ * What the two timed threads of one run share besides the queues: a start
+ * line (both pinned and ready before the clock starts) and the means to give
+ * up a run that the scheduler disturbed.
+ */
+struct run_ctl {
+	int arrived;
+	int abandoned;	    /* a thread lost its CPU for long: the run is void */
+	bool may_abandon;   /* false on the last attempt: finish regardless */
+	uint64_t waited_ns; /* run-queue wait of both threads, timed region */
+	double t_start, t_end;
+};
+
+/* One thread's view of the run. */
+struct run_thread {
+	struct run_ctl *ctl;
+	int schedstat_fd;
+	double wait_at_start;
+	uint32_t rounds;
+};
+
+static struct run_thread run_start(struct run_ctl *c, int cpu)
+{
+	struct run_thread t = {.ctl = c};
+
+	pin(cpu);
+	t.schedstat_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+	__atomic_add_fetch(&c->arrived, 1, __ATOMIC_ACQ_REL);
+	while (__atomic_load_n(&c->arrived, __ATOMIC_ACQUIRE) < 2)
+		;
+	t.wait_at_start = runqueue_wait_ns(t.schedstat_fd);
+	return t;
+}
+
+/* The other thread gave up: stop waiting for it. Polled only while a queue
+ * is full or empty, never on the path that moves entries. */
+static inline bool run_abandoned(const struct run_thread *t)
+{
+	return __atomic_load_n(&t->ctl->abandoned, __ATOMIC_RELAXED);
+}
+
+/* Called once per loop iteration; every PREEMPT_CHECK_EVERY calls, gives the
+ * run up if this thread has waited ABANDON_WAIT_NS for its CPU since the
+ * start. */
+static inline bool run_disturbed(struct run_thread *t)
+{
+	if (++t->rounds % PREEMPT_CHECK_EVERY || !t->ctl->may_abandon)
+		return false;
+	if (runqueue_wait_ns(t->schedstat_fd) - t->wait_at_start < ABANDON_WAIT_NS)
+		return false;
+	__atomic_store_n(&t->ctl->abandoned, 1, __ATOMIC_RELAXED);
+	return true;
+}
+
+static void run_finish(struct run_thread *t)
+{
+	double waited = runqueue_wait_ns(t->schedstat_fd) - t->wait_at_start;
+
+	__atomic_add_fetch(&t->ctl->waited_ns, (uint64_t)waited, __ATOMIC_RELAXED);
+	if (t->schedstat_fd >= 0)
+		close(t->schedstat_fd);
+}
+
+static void run_threads(void *(*a)(void *), void *(*b)(void *), void *arg)
+{
+	pthread_t ta, tb;
+
+	if (pthread_create(&ta, NULL, a, arg) || pthread_create(&tb, NULL, b, arg))
+		die("pthread_create");
+	pthread_join(ta, NULL);
+	pthread_join(tb, NULL);
+}
+
+/* ---- the two queues behind one shape ---- */
+
+/*
+ * A queue as the benchmark loops see it. For our ring the two sides hold
+ * different private views (struct dp_ring) of one shared ring; rte_ring has
+ * one object for both. The loops below are always_inline and get the
+ * enqueue/dequeue functions as constants, so each queue's loop is compiled
+ * with its own fast path inlined and no indirect call.
+ */
+struct queue {
+	void *tx; /* producer's handle */
+	void *rx; /* consumer's handle */
+};
+
+typedef int (*enqueue_fn)(void *q, const struct entry *src, uint32_t n);
+typedef int (*dequeue_fn)(void *q, struct entry *dst, uint32_t n);
+
+static inline __attribute__((always_inline)) int ours_enqueue(void *q, const struct entry *src,
+							      uint32_t n)
+{
+	return dp_ring_enqueue_burst(q, src, n);
+}
+
+static inline __attribute__((always_inline)) int ours_dequeue(void *q, struct entry *dst,
+							      uint32_t n)
+{
+	return dp_ring_dequeue_burst(q, dst, n);
+}
+
+static inline __attribute__((always_inline)) int rte_enqueue(void *q, const struct entry *src,
+							     uint32_t n)
+{
+	return (int)rte_ring_enqueue_burst_elem(q, src, ENTRY_SIZE, n, NULL);
+}
+
+static inline __attribute__((always_inline)) int rte_dequeue(void *q, struct entry *dst, uint32_t n)
+{
+	return (int)rte_ring_dequeue_burst_elem(q, dst, ENTRY_SIZE, n, NULL);
+}
+
+/* Shared, populated memory for both kinds of ring, so neither pays page
+ * faults in the timed region nor gets different pages than the other. */
+static void *shared_mem(size_t len)
+{
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE,
+		       -1, 0);
+
+	if (p == MAP_FAILED)
+		die("mmap");
+	return p;
+}
+
+/* Our queue pair: the service's side created, the client's side attached
+ * through a second mapping of the memfd, as in production. */
+struct ours_pair {
+	struct dp_ring_pair service, client;
+};
+
+static void ours_pair_open(struct ours_pair *p)
+{
+	int rc = dp_ring_pair_create(&p->service, "ring-bench", opt.ring_size, ENTRY_SIZE,
+				     opt.ring_size, ENTRY_SIZE, 0);
+	int fd;
+
+	if (rc)
+		die("dp_ring_pair_create");
+	fd = dup(p->service.fd);
+	if (fd < 0 || dp_ring_pair_attach(&p->client, fd, ENTRY_SIZE, ENTRY_SIZE))
+		die("dp_ring_pair_attach");
+}
+
+static void ours_pair_close(struct ours_pair *p)
+{
+	dp_ring_pair_close(&p->client);
+	dp_ring_pair_close(&p->service);
+}
+
+static struct rte_ring *rte_open(const char *name)
+{
+	ssize_t len = rte_ring_get_memsize_elem(ENTRY_SIZE, opt.ring_size);
+	struct rte_ring *r;
+
+	if (len < 0)
+		die("rte_ring_get_memsize_elem");
+	r = shared_mem((size_t)len);
+	if (rte_ring_init(r, name, opt.ring_size, RING_F_SP_ENQ | RING_F_SC_DEQ))
+		die("rte_ring_init");
+	return r;
+}
+
+static void rte_close(struct rte_ring *r)
+{
+	munmap(r, (size_t)rte_ring_get_memsize_elem(ENTRY_SIZE, opt.ring_size));
+}
+
+/* ---- P1: throughput ---- */
+
+struct p1_run {
+	struct run_ctl ctl;
+	struct queue q;
+	uint32_t burst;
+	uint64_t count;
+	uint64_t bad; /* entries out of sequence */
+	int err;
+};
+
+static inline __attribute__((always_inline)) void p1_produce(struct p1_run *run, enqueue_fn enq)
+{
+	struct entry buf[MAX_BURST] __attribute__((aligned(64))) = {{0}};
+	struct run_thread t = run_start(&run->ctl, opt.cpu[0]);
+	uint64_t seq = 0;
+
+	run->ctl.t_start = now_ns();
+	while (seq < run->count) {
+		uint32_t n =
+			run->count - seq < run->burst ? (uint32_t)(run->count - seq) : run->burst;
+		int k;
+
+		for (uint32_t i = 0; i < n; i++)
+			buf[i].seq = seq + i;
+		k = enq(run->q.tx, buf, n);
+		if (k < 0) {
+			run->err = k;
+			break;
+		}
+		seq += (uint32_t)k;
+		if ((k == 0 && run_abandoned(&t)) || run_disturbed(&t))
+			break;
+	}
+	run_finish(&t);
+}
+
+static inline __attribute__((always_inline)) void p1_consume(struct p1_run *run, dequeue_fn deq)
+{
+	struct entry buf[MAX_BURST] __attribute__((aligned(64)));
+	struct run_thread t = run_start(&run->ctl, opt.cpu[1]);
+	uint64_t expected = 0;
+
+	while (expected < run->count) {
+		int k = deq(run->q.rx, buf, run->burst);
+
+		if (k < 0) {
+			run->err = k;
+			break;
+		}
+		for (int i = 0; i < k; i++)
+			run->bad += buf[i].seq != expected + (uint64_t)i;
+		expected += (uint32_t)k;
+		if ((k == 0 && run_abandoned(&t)) || run_disturbed(&t))
+			break;
+	}
+	run->ctl.t_end = now_ns();
+	run_finish(&t);
+}
+
+static void *ours_p1_producer(void *run)
+{
+	p1_produce(run, ours_enqueue);
+	return NULL;
+}
+
+static void *ours_p1_consumer(void *run)
+{
+	p1_consume(run, ours_dequeue);
+	return NULL;
+}
+
+static void *rte_p1_producer(void *run)
+{
+	p1_produce(run, rte_enqueue);
+	return NULL;
+}
+
+static void *rte_p1_consumer(void *run)
+{
+	p1_consume(run, rte_dequeue);
+	return NULL;
+}
+
+/* Returns Mops/s. */
+static double p1(bool ours, uint32_t burst, struct run_ctl *ctl)
+{
+	struct p1_run run = {.ctl = *ctl, .burst = burst, .count = opt.p1_entries};
+	struct ours_pair pair;
+	struct rte_ring *r;
+
+	if (ours) {
+		ours_pair_open(&pair);
+		run.q.tx = &pair.client.sq;
+		run.q.rx = &pair.service.sq;
+		run_threads(ours_p1_producer, ours_p1_consumer, &run);
+		ours_pair_close(&pair);
+	} else {
+		r = rte_open("p1");
+		run.q.tx = run.q.rx = r;
+		run_threads(rte_p1_producer, rte_p1_consumer, &run);
+		rte_close(r);
+	}
+	if (run.err)
+		die("a ring reported an error (-EPROTO)");
+	if (run.bad) {
+		fprintf(stderr, "ring-bench: P1 %s burst %u: %lu entries out of sequence\n",
+			ours ? "ours" : "rte_ring", burst, (unsigned long)run.bad);
+		exit(1);
+	}
+	*ctl = run.ctl;
+	return (double)run.count / (run.ctl.t_end - run.ctl.t_start) * 1e3;
+}
+
+/* ---- P2: round trip ---- */
+
+struct p2_run {
+	struct run_ctl ctl;
+	struct queue sq, cq;
+	uint64_t count;
+	uint64_t bad;
+	int err;
+};
+
+/* Thread A: one entry out on the SQ, wait for it on the CQ. */
+static inline __attribute__((always_inline)) void p2_client(struct p2_run *run, enqueue_fn enq,
+							    dequeue_fn deq)
+{
+	struct run_thread t = run_start(&run->ctl, opt.cpu[0]);
+	struct entry e = {0};
+	int k = 0;
+
+	run->ctl.t_start = now_ns();
+	for (uint64_t i = 0; i < run->count; i++) {
+		e.seq = i;
+		while ((k = enq(run->sq.tx, &e, 1)) == 0)
+			if (run_abandoned(&t))
+				goto out;
+		if (k < 0)
+			break;
+		while ((k = deq(run->cq.rx, &e, 1)) == 0)
+			if (run_abandoned(&t))
+				goto out;
+		if (k < 0)
+			break;
+		run->bad += e.seq != i;
+		if (run_disturbed(&t))
+			break;
+	}
+	run->ctl.t_end = now_ns();
+out:
+	if (k < 0)
+		run->err = k;
+	run_finish(&t);
+}
+
+/* Thread B: the echo. */
+static inline __attribute__((always_inline)) void p2_echo(struct p2_run *run, enqueue_fn enq,
+							  dequeue_fn deq)
+{
+	struct run_thread t = run_start(&run->ctl, opt.cpu[1]);
+	struct entry e;
+	int k = 0;
+
+	for (uint64_t i = 0; i < run->count; i++) {
+		while ((k = deq(run->sq.rx, &e, 1)) == 0)
+			if (run_abandoned(&t))
+				goto out;
+		if (k < 0)
+			break;
+		while ((k = enq(run->cq.tx, &e, 1)) == 0)
+			if (run_abandoned(&t))
+				goto out;
+		if (k < 0)
+			break;
+		if (run_disturbed(&t))
+			break;
+	}
+out:
+	if (k < 0)
+		run->err = k;
+	run_finish(&t);
+}
+
+static void *ours_p2_client(void *run)
+{
+	p2_client(run, ours_enqueue, ours_dequeue);
+	return NULL;
+}
+
+static void *ours_p2_echo(void *run)
+{
+	p2_echo(run, ours_enqueue, ours_dequeue);
+	return NULL;
+}
+
+static void *rte_p2_client(void *run)
+{
+	p2_client(run, rte_enqueue, rte_dequeue);
+	return NULL;
+}
+
+static void *rte_p2_echo(void *run)
+{
+	p2_echo(run, rte_enqueue, rte_dequeue);
+	return NULL;
+}
+
+/* Returns ns per round trip. */
+static double p2(bool ours, struct run_ctl *ctl)
+{
+	struct p2_run run = {.ctl = *ctl, .count = opt.p2_round_trips};
+	struct ours_pair pair;
+	struct rte_ring *sq, *cq;
+
+	if (ours) {
+		ours_pair_open(&pair);
+		run.sq = (struct queue){.tx = &pair.client.sq, .rx = &pair.service.sq};
+		run.cq = (struct queue){.tx = &pair.service.cq, .rx = &pair.client.cq};
+		run_threads(ours_p2_client, ours_p2_echo, &run);
+		ours_pair_close(&pair);
+	} else {
+		sq = rte_open("p2-sq");
+		cq = rte_open("p2-cq");
+		run.sq = (struct queue){.tx = sq, .rx = sq};
+		run.cq = (struct queue){.tx = cq, .rx = cq};
+		run_threads(rte_p2_client, rte_p2_echo, &run);
+		rte_close(sq);
+		rte_close(cq);
+	}
+	if (run.err)
+		die("a ring reported an error (-EPROTO)");
+	if (run.bad) {
+		fprintf(stderr, "ring-bench: P2 %s: %lu entries came back wrong\n",
+			ours ? "ours" : "rte_ring", (unsigned long)run.bad);
+		exit(1);
+	}
+	*ctl = run.ctl;
+	return (run.ctl.t_end - run.ctl.t_start) / (double)run.count;
+}
+
+/* The physical floor of P2: one cache line handed back and forth. Odd
+ * values are A's turn to be answered, even values B's answer. */
+struct pingpong_run {
+	uint64_t line __attribute__((aligned(128)));
+	struct run_ctl ctl __attribute__((aligned(128)));
+	uint64_t count;
+};
+
+static void *pingpong_a(void *p)
+{
+	struct pingpong_run *run = p;
+	struct run_thread t = run_start(&run->ctl, opt.cpu[0]);
+
+	run->ctl.t_start = now_ns();
+	for (uint64_t i = 0; i < run->count; i++) {
+		__atomic_store_n(&run->line, 2 * i + 1, __ATOMIC_RELEASE);
+		while (__atomic_load_n(&run->line, __ATOMIC_ACQUIRE) != 2 * i + 2)
+			if (run_abandoned(&t))
+				goto out;
+		if (run_disturbed(&t))
+			break;
+	}
+	run->ctl.t_end = now_ns();
+out:
+	run_finish(&t);
+	return NULL;
+}
+
+static void *pingpong_b(void *p)
+{
+	struct pingpong_run *run = p;
+	struct run_thread t = run_start(&run->ctl, opt.cpu[1]);
+
+	for (uint64_t i = 0; i < run->count; i++) {
+		while (__atomic_load_n(&run->line, __ATOMIC_ACQUIRE) != 2 * i + 1)
+			if (run_abandoned(&t))
+				goto out;
+		__atomic_store_n(&run->line, 2 * i + 2, __ATOMIC_RELEASE);
+		if (run_disturbed(&t))
+			break;
+	}
+out:
+	run_finish(&t);
+	return NULL;
+}
+
+static double pingpong(struct run_ctl *ctl)
+{
+	struct pingpong_run *run = shared_mem(sizeof(*run));
+	double ns;
+
+	run->ctl = *ctl;
+	run->count = opt.p2_round_trips;
+	run_threads(pingpong_a, pingpong_b, run);
+	*ctl = run->ctl;
+	ns = (run->ctl.t_end - run->ctl.t_start) / (double)run->count;
+	munmap(run, sizeof(*run));
+	return ns;
+}
+
+/* ---- driver ---- */
+
+enum metric {
+	P1_OURS_B1,
+	P1_RTE_B1,
+	P1_OURS_B32,
+	P1_RTE_B32,
+	P2_OURS,
+	P2_RTE,
+	P2_PINGPONG,
+	METRICS
+};
+
+static double measure_once(enum metric m, struct run_ctl *ctl)
+{
+	switch (m) {
+	case P1_OURS_B1:
+		return p1(true, 1, ctl);
+	case P1_RTE_B1:
+		return p1(false, 1, ctl);
+	case P1_OURS_B32:
+		return p1(true, MAX_BURST, ctl);
+	case P1_RTE_B32:
+		return p1(false, MAX_BURST, ctl);
+	case P2_OURS:
+		return p2(true, ctl);
+	case P2_RTE:
+		return p2(false, ctl);
+	default:
+		return pingpong(ctl);
+	}
+}
+
+static unsigned runs_repeated, runs_kept_disturbed;
+
+/* A run whose threads waited for their CPUs more than 1% of its time is
+ * repeated, up to opt.retries times; the last attempt is kept. */
+static double measure(enum metric m)
+{
+	for (unsigned attempt = 0;; attempt++) {
+		struct run_ctl ctl = {.may_abandon = attempt < opt.retries};
+		double v = measure_once(m, &ctl);
+		bool clean =
+			!ctl.abandoned && (double)ctl.waited_ns * 100 <= ctl.t_end - ctl.t_start;
+
+		if (clean)
+			return v;
+		if (!ctl.may_abandon) {
+			runs_kept_disturbed++;
+			return v;
+		}
+		runs_repeated++;
+	}
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static double median(double *v, unsigned n)
+{
+	qsort(v, n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void usage(void)
+{
+	fprintf(stderr,
+		"usage: ring-bench [--iters N] [--rt-iters N] [--reps N] [--retries N] "
+		"[--size SLOTS] [--cpus A,B]\n"
+		"  --iters N     entries per P1 run (default 5000000)\n"
+		"  --rt-iters N  round trips per P2 run (default 1000000)\n"
+		"  --reps N      timed runs per measurement, median reported (default 5)\n"
+		"  --retries N   repeats of a run disturbed by other programs (default 20)\n"
+		"  --size SLOTS  ring size, a power of two >= 32 (default 1024)\n"
+		"  --cpus A,B    producer/client CPU and consumer/echo CPU (default 0,1)\n");
+	exit(2);
+}
+
+static void parse(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"iters", required_argument, NULL, 'i'}, {"rt-iters", required_argument, NULL, 'r'},
+		{"reps", required_argument, NULL, 'n'},	 {"retries", required_argument, NULL, 'R'},
+		{"size", required_argument, NULL, 's'},	 {"cpus", required_argument, NULL, 'c'},
+		{"help", no_argument, NULL, 'h'},	 {NULL, 0, NULL, 0},
+	};
+	int c;
+
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'i':
+			opt.p1_entries = strtoull(optarg, NULL, 0);
+			break;
+		case 'r':
+			opt.p2_round_trips = strtoull(optarg, NULL, 0);
+			break;
+		case 'n':
+			opt.reps = (unsigned)strtoul(optarg, NULL, 0);
+			break;
+		case 'R':
+			opt.retries = (unsigned)strtoul(optarg, NULL, 0);
+			break;
+		case 's':
+			opt.ring_size = (uint32_t)strtoul(optarg, NULL, 0);
+			break;
+		case 'c':
+			if (sscanf(optarg, "%d,%d", &opt.cpu[0], &opt.cpu[1]) != 2)
+				usage();
+			break;
+		default:
+			usage();
+		}
+	}
+	if (optind != argc || !opt.p1_entries || !opt.p2_round_trips || !opt.reps ||
+	    opt.reps > 1000 || opt.ring_size < MAX_BURST || opt.ring_size > DP_RING_MAX_ENTRIES ||
+	    (opt.ring_size & (opt.ring_size - 1)))
+		usage();
+}
+
+static const char *verdict(bool pass)
+{
+	return pass ? "PASS" : "MISS";
+}
+
+int main(int argc, char **argv)
+{
+	static const char *names[METRICS] = {"ours-b1", "rte-b1", "ours-b32", "rte-b32",
+					     "ours-rt", "rte-rt", "pingpong"};
+	double *values, med[METRICS];
+
+	parse(argc, argv);
+	values = calloc((size_t)opt.reps * METRICS, sizeof(*values));
+	if (!values)
+		die("calloc");
+	printf("ring-bench: 64-byte entries, %u-slot rings, producer/client on CPU %d, "
+	       "consumer/echo on CPU %d\n"
+	       "P1: %lu entries per run; P2: %lu round trips per run; 1 warm-up + %u runs, "
+	       "interleaved; medians\n",
+	       opt.ring_size, opt.cpu[0], opt.cpu[1], (unsigned long)opt.p1_entries,
+	       (unsigned long)opt.p2_round_trips, opt.reps);
+
+	for (int m = 0; m < METRICS; m++) {
+		struct run_ctl warm_up = {.may_abandon = true};
+
+		measure_once((enum metric)m, &warm_up);
+	}
+	for (unsigned rep = 0; rep < opt.reps; rep++) {
+		printf("run %u:", rep + 1);
+		for (int m = 0; m < METRICS; m++) {
+			double v = measure((enum metric)m);
+
+			values[m * opt.reps + rep] = v;
+			printf(" %s %.1f%s", names[m], v, m < P2_OURS ? "M/s" : "ns");
+		}
+		printf("\n");
+		fflush(stdout);
+	}
+	for (int m = 0; m < METRICS; m++)
+		med[m] = median(values + m * opt.reps, opt.reps);
+	printf("runs repeated because the threads waited for their CPUs > 1%% of the run: %u; "
+	       "kept anyway after %u repeats: %u\n",
+	       runs_repeated, opt.retries, runs_kept_disturbed);
+
+	double b1 = med[P1_OURS_B1] / med[P1_RTE_B1];
+	double b32 = med[P1_OURS_B32] / med[P1_RTE_B32];
+	double rt = med[P2_OURS] / med[P2_RTE];
+	double rt_floor = med[P2_OURS] / med[P2_PINGPONG];
+
+	printf("\n%-22s %9s %9s %8s  %-18s %s\n", "metric", "ours", "peer", "ratio", "target",
+	       "result");
+	printf("%-22s %9.1f %9.1f %7.2fx  %-18s %s\n", "P1 burst 1, Mops/s", med[P1_OURS_B1],
+	       med[P1_RTE_B1], b1, "-", "-");
+	printf("%-22s %9.1f %9.1f %7.2fx  %-18s %s\n", "P1 burst 32, Mops/s", med[P1_OURS_B32],
+	       med[P1_RTE_B32], b32, ">= 1.0x rte_ring", verdict(b32 >= 1.0));
+	printf("%-22s %9.1f %9.1f %7.2fx  %-18s %s\n", "P2 round trip, ns", med[P2_OURS],
+	       med[P2_RTE], rt, "<= 1.1x rte_ring", verdict(rt <= 1.1));
+	printf("%-22s %9.1f %9.1f %7.2fx  %-18s %s\n", "P2 vs ping-pong, ns", med[P2_OURS],
+	       med[P2_PINGPONG], rt_floor, "<= 2.5x ping-pong", verdict(rt_floor <= 2.5));
+	printf("(peer: rte_ring SP/SC *_burst_elem for P1 and P2, a bare cache-line ping-pong "
+	       "for the last row)\n");
+	free(values);
+	return 0;
+}
