@@ -60,7 +60,7 @@ TOOLS := $(B)/ring-bench $(B)/dp-bench $(B)/ring-stat $(B)/dp-demo $(B)/api-exam
 TESTS := $(B)/tests/dp-tests $(B)/tests/ring-tests
 
 .SECONDARY:
-.PHONY: all deps deps-bench run test test-ring asan tsan bench-ring bench-local \
+.PHONY: stress all deps deps-bench run test test-ring asan tsan bench-ring bench-local \
 	bench-gpu bench-file bench-fabric format format-check gpu-tests clean
 all: $(LIBRING) $(LIBCLIENT_A) $(LIBCLIENT_SO) $(if $(SERVICE_SRCS),$(SERVICE)) \
 	$(foreach t,$(TOOLS),$(if $(wildcard tools/$(notdir $(t)).c examples/$(notdir $(t)).c),$(t)))
@@ -117,9 +117,20 @@ $(B)/tests/gpu_%: $(B)/obj/tests/gpu_%.o $(B)/obj/tests/fixture.o $(LIBCLIENT_A)
 
 # Tests find the service and tools through DP_BUILD.
 CRITERION_ARGS ?= --jobs 1
+# make test runs the long stress loops at 1/DP_STRESS_SCALE of their full
+# size (50 M ring entries, 1 M wake-ups); `make stress` runs them whole.
+DP_STRESS_SCALE ?= 4
 test: deps
 	@$(MAKE) --no-print-directory all $(B)/tests/dp-tests
-	DP_BUILD=$(abspath $(B)) $(B)/tests/dp-tests $(CRITERION_ARGS)
+	DP_BUILD=$(abspath $(B)) DP_STRESS_SCALE=$(DP_STRESS_SCALE) $(B)/tests/dp-tests $(CRITERION_ARGS)
+
+# The long runs: full-size ring stress and wake-up loops, long chaos.
+stress: deps
+	@$(MAKE) --no-print-directory all $(B)/tests/dp-tests
+	DP_BUILD=$(abspath $(B)) DP_STRESS_SCALE=1 DP_STRESS_SECONDS=$${DP_STRESS_SECONDS:-600} \
+		$(B)/tests/dp-tests $(CRITERION_ARGS) --filter 'ring_*/*'
+	DP_BUILD=$(abspath $(B)) DP_STRESS_SCALE=1 DP_STRESS_SECONDS=$${DP_STRESS_SECONDS:-600} \
+		$(B)/tests/dp-tests $(CRITERION_ARGS) --filter 'stress*/*'
 
 test-ring: deps
 	@$(MAKE) --no-print-directory $(B)/tests/ring-tests

@@ -379,14 +379,17 @@ void stats_queue_attach(struct queue *q)
 void stats_queue_retire(struct queue *q)
 {
 	struct dp_stats_queue *s = q->st;
+	struct stats_poller *sp;
 	struct dp_stats_poller *sh;
 	uint32_t seq;
 
 	if (!s)
 		return;
-	if (q->poller->stats->run_q == q)
-		stats_run_end(q->poller->stats);
-	sh = q->poller->stats->sh;
+	sp = q->poller->stats;
+	/* Its completions of this loop (or of the shutdown) are timed now. */
+	if (sp->run_q || sp->npend)
+		stats_runs_end(sp, stats_now(sp));
+	sh = sp->sh;
 	/* The poller's retire_seq brackets the move from the queue's counters
 	 * to the retired totals: a reader that sees it change retries. */
 	seq = sh->retire_seq;
@@ -417,35 +420,55 @@ void stats_queue_retire(struct queue *q)
 
 /* ---- latency runs (the owning poller) ---- */
 
-void stats_run_end(struct stats_poller *sp)
+/*
+ * Times the loop's runs at t, the clock after the loop published them: a
+ * latency is submit to completion visible. A stamp of 0 (an engine that did
+ * not keep it) or from the future (a client that wrote its own) counts as
+ * unstamped instead of landing in the histogram; one a microsecond ahead
+ * is the TSC extrapolation's error, and times as 0.
+ */
+static void runs_time(struct stats_poller *sp, uint64_t t)
 {
-	struct queue *q = sp->run_q;
+	for (unsigned i = 0; i < sp->npend; i++) {
+		struct stats_pend *r = &sp->pend[i];
+		struct queue *q = r->q;
+		uint64_t lat = t > r->submit_ns ? t - r->submit_ns : 0;
 
-	if (!q)
+		if (!r->submit_ns || r->submit_ns > t + 1000) {
+			q->ctr.lat_unstamped += r->count;
+			continue;
+		}
+		stats_add(&q->st->hist[dp_stats_hist_index(lat)], r->count);
+		q->ctr.lat_sum_ns += lat * r->count;
+		if (lat > q->ctr.lat_max_ns)
+			q->ctr.lat_max_ns = lat;
+	}
+	sp->npend = 0;
+}
+
+/* The current run joins the loop's pending runs; a loop with more runs
+ * than fit times them now. */
+static void run_close(struct stats_poller *sp)
+{
+	if (!sp->run_q)
 		return;
 	sp->flag_ops[sp->run_flags] += sp->run_count;
 	sp->flag_bytes[sp->run_flags] += sp->run_bytes;
-	sp->now_bytes += sp->run_bytes;
-	if (!sp->run_stamped)
-		q->ctr.lat_unstamped += sp->run_count;
-	else {
-		stats_add(&q->st->hist[dp_stats_hist_index(sp->run_lat)], sp->run_count);
-		q->ctr.lat_sum_ns += sp->run_lat * sp->run_count;
-		if (sp->run_lat > q->ctr.lat_max_ns)
-			q->ctr.lat_max_ns = sp->run_lat;
-	}
+	if (sp->npend == STATS_PEND)
+		runs_time(sp, stats_now(sp));
+	sp->pend[sp->npend++] = (struct stats_pend){
+		.q = sp->run_q, .submit_ns = sp->run_submit, .count = sp->run_count};
 	sp->run_q = NULL;
 }
 
-/*
- * A completion that does not extend the run: a failure (its errno class),
- * or the first of a new run (same queue, stamp and flags, and the same
- * clock reading, so one latency), timed against the loop's clock reading,
- * read now if this loop has none yet or has copied much since. A stamp of 0
- * (an engine that did not keep it) or from the future (a client that wrote
- * its own) counts as unstamped instead of landing in the histogram; one a
- * microsecond ahead is the TSC extrapolation's error, and times as 0.
- */
+void stats_runs_end(struct stats_poller *sp, uint64_t t)
+{
+	run_close(sp);
+	runs_time(sp, t);
+}
+
+/* A completion that does not extend the run: a failure (its errno class),
+ * or the first of a new run. */
 void stats_complete_slow(struct queue *q, uint64_t submit_ns, int status, uint64_t bytes,
 			 uint32_t flags)
 {
@@ -453,24 +476,17 @@ void stats_complete_slow(struct queue *q, uint64_t submit_ns, int status, uint64
 
 	if (status)
 		q->ctr.failed_by[dp_stats_err_class(status)]++;
-	if (q == sp->run_q && submit_ns == sp->run_submit && (flags & 15) == sp->run_flags &&
-	    bytes <= STATS_CLOCK_BYTES) {
+	if (q == sp->run_q && submit_ns == sp->run_submit && (flags & 15) == sp->run_flags) {
 		sp->run_count++;
 		sp->run_bytes += bytes;
 		return;
 	}
-	stats_run_end(sp);
-	if (!sp->now || sp->now_bytes + bytes > STATS_CLOCK_BYTES) {
-		sp->now = stats_now(sp);
-		sp->now_bytes = 0;
-	}
+	run_close(sp);
 	sp->run_q = q;
 	sp->run_submit = submit_ns;
 	sp->run_flags = flags & 15;
 	sp->run_bytes = bytes;
 	sp->run_count = 1;
-	sp->run_stamped = submit_ns && submit_ns <= sp->now + 1000;
-	sp->run_lat = sp->now > submit_ns ? sp->now - submit_ns : 0;
 }
 
 /* ---- publication (the owning poller) ---- */
@@ -539,7 +555,6 @@ void stats_publish_poller(struct stats_poller *sp)
 
 void stats_publish(struct poller *p)
 {
-	stats_run_end(p->stats);
 	for (struct queue *q = p->queues; q; q = q->next)
 		if (q->st)
 			queue_publish(q);

@@ -7,13 +7,14 @@
  *
  * Hot-path cost: a poller keeps its queues' counters and its own in private
  * memory (the queue's ctr, which it updates anyway) and copies them to the
- * region with plain stores at the first idle loop after work, and every
- * STATS_PUBLISH_BUSY loops while it stays busy. The only per-completion
- * write to the region is one histogram bucket. The clock is
- * read at most once per loop for all completions of that loop, again only
- * after a completion that moved many bytes (so that latencies after a long
- * copy are not dated before it). Without stats (--no-stats) every hook is
- * one well-predicted branch.
+ * region with plain stores once it has been idle a while, and every
+ * STATS_PUBLISH_BUSY loops while it stays busy. A completion that extends
+ * the current run (same queue, stamp and flags: one dp_submit's batch)
+ * costs two private increments; runs get their latency at the end of the
+ * loop from one clock reading taken after the loop published its
+ * completions (so the reading is off the client's critical path, and a
+ * latency is submit to completion visible). Without stats (--no-stats)
+ * every hook is one well-predicted branch.
  *
  * The clock of a busy loop is the TSC where it is invariant (x86-64 with
  * constant_tsc and nonstop_tsc), extrapolated from the poller's last
@@ -34,9 +35,8 @@
 #include "dp_internal.h"
 #include "dp_stats.h"
 
-/* A completion that moved more than this since the clock was read reads it
- * again: the copy took long enough that the old reading would flatter it. */
-#define STATS_CLOCK_BYTES (16u * 1024)
+/* Runs of completions a loop can hold before it times them early. */
+#define STATS_PEND 64
 /* Longest TSC extrapolation from an anchor: with the scale known to 1e-5
  * (2 ms of calibration at start), under 2 ns of error. */
 #define STATS_TSC_SPAN_NS 200000u
@@ -45,9 +45,7 @@
  * side). Cache-line aligned: each poller writes only its own. */
 struct stats_poller {
 	struct dp_stats_poller *sh;
-	uint64_t now;	    /* clock for this loop's completions; 0 = not read */
-	uint64_t now_bytes; /* bytes completed since `now` was read */
-	uint64_t last;	    /* clock at the end of the previous loop (or wake-up) */
+	uint64_t last; /* clock at the end of the previous loop (or wake-up) */
 	/* TSC clock (stats_now): anchor, calibration point, ns per tick << 32
 	 * (0: no usable TSC), the anchor's age limit in ticks. */
 	uint64_t anchor_ns, anchor_tsc, cal_ns, cal_tsc, tsc_mult, tsc_span;
@@ -60,13 +58,18 @@ struct stats_poller {
 	 * summed into paths when published. */
 	uint64_t flag_ops[16], flag_bytes[16];
 	/* The run of completions being counted: same queue, same stamp, same
-	 * flags, same clock reading, so same latency (a batch of one
-	 * dp_submit finishing in one loop). Added to the histogram and the
-	 * flag counters once, when the run ends. */
+	 * flags (a batch of one dp_submit finishing in one loop). */
 	struct queue *run_q;
-	uint64_t run_submit, run_lat, run_bytes;
+	uint64_t run_submit, run_bytes;
 	uint32_t run_flags, run_count;
-	bool run_stamped;
+	/* Runs of this loop waiting for its clock reading, which is taken
+	 * once the loop has published its completions. */
+	unsigned npend;
+	struct stats_pend {
+		struct queue *q;
+		uint64_t submit_ns;
+		uint64_t count;
+	} pend[STATS_PEND];
 } __attribute__((aligned(64)));
 
 /* ---- cold path: stats.c ---- */
@@ -176,8 +179,8 @@ static inline uint64_t stats_now(struct stats_poller *sp)
 	return stats_anchor(sp);
 }
 
-/* Adds the current run to its queue's histogram and the flag counters. */
-void stats_run_end(struct stats_poller *sp);
+/* Closes the current run and times every run of the loop at t. */
+void stats_runs_end(struct stats_poller *sp, uint64_t t);
 void stats_complete_slow(struct queue *q, uint64_t submit_ns, int status, uint64_t bytes,
 			 uint32_t flags);
 
@@ -185,7 +188,7 @@ void stats_complete_slow(struct queue *q, uint64_t submit_ns, int status, uint64
  * One completion staged on q (queue_complete, after the ctr update).
  * submit_ns is the descriptor's stamp. One that extends the current run
  * costs two increments of the poller's private memory; the rest (a new
- * run, a clock reading, a failure's errno class) is out of line.
+ * run, a failure's errno class) is out of line.
  */
 static inline void stats_complete(struct queue *q, uint64_t submit_ns, int status, uint64_t bytes,
 				  uint32_t flags)
@@ -196,7 +199,7 @@ static inline void stats_complete(struct queue *q, uint64_t submit_ns, int statu
 		return;
 	sp = q->poller->stats;
 	if (__builtin_expect(q == sp->run_q && submit_ns == sp->run_submit && !status &&
-				     (flags & 15) == sp->run_flags && bytes <= STATS_CLOCK_BYTES,
+				     (flags & 15) == sp->run_flags,
 			     1)) {
 		sp->run_count++;
 		sp->run_bytes += bytes;
@@ -254,9 +257,11 @@ static inline uint64_t stats_loop_end(struct poller *p, int work)
 
 	if (!sp)
 		return work ? 0 : stats_clock();
-	if (sp->now)
-		t = sp->now;
-	else if (work)
+	if (sp->run_q || sp->npend) {
+		/* After poller_flush: the loop's completions are visible. */
+		t = stats_now(sp);
+		stats_runs_end(sp, t);
+	} else if (work)
 		t = stats_now(sp);
 	else {
 		/* The reading idle loops make anyway; a stale anchor is
@@ -265,9 +270,6 @@ static inline uint64_t stats_loop_end(struct poller *p, int work)
 		if (sp->tsc_mult && t - sp->anchor_ns > STATS_TSC_SPAN_NS / 2)
 			t = stats_anchor(sp);
 	}
-	sp->now = 0;
-	if (sp->run_q)
-		stats_run_end(sp);
 	d = t > sp->last ? t - sp->last : 0;
 	sp->last = t;
 	sp->loops++;

@@ -20,6 +20,7 @@
 
 #include "cuda_export.h"
 #include "dataplane.h"
+#include "dp_client_pvt.h"
 #include "dp_proto.h"
 #include "dp_ring.h"
 
@@ -639,6 +640,15 @@ int dp_wait(struct dp_queue *q, struct dp_cqe *cqes, unsigned max, int timeout_m
 		if (pfd[0].revents & POLLIN)
 			dp_doorbell_drain(q->cq_efd);
 	}
+}
+
+int dp__queue_ring(struct dp_queue *q, struct dp_ring_pair **pair, int *sq_efd)
+{
+	if (!q || !pair || !sq_efd)
+		return -EINVAL;
+	*pair = &q->pair;
+	*sq_efd = q->sq_efd;
+	return 0;
 }
 
 int dp_queue_stats(const struct dp_queue *q, struct dp_queue_stats *st)

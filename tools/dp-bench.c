@@ -8,11 +8,15 @@
  * Every transfer's bytes are checked after the timed runs.
  * overhead: P3 and P4 against services dp-bench starts itself with the stats
  * region on and off (--no-stats), alternating, in one run (--dataplaned).
+ * fabric / bypass (--peer HOST:PORT --peer-socket PATH): P6 4 MiB WRITEs and
+ * P7 64 B WRITEs to a segment of another service (tools/bench-fabric.sh runs
+ * the peers), and the same to a segment of this service vs the other one.
  *
  * usage: dp-bench [--socket PATH] [--cpu N] [--quick] [--max-size BYTES]
  *                 [--no-peers] [--json] [--plot FILE.png]
  *                 [--dataplaned PATH [--service-cpu N] [--rounds N]]
- *                 [latency|rate|bandwidth|overhead|all]
+ *                 [--peer HOST:PORT --peer-socket PATH]
+ *                 [latency|rate|bandwidth|overhead|fabric|bypass|all]
  * Long runs show a progress line on stderr; --json prints the results as one
  * JSON document on stdout (the text goes to stderr); --plot draws the latency
  * CDF and throughput over time with gnuplot.

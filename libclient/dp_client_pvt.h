@@ -1,0 +1,17 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dp_client_pvt.h - libclient internals for the hostile-client suites. Not
+ * for direct inclusion by applications: nothing here is part of the ABI.
+ */
+#ifndef DP_CLIENT_PVT_H
+#define DP_CLIENT_PVT_H
+
+#include "dataplane.h"
+#include "dp_ring.h"
+
+/* The queue's ring pair (client side: SQ producer, CQ consumer) and its SQ
+ * doorbell, so that a test can misuse them the way a hostile client would. */
+int dp__queue_ring(struct dp_queue *q, struct dp_ring_pair **pair, int *sq_efd)
+	__attribute__((visibility("hidden")));
+
+#endif /* DP_CLIENT_PVT_H */

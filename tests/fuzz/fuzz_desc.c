@@ -1,0 +1,135 @@
+/* fuzz_desc.c - libFuzzer target: descriptors a hostile client wrote into its SQ, drained and validated by the poller's own code (poller.c, built in). Every descriptor gets exactly one completion, and every copy that passes validation lies inside its two regions. */
+#include <stdlib.h>
+
+#include "../../dataplane/poller.c"
+
+#define NREG 4
+#define RLEN 4096u
+
+static struct client cl;
+static struct queue *q;
+static struct poller po;
+static struct region regs[NREG];
+static struct segment segs[3];
+static struct seg_handle handles[3];
+static struct remote_seg remote = {.len = 2 * RLEN, .access = DP_ACCESS_RW};
+static uint8_t mem[NREG][RLEN];
+static unsigned handed; /* descriptors an engine took */
+
+static void check_in(const struct region *r, const uint8_t *p, uint64_t len)
+{
+	if (p < r->base || len > r->len || (uint64_t)(p - r->base) > r->len - len)
+		abort();
+}
+
+void copy_engine_submit(struct poller *p, const struct copy_req *req)
+{
+	(void)p;
+	check_in(req->ra, req->ra == req->rb || req->src < req->ra->base ||
+				  req->src >= req->ra->base + req->ra->len
+			  ? req->dst
+			  : req->src,
+		 req->len);
+	check_in(req->rb, req->dst >= req->rb->base && req->dst < req->rb->base + req->rb->len
+				  ? req->dst
+				  : req->src,
+		 req->len);
+	handed++;
+	queue_complete(req->q, req->user_data, 0, req->len, DP_CQE_F_LOCAL);
+}
+
+void fabric_submit(struct poller *p, struct queue *qq, const struct dp_desc *d, struct region *local,
+		   struct segment *seg)
+{
+	(void)p;
+	if (!seg->remote || d->len > local->len || d->local_off > local->len - d->len ||
+	    d->len > seg->remote->len || d->target_off > seg->remote->len - d->len)
+		abort();
+	handed++;
+	queue_complete(qq, d->user_data, 0, d->len, DP_CQE_F_FABRIC);
+}
+
+void fileio_submit(struct poller *p, struct queue *qq, const struct dp_desc *d,
+		   struct region *local, struct region *target)
+{
+	(void)p;
+	(void)qq;
+	(void)d;
+	(void)local;
+	(void)target;
+	abort(); /* no file regions here */
+}
+
+static void setup(void)
+{
+	struct dp_ring_pair pair;
+
+	cfg.no_stats = true;
+	control_wake_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	q = calloc(1, sizeof(*q));
+	if (dp_ring_pair_create(&pair, "fuzz", 64, sizeof(struct dp_desc), 64,
+				sizeof(struct dp_cqe), 0))
+		abort();
+	q->pair = pair;
+	q->client = &cl;
+	q->depth = 64;
+	for (unsigned i = 0; i < NREG; i++) {
+		regs[i] = (struct region){.id = i, .kind = REGION_HOST, .fd = -1,
+					  .base = mem[i], .len = RLEN - 512 * i};
+		atomic_store(&cl.regions[i], &regs[i]);
+	}
+	/* Handles 0: read-write, 1: read-only, 2: another service's segment. */
+	segs[0] = (struct segment){.region = &regs[1], .access = DP_ACCESS_RW};
+	segs[1] = (struct segment){.region = &regs[2], .access = DP_ACCESS_READ};
+	segs[2] = (struct segment){.remote = &remote, .access = DP_ACCESS_RW};
+	handles[0] = (struct seg_handle){&segs[0], DP_ACCESS_RW};
+	handles[1] = (struct seg_handle){&segs[1], DP_ACCESS_READ};
+	handles[2] = (struct seg_handle){&segs[2], DP_ACCESS_RW};
+	for (unsigned i = 0; i < 3; i++)
+		atomic_store(&cl.segs[i], &handles[i]);
+}
+
+/* The client's side of the rings, kept across runs like a real client's. */
+static struct dp_ring csq, ccq;
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	unsigned n = (unsigned)(size / sizeof(struct dp_desc)), got = 0;
+	struct dp_cqe cqe[64];
+
+	if (!q) {
+		setup();
+		dp_ring_bind(&csq, q->pair.sq.hdr, DP_RING_PRODUCER);
+		dp_ring_bind(&ccq, q->pair.cq.hdr, DP_RING_CONSUMER);
+	}
+	if (n > 64)
+		n = 64;
+	for (unsigned i = 0; i < n; i++) {
+		struct dp_desc d;
+
+		memcpy(&d, data + i * sizeof(d), sizeof(d));
+		d.user_data = i; /* accounting, below */
+		if (dp_ring_enqueue(&csq, &d) != 1)
+			abort();
+	}
+	handed = 0;
+	while (got < n) {
+		int k;
+
+		queue_drain_sq(&po, q);
+		queue_flush_cq(q);
+		if (q->broken)
+			abort(); /* descriptors never break a queue, only indices do */
+		k = dp_ring_dequeue_burst(&ccq, cqe, 64);
+		if (k <= 0)
+			abort(); /* a descriptor left without a completion */
+		for (int i = 0; i < k; i++)
+			if (cqe[i].user_data != got + (unsigned)i ||
+			    (cqe[i].status && cqe[i].bytes))
+				abort();
+		got += (unsigned)k;
+	}
+	if (dp_ring_dequeue_burst(&ccq, cqe, 64) != 0)
+		abort(); /* a second completion */
+	return 0;
+}

@@ -1,0 +1,457 @@
+/* hostile_ring.c - a client that misuses its own rings (garbage slots, bogus SQ tail or CQ head, descriptors rewritten after publication, a scribbled header, doorbell floods) never crashes the service, is disconnected when its ring is corrupt, and never slows a bystander into failure. */
+#include <criterion/criterion.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dp_client_pvt.h"
+#include "hostile_util.h"
+
+TestSuite(hostile_ring, .fini = svc_teardown);
+
+#define HLEN (64u * 1024)
+#define DEPTH 64u
+
+/* The hostile client: a local region, its own export (read-write), a
+ * queue, and direct access to that queue's rings. */
+struct hostile {
+	struct dp_client *c;
+	struct dp_queue *q;
+	struct dp_ring_pair *pair;
+	int sq_efd;
+	int local, target, seg;
+	uint8_t *lp, *tp;
+};
+
+static void hostile_setup(struct hostile *h, const char *export_name)
+{
+	memset(h, 0, sizeof(*h));
+	h->c = connect_client("hostile");
+	h->local = alloc_region(h->c, HLEN, &h->lp);
+	h->target = alloc_region(h->c, HLEN, &h->tp);
+	h->seg = export_open(h->c, h->target, export_name, DP_ACCESS_RW, DP_ACCESS_RW);
+	h->q = make_queue(h->c, DEPTH);
+	cr_assert_eq(dp__queue_ring(h->q, &h->pair, &h->sq_efd), 0);
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+/* Publishes `n` slots exactly as given (no stamping, no credit check) and
+ * rings the doorbell unconditionally. */
+static void raw_push(struct hostile *h, const struct dp_desc *d, unsigned n)
+{
+	uint32_t idx = 0;
+
+	cr_assert_eq(dp_ring_reserve_bulk(&h->pair->sq, n, &idx), (int)n, "SQ has no room");
+	dp_ring_copy_in(&h->pair->sq, idx, d, n);
+	dp_ring_commit(&h->pair->sq, n);
+	dp_doorbell_ring(h->sq_efd);
+}
+
+/* An offset or length drawn to hit the edges: 0, small, near the region
+ * size, past it, and values whose sums wrap 64 bits. */
+static uint64_t edgy(uint64_t *s)
+{
+	uint64_t r = rng_next(s);
+
+	switch (r % 6) {
+	case 0:
+		return 0;
+	case 1:
+		return (r >> 8) % 4096;
+	case 2:
+		return HLEN - (r >> 8) % 64;
+	case 3:
+		return HLEN + (r >> 8) % 64;
+	case 4:
+		return ~0ull - (r >> 8) % 4096;
+	default:
+		return r;
+	}
+}
+
+static bool in_bounds(uint64_t off, uint64_t len, uint64_t size)
+{
+	return len <= size && off <= size - len;
+}
+
+/* Garbage slots are descriptors like any other: each gets exactly one
+ * completion, and no completion claims success for something invalid. */
+Test(hostile_ring, garbage_in_sq_slots_gets_error_completions, .timeout = 60)
+{
+	static struct dp_desc d[DEPTH];
+	struct dp_cqe cqe[DEPTH];
+	struct bystander b;
+	struct hostile h;
+	uint64_t s = 0x9e3779b97f4a7c15ull;
+	unsigned tried = 0, failed = 0, moved = 0;
+
+	start_service(local_only);
+	bystander_start(&b);
+	hostile_setup(&h, "h");
+	pattern_fill(h.lp, HLEN, 1);
+	for (unsigned round = 0; round < 64; round++) {
+		bool seen[DEPTH] = {false};
+		bool structured = round & 1;
+
+		for (unsigned i = 0; i < DEPTH; i++) {
+			uint64_t *w = (uint64_t *)&d[i];
+
+			for (unsigned k = 0; k < 8; k++)
+				w[k] = rng_next(&s);
+			if (structured) {
+				/* Reserved fields clear, so the checks behind
+				 * them run: opcodes, handles near the real
+				 * ones, offsets and lengths at the edges. */
+				d[i].opcode = (uint8_t)(rng_next(&s) % 5);
+				d[i].flags = 0;
+				d[i].reserved0 = 0;
+				d[i].reserved1 = 0;
+				d[i].reserved2 = 0;
+				d[i].region = (uint32_t)(rng_next(&s) % 4);
+				d[i].segment = (uint32_t)(rng_next(&s) % 3);
+				d[i].local_off = edgy(&s);
+				d[i].target_off = edgy(&s);
+				d[i].len = edgy(&s);
+			}
+			d[i].user_data = round * DEPTH + i;
+		}
+		raw_push(&h, d, DEPTH);
+		reap(h.q, cqe, DEPTH, 5000);
+		for (unsigned i = 0; i < DEPTH; i++) {
+			uint64_t u = cqe[i].user_data - round * DEPTH;
+			const struct dp_desc *x;
+
+			cr_assert_lt(u, DEPTH, "completion for user_data %llu in round %u",
+				     (unsigned long long)cqe[i].user_data, round);
+			cr_assert_not(seen[u], "user_data %llu completed twice",
+				      (unsigned long long)cqe[i].user_data);
+			seen[u] = true;
+			x = &d[u];
+			tried++;
+			if (cqe[i].status) {
+				failed++;
+				cr_assert(cqe[i].status == -EINVAL || cqe[i].status == -EBADF ||
+						  cqe[i].status == -EPERM || cqe[i].status == -EFAULT,
+					  "status %d", cqe[i].status);
+				cr_assert_eq(cqe[i].bytes, 0);
+				continue;
+			}
+			/* Success must be deserved. */
+			cr_assert(!x->flags && !x->reserved0 && !x->reserved1 && !x->reserved2,
+				  "a descriptor with reserved bits set succeeded");
+			if (x->opcode == DP_OP_NOP) {
+				cr_assert_eq(cqe[i].bytes, 0);
+				continue;
+			}
+			cr_assert(x->opcode == DP_OP_WRITE || x->opcode == DP_OP_READ,
+				  "opcode %u succeeded", x->opcode);
+			cr_assert(in_bounds(x->local_off, x->len, HLEN) &&
+					  in_bounds(x->target_off, x->len, HLEN),
+				  "out of bounds succeeded: off %llu/%llu len %llu",
+				  (unsigned long long)x->local_off,
+				  (unsigned long long)x->target_off, (unsigned long long)x->len);
+			cr_assert_eq(cqe[i].bytes, x->len);
+			moved++;
+		}
+	}
+	cr_log_info("garbage: %u descriptors, %u error completions, %u valid transfers", tried,
+		    failed, moved);
+	cr_assert_gt(failed, tried / 2);
+	/* Garbage is not corruption: the queue still works. */
+	{
+		struct dp_desc ok;
+		struct dp_cqe c;
+
+		pattern_fill(h.lp, 4096, 99);
+		dp_prep_write(&ok, h.local, 0, h.seg, 0, 4096, 1u << 30);
+		c = run_one(h.q, &ok);
+		cr_assert_eq(c.status, 0, "%s", dp_strerror(c.status));
+		cr_assert_eq(pattern_check(h.tp, 4096, 99), -1);
+	}
+	dp_close(h.c);
+	bystander_finish(&b);
+	service_still_serves();
+}
+
+/* Ring corruption: the queue is marked broken, the client disconnected,
+ * everything it had is released, and the bystander never notices. */
+enum corruption {
+	SQ_TAIL_BACK_1,
+	SQ_TAIL_BACK_DEPTH,
+	SQ_TAIL_PAST_RING,
+	SQ_TAIL_FAR,
+	CQ_HEAD_PAST_TAIL,
+	CQ_HEAD_FAR_BEHIND,
+	NCORRUPTIONS
+};
+
+static const char *const corruption_name[] = {
+	"SQ tail 1 back",   "SQ tail a ring back", "SQ tail a ring + 1 ahead",
+	"SQ tail 2^31 ahead", "CQ head past tail",  "CQ head a ring + 1 behind",
+};
+
+static void corrupt(struct hostile *h, enum corruption k)
+{
+	struct dp_desc nop = {.opcode = DP_OP_NOP, .user_data = 5};
+	struct dp_ring *sq = &h->pair->sq, *cq = &h->pair->cq;
+	uint32_t bad;
+
+	switch (k) {
+	case SQ_TAIL_BACK_1:
+	case SQ_TAIL_BACK_DEPTH:
+	case SQ_TAIL_PAST_RING:
+	case SQ_TAIL_FAR:
+		bad = k == SQ_TAIL_BACK_1	? sq->local - 1
+		      : k == SQ_TAIL_BACK_DEPTH ? sq->local - DEPTH
+		      : k == SQ_TAIL_PAST_RING	? sq->local + DEPTH + 1
+						: sq->local + 0x80000000u;
+		__atomic_store_n(&sq->hdr->tail, bad, __ATOMIC_RELEASE);
+		dp_doorbell_ring(h->sq_efd);
+		break;
+	default:
+		/* The service reloads the head when it needs CQ room: one
+		 * more completion makes it look. */
+		bad = k == CQ_HEAD_PAST_TAIL ? cq->local + 100 : cq->local - DEPTH - 1;
+		__atomic_store_n(&cq->hdr->head, bad, __ATOMIC_RELEASE);
+		raw_push(h, &nop, 1);
+		sleep_ms(20);
+		raw_push(h, &nop, 1);
+		break;
+	}
+}
+
+Test(hostile_ring, corrupt_indices_disconnect_only_that_client, .timeout = 60)
+{
+	struct bystander b;
+	int baseline;
+
+	start_service(local_only);
+	bystander_start(&b);
+	baseline = proc_fd_count(svc.pid);
+	for (int k = 0; k < NCORRUPTIONS; k++) {
+		struct dp_desc d[4] = {{.opcode = DP_OP_NOP}};
+		struct dp_cqe cqe[4];
+		struct hostile h;
+		char name[16];
+
+		snprintf(name, sizeof(name), "h%d", k);
+		hostile_setup(&h, name);
+		/* Some honest traffic first, so the indices are not at 0. */
+		for (unsigned i = 0; i < 4; i++)
+			d[i] = (struct dp_desc){.opcode = DP_OP_NOP, .user_data = i};
+		for (int r = 0; r < 3; r++) {
+			submit_all(h.q, d, 4);
+			reap(h.q, cqe, 4, 5000);
+		}
+		corrupt(&h, (enum corruption)k);
+		wait_disconnected(h.c, 3000);
+		cr_log_info("%s: disconnected", corruption_name[k]);
+		cr_assert_eq(dp_submit(h.q, d, 1), -ECONNRESET, "%s", corruption_name[k]);
+		cr_assert_eq(dp_alloc(h.c, 4096, 0, (void **)&h.lp), -ECONNRESET);
+		dp_close(h.c);
+		/* The queue's memfd and doorbells, the regions and the socket
+		 * are all gone from the service. */
+		wait_fds(baseline, 3000);
+		cr_assert_eq(atomic_load(&b.errors), 0, "bystander, after %s: %s",
+			     corruption_name[k], b.what);
+	}
+	cr_assert(log_has("submission ring tail out of range"));
+	cr_assert(log_has("completion ring head"));
+	bystander_finish(&b);
+	service_still_serves();
+}
+
+/* Another thread keeps flipping the transfer fields of every SQ slot
+ * between two valid descriptors whose mix may be invalid. The service acts
+ * on its private copy: each completion is one consistent, validated
+ * descriptor (the whole region, one byte, or -EFAULT), never a mix that
+ * slipped past the bounds check. */
+struct flipper {
+	struct dp_ring *sq;
+	atomic_int stop;
+	unsigned long flips;
+};
+
+static void *flipper_main(void *arg)
+{
+	struct flipper *f = arg;
+
+	while (!atomic_load_explicit(&f->stop, memory_order_relaxed)) {
+		bool b = f->flips++ & 1;
+
+		for (uint32_t i = 0; i < DEPTH; i++) {
+			struct dp_desc *s = dp_ring_slot(f->sq, i);
+
+			__atomic_store_n(&s->local_off, b ? HLEN - 1 : 0, __ATOMIC_RELAXED);
+			__atomic_store_n(&s->len, b ? 1 : HLEN, __ATOMIC_RELAXED);
+			__atomic_store_n(&s->target_off, b ? HLEN - 1 : 0, __ATOMIC_RELAXED);
+		}
+	}
+	return NULL;
+}
+
+Test(hostile_ring, rewriting_published_descriptors_never_bypasses_checks, .timeout = 60)
+{
+	struct flipper f = {0};
+	struct bystander b;
+	struct hostile h;
+	pthread_t t;
+	unsigned long whole = 0, one = 0, efault = 0;
+	uint64_t end;
+
+	start_service(local_only);
+	bystander_start(&b);
+	hostile_setup(&h, "h");
+	memset(h.lp, 0xab, HLEN);
+	f.sq = &h.pair->sq;
+	cr_assert_eq(pthread_create(&t, NULL, flipper_main, &f), 0);
+	end = now_ns() + 2000000000ull;
+	for (uint64_t i = 0; now_ns() < end; i++) {
+		struct dp_desc d;
+		struct dp_cqe cqe;
+		uint32_t idx = 0;
+
+		dp_prep_write(&d, h.local, 0, h.seg, 0, HLEN, i);
+		cr_assert_eq(dp_ring_reserve_bulk(&h.pair->sq, 1, &idx), 1);
+		dp_ring_copy_in(&h.pair->sq, idx, &d, 1);
+		dp_ring_commit(&h.pair->sq, 1);
+		if (dp_ring_needs_wakeup(&h.pair->sq))
+			dp_doorbell_ring(h.sq_efd);
+		reap(h.q, &cqe, 1, 5000);
+		cr_assert_eq(cqe.user_data, i);
+		if (cqe.status == 0 && cqe.bytes == HLEN)
+			whole++;
+		else if (cqe.status == 0 && cqe.bytes == 1)
+			one++;
+		else if (cqe.status == -EFAULT && cqe.bytes == 0)
+			efault++;
+		else
+			cr_assert_fail("completion: status %d, %llu bytes", cqe.status,
+				       (unsigned long long)cqe.bytes);
+	}
+	atomic_store(&f.stop, 1);
+	pthread_join(t, NULL);
+	cr_log_info("rewritten descriptors: %lu whole, %lu one byte, %lu EFAULT (%lu flips)",
+		    whole, one, efault, f.flips);
+	cr_assert_gt(whole + one + efault, 100);
+	/* The target received 0xab bytes only, never from past the source. */
+	for (unsigned i = 0; i < HLEN; i++)
+		if (h.tp[i] != 0 && h.tp[i] != 0xab)
+			cr_assert_fail("target byte %u is %#x", i, h.tp[i]);
+	dp_close(h.c);
+	bystander_finish(&b);
+	service_still_serves();
+}
+
+/* The service read the header once, at creation; nothing written there
+ * later changes the geometry it uses. */
+Test(hostile_ring, scribbled_header_is_never_reread, .timeout = 60)
+{
+	struct bystander b;
+	struct hostile h;
+	struct dp_ring_hdr *hdrs[2];
+
+	start_service(local_only);
+	bystander_start(&b);
+	hostile_setup(&h, "h");
+	memset(h.pair->base, 0xa5, DP_RING_ALIGN);
+	hdrs[0] = h.pair->sq.hdr;
+	hdrs[1] = h.pair->cq.hdr;
+	for (int i = 0; i < 2; i++) {
+		hdrs[i]->magic = 0xdeadbeef;
+		hdrs[i]->abi_version = 0xffff;
+		hdrs[i]->hdr_size = 1;
+		hdrs[i]->entry_size = 0x7fffffff;
+		hdrs[i]->entries = 0x80000000u;
+		hdrs[i]->entries_off = ~0ull - 63;
+		hdrs[i]->ring_bytes = 1ull << 62;
+	}
+	for (uint64_t i = 0; i < 2000; i++) {
+		struct dp_desc d;
+		struct dp_cqe cqe;
+		uint64_t off = (i * 4096) % HLEN;
+
+		pattern_fill(h.lp + off, 4096, i);
+		dp_prep_write(&d, h.local, off, h.seg, off, 4096, i);
+		cqe = run_one(h.q, &d);
+		cr_assert_eq(cqe.status, 0, "transfer %llu: %s", (unsigned long long)i,
+			     dp_strerror(cqe.status));
+		cr_assert_eq(pattern_check(h.tp + off, 4096, i), -1);
+	}
+	/* The client is still welcome: a new queue works too. */
+	{
+		struct dp_queue *q2 = make_queue(h.c, 8);
+		struct dp_desc nop = {.opcode = DP_OP_NOP, .user_data = 3};
+
+		cr_assert_eq(run_one(q2, &nop).status, 0);
+	}
+	dp_close(h.c);
+	bystander_finish(&b);
+	service_still_serves();
+}
+
+/* Doorbells cost the poller a wake-up, nothing else: a flood on an empty
+ * SQ neither breaks the flooder's queue nor starves the bystander. */
+struct flooder {
+	int efd;
+	atomic_int stop;
+	unsigned long rings;
+};
+
+static void *flooder_main(void *arg)
+{
+	struct flooder *f = arg;
+
+	while (!atomic_load_explicit(&f->stop, memory_order_relaxed)) {
+		dp_doorbell_ring(f->efd);
+		f->rings++;
+	}
+	return NULL;
+}
+
+Test(hostile_ring, doorbell_flood_is_harmless, .timeout = 60)
+{
+	struct flooder f = {0};
+	struct bystander b;
+	struct hostile h;
+	unsigned long before, during;
+	pthread_t t;
+
+	start_service(local_only);
+	bystander_start(&b);
+	hostile_setup(&h, "h");
+	before = atomic_load(&b.ops);
+	sleep_ms(1000);
+	before = atomic_load(&b.ops) - before;
+	f.efd = h.sq_efd;
+	cr_assert_eq(pthread_create(&t, NULL, flooder_main, &f), 0);
+	during = atomic_load(&b.ops);
+	sleep_ms(1000);
+	during = atomic_load(&b.ops) - during;
+	/* The flooder's own queue works during the flood. */
+	for (uint64_t i = 0; i < 200; i++) {
+		struct dp_desc d;
+
+		pattern_fill(h.lp, 4096, i);
+		dp_prep_write(&d, h.local, 0, h.seg, 0, 4096, i);
+		cr_assert_eq(run_one(h.q, &d).status, 0);
+		cr_assert_eq(pattern_check(h.tp, 4096, i), -1);
+	}
+	atomic_store(&f.stop, 1);
+	pthread_join(t, NULL);
+	cr_log_info("doorbell flood: %lu rings; bystander %lu round trips/s before, %lu during",
+		    f.rings, before, during);
+	cr_assert_gt(f.rings, 1000);
+	cr_assert_gt(during, 0, "the bystander stalled during the flood");
+	dp_close(h.c);
+	bystander_finish(&b);
+	service_still_serves();
+}
