@@ -61,7 +61,8 @@ TESTS := $(B)/tests/dp-tests $(B)/tests/ring-tests
 
 .SECONDARY:
 .PHONY: stress all deps deps-bench run test test-ring asan tsan bench-ring bench-local \
-	bench-gpu bench-file bench-fabric format format-check gpu-tests clean
+	bench-gpu bench-file bench-fabric format format-check gpu-tests clean \
+	deps-fuzz fuzz fuzz-regress stress
 all: $(LIBRING) $(LIBCLIENT_A) $(LIBCLIENT_SO) $(if $(SERVICE_SRCS),$(SERVICE)) \
 	$(foreach t,$(TOOLS),$(if $(wildcard tools/$(notdir $(t)).c examples/$(notdir $(t)).c),$(t)))
 
@@ -143,6 +144,46 @@ asan: deps
 		ASAN_OPTIONS=detect_leaks=1
 tsan: deps
 	$(MAKE) --no-print-directory B=build/tsan SAN=tsan CUDA=0 DP_STRESS_SCALE=50 test-ring
+
+# The stress+chaos suite at length (make test runs it for 10 s).
+DP_STRESS_SECONDS ?= 600
+stress: deps
+	@$(MAKE) --no-print-directory all $(B)/tests/dp-tests
+	DP_BUILD=$(abspath $(B)) DP_STRESS_SECONDS=$(DP_STRESS_SECONDS) \
+		$(B)/tests/dp-tests --filter 'stress_chaos/*' --verbose $(CRITERION_ARGS)
+
+# ---- fuzzing: libFuzzer targets in tests/fuzz/, seeds in tests/corpus/<target>/ ----
+FUZZ_CC ?= $(if $(shell command -v clang-14 2>/dev/null),clang-14,clang)
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_CFLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	-D_GNU_SOURCE -Iring -Ilibclient -Idataplane
+FUZZ_LINK_fuzz_ring_attach := ring/ring.c
+FUZZ_LINK_fuzz_rpc_reply := dataplane/rpc.c
+FUZZ_LINK_fuzz_desc := ring/ring.c
+deps-fuzz: deps
+	@tools/deps.sh bin:clang-14=clang-14 \
+		file:/usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a=libclang-rt-14-dev
+$(B)/fuzz/%: tests/fuzz/%.c $(wildcard ring/*.[ch] libclient/*.h dataplane/*.[ch])
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(shell pkg-config --cflags libfabric liburing 2>/dev/null) \
+		$< $(FUZZ_LINK_$*) -o $@
+# Each target for FUZZ_SECONDS from its seeds; what it finds stays in
+# $(B)/fuzz/corpus/, a crash in $(B)/fuzz/<target>-crash-* (make fails).
+fuzz: deps-fuzz
+	@$(MAKE) --no-print-directory $(addprefix $(B)/fuzz/,$(FUZZ_TARGETS))
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		mkdir -p $(B)/fuzz/corpus/$$t; \
+		echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
+		$(B)/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+			-artifact_prefix=$(B)/fuzz/$$t- $(B)/fuzz/corpus/$$t tests/corpus/$$t \
+			2>$(B)/fuzz/$$t.log || { tail -40 $(B)/fuzz/$$t.log; exit 1; }; \
+		grep -E '^stat::number_of_executed_units|^Done' $(B)/fuzz/$$t.log; \
+	done
+# The seeds and every saved crash input (regressions) through each target once.
+fuzz-regress: deps-fuzz
+	@$(MAKE) --no-print-directory $(addprefix $(B)/fuzz/,$(FUZZ_TARGETS))
+	@set -e; for t in $(FUZZ_TARGETS); do $(B)/fuzz/$$t -runs=0 tests/corpus/$$t; done
 
 gpu-tests: deps
 	$(MAKE) --no-print-directory CUDA=1 all $(patsubst tests/%.c,$(B)/tests/%,$(GPU_TEST_SRCS))

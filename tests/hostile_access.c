@@ -117,8 +117,8 @@ Test(hostile_access, read_only_export_of_another_client_stays_intact, .timeout =
 	memset(wp, 0x5a, RLEN);
 	q = make_queue(writer, 8);
 	for (unsigned i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
-		struct dp_cqe c = one(q, DP_OP_WRITE, wreg, shapes[i][0], seg, shapes[i][1],
-				      shapes[i][2], i);
+		struct dp_cqe c =
+			one(q, DP_OP_WRITE, wreg, shapes[i][0], seg, shapes[i][1], shapes[i][2], i);
 
 		cr_assert_eq(c.status, -EPERM, "shape %u: %d", i, c.status);
 	}

@@ -139,7 +139,8 @@ Test(hostile_ring, garbage_in_sq_slots_gets_error_completions, .timeout = 60)
 			if (cqe[i].status) {
 				failed++;
 				cr_assert(cqe[i].status == -EINVAL || cqe[i].status == -EBADF ||
-						  cqe[i].status == -EPERM || cqe[i].status == -EFAULT,
+						  cqe[i].status == -EPERM ||
+						  cqe[i].status == -EFAULT,
 					  "status %d", cqe[i].status);
 				cr_assert_eq(cqe[i].bytes, 0);
 				continue;
@@ -194,8 +195,8 @@ enum corruption {
 };
 
 static const char *const corruption_name[] = {
-	"SQ tail 1 back",   "SQ tail a ring back", "SQ tail a ring + 1 ahead",
-	"SQ tail 2^31 ahead", "CQ head past tail",  "CQ head a ring + 1 behind",
+	"SQ tail 1 back",     "SQ tail a ring back", "SQ tail a ring + 1 ahead",
+	"SQ tail 2^31 ahead", "CQ head past tail",   "CQ head a ring + 1 behind",
 };
 
 static void corrupt(struct hostile *h, enum corruption k)
@@ -339,8 +340,8 @@ Test(hostile_ring, rewriting_published_descriptors_never_bypasses_checks, .timeo
 	}
 	atomic_store(&f.stop, 1);
 	pthread_join(t, NULL);
-	cr_log_info("rewritten descriptors: %lu whole, %lu one byte, %lu EFAULT (%lu flips)",
-		    whole, one, efault, f.flips);
+	cr_log_info("rewritten descriptors: %lu whole, %lu one byte, %lu EFAULT (%lu flips)", whole,
+		    one, efault, f.flips);
 	cr_assert_gt(whole + one + efault, 100);
 	/* The target received 0xab bytes only, never from past the source. */
 	for (unsigned i = 0; i < HLEN; i++)

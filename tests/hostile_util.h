@@ -15,9 +15,9 @@
 struct bystander {
 	pthread_t thread;
 	atomic_int stop, ready;
-	atomic_ulong ops;   /* verified round trips */
+	atomic_ulong ops; /* verified round trips */
 	atomic_ulong errors;
-	char what[160];     /* the first error */
+	char what[160]; /* the first error */
 };
 
 static inline void bystander_fail(struct bystander *b, const char *what, int rc)
