@@ -446,47 +446,57 @@ static void runs_time(struct stats_poller *sp, uint64_t t)
 	sp->npend = 0;
 }
 
-/* The current run joins the loop's pending runs; a loop with more runs
- * than fit times them now. */
-static void run_close(struct stats_poller *sp)
+/*
+ * The current run joins the loop's pending runs; a loop with more runs than
+ * fit times them now. Its size and bytes come from its queue's counters,
+ * less those of a completion counted there but not in the run (adj_done,
+ * adj_bytes: the one that ends it).
+ */
+static void run_close(struct stats_poller *sp, uint64_t adj_done, uint64_t adj_bytes)
 {
-	if (!sp->run_q)
+	struct queue *q = sp->run_q;
+	uint64_t count, bytes;
+
+	if (!q)
 		return;
-	sp->flag_ops[sp->run_flags] += sp->run_count;
-	sp->flag_bytes[sp->run_flags] += sp->run_bytes;
+	count = q->ctr.completed + q->ctr.failed - adj_done - sp->run_done0;
+	bytes = q->ctr.bytes - adj_bytes - sp->run_bytes0;
+	sp->flag_ops[sp->run_flags] += count;
+	sp->flag_bytes[sp->run_flags] += bytes;
 	if (sp->npend == STATS_PEND)
 		runs_time(sp, stats_now(sp));
-	sp->pend[sp->npend++] = (struct stats_pend){
-		.q = sp->run_q, .submit_ns = sp->run_submit, .count = sp->run_count};
+	sp->pend[sp->npend++] =
+		(struct stats_pend){.q = q, .submit_ns = sp->run_submit, .count = count};
 	sp->run_q = NULL;
 }
 
 void stats_runs_end(struct stats_poller *sp, uint64_t t)
 {
-	run_close(sp);
+	run_close(sp, 0, 0);
 	runs_time(sp, t);
 }
 
 /* A completion that does not extend the run: a failure (its errno class),
- * or the first of a new run. */
+ * or the first of a new run. Called after q's counters counted it. */
 void stats_complete_slow(struct queue *q, uint64_t submit_ns, int status, uint64_t bytes,
 			 uint32_t flags)
 {
 	struct stats_poller *sp = q->poller->stats;
+	uint64_t counted = status ? 0 : bytes; /* what q->ctr.bytes took */
 
 	if (status)
 		q->ctr.failed_by[dp_stats_err_class(status)]++;
-	if (q == sp->run_q && submit_ns == sp->run_submit && (flags & 15) == sp->run_flags) {
-		sp->run_count++;
-		sp->run_bytes += bytes;
+	if (q == sp->run_q && submit_ns == sp->run_submit && (flags & 15) == sp->run_flags)
 		return;
-	}
-	run_close(sp);
+	if (q == sp->run_q)
+		run_close(sp, 1, counted);
+	else
+		run_close(sp, 0, 0);
 	sp->run_q = q;
 	sp->run_submit = submit_ns;
 	sp->run_flags = flags & 15;
-	sp->run_bytes = bytes;
-	sp->run_count = 1;
+	sp->run_done0 = q->ctr.completed + q->ctr.failed - 1;
+	sp->run_bytes0 = q->ctr.bytes - counted;
 }
 
 /* ---- publication (the owning poller) ---- */

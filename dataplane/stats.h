@@ -10,7 +10,7 @@
  * region with plain stores once it has been idle a while, and every
  * STATS_PUBLISH_BUSY loops while it stays busy. A completion that extends
  * the current run (same queue, stamp and flags: one dp_submit's batch)
- * costs two private increments; runs get their latency at the end of the
+ * costs a few compares; runs get their latency at the end of the
  * loop from one clock reading taken after the loop published its
  * completions (so the reading is off the client's critical path, and a
  * latency is submit to completion visible). Without stats (--no-stats)
@@ -58,10 +58,12 @@ struct stats_poller {
 	 * summed into paths when published. */
 	uint64_t flag_ops[16], flag_bytes[16];
 	/* The run of completions being counted: same queue, same stamp, same
-	 * flags (a batch of one dp_submit finishing in one loop). */
+	 * flags (a batch of one dp_submit finishing in one loop). Its size
+	 * and bytes are the growth of the queue's own counters since it
+	 * began, so that extending it writes nothing. */
 	struct queue *run_q;
-	uint64_t run_submit, run_bytes;
-	uint32_t run_flags, run_count;
+	uint64_t run_submit, run_done0, run_bytes0;
+	uint32_t run_flags;
 	/* Runs of this loop waiting for its clock reading, which is taken
 	 * once the loop has published its completions. */
 	unsigned npend;
@@ -187,8 +189,8 @@ void stats_complete_slow(struct queue *q, uint64_t submit_ns, int status, uint64
 /*
  * One completion staged on q (queue_complete, after the ctr update).
  * submit_ns is the descriptor's stamp. One that extends the current run
- * costs two increments of the poller's private memory; the rest (a new
- * run, a failure's errno class) is out of line.
+ * costs a few compares and writes nothing; the rest (a new run, a
+ * failure's errno class) is out of line.
  */
 static inline void stats_complete(struct queue *q, uint64_t submit_ns, int status, uint64_t bytes,
 				  uint32_t flags)
@@ -200,11 +202,8 @@ static inline void stats_complete(struct queue *q, uint64_t submit_ns, int statu
 	sp = q->poller->stats;
 	if (__builtin_expect(q == sp->run_q && submit_ns == sp->run_submit && !status &&
 				     (flags & 15) == sp->run_flags,
-			     1)) {
-		sp->run_count++;
-		sp->run_bytes += bytes;
+			     1))
 		return;
-	}
 	stats_complete_slow(q, submit_ns, status, bytes, flags);
 }
 

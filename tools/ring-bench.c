@@ -9,7 +9,8 @@
  *
  * Each measurement runs once to warm up and then --reps times, interleaved
  * (ours, rte_ring, ours, ...), so that noise from other work on the machine
- * falls on both sides alike; the table shows medians.
+ * falls on both sides alike; the table shows the medians of the runs and the
+ * median of the runs' ratios.
  *
  * On a shared two-CPU machine a run in which the scheduler gave one of the
  * two spinning threads' CPUs to another program measures that program, not
@@ -236,9 +237,12 @@ static void *shared_mem(size_t len)
 }
 
 /* Our queue pair: the service's side created, the client's side attached
- * through a second mapping of the memfd, as in production. */
+ * through a second mapping of the memfd, as in production. Each side writes
+ * its private views (struct dp_ring) on every call: they get cache lines of
+ * their own, or the two threads would share one. */
 struct ours_pair {
-	struct dp_ring_pair service, client;
+	struct dp_ring_pair service __attribute__((aligned(128)));
+	struct dp_ring_pair client __attribute__((aligned(128)));
 };
 
 static void ours_pair_open(struct ours_pair *p)
@@ -280,13 +284,17 @@ static void rte_close(struct rte_ring *r)
 
 /* ---- P1: throughput ---- */
 
+/* Read-only during the run, then each thread's results on lines of their
+ * own: nothing here is written by one thread and read by the other while
+ * entries move. */
 struct p1_run {
-	struct run_ctl ctl;
 	struct queue q;
 	uint32_t burst;
 	uint64_t count;
+	struct run_ctl ctl __attribute__((aligned(128)));
+	int producer_err __attribute__((aligned(128)));
+	int consumer_err __attribute__((aligned(128)));
 	uint64_t bad; /* entries out of sequence */
-	int err;
 };
 
 static inline __attribute__((always_inline)) void p1_produce(struct p1_run *run, enqueue_fn enq)
@@ -305,7 +313,7 @@ static inline __attribute__((always_inline)) void p1_produce(struct p1_run *run,
 			buf[i].seq = seq + i;
 		k = enq(run->q.tx, buf, n);
 		if (k < 0) {
-			run->err = k;
+			run->producer_err = k;
 			break;
 		}
 		seq += (uint32_t)k;
@@ -319,22 +327,23 @@ static inline __attribute__((always_inline)) void p1_consume(struct p1_run *run,
 {
 	struct entry buf[MAX_BURST] __attribute__((aligned(64)));
 	struct run_thread t = run_start(&run->ctl, opt.cpu[1]);
-	uint64_t expected = 0;
+	uint64_t expected = 0, bad = 0;
 
 	while (expected < run->count) {
 		int k = deq(run->q.rx, buf, run->burst);
 
 		if (k < 0) {
-			run->err = k;
+			run->consumer_err = k;
 			break;
 		}
 		for (int i = 0; i < k; i++)
-			run->bad += buf[i].seq != expected + (uint64_t)i;
+			bad += buf[i].seq != expected + (uint64_t)i;
 		expected += (uint32_t)k;
 		if ((k == 0 && run_abandoned(&t)) || run_disturbed(&t))
 			break;
 	}
 	run->ctl.t_end = now_ns();
+	run->bad = bad;
 	run_finish(&t);
 }
 
@@ -367,6 +376,7 @@ static double p1(bool ours, uint32_t burst, struct run_ctl *ctl)
 {
 	struct p1_run run = {.ctl = *ctl, .burst = burst, .count = opt.p1_entries};
 	struct ours_pair pair;
+
 	struct rte_ring *r;
 
 	if (ours) {
@@ -381,7 +391,7 @@ static double p1(bool ours, uint32_t burst, struct run_ctl *ctl)
 		run_threads(rte_p1_producer, rte_p1_consumer, &run);
 		rte_close(r);
 	}
-	if (run.err)
+	if (run.producer_err || run.consumer_err)
 		die("a ring reported an error (-EPROTO)");
 	if (run.bad) {
 		fprintf(stderr, "ring-bench: P1 %s burst %u: %lu entries out of sequence\n",
@@ -395,11 +405,12 @@ static double p1(bool ours, uint32_t burst, struct run_ctl *ctl)
 /* ---- P2: round trip ---- */
 
 struct p2_run {
-	struct run_ctl ctl;
 	struct queue sq, cq;
 	uint64_t count;
-	uint64_t bad;
-	int err;
+	struct run_ctl ctl __attribute__((aligned(128)));
+	int client_err __attribute__((aligned(128)));
+	uint64_t bad; /* round trips that brought back another entry */
+	int echo_err __attribute__((aligned(128)));
 };
 
 /* Thread A: one entry out on the SQ, wait for it on the CQ. */
@@ -408,6 +419,7 @@ static inline __attribute__((always_inline)) void p2_client(struct p2_run *run, 
 {
 	struct run_thread t = run_start(&run->ctl, opt.cpu[0]);
 	struct entry e = {0};
+	uint64_t bad = 0;
 	int k = 0;
 
 	run->ctl.t_start = now_ns();
@@ -423,14 +435,15 @@ static inline __attribute__((always_inline)) void p2_client(struct p2_run *run, 
 				goto out;
 		if (k < 0)
 			break;
-		run->bad += e.seq != i;
+		bad += e.seq != i;
 		if (run_disturbed(&t))
 			break;
 	}
 	run->ctl.t_end = now_ns();
 out:
 	if (k < 0)
-		run->err = k;
+		run->client_err = k;
+	run->bad = bad;
 	run_finish(&t);
 }
 
@@ -458,7 +471,7 @@ static inline __attribute__((always_inline)) void p2_echo(struct p2_run *run, en
 	}
 out:
 	if (k < 0)
-		run->err = k;
+		run->echo_err = k;
 	run_finish(&t);
 }
 
@@ -508,7 +521,7 @@ static double p2(bool ours, struct run_ctl *ctl)
 		rte_close(sq);
 		rte_close(cq);
 	}
-	if (run.err)
+	if (run.client_err || run.echo_err)
 		die("a ring reported an error (-EPROTO)");
 	if (run.bad) {
 		fprintf(stderr, "ring-bench: P2 %s: %lu entries came back wrong\n",
@@ -647,6 +660,15 @@ static double median(double *v, unsigned n)
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+static double median_ratio(const double *values, enum metric ours, enum metric peer)
+{
+	double r[opt.reps];
+
+	for (unsigned rep = 0; rep < opt.reps; rep++)
+		r[rep] = values[ours * opt.reps + rep] / values[peer * opt.reps + rep];
+	return median(r, opt.reps);
+}
+
 static void usage(void)
 {
 	fprintf(stderr,
@@ -740,16 +762,18 @@ int main(int argc, char **argv)
 		printf("\n");
 		fflush(stdout);
 	}
+	/* Each ratio is the median of the runs' own ratios: the two figures of
+	 * one run were measured back to back, under the same conditions. */
+	double b1 = median_ratio(values, P1_OURS_B1, P1_RTE_B1);
+	double b32 = median_ratio(values, P1_OURS_B32, P1_RTE_B32);
+	double rt = median_ratio(values, P2_OURS, P2_RTE);
+	double rt_floor = median_ratio(values, P2_OURS, P2_PINGPONG);
+
 	for (int m = 0; m < METRICS; m++)
 		med[m] = median(values + m * opt.reps, opt.reps);
 	printf("runs repeated because the threads waited for their CPUs > 1%% of the run: %u; "
 	       "kept anyway after %u repeats: %u\n",
 	       runs_repeated, opt.retries, runs_kept_disturbed);
-
-	double b1 = med[P1_OURS_B1] / med[P1_RTE_B1];
-	double b32 = med[P1_OURS_B32] / med[P1_RTE_B32];
-	double rt = med[P2_OURS] / med[P2_RTE];
-	double rt_floor = med[P2_OURS] / med[P2_PINGPONG];
 
 	printf("\n%-22s %9s %9s %8s  %-18s %s\n", "metric", "ours", "peer", "ratio", "target",
 	       "result");
@@ -761,8 +785,8 @@ int main(int argc, char **argv)
 	       med[P2_RTE], rt, "<= 1.1x rte_ring", verdict(rt <= 1.1));
 	printf("%-22s %9.1f %9.1f %7.2fx  %-18s %s\n", "P2 vs ping-pong, ns", med[P2_OURS],
 	       med[P2_PINGPONG], rt_floor, "<= 2.5x ping-pong", verdict(rt_floor <= 2.5));
-	printf("(peer: rte_ring SP/SC *_burst_elem for P1 and P2, a bare cache-line ping-pong "
-	       "for the last row)\n");
+	printf("(ours, peer: medians of the runs; ratio: median of the runs' ratios. Peer: "
+	       "rte_ring SP/SC *_burst_elem,\n a bare cache-line ping-pong for the last row)\n");
 	free(values);
 	return 0;
 }
