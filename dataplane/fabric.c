@@ -19,6 +19,7 @@
 #include <rdma/fi_rma.h>
 
 #include "fabric.h"
+#include "stats.h"
 
 struct fabric_config fab_cfg = {.provider = "auto", .nics = "auto", .slice = 1u << 20,
 				.timeout_ms = 5000};
@@ -36,6 +37,7 @@ struct rail {
 
 /* One poller's endpoint on one rail. */
 struct rail_ep {
+	struct dp_stats_rail *st; /* this poller's counters for the rail, or NULL */
 	struct fid_ep *ep;
 	struct fid_cq *cq;
 	int wait_fd;
@@ -57,6 +59,7 @@ struct fab_slice {
 struct fab_op {
 	struct queue *q; /* NULL once completed */
 	uint64_t user_data;
+	uint64_t submit_ns;
 	uint8_t opcode;
 	struct region *local;
 	struct segment *seg;
@@ -300,6 +303,8 @@ int fabric_init(void)
 		}
 		if (rails[nrails].info->domain_attr->mr_mode & FI_MR_VIRT_ADDR)
 			virt_addr = true;
+		stats_rail_name(nrails, fi->fabric_attr->prov_name, fi->fabric_attr->name,
+				fi->domain_attr->name);
 		nrails++;
 	}
 	fi_freeinfo(infos);
@@ -314,7 +319,9 @@ int fabric_init(void)
 		if (!fp)
 			return -ENOMEM;
 		pollers[p].fabric = fp;
+		pollers[p].idx = p;
 		for (unsigned r = 0; r < nrails; r++) {
+			fp->ep[r].st = stats_rail(r, &pollers[p]);
 			rc = ep_open(&rails[r], &fp->ep[r]);
 			if (rc) {
 				log_err("fabric: endpoint on rail %u: %s", r, fi_strerror(-rc));
@@ -489,7 +496,8 @@ static void op_complete(struct fab_op *op, int status)
 		return;
 	op->q = NULL;
 	q->inflight--;
-	queue_complete(q, op->user_data, status, status ? 0 : op->len, DP_CQE_F_FABRIC);
+	queue_complete_ns(q, op->user_data, op->submit_ns, status, status ? 0 : op->len,
+			  DP_CQE_F_FABRIC);
 }
 
 static void op_free(struct fab_op *op)
@@ -514,18 +522,19 @@ void fabric_submit(struct poller *p, struct queue *q, const struct dp_desc *d,
 
 	/* A peer known to be gone fails at once, not after the timeout. */
 	if (!fp || !local->priv || rs->peer->nrails == 0 || atomic_load(&rs->peer->dead)) {
-		queue_complete(q, d->user_data, -EHOSTUNREACH, 0, DP_CQE_F_FABRIC);
+		queue_complete_ns(q, d->user_data, d->submit_ns, -EHOSTUNREACH, 0, DP_CQE_F_FABRIC);
 		return;
 	}
 	op = calloc(1, sizeof(*op));
 	if (!op) {
-		queue_complete(q, d->user_data, -ENOMEM, 0, 0);
+		queue_complete_ns(q, d->user_data, d->submit_ns, -ENOMEM, 0, 0);
 		return;
 	}
 	atomic_fetch_add(&local->refs, 1);
 	atomic_fetch_add(&seg->refs, 1);
 	*op = (struct fab_op){.q = q,
 			      .user_data = d->user_data,
+			      .submit_ns = d->submit_ns,
 			      .opcode = d->opcode,
 			      .local = local,
 			      .seg = seg,
@@ -567,8 +576,16 @@ static int slice_post(struct fab_poller *fp, struct fab_slice *s)
 		rc = fi_write(e->ep, buf, s->len, desc, dest, raddr, rs->key[s->rail], &s->ctx);
 	else
 		rc = fi_read(e->ep, buf, s->len, desc, dest, raddr, rs->key[s->rail], &s->ctx);
-	if (rc)
+	if (rc) {
+		if (rc == -FI_EAGAIN && e->st)
+			stats_add(&e->st->eagain, 1);
 		return (int)rc;
+	}
+	if (e->st) {
+		stats_add(&e->st->posted, 1);
+		if (s->tries > 1)
+			stats_add(&e->st->retries, 1);
+	}
 	e->inflight++;
 	op->out++;
 	return 0;
@@ -641,6 +658,10 @@ static int reap(struct poller *p, struct fab_poller *fp)
 
 				e->inflight--;
 				s->op->out--;
+				if (e->st) {
+					stats_add(&e->st->completed, 1);
+					stats_add(&e->st->bytes, s->len);
+				}
 				free(s);
 			}
 			done += (int)n;
@@ -655,6 +676,8 @@ static int reap(struct poller *p, struct fab_poller *fp)
 
 				e->inflight--;
 				op->out--;
+				if (e->st)
+					stats_add(&e->st->errors, 1);
 				log_debug("fabric: slice on rail %u failed: %s", r,
 					  fi_strerror(err.err));
 				if (code == -EHOSTUNREACH)
