@@ -54,23 +54,25 @@ enum { CMD, SUB };
 enum dir_state { DIR_DOWN, DIR_CONNECTING, DIR_UP };
 enum script { S_PUBLISH, S_REFRESH, S_DELETE, NSCRIPTS };
 
-/* KEYS[1] the record; ARGV: owner, gen, rec, ttl ms, invalidation channel.
+/* The scripts read fields with HGET, lookups with HMGET: a lookup is then
+ * told apart from a heartbeat in Redis's command statistics.
+ * KEYS[1] the record; ARGV: owner, gen, rec, ttl ms, invalidation channel.
  * 1 when published, 0 when another service holds the name. */
 static const char publish_lua[] =
-	"local cur = redis.call('HMGET', KEYS[1], 'owner', 'gen')\n"
+	"local cur = {redis.call('HGET', KEYS[1], 'owner'), redis.call('HGET', KEYS[1], 'gen')}\n"
 	"if cur[1] and cur[1] ~= ARGV[1] then return 0 end\n"
 	"redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'gen', ARGV[2], 'rec', ARGV[3])\n"
 	"redis.call('PEXPIRE', KEYS[1], ARGV[4])\n"
 	"if cur[2] and cur[2] ~= ARGV[2] then redis.call('PUBLISH', ARGV[5], 'replaced') end\n"
 	"return 1\n";
 /* ARGV: owner, gen, ttl ms. 1 refreshed, 0 gone, -1 no longer ours. */
-static const char refresh_lua[] = "local cur = redis.call('HMGET', KEYS[1], 'owner', 'gen')\n"
+static const char refresh_lua[] = "local cur = {redis.call('HGET', KEYS[1], 'owner'), redis.call('HGET', KEYS[1], 'gen')}\n"
 				  "if not cur[1] then return 0 end\n"
 				  "if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then return -1 end\n"
 				  "redis.call('PEXPIRE', KEYS[1], ARGV[3])\n"
 				  "return 1\n";
 /* ARGV: owner, gen, invalidation channel. 1 deleted, 0 not ours. */
-static const char delete_lua[] = "local cur = redis.call('HMGET', KEYS[1], 'owner', 'gen')\n"
+static const char delete_lua[] = "local cur = {redis.call('HGET', KEYS[1], 'owner'), redis.call('HGET', KEYS[1], 'gen')}\n"
 				 "if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then return 0 end\n"
 				 "redis.call('DEL', KEYS[1])\n"
 				 "redis.call('PUBLISH', ARGV[3], 'deleted')\n"
