@@ -131,7 +131,7 @@ stress: deps
 	DP_BUILD=$(abspath $(B)) DP_STRESS_SCALE=1 DP_STRESS_SECONDS=$${DP_STRESS_SECONDS:-600} \
 		$(B)/tests/dp-tests $(CRITERION_ARGS) --filter 'ring_*/*'
 	DP_BUILD=$(abspath $(B)) DP_STRESS_SCALE=1 DP_STRESS_SECONDS=$${DP_STRESS_SECONDS:-600} \
-		$(B)/tests/dp-tests $(CRITERION_ARGS) --filter 'stress*/*'
+		$(B)/tests/dp-tests $(CRITERION_ARGS) --filter 'stress*/*' --verbose
 
 test-ring: deps
 	@$(MAKE) --no-print-directory $(B)/tests/ring-tests
@@ -147,10 +147,6 @@ tsan: deps
 
 # The stress+chaos suite at length (make test runs it for 10 s).
 DP_STRESS_SECONDS ?= 600
-stress: deps
-	@$(MAKE) --no-print-directory all $(B)/tests/dp-tests
-	DP_BUILD=$(abspath $(B)) DP_STRESS_SECONDS=$(DP_STRESS_SECONDS) \
-		$(B)/tests/dp-tests --filter 'stress_chaos/*' --verbose $(CRITERION_ARGS)
 
 # ---- fuzzing: libFuzzer targets in tests/fuzz/, seeds in tests/corpus/<target>/ ----
 FUZZ_CC ?= $(if $(shell command -v clang-14 2>/dev/null),clang-14,clang)

@@ -263,8 +263,8 @@ static int on_region_register(struct client *c, struct msg_in *m)
 	if (slot == DP_MAX_REGIONS)
 		goto out_fd;
 	aligned = req->offset & ~((uint64_t)page - 1);
-	map = mmap(NULL, req->len + (req->offset - aligned), PROT_READ | PROT_WRITE, MAP_SHARED,
-		   fd, (off_t)aligned);
+	map = mmap(NULL, req->len + (req->offset - aligned), PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+		   (off_t)aligned);
 	if (map == MAP_FAILED) {
 		rc = errno == EACCES ? -EACCES : -ENOMEM;
 		goto out_fd;
@@ -886,8 +886,8 @@ static void client_accept(int epfd, int lfd)
 	clients = c;
 	nclients++;
 	stats_client_added();
-	log_info("client %u: connected, pid %d uid %d gid %d", c->id, (int)cred.pid,
-		 (int)cred.uid, (int)cred.gid);
+	log_info("client %u: connected, pid %d uid %d gid %d", c->id, (int)cred.pid, (int)cred.uid,
+		 (int)cred.gid);
 }
 
 typedef int (*handler_fn)(struct client *, struct msg_in *);
@@ -971,8 +971,7 @@ static bool client_read(struct client *c)
 		bool malformed = rc == -EBADMSG || rc == -EMSGSIZE || rc == -EOPNOTSUPP ||
 				 rc == -EPROTONOSUPPORT || rc == -EPROTO;
 
-		send_reply(c, hdr ? &m.hdr : NULL, hdr ? m.hdr.type : 0, &st, sizeof(st), NULL,
-			   0);
+		send_reply(c, hdr ? &m.hdr : NULL, hdr ? m.hdr.type : 0, &st, sizeof(st), NULL, 0);
 		if (malformed) {
 			log_warn("client %u (pid %d): malformed message (%s), strike %u", c->id,
 				 (int)c->pid, strerror(-rc), c->strikes + 1);
@@ -1029,8 +1028,8 @@ static int listen_socket(void)
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return -errno;
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-	    chmod(cfg.socket_path, 0660) < 0 || listen(fd, 128) < 0) {
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(cfg.socket_path, 0660) < 0 ||
+	    listen(fd, 128) < 0) {
 		rc = -errno;
 		close(fd);
 		return rc;

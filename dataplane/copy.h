@@ -20,7 +20,7 @@ struct copy_req {
 	const uint8_t *src;
 	uint64_t len;
 	struct region *ra, *rb; /* borrowed for this loop; the engine takes refs if it keeps them */
-	struct segment *seg;    /* set when the target is another service's (fabric) */
+	struct segment *seg;	/* set when the target is another service's (fabric) */
 };
 
 void copy_engine_submit(struct poller *p, const struct copy_req *req);

@@ -66,17 +66,19 @@ static const char publish_lua[] =
 	"if cur[2] and cur[2] ~= ARGV[2] then redis.call('PUBLISH', ARGV[5], 'replaced') end\n"
 	"return 1\n";
 /* ARGV: owner, gen, ttl ms. 1 refreshed, 0 gone, -1 no longer ours. */
-static const char refresh_lua[] = "local cur = {redis.call('HGET', KEYS[1], 'owner'), redis.call('HGET', KEYS[1], 'gen')}\n"
-				  "if not cur[1] then return 0 end\n"
-				  "if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then return -1 end\n"
-				  "redis.call('PEXPIRE', KEYS[1], ARGV[3])\n"
-				  "return 1\n";
+static const char refresh_lua[] =
+	"local cur = {redis.call('HGET', KEYS[1], 'owner'), redis.call('HGET', KEYS[1], 'gen')}\n"
+	"if not cur[1] then return 0 end\n"
+	"if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then return -1 end\n"
+	"redis.call('PEXPIRE', KEYS[1], ARGV[3])\n"
+	"return 1\n";
 /* ARGV: owner, gen, invalidation channel. 1 deleted, 0 not ours. */
-static const char delete_lua[] = "local cur = {redis.call('HGET', KEYS[1], 'owner'), redis.call('HGET', KEYS[1], 'gen')}\n"
-				 "if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then return 0 end\n"
-				 "redis.call('DEL', KEYS[1])\n"
-				 "redis.call('PUBLISH', ARGV[3], 'deleted')\n"
-				 "return 1\n";
+static const char delete_lua[] =
+	"local cur = {redis.call('HGET', KEYS[1], 'owner'), redis.call('HGET', KEYS[1], 'gen')}\n"
+	"if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then return 0 end\n"
+	"redis.call('DEL', KEYS[1])\n"
+	"redis.call('PUBLISH', ARGV[3], 'deleted')\n"
+	"return 1\n";
 static const char *const scripts[NSCRIPTS] = {publish_lua, refresh_lua, delete_lua};
 
 /* The value of a record's `rec` field: a peer protocol reply message. */

@@ -52,7 +52,7 @@ struct dp_config {
 	int rpc_port;
 	char stats_name[64];
 	bool no_stats;	   /* --no-stats: no stats region, no hot-path counting for it */
-	size_t chunk;      /* local copy engine: bytes per step */
+	size_t chunk;	   /* local copy engine: bytes per step */
 	size_t inline_max; /* copies up to this size run at once */
 	char server_host[DP_NAME_MAX]; /* host part of the server name */
 	char server_name[DP_NAME_MAX]; /* "host:rpc-port", this service's identity */
@@ -75,15 +75,15 @@ struct region {
 	atomic_int refs;
 	uint32_t id;
 	enum region_kind kind;
-	int device;     /* CUDA device ordinal (REGION_CUDA) */
-	int fd;         /* REGION_FILE: the file; -1 otherwise */
-	void *map;      /* the mapping (page-aligned) */
+	int device; /* CUDA device ordinal (REGION_CUDA) */
+	int fd;	    /* REGION_FILE: the file; -1 otherwise */
+	void *map;  /* the mapping (page-aligned) */
 	size_t map_len;
-	uint8_t *base;  /* where byte 0 of the region is, in this process */
+	uint8_t *base; /* where byte 0 of the region is, in this process */
 	uint64_t len;
 	uint64_t file_off; /* REGION_FILE: offset of byte 0 in the file */
 	pid_t owner_pid;
-	void *priv;     /* per-kind state (e.g. libfabric registrations) */
+	void *priv;	  /* per-kind state (e.g. libfabric registrations) */
 	bool cuda_pinned; /* REGION_HOST: cudaHostRegister'ed (gpu.c) */
 };
 
@@ -124,8 +124,8 @@ struct queue_counters {
 
 struct queue {
 	struct dp_ring_pair pair; /* service side: SQ consumer, CQ producer */
-	int sq_efd;               /* client -> service doorbell */
-	int cq_efd;               /* service -> client doorbell */
+	int sq_efd;		  /* client -> service doorbell */
+	int cq_efd;		  /* service -> client doorbell */
 	uint32_t id;
 	uint32_t depth;
 	struct client *client; /* holds a client reference */
@@ -137,7 +137,7 @@ struct queue {
 	uint32_t nstage; /* completions written to the CQ, not yet published */
 	struct queue_counters ctr;
 	struct dp_stats_queue *st; /* its block in the stats region, or NULL */
-	struct queue *next; /* the poller's list */
+	struct queue *next;	   /* the poller's list */
 };
 
 struct client {
@@ -149,7 +149,7 @@ struct client {
 	gid_t gid;
 	char name[32];
 	bool hello;
-	unsigned strikes; /* malformed messages so far */
+	unsigned strikes;  /* malformed messages so far */
 	atomic_int broken; /* a poller found a queue corrupt */
 	_Atomic(struct region *) regions[DP_MAX_REGIONS];
 	_Atomic(struct seg_handle *) segs[DP_MAX_SEGS];
@@ -174,20 +174,20 @@ struct poller {
 	int cpu;
 	pthread_t thread;
 	int epfd;
-	int wake_efd;           /* control thread -> poller */
-	atomic_ulong qs;        /* quiescent-state counter, bumped every loop */
-	atomic_int sleeping;    /* quiescent while set */
-	atomic_uint nqueues;    /* for least-loaded assignment */
+	int wake_efd;	     /* control thread -> poller */
+	atomic_ulong qs;     /* quiescent-state counter, bumped every loop */
+	atomic_int sleeping; /* quiescent while set */
+	atomic_uint nqueues; /* for least-loaded assignment */
 	pthread_mutex_t inbox_lock;
-	struct queue *inbox;    /* queues handed over by the control thread */
+	struct queue *inbox; /* queues handed over by the control thread */
 	atomic_int inbox_pending;
-	struct queue *queues;   /* owned list */
+	struct queue *queues; /* owned list */
 	struct copy_op *ops_head, *ops_tail, *ops_free;
 	uint64_t loops, busy_loops, sleeps;
 	/* Per-poller state of the engines beside the host copy engine. */
-	void *gpu;    /* gpu.c */
-	void *fileio; /* fileio.c */
-	void *fabric; /* fabric.c */
+	void *gpu;		    /* gpu.c */
+	void *fileio;		    /* fileio.c */
+	void *fabric;		    /* fabric.c */
 	struct stats_poller *stats; /* stats.c; NULL without a stats region */
 };
 

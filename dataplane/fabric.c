@@ -21,18 +21,18 @@
 #include "fabric.h"
 #include "stats.h"
 
-struct fabric_config fab_cfg = {.provider = "auto", .nics = "auto", .slice = 1u << 20,
-				.timeout_ms = 5000};
+struct fabric_config fab_cfg = {
+	.provider = "auto", .nics = "auto", .slice = 1u << 20, .timeout_ms = 5000};
 
 struct rail {
 	struct fi_info *info;
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
 	struct fid_av *av;
-	uint64_t next_key;    /* requested keys, when the provider does not pick */
-	size_t tx_depth;      /* operations in flight per endpoint */
-	bool wait_fd;         /* CQs have wait fds (providers needing target progress) */
-	bool poke;            /* needs target progress but has no usable wait fd */
+	uint64_t next_key; /* requested keys, when the provider does not pick */
+	size_t tx_depth;   /* operations in flight per endpoint */
+	bool wait_fd;	   /* CQs have wait fds (providers needing target progress) */
+	bool poke;	   /* needs target progress but has no usable wait fd */
 };
 
 /* One poller's endpoint on one rail. */
@@ -64,8 +64,8 @@ struct fab_op {
 	struct region *local;
 	struct segment *seg;
 	uint64_t loc_off, tgt_off, len;
-	uint64_t next_off;  /* bytes sliced so far */
-	unsigned out;       /* slices posted, not yet returned */
+	uint64_t next_off; /* bytes sliced so far */
+	unsigned out;	   /* slices posted, not yet returned */
 	unsigned next_rail;
 	int status;
 	uint64_t deadline_ns;
@@ -111,9 +111,12 @@ static const char *mr_mode_str(uint64_t m, char *buf, size_t len)
 	static const struct {
 		uint64_t bit;
 		const char *name;
-	} bits[] = {{FI_MR_LOCAL, "local"},	    {FI_MR_VIRT_ADDR, "virt_addr"},
-		    {FI_MR_ALLOCATED, "allocated"}, {FI_MR_PROV_KEY, "prov_key"},
-		    {FI_MR_HMEM, "hmem"},	    {FI_MR_ENDPOINT, "endpoint"},
+	} bits[] = {{FI_MR_LOCAL, "local"},
+		    {FI_MR_VIRT_ADDR, "virt_addr"},
+		    {FI_MR_ALLOCATED, "allocated"},
+		    {FI_MR_PROV_KEY, "prov_key"},
+		    {FI_MR_HMEM, "hmem"},
+		    {FI_MR_ENDPOINT, "endpoint"},
 		    {FI_MR_RAW, "raw"}};
 	size_t n = 0;
 
@@ -143,8 +146,8 @@ static struct fi_info *rail_hints(const char *prov, bool hmem, bool delivery)
 	if (hmem)
 		h->caps |= FI_HMEM;
 	h->ep_attr->type = FI_EP_RDM;
-	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
-				  FI_MR_PROV_KEY | (hmem ? FI_MR_HMEM : 0);
+	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
+				  (hmem ? FI_MR_HMEM : 0);
 	h->domain_attr->threading = FI_THREAD_SAFE;
 	h->domain_attr->av_type = FI_AV_TABLE;
 	h->mode = FI_CONTEXT | FI_CONTEXT2;
@@ -237,7 +240,8 @@ static int rail_open(struct rail *r, struct fi_info *fi)
 		 fi->caps & FI_HMEM ? ", FI_HMEM" : "");
 	if (!(fi->tx_attr->op_flags & FI_DELIVERY_COMPLETE))
 		log_warn("rail %ld: no FI_DELIVERY_COMPLETE; a WRITE completes when the provider "
-			 "says it is sent", (long)(r - rails));
+			 "says it is sent",
+			 (long)(r - rails));
 	return 0;
 }
 
@@ -262,8 +266,7 @@ static int ep_open(struct rail *r, struct rail_ep *e)
 		return rc;
 	if ((rc = fi_endpoint(r->domain, r->info, &e->ep, NULL)) ||
 	    (rc = fi_ep_bind(e->ep, &r->av->fid, 0)) ||
-	    (rc = fi_ep_bind(e->ep, &e->cq->fid, FI_TRANSMIT | FI_RECV)) ||
-	    (rc = fi_enable(e->ep)))
+	    (rc = fi_ep_bind(e->ep, &e->cq->fid, FI_TRANSMIT | FI_RECV)) || (rc = fi_enable(e->ep)))
 		return rc;
 	if (r->wait_fd && fi_control(&e->cq->fid, FI_GETWAIT, &e->wait_fd))
 		e->wait_fd = -1;
@@ -371,8 +374,11 @@ int fabric_rail_addr(unsigned rail, void *buf, size_t *len)
 static int mr_reg(struct rail *r, struct region *reg, uint64_t access, struct fid_mr **mr)
 {
 	struct iovec iov = {.iov_base = reg->base, .iov_len = reg->len};
-	struct fi_mr_attr attr = {.mr_iov = &iov, .iov_count = 1, .access = access,
-				  .requested_key = r->next_key++, .iface = FI_HMEM_SYSTEM};
+	struct fi_mr_attr attr = {.mr_iov = &iov,
+				  .iov_count = 1,
+				  .access = access,
+				  .requested_key = r->next_key++,
+				  .iface = FI_HMEM_SYSTEM};
 
 	return fi_mr_regattr(r->domain, &attr, 0, mr);
 }
@@ -513,8 +519,8 @@ static void op_free(struct fab_op *op)
 	free(op);
 }
 
-void fabric_submit(struct poller *p, struct queue *q, const struct dp_desc *d,
-		   struct region *local, struct segment *seg)
+void fabric_submit(struct poller *p, struct queue *q, const struct dp_desc *d, struct region *local,
+		   struct segment *seg)
 {
 	struct fab_poller *fp = p->fabric;
 	struct remote_seg *rs = seg->remote;
@@ -720,8 +726,11 @@ static int op_post(struct fab_poller *fp, struct fab_op *op)
 		}
 		if (len > fab_cfg.slice)
 			len = fab_cfg.slice;
-		*s = (struct fab_slice){.op = op, .off = op->next_off, .len = len,
-					.rail = op->next_rail % n, .tries = 1};
+		*s = (struct fab_slice){.op = op,
+					.off = op->next_off,
+					.len = len,
+					.rail = op->next_rail % n,
+					.tries = 1};
 		rc = slice_post(fp, s);
 		if (rc == -FI_EAGAIN) {
 			free(s);

@@ -45,8 +45,8 @@ struct peer {
 
 struct fabric_config {
 	char provider[32]; /* efa, tcp, shm, sockets, auto, none */
-	char nics[256];    /* comma list of domain names, or "auto" */
-	size_t slice;      /* bytes per RMA operation */
+	char nics[256];	   /* comma list of domain names, or "auto" */
+	size_t slice;	   /* bytes per RMA operation */
 	unsigned timeout_ms;
 };
 extern struct fabric_config fab_cfg;
@@ -74,8 +74,8 @@ int fabric_peer_insert(struct peer *p, const uint8_t addrs[][DP_FABRIC_ADDR_MAX]
 
 /* Data path, poller thread. The descriptor is validated; `local` and `seg`
  * are alive for this loop (the engine takes references). */
-void fabric_submit(struct poller *p, struct queue *q, const struct dp_desc *d,
-		   struct region *local, struct segment *seg);
+void fabric_submit(struct poller *p, struct queue *q, const struct dp_desc *d, struct region *local,
+		   struct segment *seg);
 int fabric_progress(struct poller *p);
 bool fabric_busy(const struct poller *p);
 /* Wait fds of this poller's CQs for its epoll set (-1 when none), and the

@@ -338,7 +338,8 @@ static void poller_sleep(struct poller *p)
 		stats_poller_sleeping(p);
 		atomic_store(&p->sleeping, 1);
 		p->sleeps++;
-		n = epoll_wait(p->epfd, evs, 32, fabric_sleep_cap_ms() > 0 ? fabric_sleep_cap_ms() : 200);
+		n = epoll_wait(p->epfd, evs, 32,
+			       fabric_sleep_cap_ms() > 0 ? fabric_sleep_cap_ms() : 200);
 		atomic_store(&p->sleeping, 0);
 		stats_poller_woke(p, n);
 		for (int i = 0; i < n; i++)

@@ -27,7 +27,8 @@ struct segment *export_find(const char *name);
 
 int rpc_listen(void)
 {
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY),
+	struct sockaddr_in sa = {.sin_family = AF_INET,
+				 .sin_addr.s_addr = htonl(INADDR_ANY),
 				 .sin_port = htons((uint16_t)cfg.rpc_port)};
 	socklen_t len = sizeof(sa);
 	int fd, one = 1;
@@ -170,8 +171,10 @@ void rpc_serve(int lfd)
 	if (fd < 0)
 		return;
 	memset(&out, 0, sizeof(out));
-	out.h = (struct dp_rpc_hdr){.magic = DP_RPC_MAGIC, .version = DP_RPC_VERSION,
-				    .type = DP_RPC_LOOKUP | DP_RPC_REPLY, .len = sizeof(out.r)};
+	out.h = (struct dp_rpc_hdr){.magic = DP_RPC_MAGIC,
+				    .version = DP_RPC_VERSION,
+				    .type = DP_RPC_LOOKUP | DP_RPC_REPLY,
+				    .len = sizeof(out.r)};
 	if (read_full(fd, &in.h, sizeof(in.h), deadline)) {
 		close(fd);
 		return;
@@ -226,7 +229,8 @@ static int split_peer(const char *peer, char *host, size_t hlen, char *port, siz
 	if (at)
 		*at = 0;
 	colon = strrchr(buf, ':');
-	if (!colon || colon == buf || !colon[1] || strspn(colon + 1, "0123456789") != strlen(colon + 1))
+	if (!colon || colon == buf || !colon[1] ||
+	    strspn(colon + 1, "0123456789") != strlen(colon + 1))
 		return -EINVAL;
 	*colon = 0;
 	if (strlen(buf) >= hlen || strlen(colon + 1) >= plen)
@@ -308,8 +312,10 @@ int rpc_lookup(const char *peer, const char *name, struct dp_rpc_lookup_reply *o
 		return err ? -EHOSTUNREACH : -ETIMEDOUT;
 	}
 	memset(&msg, 0, sizeof(msg));
-	msg.h = (struct dp_rpc_hdr){.magic = DP_RPC_MAGIC, .version = DP_RPC_VERSION,
-				    .type = DP_RPC_LOOKUP, .len = sizeof(msg.req)};
+	msg.h = (struct dp_rpc_hdr){.magic = DP_RPC_MAGIC,
+				    .version = DP_RPC_VERSION,
+				    .type = DP_RPC_LOOKUP,
+				    .len = sizeof(msg.req)};
 	snprintf(msg.req.name, sizeof(msg.req.name), "%s", name);
 	rc = write_full(fd, &msg, sizeof(msg), deadline);
 	if (!rc)

@@ -87,33 +87,49 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: dataplaned [options]\n"
-		"  --socket PATH        control socket (default $XDG_RUNTIME_DIR/dataplane/dataplane.sock,\n"
+		"  --socket PATH        control socket (default "
+		"$XDG_RUNTIME_DIR/dataplane/dataplane.sock,\n"
 		"                       else /run/dataplane/dataplane.sock)\n"
 		"  --pollers N          polling threads (default 1, at most %d)\n"
 		"  --cpus LIST          pin poller i to the i-th CPU of LIST, e.g. 2,3 or 2-5\n"
 		"                       (default: the highest CPUs the process may use)\n"
-		"  --spin-us N          busy-poll this long before sleeping on doorbells (default 50)\n"
+		"  --spin-us N          busy-poll this long before sleeping on doorbells (default "
+		"50)\n"
 		"  --max-clients N      clients served at once (default 256)\n"
 		"  --max-queues N       queue pairs per client (default %d)\n"
 		"  --queue-depth N      default entries per ring, power of two (default 256)\n"
 		"  --max-depth N        largest depth a client may ask for (default 4096)\n"
-		"  --copy-chunk BYTES   local copy step; larger copies are interleaved (default 262144)\n"
-		"  --rpc-port N         TCP port peers reach this service on; 0 = pick (default 0)\n"
-		"  --server-name HOST   host part of this service's name HOST:PORT (default: hostname)\n"
-		"  --provider P         fabric provider: efa, tcp, shm, sockets, auto (efa, else tcp)\n"
+		"  --copy-chunk BYTES   local copy step; larger copies are interleaved (default "
+		"262144)\n"
+		"  --rpc-port N         TCP port peers reach this service on; 0 = pick (default "
+		"0)\n"
+		"  --server-name HOST   host part of this service's name HOST:PORT (default: "
+		"hostname)\n"
+		"  --provider P         fabric provider: efa, tcp, shm, sockets, auto (efa, else "
+		"tcp)\n"
 		"                       or none (local transfers only) (default auto)\n"
-		"  --nics LIST          fabric domains (NICs) to use as rails, comma-separated, or auto\n"
+		"  --nics LIST          fabric domains (NICs) to use as rails, comma-separated, or "
+		"auto\n"
 		"                       (efa: every device; others: the first) (default auto)\n"
-		"  --slice BYTES        fabric transfers go in slices of this size (default 1048576)\n"
-		"  --fabric-timeout-ms N  a transfer to a peer fails with ETIMEDOUT after this (default 5000)\n"
-		"  --file-root DIR      dp_open_file paths are opened beneath DIR (default: none, refused)\n"
+		"  --slice BYTES        fabric transfers go in slices of this size (default "
+		"1048576)\n"
+		"  --fabric-timeout-ms N  a transfer to a peer fails with ETIMEDOUT after this "
+		"(default 5000)\n"
+		"  --file-root DIR      dp_open_file paths are opened beneath DIR (default: none, "
+		"refused)\n"
 		"  --io-depth N         file I/O: reads/writes in flight per poller (default 32)\n"
-		"  --io-slice BYTES     file I/O: bytes per read/write, a multiple of 4096 (default 1048576)\n"
-		"  --staging BYTES      file I/O: pinned staging pool for GPU targets (default 67108864)\n"
-		"  --directory URL      cluster directory redis://[user:password@]host[:port][/db]:\n"
-		"                       exports are published there, unknown names looked up there\n"
-		"                       (password also from $DP_DIRECTORY_PASSWORD) (default: none)\n"
-		"  --directory-ttl S    records expire S seconds after their owner stops (default 10)\n"
+		"  --io-slice BYTES     file I/O: bytes per read/write, a multiple of 4096 "
+		"(default 1048576)\n"
+		"  --staging BYTES      file I/O: pinned staging pool for GPU targets (default "
+		"67108864)\n"
+		"  --directory URL      cluster directory "
+		"redis://[user:password@]host[:port][/db]:\n"
+		"                       exports are published there, unknown names looked up "
+		"there\n"
+		"                       (password also from $DP_DIRECTORY_PASSWORD) (default: "
+		"none)\n"
+		"  --directory-ttl S    records expire S seconds after their owner stops (default "
+		"10)\n"
 		"  --stats NAME         name of the shared-memory stats region in /dev/shm\n"
 		"                       (default dataplane-HASH, derived from the socket path)\n"
 		"  --no-stats           no stats region (and no counting for it on the data path)\n"
@@ -172,7 +188,10 @@ static unsigned parse_cpus(const char *s, int *cpus, const cpu_set_t *allowed)
 			die_usage("--cpus %s: bad range", s);
 		for (long c = a; c <= b; c++) {
 			if (!CPU_ISSET(c, allowed)) {
-				fprintf(stderr, "dataplaned: --cpus: cpu %ld does not exist or is not allowed\n", c);
+				fprintf(stderr,
+					"dataplaned: --cpus: cpu %ld does not exist or is not "
+					"allowed\n",
+					c);
 				exit(2);
 			}
 			if (n == DP_MAX_POLLERS)
@@ -198,9 +217,33 @@ static void default_socket_path(char *out, size_t len)
 
 static void parse_args(int argc, char **argv)
 {
-	enum { O_SOCKET = 256, O_POLLERS, O_CPUS, O_SPIN, O_MAXCL, O_MAXQ, O_DEPTH, O_MAXDEPTH,
-	       O_CHUNK, O_RPC, O_STATS, O_NOSTATS, O_LOG, O_HELP, O_HOST, O_PROV, O_NICS, O_SLICE,
-	       O_FTIMEOUT, O_FROOT, O_IODEPTH, O_IOSLICE, O_STAGING, O_DIR, O_DIRTTL };
+	enum {
+		O_SOCKET = 256,
+		O_POLLERS,
+		O_CPUS,
+		O_SPIN,
+		O_MAXCL,
+		O_MAXQ,
+		O_DEPTH,
+		O_MAXDEPTH,
+		O_CHUNK,
+		O_RPC,
+		O_STATS,
+		O_NOSTATS,
+		O_LOG,
+		O_HELP,
+		O_HOST,
+		O_PROV,
+		O_NICS,
+		O_SLICE,
+		O_FTIMEOUT,
+		O_FROOT,
+		O_IODEPTH,
+		O_IOSLICE,
+		O_STAGING,
+		O_DIR,
+		O_DIRTTL
+	};
 	static const struct option opts[] = {
 		{"socket", required_argument, 0, O_SOCKET},
 		{"pollers", required_argument, 0, O_POLLERS},
@@ -266,13 +309,16 @@ static void parse_args(int argc, char **argv)
 			cfg.max_clients = (unsigned)parse_num("--max-clients", optarg, 1, 65536);
 			break;
 		case O_MAXQ:
-			cfg.max_queues = (unsigned)parse_num("--max-queues", optarg, 1, DP_MAX_QUEUES);
+			cfg.max_queues =
+				(unsigned)parse_num("--max-queues", optarg, 1, DP_MAX_QUEUES);
 			break;
 		case O_DEPTH:
-			cfg.queue_depth = (unsigned)parse_num("--queue-depth", optarg, 1, DP_RING_MAX_ENTRIES);
+			cfg.queue_depth = (unsigned)parse_num("--queue-depth", optarg, 1,
+							      DP_RING_MAX_ENTRIES);
 			break;
 		case O_MAXDEPTH:
-			cfg.max_depth = (unsigned)parse_num("--max-depth", optarg, 1, DP_RING_MAX_ENTRIES);
+			cfg.max_depth =
+				(unsigned)parse_num("--max-depth", optarg, 1, DP_RING_MAX_ENTRIES);
 			break;
 		case O_CHUNK:
 			cfg.chunk = parse_num("--copy-chunk", optarg, 4096, 1ul << 30);
@@ -281,8 +327,10 @@ static void parse_args(int argc, char **argv)
 			cfg.rpc_port = (int)parse_num("--rpc-port", optarg, 0, 65535);
 			break;
 		case O_STATS:
-			if (strlen(optarg) >= sizeof(cfg.stats_name) || !*optarg || strchr(optarg, '/'))
-				die_usage("--stats %s: want a name without '/', under 64 bytes", optarg);
+			if (strlen(optarg) >= sizeof(cfg.stats_name) || !*optarg ||
+			    strchr(optarg, '/'))
+				die_usage("--stats %s: want a name without '/', under 64 bytes",
+					  optarg);
 			strcpy(cfg.stats_name, optarg);
 			break;
 		case O_NOSTATS:
@@ -294,7 +342,8 @@ static void parse_args(int argc, char **argv)
 				if (!strcmp(optarg, levels[i]))
 					dp_log_level = i;
 			if (dp_log_level < 0)
-				die_usage("--log-level %s: want error, warn, info or debug", optarg);
+				die_usage("--log-level %s: want error, warn, info or debug",
+					  optarg);
 			break;
 		case O_HELP:
 			usage(stdout);
@@ -305,13 +354,16 @@ static void parse_args(int argc, char **argv)
 			strcpy(cfg.server_host, optarg);
 			break;
 		case O_PROV: {
-			static const char *const provs[] = {"efa", "tcp", "shm", "sockets", "auto", "none"};
+			static const char *const provs[] = {"efa",     "tcp",  "shm",
+							    "sockets", "auto", "none"};
 			bool ok = false;
 
 			for (unsigned i = 0; i < 6; i++)
 				ok |= !strcmp(optarg, provs[i]);
 			if (!ok)
-				die_usage("--provider %s: want efa, tcp, shm, sockets, auto or none", optarg);
+				die_usage(
+					"--provider %s: want efa, tcp, shm, sockets, auto or none",
+					optarg);
 			snprintf(fab_cfg.provider, sizeof(fab_cfg.provider), "%s", optarg);
 			break;
 		}
@@ -324,7 +376,8 @@ static void parse_args(int argc, char **argv)
 			fab_cfg.slice = parse_num("--slice", optarg, 4096, 1ul << 30);
 			break;
 		case O_FTIMEOUT:
-			fab_cfg.timeout_ms = (unsigned)parse_num("--fabric-timeout-ms", optarg, 1, 3600000);
+			fab_cfg.timeout_ms =
+				(unsigned)parse_num("--fabric-timeout-ms", optarg, 1, 3600000);
 			break;
 		case O_FROOT:
 			if (!*optarg || strlen(optarg) >= sizeof(fio_cfg.root))
@@ -421,8 +474,8 @@ int main(int argc, char **argv)
 		log_err("peer RPC port %d: %s", cfg.rpc_port, strerror(-rpc_fd));
 		return 1;
 	}
-	log_info("starting: server %s, %u poller(s), queue depth %u, spin %u us",
-		 cfg.server_name, cfg.pollers, cfg.queue_depth, cfg.spin_us);
+	log_info("starting: server %s, %u poller(s), queue depth %u, spin %u us", cfg.server_name,
+		 cfg.pollers, cfg.queue_depth, cfg.spin_us);
 	rc = stats_init();
 	if (rc) {
 		log_err("stats region: %s (or run with --no-stats)", strerror(-rc));

@@ -28,7 +28,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	strcpy(src, "hello, dataplane");
-	dp_prep_write(&d[0], src_region, 0, seg, 100, 17, 1);  /* src[0..17) -> seg[100..) */
+	dp_prep_write(&d[0], src_region, 0, seg, 100, 17, 1);	/* src[0..17) -> seg[100..) */
 	dp_prep_read(&d[1], src_region, 2048, seg, 100, 17, 2); /* seg[100..) -> src[2048..) */
 	if (dp_submit(q, &d[0], 1) != 1 || dp_wait(q, cqe, 1, 1000) != 1 || cqe[0].status ||
 	    dp_submit(q, &d[1], 1) != 1 || dp_wait(q, &cqe[1], 1, 1000) != 1 || cqe[1].status) {

@@ -81,8 +81,10 @@ static void close_fds(int *fds, int n)
 static int rpc(struct dp_client *c, uint16_t type, const void *req, size_t len, int fd_in,
 	       void *reply, size_t rlen, int *fds_out, int nfds_out)
 {
-	struct dp_msg_hdr hdr = {.magic = DP_PROTO_MAGIC, .version = DP_PROTO_VERSION,
-				 .type = type, .len = (uint32_t)len};
+	struct dp_msg_hdr hdr = {.magic = DP_PROTO_MAGIC,
+				 .version = DP_PROTO_VERSION,
+				 .type = type,
+				 .len = (uint32_t)len};
 	_Alignas(8) char buf[DP_MSG_MAX];
 	union {
 		char buf[CMSG_SPACE(sizeof(int) * 4)];
@@ -113,7 +115,9 @@ static int rpc(struct dp_client *c, uint16_t type, const void *req, size_t len, 
 	}
 
 	iov[0] = (struct iovec){buf, sizeof(buf)};
-	msg = (struct msghdr){.msg_iov = iov, .msg_iovlen = 1, .msg_control = u.buf,
+	msg = (struct msghdr){.msg_iov = iov,
+			      .msg_iovlen = 1,
+			      .msg_control = u.buf,
 			      .msg_controllen = sizeof(u.buf)};
 	do
 		n = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC);
@@ -541,7 +545,8 @@ static bool service_alive(struct dp_client *c)
 		char b;
 
 		/* The service never speaks unasked: readable means EOF. */
-		if (pfd.revents & (POLLHUP | POLLERR) || recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) <= 0)
+		if (pfd.revents & (POLLHUP | POLLERR) ||
+		    recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) <= 0)
 			c->dead = true;
 	}
 	return !c->dead;
@@ -616,8 +621,9 @@ int dp_poll(struct dp_queue *q, struct dp_cqe *cqes, unsigned max)
 
 int dp_wait(struct dp_queue *q, struct dp_cqe *cqes, unsigned max, int timeout_ms)
 {
-	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX
-					   : mono_ns(CLOCK_MONOTONIC) + (uint64_t)timeout_ms * 1000000u;
+	uint64_t deadline = timeout_ms < 0
+				    ? UINT64_MAX
+				    : mono_ns(CLOCK_MONOTONIC) + (uint64_t)timeout_ms * 1000000u;
 
 	for (;;) {
 		struct pollfd pfd[2] = {{.fd = q->cq_efd, .events = POLLIN},

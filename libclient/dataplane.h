@@ -38,15 +38,15 @@ enum dp_opcode {
  * no pointer crosses the trust boundary. Fields marked reserved must be 0.
  */
 struct dp_desc {
-	uint8_t opcode;      /**< enum dp_opcode */
-	uint8_t flags;       /**< none defined yet: must be 0 */
+	uint8_t opcode;	     /**< enum dp_opcode */
+	uint8_t flags;	     /**< none defined yet: must be 0 */
 	uint16_t reserved0;  /**< must be 0 */
 	uint32_t region;     /**< local region id (dp_alloc / dp_register_fd) */
 	uint64_t local_off;  /**< byte offset in the local region */
 	uint32_t segment;    /**< target segment handle (dp_segment_open) */
 	uint32_t reserved1;  /**< must be 0 */
 	uint64_t target_off; /**< byte offset in the target segment */
-	uint64_t len;        /**< bytes to move */
+	uint64_t len;	     /**< bytes to move */
 	uint64_t user_data;  /**< returned untouched in the completion */
 	uint64_t submit_ns;  /**< set by dp_submit (CLOCK_MONOTONIC), for latency stats */
 	uint64_t reserved2;  /**< must be 0 */
@@ -55,9 +55,9 @@ struct dp_desc {
 /** A completion: exactly one per accepted descriptor. */
 struct dp_cqe {
 	uint64_t user_data; /**< the descriptor's user_data */
-	int32_t status;     /**< 0 or -errno (see docs/api.md) */
-	uint32_t flags;     /**< DP_CQE_F_* */
-	uint64_t bytes;     /**< bytes moved */
+	int32_t status;	    /**< 0 or -errno (see docs/api.md) */
+	uint32_t flags;	    /**< DP_CQE_F_* */
+	uint64_t bytes;	    /**< bytes moved */
 	uint64_t reserved;
 };
 
@@ -94,9 +94,9 @@ struct dp_queue_stats {
 	uint64_t submitted; /**< descriptors accepted by dp_submit */
 	uint64_t completed; /**< completions returned with status 0 */
 	uint64_t failed;    /**< completions returned with status < 0 */
-	uint64_t bytes;     /**< bytes moved by successful completions */
+	uint64_t bytes;	    /**< bytes moved by successful completions */
 	uint32_t in_flight; /**< submitted, not yet reaped */
-	uint32_t depth;     /**< queue depth (= credit limit) */
+	uint32_t depth;	    /**< queue depth (= credit limit) */
 };
 
 /**

@@ -34,7 +34,7 @@ enum dp_msg_type {
 	DP_MSG_SEGMENT_CLOSE = 9,
 	DP_MSG_REGION_REGISTER_CUDA = 10, /* gpu.c: a CUDA IPC handle */
 	DP_MSG_REGION_REGISTER_FILE = 11, /* fileio.c: an fd */
-	DP_MSG_REGION_OPEN_PATH = 12,     /* fileio.c: a path under --file-root */
+	DP_MSG_REGION_OPEN_PATH = 12,	  /* fileio.c: a path under --file-root */
 };
 
 struct dp_msg_hdr {

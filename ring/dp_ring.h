@@ -24,7 +24,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define DP_RING_MAGIC 0x474e5244u /* "DRNG" */
+#define DP_RING_MAGIC 0x474e5244u      /* "DRNG" */
 #define DP_RING_PAIR_MAGIC 0x50515044u /* "DPQP" */
 #define DP_RING_ABI_VERSION 1u
 /* Two cache lines: keeps the adjacent-line prefetcher from coupling the
@@ -79,7 +79,7 @@ struct dp_ring {
 	uint8_t *slots;
 	uint32_t mask;
 	uint32_t entry_size;
-	uint32_t local;  /* ours: tail for a producer, head for a consumer */
+	uint32_t local;	 /* ours: tail for a producer, head for a consumer */
 	uint32_t cached; /* theirs, as last loaded */
 };
 
@@ -99,8 +99,7 @@ enum dp_ring_role { DP_RING_PRODUCER, DP_RING_CONSUMER };
 size_t dp_ring_bytes(uint32_t entries, uint32_t entry_size);
 /* Lays out a ring in `mem` (DP_RING_ALIGN-aligned, dp_ring_bytes() long)
  * with both indices at `start`. -EINVAL for a bad geometry. */
-int dp_ring_format(void *mem, size_t len, uint32_t entries, uint32_t entry_size,
-		   uint32_t start);
+int dp_ring_format(void *mem, size_t len, uint32_t entries, uint32_t entry_size, uint32_t start);
 /* Checks every header field of a ring at `off` inside a mapping of `map_len`
  * bytes: -EBADMSG wrong magic, -EPROTONOSUPPORT wrong version, -EMSGSIZE
  * wrong entry size, -EINVAL bad count, -ERANGE offsets beyond the mapping. */

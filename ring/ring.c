@@ -110,7 +110,8 @@ int dp_ring_pair_create(struct dp_ring_pair *p, const char *name, uint32_t sq_en
 	int rc, fd;
 	void *base;
 
-	if ((rc = check_geometry(sq_entries, sq_esize)) || (rc = check_geometry(cq_entries, cq_esize)))
+	if ((rc = check_geometry(sq_entries, sq_esize)) ||
+	    (rc = check_geometry(cq_entries, cq_esize)))
 		return rc;
 	sq_bytes = dp_ring_bytes(sq_entries, sq_esize);
 	cq_bytes = dp_ring_bytes(cq_entries, cq_esize);
@@ -149,8 +150,10 @@ int dp_ring_pair_create(struct dp_ring_pair *p, const char *name, uint32_t sq_en
 	p->fd = fd;
 	/* Bound before anyone else can see the memory: nothing read here
 	 * comes from an untrusted peer. */
-	dp_ring_bind(&p->sq, (struct dp_ring_hdr *)((uint8_t *)base + ph->sq_off), DP_RING_CONSUMER);
-	dp_ring_bind(&p->cq, (struct dp_ring_hdr *)((uint8_t *)base + ph->cq_off), DP_RING_PRODUCER);
+	dp_ring_bind(&p->sq, (struct dp_ring_hdr *)((uint8_t *)base + ph->sq_off),
+		     DP_RING_CONSUMER);
+	dp_ring_bind(&p->cq, (struct dp_ring_hdr *)((uint8_t *)base + ph->cq_off),
+		     DP_RING_PRODUCER);
 	return 0;
 err_fd:
 	close(fd);

@@ -8,9 +8,9 @@
 
 struct svc {
 	pid_t pid;
-	char dir[64];   /* private temp dir, removed by svc_stop */
+	char dir[64];	/* private temp dir, removed by svc_stop */
 	char sock[108]; /* control socket path */
-	char log[128];  /* the service's stderr */
+	char log[128];	/* the service's stderr */
 };
 
 /* Starts build/dataplaned (found through $DP_BUILD) with a private socket and

@@ -182,8 +182,8 @@ static double run_fi_pingpong(const char *prov, unsigned size, unsigned iters)
 		char sent[32], ack[32], total[32], tm[32];
 		unsigned bytes;
 
-		if (sscanf(line, "%u %31s %31s %31s %31s %lf %lf", &bytes, sent, ack, total, tm, &mbs,
-			   &us) == 7)
+		if (sscanf(line, "%u %31s %31s %31s %31s %lf %lf", &bytes, sent, ack, total, tm,
+			   &mbs, &us) == 7)
 			usec = us;
 	}
 	if (f)
@@ -335,7 +335,8 @@ static void bench_rate(void)
 	peer = uring_nop_rate(32, total);
 	printf("P4 rate, 64 B local WRITEs, batch 32, one poller (%llu descriptors)\n",
 	       (unsigned long long)total);
-	printf("  dataplane %.2f M desc/s   io_uring NOP %.2f M ops/s   ratio %.2fx   target >= 3x   %s\n",
+	printf("  dataplane %.2f M desc/s   io_uring NOP %.2f M ops/s   ratio %.2fx   target >= 3x "
+	       "  %s\n",
 	       ours / 1e6, peer / 1e6, ours / peer, verdict(ours >= 3 * peer));
 	report_obj("rate");
 	report_str("what", "P4: 64 B local WRITEs, batch 32, one poller");
@@ -574,7 +575,7 @@ static const char *peer_addr, *peer_sock;
 struct fabric_fig {
 	double bw1, bwn; /* GB/s: 4 MiB WRITEs, one and FABRIC_DEPTH outstanding */
 	double p50, p99; /* us: 64 B WRITE, one outstanding */
-	uint32_t path;   /* DP_CQE_F_* the completions reported */
+	uint32_t path;	 /* DP_CQE_F_* the completions reported */
 };
 
 #define FABRIC_LEN (64 * MiB)
@@ -596,7 +597,10 @@ static uint64_t fabric_one(struct bench *b, uint64_t off, uint64_t len, uint64_t
 		die("submit", rc < 0 ? rc : -EAGAIN);
 	rc = dp_wait(b->q, &cqe, 1, 10000);
 	if (rc != 1 || cqe.status || cqe.user_data != ud)
-		die("fabric WRITE", rc < 0 ? rc : rc == 0 ? -ETIMEDOUT : cqe.status ? cqe.status : -EBADMSG);
+		die("fabric WRITE", rc < 0	 ? rc
+				    : rc == 0	 ? -ETIMEDOUT
+				    : cqe.status ? cqe.status
+						 : -EBADMSG);
 	return now_ns() - t0;
 }
 
@@ -712,7 +716,8 @@ static void bench_fabric(void)
 	       peer_addr, path_name(f.path));
 	printf("P6 dataplane 4 MiB WRITE: 1 outstanding %.3f GB/s, %u outstanding %.3f GB/s\n",
 	       f.bw1, FABRIC_DEPTH, f.bwn);
-	printf("P7 dataplane 64 B WRITE, one outstanding: p50 %.2f us, p99 %.2f us\n", f.p50, f.p99);
+	printf("P7 dataplane 64 B WRITE, one outstanding: p50 %.2f us, p99 %.2f us\n", f.p50,
+	       f.p99);
 }
 
 /* The same transfers to a segment of this service (the self-loopback
@@ -739,17 +744,20 @@ static void bench_bypass(void)
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{"socket", required_argument, 0, 's'}, {"cpu", required_argument, 0, 'c'},
-		{"quick", no_argument, 0, 'q'},        {"max-size", required_argument, 0, 'm'},
-		{"no-peers", no_argument, 0, 'n'},     {"help", no_argument, 0, 'h'},
-		{"json", no_argument, 0, 'j'},         {"plot", required_argument, 0, 'p'},
-		{"dataplaned", required_argument, 0, 'd'},
-		{"service-cpu", required_argument, 0, 'S'},
-		{"rounds", required_argument, 0, 'r'},
-		{"peer", required_argument, 0, 'P'},
-		{"peer-socket", required_argument, 0, 'T'},
-		{0, 0, 0, 0}};
+	static const struct option opts[] = {{"socket", required_argument, 0, 's'},
+					     {"cpu", required_argument, 0, 'c'},
+					     {"quick", no_argument, 0, 'q'},
+					     {"max-size", required_argument, 0, 'm'},
+					     {"no-peers", no_argument, 0, 'n'},
+					     {"help", no_argument, 0, 'h'},
+					     {"json", no_argument, 0, 'j'},
+					     {"plot", required_argument, 0, 'p'},
+					     {"dataplaned", required_argument, 0, 'd'},
+					     {"service-cpu", required_argument, 0, 'S'},
+					     {"rounds", required_argument, 0, 'r'},
+					     {"peer", required_argument, 0, 'P'},
+					     {"peer-socket", required_argument, 0, 'T'},
+					     {0, 0, 0, 0}};
 	const char *what = "all";
 	int o;
 
@@ -800,11 +808,13 @@ int main(int argc, char **argv)
 			peer_sock = optarg;
 			break;
 		case 'h':
-			printf("usage: dp-bench [--socket PATH] [--cpu N] [--quick] [--max-size BYTES] "
+			printf("usage: dp-bench [--socket PATH] [--cpu N] [--quick] [--max-size "
+			       "BYTES] "
 			       "[--no-peers] [--json] [--plot FILE.png]\n"
 			       "                [--dataplaned PATH [--service-cpu N] [--rounds N]] "
 			       "[latency|rate|bandwidth|overhead|all]\n"
-			       "overhead (and all, with --dataplaned) starts services itself, with\n"
+			       "overhead (and all, with --dataplaned) starts services itself, "
+			       "with\n"
 			       "the stats region on and off.\n"
 			       "fabric|bypass --peer HOST:PORT --peer-socket PATH: P6/P7 through\n"
 			       "another service, and local vs fabric for the same transfers.\n");

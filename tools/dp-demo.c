@@ -82,7 +82,8 @@ int main(int argc, char **argv)
 		dp_prep_read(&d, buf_region, 64 * MiB, seg, 0, len, i);
 		check(run1(q, &d), "read");
 		if (memcmp(buf, buf + 64 * MiB, len) || memcmp(buf, seg_mem, len)) {
-			fprintf(stderr, "dp-demo: %llu bytes came back wrong\n", (unsigned long long)len);
+			fprintf(stderr, "dp-demo: %llu bytes came back wrong\n",
+				(unsigned long long)len);
 			return 1;
 		}
 		printf("  write + read back %9llu bytes: verified\n", (unsigned long long)len);
