@@ -71,7 +71,7 @@ deps:
 	@tools/deps.sh bin:pkg-config=pkg-config bin:gcc=gcc bin:make=make \
 		pc:libfabric=libfabric-dev pc:liburing=liburing-dev \
 		pc:criterion=libcriterion-dev pc:numa=libnuma-dev \
-		pc:hiredis=libhiredis-dev bin:redis-server=redis-server
+		pc:hiredis=libhiredis-dev bin:redis-server=redis-server bin:ip=iproute2
 
 deps-bench: deps
 	@tools/deps.sh pc:libdpdk=dpdk-dev bin:fi_pingpong=libfabric-bin bin:fio=fio \
