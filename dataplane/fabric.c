@@ -371,6 +371,14 @@ int fabric_rail_addr(unsigned rail, void *buf, size_t *len)
 
 /* ---- registrations (control thread) ---- */
 
+/* Regions a rail can register: host memory always; GPU memory only where
+ * the provider took FI_HMEM (without it a provider would treat a device
+ * pointer as host memory: the crash of libfabric issue 12328). */
+static bool rail_takes(const struct rail *r, const struct region *reg)
+{
+	return reg->kind == REGION_HOST || (reg->kind == REGION_CUDA && r->info->caps & FI_HMEM);
+}
+
 static int mr_reg(struct rail *r, struct region *reg, uint64_t access, struct fid_mr **mr)
 {
 	struct iovec iov = {.iov_base = reg->base, .iov_len = reg->len};
@@ -380,14 +388,26 @@ static int mr_reg(struct rail *r, struct region *reg, uint64_t access, struct fi
 				  .requested_key = r->next_key++,
 				  .iface = FI_HMEM_SYSTEM};
 
+	if (reg->kind == REGION_CUDA) {
+		attr.iface = FI_HMEM_CUDA;
+		attr.device.cuda = reg->device;
+	}
 	return fi_mr_regattr(r->domain, &attr, 0, mr);
+}
+
+static bool rails_take(const struct region *reg)
+{
+	for (unsigned r = 0; r < nrails; r++)
+		if (!rail_takes(&rails[r], reg))
+			return false;
+	return nrails > 0;
 }
 
 int fabric_region_register(struct region *reg)
 {
 	struct region_mrs *m;
 
-	if (!nrails || reg->kind != REGION_HOST)
+	if (!rails_take(reg))
 		return 0;
 	m = calloc(1, sizeof(*m));
 	if (!m)
@@ -425,7 +445,7 @@ int fabric_export_register(struct segment *s, uint64_t keys[DP_MAX_RAILS])
 	uint64_t access = FI_REMOTE_READ | (s->access & DP_ACCESS_WRITE ? FI_REMOTE_WRITE : 0);
 	struct region_mrs *m;
 
-	if (!nrails || s->region->kind != REGION_HOST)
+	if (!rails_take(s->region))
 		return 0;
 	m = calloc(1, sizeof(*m));
 	if (!m)
