@@ -1096,6 +1096,8 @@ int control_run(int rpc_fd)
 	}
 	log_info("listening on %s", cfg.socket_path);
 
+	bool reap_broken = false;
+
 	while (!atomic_load(&dp_stopping)) {
 		int n = epoll_wait(epfd, evs, 64, -1);
 
@@ -1115,18 +1117,25 @@ int control_run(int rpc_fd)
 					log_info("signal %u: shutting down", si.ssi_signo);
 				atomic_store_explicit(&dp_stopping, 1, memory_order_release);
 			} else if (tag == &control_wake_efd) {
-				struct client *c, *next;
-
 				dp_doorbell_drain(control_wake_efd);
-				for (c = clients; c; c = next) {
-					next = c->next;
-					if (atomic_load(&c->broken))
-						client_drop(epfd, c);
-				}
+				reap_broken = true;
 			} else {
 				struct client *c = tag;
 
 				if (!client_read(c))
+					client_drop(epfd, c);
+			}
+		}
+		/* Broken clients go after the batch: a client dropped here
+		 * may still have an event of its own later in `evs`, and its
+		 * fd number may already belong to a client accepted above. */
+		if (reap_broken) {
+			struct client *c, *next;
+
+			reap_broken = false;
+			for (c = clients; c; c = next) {
+				next = c->next;
+				if (atomic_load(&c->broken))
 					client_drop(epfd, c);
 			}
 		}
