@@ -416,11 +416,17 @@ int fabric_region_register(struct region *reg)
 		int rc = mr_reg(&rails[r], reg, FI_READ | FI_WRITE, &m->mr[r]);
 
 		if (rc) {
-			log_warn("fabric: registering %llu bytes on rail %u: %s",
-				 (unsigned long long)reg->len, r, fi_strerror(-rc));
+			log_warn("fabric: registering %llu bytes of %s memory on rail %u: %s%s",
+				 (unsigned long long)reg->len,
+				 reg->kind == REGION_CUDA ? "GPU" : "host", r, fi_strerror(-rc),
+				 reg->kind == REGION_CUDA ? "; the region serves local copies only"
+							  : "");
 			reg->priv = m;
 			fabric_region_deregister(reg);
-			return -ENOMEM;
+			/* GPU memory the provider cannot register still works
+			 * for local copies; its fabric transfers fail with
+			 * -EHOSTUNREACH (no registration). */
+			return reg->kind == REGION_CUDA ? 0 : -ENOMEM;
 		}
 	}
 	reg->priv = m;
@@ -456,7 +462,9 @@ int fabric_export_register(struct segment *s, uint64_t keys[DP_MAX_RAILS])
 		if (rc) {
 			s->fab = m;
 			fabric_export_deregister(s);
-			return -ENOMEM;
+			/* As above: a GPU export the provider cannot register
+			 * is reachable by this service's clients only. */
+			return s->region->kind == REGION_CUDA ? 0 : -ENOMEM;
 		}
 		keys[r] = fi_mr_key(m->mr[r]);
 	}

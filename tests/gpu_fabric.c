@@ -37,6 +37,12 @@ Test(gpu_fabric, GpuFabricShmHmem)
 	db = gpu_buf(len, 7);
 	ra = gpu_register(ca, da, len);
 	rb = gpu_register(cb, db, len);
+	/* Debian's libfabric 1.17 is built without CUDA: shm offers FI_HMEM
+	 * but answers "Cannot register memory for uninitialized iface" for
+	 * FI_HMEM_CUDA (seen on the H200); the service then keeps the region
+	 * for local copies and says so. Nothing here can be tested then. */
+	if (fab_log_has(&fab_svc[0], "serves local copies only"))
+		cr_skip_test("this libfabric cannot register CUDA memory (built without CUDA)");
 	rc = dp_segment_export(ca, ra, "gpu-kv", DP_ACCESS_RW);
 	cr_assert_eq(rc, 0, "export: %s", dp_strerror(rc));
 	seg = fab_open(cb, peer, "gpu-kv", DP_ACCESS_RW);
