@@ -178,7 +178,9 @@ static void *consumer(void *p)
 	return NULL;
 }
 
-Test(ring_wakeup, sleep_wake_cycles, .timeout = 120)
+/* A million cycles take 15-20 s on a quiet two-vCPU VM and up to 100 s on a
+ * loaded one (each real sleep costs a wake-up through the scheduler). */
+Test(ring_wakeup, sleep_wake_cycles, .timeout = 300)
 {
 	struct wake_test *t = aligned_alloc(DP_RING_ALIGN, sizeof(*t));
 	void *mem;
