@@ -226,10 +226,31 @@ static int on_queue_destroy(struct client *c, struct msg_in *m)
 	return 0;
 }
 
+/* Registers a new memory region on the fabric, publishes it in the client's
+ * table at `slot` and replies with its id; on failure drops it. */
+static int region_publish(struct client *c, const struct msg_in *m, struct region *reg,
+			  unsigned slot)
+{
+	struct dp_msg_id_reply r = {0};
+	int rc = fabric_region_register(reg);
+
+	if (rc) {
+		region_put(reg);
+		return rc;
+	}
+	/* Release: pairs with the acquire in desc_resolve(). */
+	atomic_store_explicit(&c->regions[slot], reg, memory_order_release);
+	stats_region_added(reg->len);
+	r.id = slot;
+	r.len = reg->len;
+	r.access = DP_ACCESS_RW;
+	send_reply(c, &m->hdr, m->hdr.type, &r, sizeof(r), NULL, 0);
+	return 0;
+}
+
 static int on_region_register(struct client *c, struct msg_in *m)
 {
 	const struct dp_msg_region_register *req = m->payload;
-	struct dp_msg_id_reply r = {0};
 	long page = sysconf(_SC_PAGESIZE);
 	struct region *reg;
 	struct stat st;
@@ -286,18 +307,9 @@ static int on_region_register(struct client *c, struct msg_in *m)
 	reg->len = req->len;
 	reg->owner_pid = c->pid;
 	gpu_host_register(reg);
-	rc = fabric_region_register(reg);
-	if (rc) {
-		region_put(reg);
+	rc = region_publish(c, m, reg, slot);
+	if (rc)
 		return rc;
-	}
-	/* Release: pairs with the acquire in desc_resolve(). */
-	atomic_store_explicit(&c->regions[slot], reg, memory_order_release);
-	stats_region_added(reg->len);
-	r.id = slot;
-	r.len = reg->len;
-	r.access = DP_ACCESS_RW;
-	send_reply(c, &m->hdr, DP_MSG_REGION_REGISTER, &r, sizeof(r), NULL, 0);
 	log_debug("client %u: region %u, %llu bytes", c->id, slot, (unsigned long long)reg->len);
 	return 0;
 out_fd:
@@ -309,7 +321,6 @@ out_fd:
 static int on_region_register_cuda(struct client *c, struct msg_in *m)
 {
 	const struct dp_msg_region_register_cuda *req = m->payload;
-	struct dp_msg_id_reply r = {0};
 	struct region *reg;
 	unsigned slot;
 	int rc;
@@ -334,18 +345,9 @@ static int on_region_register_cuda(struct client *c, struct msg_in *m)
 	atomic_init(&reg->refs, 1);
 	reg->id = slot;
 	reg->owner_pid = c->pid;
-	rc = fabric_region_register(reg);
-	if (rc) {
-		region_put(reg);
+	rc = region_publish(c, m, reg, slot);
+	if (rc)
 		return rc;
-	}
-	/* Release: pairs with the acquire in desc_resolve(). */
-	atomic_store_explicit(&c->regions[slot], reg, memory_order_release);
-	stats_region_added(reg->len);
-	r.id = slot;
-	r.len = reg->len;
-	r.access = DP_ACCESS_RW;
-	send_reply(c, &m->hdr, DP_MSG_REGION_REGISTER_CUDA, &r, sizeof(r), NULL, 0);
 	log_debug("client %u: GPU region %u, %llu bytes on device %d", c->id, slot,
 		  (unsigned long long)reg->len, reg->device);
 	return 0;
