@@ -137,7 +137,11 @@ struct queue {
 	uint32_t nstage; /* completions written to the CQ, not yet published */
 	struct queue_counters ctr;
 	struct dp_stats_queue *st; /* its block in the stats region, or NULL */
-	struct queue *next;	   /* the poller's list */
+	/* The run of completions being counted for the stats region (stats.h):
+	 * their stamp and flags, and the counters when it began. */
+	uint64_t run_submit, run_done0, run_bytes0;
+	uint32_t run_flags;
+	struct queue *next; /* the poller's list */
 };
 
 struct client {

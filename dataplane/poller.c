@@ -73,13 +73,14 @@ void queue_complete_ns(struct queue *q, uint64_t user_data, uint64_t submit_ns, 
 	struct dp_cqe *e;
 	uint32_t idx;
 
-	if (status)
+	stats_complete(q, submit_ns, flags);
+	if (status) {
 		q->ctr.failed++;
-	else {
+		q->ctr.failed_by[dp_stats_err_class(status)]++;
+	} else {
 		q->ctr.completed++;
 		q->ctr.bytes += bytes;
 	}
-	stats_complete(q, submit_ns, status, bytes, flags);
 	if (q->broken)
 		return;
 	if (dp_ring_size(cq) - (cq->local - cq->cached) <= q->nstage &&

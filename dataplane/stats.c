@@ -387,7 +387,9 @@ void stats_queue_retire(struct queue *q)
 		return;
 	sp = q->poller->stats;
 	/* Its completions of this loop (or of the shutdown) are timed now. */
-	if (sp->run_q || sp->npend)
+	if (q->ctr.completed + q->ctr.failed != q->run_done0)
+		stats_run_close(q, q->ctr.completed + q->ctr.failed);
+	if (sp->npend)
 		stats_runs_end(sp, stats_now(sp));
 	sh = sp->sh;
 	/* The poller's retire_seq brackets the move from the queue's counters
@@ -427,7 +429,7 @@ void stats_queue_retire(struct queue *q)
  * unstamped instead of landing in the histogram; one a microsecond ahead
  * is the TSC extrapolation's error, and times as 0.
  */
-static void runs_time(struct stats_poller *sp, uint64_t t)
+void stats_runs_end(struct stats_poller *sp, uint64_t t)
 {
 	for (unsigned i = 0; i < sp->npend; i++) {
 		struct stats_pend *r = &sp->pend[i];
@@ -447,56 +449,37 @@ static void runs_time(struct stats_poller *sp, uint64_t t)
 }
 
 /*
- * The current run joins the loop's pending runs; a loop with more runs than
- * fit times them now. Its size and bytes come from its queue's counters,
- * less those of a completion counted there but not in the run (adj_done,
- * adj_bytes: the one that ends it).
+ * q's run so far joins the loop's pending runs (done: q's completed + failed
+ * now); a loop with more runs than fit times them now. The run goes on with
+ * the same stamp and flags, empty: later completions of the same batch
+ * extend it without a switch.
  */
-static void run_close(struct stats_poller *sp, uint64_t adj_done, uint64_t adj_bytes)
-{
-	struct queue *q = sp->run_q;
-	uint64_t count, bytes;
-
-	if (!q)
-		return;
-	count = q->ctr.completed + q->ctr.failed - adj_done - sp->run_done0;
-	bytes = q->ctr.bytes - adj_bytes - sp->run_bytes0;
-	sp->flag_ops[sp->run_flags] += count;
-	sp->flag_bytes[sp->run_flags] += bytes;
-	if (sp->npend == STATS_PEND)
-		runs_time(sp, stats_now(sp));
-	sp->pend[sp->npend++] =
-		(struct stats_pend){.q = q, .submit_ns = sp->run_submit, .count = count};
-	sp->run_q = NULL;
-}
-
-void stats_runs_end(struct stats_poller *sp, uint64_t t)
-{
-	run_close(sp, 0, 0);
-	runs_time(sp, t);
-}
-
-/* A completion that does not extend the run: a failure (its errno class),
- * or the first of a new run. Called after q's counters counted it. */
-void stats_complete_slow(struct queue *q, uint64_t submit_ns, int status, uint64_t bytes,
-			 uint32_t flags)
+void stats_run_close(struct queue *q, uint64_t done)
 {
 	struct stats_poller *sp = q->poller->stats;
-	uint64_t counted = status ? 0 : bytes; /* what q->ctr.bytes took */
+	uint64_t count = done - q->run_done0, bytes = q->ctr.bytes - q->run_bytes0;
 
-	if (status)
-		q->ctr.failed_by[dp_stats_err_class(status)]++;
-	if (q == sp->run_q && submit_ns == sp->run_submit && (flags & 15) == sp->run_flags)
-		return;
-	if (q == sp->run_q)
-		run_close(sp, 1, counted);
-	else
-		run_close(sp, 0, 0);
-	sp->run_q = q;
-	sp->run_submit = submit_ns;
-	sp->run_flags = flags & 15;
-	sp->run_done0 = q->ctr.completed + q->ctr.failed - 1;
-	sp->run_bytes0 = q->ctr.bytes - counted;
+	sp->flag_ops[q->run_flags & 15] += count;
+	sp->flag_bytes[q->run_flags & 15] += bytes;
+	if (sp->npend == STATS_PEND)
+		stats_runs_end(sp, stats_now(sp));
+	sp->pend[sp->npend++] =
+		(struct stats_pend){.q = q, .submit_ns = q->run_submit, .count = count};
+	q->run_done0 = done;
+	q->run_bytes0 = q->ctr.bytes;
+}
+
+/* A completion with another stamp or flags than q's run (before q's
+ * counters count it): closes the run, if it has completions, and starts
+ * the next. */
+void stats_run_switch(struct queue *q, uint64_t submit_ns, uint32_t flags)
+{
+	uint64_t done = q->ctr.completed + q->ctr.failed;
+
+	if (done != q->run_done0)
+		stats_run_close(q, done);
+	q->run_submit = submit_ns;
+	q->run_flags = flags;
 }
 
 /* ---- publication (the owning poller) ---- */

@@ -9,9 +9,10 @@
  * memory (the queue's ctr, which it updates anyway) and copies them to the
  * region with plain stores once it has been idle a while, and every
  * STATS_PUBLISH_BUSY loops while it stays busy. A completion that extends
- * the current run (same queue, stamp and flags: one dp_submit's batch)
- * costs a few compares; runs get their latency at the end of the
- * loop from one clock reading taken after the loop published its
+ * its queue's current run (same stamp and flags: one dp_submit's batch)
+ * costs two compares against the queue's private fields; runs are closed
+ * when the loop flushes the queue's CQ and get their latency at the end of
+ * the loop from one clock reading taken after the loop published its
  * completions (so the reading is off the client's critical path, and a
  * latency is submit to completion visible). Without stats (--no-stats)
  * every hook is one well-predicted branch.
@@ -57,13 +58,6 @@ struct stats_poller {
 	/* Completions and bytes by the low bits of their DP_CQE_F_* flags;
 	 * summed into paths when published. */
 	uint64_t flag_ops[16], flag_bytes[16];
-	/* The run of completions being counted: same queue, same stamp, same
-	 * flags (a batch of one dp_submit finishing in one loop). Its size
-	 * and bytes are the growth of the queue's own counters since it
-	 * began, so that extending it writes nothing. */
-	struct queue *run_q;
-	uint64_t run_submit, run_done0, run_bytes0;
-	uint32_t run_flags;
 	/* Runs of this loop waiting for its clock reading, which is taken
 	 * once the loop has published its completions. */
 	unsigned npend;
@@ -181,30 +175,23 @@ static inline uint64_t stats_now(struct stats_poller *sp)
 	return stats_anchor(sp);
 }
 
-/* Closes the current run and times every run of the loop at t. */
+/* Times every run the loop closed at t (stats.c). */
 void stats_runs_end(struct stats_poller *sp, uint64_t t);
-void stats_complete_slow(struct queue *q, uint64_t submit_ns, int status, uint64_t bytes,
-			 uint32_t flags);
+void stats_run_close(struct queue *q, uint64_t done);
+void stats_run_switch(struct queue *q, uint64_t submit_ns, uint32_t flags);
 
 /*
- * One completion staged on q (queue_complete, after the ctr update).
- * submit_ns is the descriptor's stamp. One that extends the current run
- * costs a few compares and writes nothing; the rest (a new run, a
- * failure's errno class) is out of line.
+ * One completion about to be counted in q->ctr (queue_complete_ns).
+ * submit_ns is the descriptor's stamp. Completions are counted in runs: one
+ * dp_submit's batch has one stamp and, on one path, one flags value, so
+ * the run's size and bytes are the growth of q's own counters and one that
+ * extends the run costs two compares against q's private fields. A new
+ * stamp or path closes the run and starts another (out of line).
  */
-static inline void stats_complete(struct queue *q, uint64_t submit_ns, int status, uint64_t bytes,
-				  uint32_t flags)
+static inline void stats_complete(struct queue *q, uint64_t submit_ns, uint32_t flags)
 {
-	struct stats_poller *sp;
-
-	if (!q->st)
-		return;
-	sp = q->poller->stats;
-	if (__builtin_expect(q == sp->run_q && submit_ns == sp->run_submit && !status &&
-				     (flags & 15) == sp->run_flags,
-			     1))
-		return;
-	stats_complete_slow(q, submit_ns, status, bytes, flags);
+	if (__builtin_expect(q->st && (submit_ns != q->run_submit || flags != q->run_flags), 0))
+		stats_run_switch(q, submit_ns, flags);
 }
 
 /* Publishes everything this poller counted privately: its queues' counters
@@ -230,10 +217,13 @@ void stats_publish_poller(struct stats_poller *sp);
 static inline void stats_queue_flush(struct queue *q)
 {
 	struct stats_poller *sp;
-	uint64_t d;
+	uint64_t d, done;
 
 	if (!q->st)
 		return;
+	done = q->ctr.completed + q->ctr.failed;
+	if (done != q->run_done0)
+		stats_run_close(q, done);
 	sp = q->poller->stats;
 	d = q->ctr.submitted - q->ctr.submitted_seen;
 	if (d | q->nstage) {
@@ -256,8 +246,9 @@ static inline uint64_t stats_loop_end(struct poller *p, int work)
 
 	if (!sp)
 		return work ? 0 : stats_clock();
-	if (sp->run_q || sp->npend) {
-		/* After poller_flush: the loop's completions are visible. */
+	if (sp->npend) {
+		/* After poller_flush: the loop's completions are visible and
+		 * its runs closed. */
 		t = stats_now(sp);
 		stats_runs_end(sp, t);
 	} else if (work)
