@@ -19,6 +19,7 @@
 #include <rdma/fi_rma.h>
 
 #include "fabric.h"
+#include "fault.h"
 #include "stats.h"
 
 struct fabric_config fab_cfg = {
@@ -606,7 +607,11 @@ static int slice_post(struct fab_poller *fp, struct fab_slice *s)
 
 	if (e->inflight >= rails[s->rail].tx_depth)
 		return -FI_EAGAIN;
-	if (op->opcode == DP_OP_WRITE)
+	if (DP_FAULT(FI_POST_EAGAIN))
+		rc = -FI_EAGAIN;
+	else if (DP_FAULT(FI_POST_FAIL))
+		rc = -FI_EIO;
+	else if (op->opcode == DP_OP_WRITE)
 		rc = fi_write(e->ep, buf, s->len, desc, dest, raddr, rs->key[s->rail], &s->ctx);
 	else
 		rc = fi_read(e->ep, buf, s->len, desc, dest, raddr, rs->key[s->rail], &s->ctx);
@@ -671,10 +676,29 @@ static int errno_of(int fi_err)
 	case FI_ECONNABORTED:
 	case FI_ENOTCONN:
 	case FI_EADDRNOTAVAIL:
+	/* tcp cancels what is in flight on a connection its peer closed;
+	 * our own shutdown cancels through fabric_cancel_all, not the CQ. */
+	case FI_ECANCELED:
 		return -EHOSTUNREACH;
 	default:
 		return -EIO;
 	}
+}
+
+/* A slice the CQ reported failed (fi_cq_readerr's @fi_err). */
+static void slice_cq_error(struct rail_ep *e, unsigned rail, struct fab_slice *s, int fi_err)
+{
+	struct fab_op *op = s->op;
+	int code = errno_of(fi_err);
+
+	e->inflight--;
+	op->out--;
+	if (e->st)
+		stats_add(&e->st->errors, 1);
+	log_debug("fabric: slice on rail %u failed: %s", rail, fi_strerror(fi_err));
+	if (code == -EHOSTUNREACH)
+		peer_lost(op->seg->remote->peer);
+	slice_failed(op, s, code);
 }
 
 static int reap(struct poller *p, struct fab_poller *fp)
@@ -690,6 +714,10 @@ static int reap(struct poller *p, struct fab_poller *fp)
 			for (ssize_t i = 0; i < n; i++) {
 				struct fab_slice *s = ents[i].op_context;
 
+				if (DP_FAULT(FI_CQ_ERR)) {
+					slice_cq_error(e, r, s, FI_EIO);
+					continue;
+				}
 				e->inflight--;
 				s->op->out--;
 				if (e->st) {
@@ -704,19 +732,7 @@ static int reap(struct poller *p, struct fab_poller *fp)
 			struct fi_cq_err_entry err = {0};
 
 			if (fi_cq_readerr(e->cq, &err, 0) == 1 && err.op_context) {
-				struct fab_slice *s = err.op_context;
-				struct fab_op *op = s->op;
-				int code = errno_of(err.err);
-
-				e->inflight--;
-				op->out--;
-				if (e->st)
-					stats_add(&e->st->errors, 1);
-				log_debug("fabric: slice on rail %u failed: %s", r,
-					  fi_strerror(err.err));
-				if (code == -EHOSTUNREACH)
-					peer_lost(op->seg->remote->peer);
-				slice_failed(op, s, code);
+				slice_cq_error(e, r, err.op_context, err.err);
 				done++;
 			}
 		}
@@ -775,9 +791,13 @@ static int op_post(struct fab_poller *fp, struct fab_op *op)
 	return posted;
 }
 
+/* Nothing more will be posted: every slice went out, or the op failed or
+ * completed. Slices of a failed op still waiting for their retry are never
+ * posted (op_post skips it; op_free frees them): waiting for them would
+ * keep the op, and its completion, until the timeout, and after it forever. */
 static bool op_finished_posting(const struct fab_op *op)
 {
-	return !op->retry && (op->next_off == op->len || op->status || !op->q);
+	return op->status || !op->q || (!op->retry && op->next_off == op->len);
 }
 
 int fabric_progress(struct poller *p)

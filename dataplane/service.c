@@ -20,6 +20,7 @@
 #include "directory.h"
 #include "dp_internal.h"
 #include "fabric.h"
+#include "fault.h"
 #include "fileio.h"
 #include "gpu.h"
 #include "rpc.h"
@@ -137,6 +138,7 @@ static void usage(FILE *f)
 		"  --help               this text\n"
 		"Exit codes: 0 clean shutdown (SIGTERM/SIGINT), 1 start-up failure, 2 bad usage.\n",
 		DP_MAX_POLLERS, DP_MAX_QUEUES);
+	fault_usage(f);
 }
 
 static void die_usage(const char *fmt, const char *arg)
@@ -456,6 +458,7 @@ int main(int argc, char **argv)
 	int rc, rpc_fd;
 
 	parse_args(argc, argv);
+	fault_init();
 	/* SIGTERM/SIGINT reach the control thread through a signalfd; every
 	 * other thread inherits the blocked mask. */
 	sigemptyset(&sigs);
