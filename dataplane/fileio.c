@@ -13,7 +13,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "fileio.h"
+#include "gpu.h"
 
 struct fileio_config fio_cfg = {.depth = 32, .slice = 1u << 20, .staging = 64u << 20};
 
@@ -21,12 +23,13 @@ struct fileio_config fio_cfg = {.depth = 32, .slice = 1u << 20, .staging = 64u <
  * region that finds none left uses its plain fds. */
 #define FILE_SLOTS 1024
 
-/* One transfer between a file region and a host region. */
+/* One transfer between a file region and a host or GPU region. */
 struct file_op {
 	struct queue *q;
 	uint64_t user_data, submit_ns;
 	struct region *file, *host; /* references held until it completes */
-	uint8_t *mem;		    /* host address of the transfer's byte 0 */
+	uint8_t *mem;		    /* address of the transfer's byte 0 (host or GPU) */
+	int dev;		    /* GPU of mem, or -1: host memory */
 	uint64_t pos;		    /* file offset of the transfer's byte 0 */
 	uint64_t len;
 	uint64_t issued;   /* bytes handed to slices so far */
@@ -37,13 +40,21 @@ struct file_op {
 	struct file_op *next;
 };
 
-/* One read or write of the kernel's, resubmitted until done or failed. */
+/*
+ * One read or write of the kernel's, resubmitted until done or failed. A
+ * slice of a GPU transfer goes through a pinned staging buffer in two
+ * stages: file -> buffer (io_uring), then buffer -> GPU (cudaMemcpyAsync);
+ * or GPU -> buffer, then buffer -> file. While one slice's buffer is in the
+ * kernel another's is on the copy engine: that is the pipeline.
+ */
 struct file_slice {
 	struct file_op *op;
 	uint64_t off; /* in the transfer */
 	uint32_t len, done;
 	bool direct;
-	struct file_slice *next; /* free list */
+	uint8_t *buf;		 /* staging buffer of a GPU transfer, else NULL */
+	struct gpu_ticket t;	 /* its copy, while in the GPU stage */
+	struct file_slice *next; /* free list, or the list of GPU stages */
 };
 
 struct fileio_poller {
@@ -52,6 +63,12 @@ struct fileio_poller {
 	struct file_op *head, *tail; /* ops with bytes to issue, round robin */
 	struct file_op *ops_free;
 	struct file_slice *slices, *free; /* fio_cfg.depth of them */
+	/* Staging for GPU transfers: pinned buffers of fio_cfg.slice bytes. */
+	struct poller *p;
+	uint8_t *stage_mem, **bufs;
+	unsigned nbufs, nfree;			 /* buffers, of which free (bufs[0..nfree)) */
+	struct file_slice *gpu_head, **gpu_tail; /* slices in the GPU stage, oldest first */
+	unsigned ngpu;
 };
 
 static struct fileio_poller *rings[DP_MAX_POLLERS];
@@ -63,6 +80,28 @@ static pthread_mutex_t slot_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool slot_used[FILE_SLOTS];
 
 /* ---- start-up and exit ---- */
+
+/* The poller's share of --staging, as buffers of one slice each; none
+ * without a GPU (GPU file transfers then answer -ENOTSUP). */
+static void staging_alloc(struct fileio_poller *fp)
+{
+	size_t n = fio_cfg.staging / cfg.pollers / fio_cfg.slice;
+
+	fp->gpu_tail = &fp->gpu_head;
+	if (!gpu_device_count() || !n)
+		return;
+	fp->bufs = calloc(n, sizeof(*fp->bufs));
+	fp->stage_mem = fp->bufs ? gpu_pinned_alloc(n * fio_cfg.slice) : NULL;
+	if (!fp->stage_mem) {
+		free(fp->bufs);
+		fp->bufs = NULL;
+		log_warn("fileio: no staging buffers; file transfers with GPU memory are refused");
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		fp->bufs[i] = fp->stage_mem + i * fio_cfg.slice;
+	fp->nbufs = fp->nfree = (unsigned)n;
+}
 
 static int ring_open(struct fileio_poller *fp)
 {
@@ -108,6 +147,8 @@ int fileio_init(void)
 			fp->slices[i].next = fp->free;
 			fp->free = &fp->slices[i];
 		}
+		fp->p = &pollers[nrings];
+		staging_alloc(fp);
 		if (io_uring_register_files_sparse(&fp->ring, FILE_SLOTS) < 0)
 			fixed_files = false;
 		rings[nrings] = fp;
@@ -121,9 +162,10 @@ int fileio_init(void)
 		fileio_fini();
 		return 0;
 	}
-	log_info("fileio: %u ring(s), depth %u, slice %zu, %s files, file root %s", nrings,
-		 fio_cfg.depth, fio_cfg.slice, fixed_files ? "registered" : "plain",
-		 root_fd >= 0 ? fio_cfg.root : "(none)");
+	log_info("fileio: %u ring(s), depth %u, slice %zu, %s files, file root %s, staging %u "
+		 "buffer(s) per ring",
+		 nrings, fio_cfg.depth, fio_cfg.slice, fixed_files ? "registered" : "plain",
+		 root_fd >= 0 ? fio_cfg.root : "(none)", rings[0] ? rings[0]->nbufs : 0);
 	return 0;
 }
 
@@ -140,6 +182,8 @@ void fileio_fini(void)
 			free(op);
 		}
 		free(fp->slices);
+		gpu_pinned_free(fp->stage_mem);
+		free(fp->bufs);
 		free(fp);
 		rings[i] = NULL;
 		pollers[i].fileio = NULL;
@@ -428,9 +472,9 @@ void fileio_submit(struct poller *p, struct queue *q, const struct dp_desc *d, s
 	struct region *dst = d->opcode == DP_OP_WRITE ? target : local;
 	struct file_op *op;
 
-	/* file <-> file has no memory to go through; GPU targets need the
-	 * staging pipeline (docs/files.md). */
-	if (!fp || host->kind != REGION_HOST) {
+	/* file <-> file has no memory to go through; GPU memory goes through
+	 * staging buffers, which exist only with a GPU (docs/files.md). */
+	if (!fp || host->kind == REGION_FILE || (host->kind == REGION_CUDA && !fp->nbufs)) {
 		queue_complete_ns(q, d->user_data, d->submit_ns, -ENOTSUP, 0, DP_CQE_F_FILE);
 		return;
 	}
@@ -456,6 +500,7 @@ void fileio_submit(struct poller *p, struct queue *q, const struct dp_desc *d, s
 		.file = file,
 		.host = host,
 		.mem = host->base + (local_file ? d->target_off : d->local_off),
+		.dev = host->kind == REGION_CUDA ? host->device : -1,
 		.pos = file->file_off + (local_file ? d->local_off : d->target_off),
 		.len = d->len,
 		.to_file = dst == file,
@@ -485,7 +530,8 @@ static uint32_t slice_len(const struct file_op *op, const struct file_region *f,
 	if (n < a)
 		return (uint32_t)n;
 	n -= n % a;
-	*direct = (uintptr_t)(op->mem + at) % f->mem_align == 0;
+	/* Staging buffers are page-aligned. */
+	*direct = op->dev >= 0 || (uintptr_t)(op->mem + at) % f->mem_align == 0;
 	return (uint32_t)n;
 }
 
@@ -495,7 +541,7 @@ static void slice_prep(struct fileio_poller *fp, struct file_slice *s)
 	struct file_region *f = op->file->priv;
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&fp->ring);
 	int slot = s->direct ? f->dslot : f->slot, fd = s->direct ? f->dfd : op->file->fd;
-	uint8_t *mem = op->mem + s->off + s->done;
+	uint8_t *mem = (s->buf ? s->buf : op->mem + s->off) + s->done;
 	uint64_t pos = op->pos + s->off + s->done;
 	unsigned n = s->len - s->done;
 
@@ -529,6 +575,71 @@ static int slice_errno(int res)
 	}
 }
 
+/* The slice is over (done, failed or cancelled): it, and its staging
+ * buffer, go back; the op completes with its last slice. */
+static void slice_finish(struct fileio_poller *fp, struct file_slice *s)
+{
+	struct file_op *op = s->op;
+
+	if (s->buf)
+		fp->bufs[fp->nfree++] = s->buf;
+	s->next = fp->free;
+	fp->free = s;
+	fp->inflight--;
+	if (!--op->inflight && !op->queued && (op->status || op->issued == op->len))
+		op_finish(fp, op);
+}
+
+/* The GPU stage of a slice: GPU -> buffer before its write, buffer -> GPU
+ * after its read. The slice waits on the GPU list; a copy that cannot
+ * start fails the op (-EIO). */
+static void gpu_stage(struct fileio_poller *fp, struct file_slice *s)
+{
+	struct file_op *op = s->op;
+	uint8_t *gpu = op->mem + s->off;
+	int rc = op->to_file ? gpu_stage_copy(fp->p, op->dev, s->buf, gpu, s->len, &s->t)
+			     : gpu_stage_copy(fp->p, op->dev, gpu, s->buf, s->len, &s->t);
+
+	if (rc) {
+		if (!op->status)
+			op->status = rc;
+		slice_finish(fp, s);
+		return;
+	}
+	s->next = NULL;
+	*fp->gpu_tail = s;
+	fp->gpu_tail = &s->next;
+	fp->ngpu++;
+}
+
+/* Slices whose GPU copy finished go on: to the file (a write), or out
+ * (a read). A stage that failed fails its op with -EIO. */
+static int gpu_reap(struct fileio_poller *fp)
+{
+	struct file_slice **pp = &fp->gpu_head, *s;
+	int n = 0;
+
+	while ((s = *pp)) {
+		int rc = gpu_stage_poll(fp->p, &s->t);
+
+		if (!rc) {
+			pp = &s->next;
+			continue;
+		}
+		*pp = s->next;
+		fp->ngpu--;
+		n++;
+		if (rc < 0 && !s->op->status)
+			s->op->status = -EIO;
+		if (s->op->to_file && !s->op->status)
+			slice_prep(fp, s);
+		else
+			slice_finish(fp, s);
+	}
+	fp->gpu_tail = pp;
+	return n;
+}
+
 static void slice_done(struct fileio_poller *fp, struct file_slice *s, int res)
 {
 	struct file_op *op = s->op;
@@ -549,6 +660,10 @@ static void slice_done(struct fileio_poller *fp, struct file_slice *s, int res)
 						  memory_order_relaxed);
 			atomic_fetch_add_explicit(s->direct ? &f->direct_bytes : &f->buffered_bytes,
 						  s->len, memory_order_relaxed);
+			if (s->buf && !op->to_file && !op->status) {
+				gpu_stage(fp, s);
+				return;
+			}
 		}
 	} else if ((res == -EAGAIN || res == -EINTR) && !op->status) {
 		slice_prep(fp, s);
@@ -563,11 +678,7 @@ static void slice_done(struct fileio_poller *fp, struct file_slice *s, int res)
 		 * region), or a write that moved nothing. */
 		op->status = res ? slice_errno(res) : -EIO;
 	}
-	s->next = fp->free;
-	fp->free = s;
-	fp->inflight--;
-	if (!--op->inflight && !op->queued && (op->status || op->issued == op->len))
-		op_finish(fp, op);
+	slice_finish(fp, s);
 }
 
 /* Hands out slices round robin, one per op per turn, until the depth is
@@ -591,6 +702,15 @@ static int fill(struct fileio_poller *fp)
 				op_finish(fp, op);
 			continue;
 		}
+		if (op->dev >= 0 && !fp->nfree) {
+			/* Every staging buffer is in the pipeline: the op
+			 * waits at the head for the next one. */
+			op->queued = true;
+			if (!fp->head)
+				fp->tail = op;
+			fp->head = op;
+			break;
+		}
 		s = fp->free;
 		fp->free = s->next;
 		*s = (struct file_slice){.op = op, .off = op->issued};
@@ -598,8 +718,13 @@ static int fill(struct fileio_poller *fp)
 		op->issued += s->len;
 		op->inflight++;
 		fp->inflight++;
-		slice_prep(fp, s);
 		n++;
+		if (op->dev >= 0)
+			s->buf = fp->bufs[--fp->nfree];
+		if (s->buf && op->to_file)
+			gpu_stage(fp, s);
+		else
+			slice_prep(fp, s);
 		if (op->issued < op->len)
 			op_enqueue(fp, op);
 	}
@@ -613,7 +738,9 @@ static int reap(struct fileio_poller *fp)
 
 	io_uring_for_each_cqe(&fp->ring, head, cqe)
 	{
-		slice_done(fp, io_uring_cqe_get_data(cqe), cqe->res);
+		int res = DP_FAULT(URING_EIO) ? -EIO : DP_FAULT(URING_EAGAIN) ? -EAGAIN : cqe->res;
+
+		slice_done(fp, io_uring_cqe_get_data(cqe), res);
 		n++;
 	}
 	io_uring_cq_advance(&fp->ring, n);
@@ -625,8 +752,12 @@ static int reap(struct fileio_poller *fp)
 static void kick(struct fileio_poller *fp)
 {
 	if (io_uring_sq_ready(&fp->ring) ||
-	    IO_URING_READ_ONCE(*fp->ring.sq.kflags) & IORING_SQ_TASKRUN)
-		io_uring_submit_and_get_events(&fp->ring);
+	    IO_URING_READ_ONCE(*fp->ring.sq.kflags) & IORING_SQ_TASKRUN) {
+		/* A failed submission leaves the SQEs in the SQ: the next
+		 * loop's kick posts them (fileio_busy keeps the poller up). */
+		if (!DP_FAULT(URING_SUBMIT))
+			io_uring_submit_and_get_events(&fp->ring);
+	}
 }
 
 int fileio_progress(struct poller *p)
@@ -638,8 +769,10 @@ int fileio_progress(struct poller *p)
 		return 0;
 	kick(fp);
 	work = reap(fp);
+	if (fp->ngpu)
+		work += gpu_reap(fp);
 	work += fill(fp);
-	if (io_uring_sq_ready(&fp->ring))
+	if (io_uring_sq_ready(&fp->ring) && !DP_FAULT(URING_SUBMIT))
 		io_uring_submit(&fp->ring);
 	return work;
 }
@@ -667,7 +800,10 @@ void fileio_cancel_all(struct poller *p)
 		fill(fp);
 		if (!fp->inflight)
 			continue;
-		io_uring_submit_and_wait(&fp->ring, 1);
+		/* Wait in the kernel only for slices that are in it. */
+		if (fp->inflight > fp->ngpu)
+			io_uring_submit_and_wait(&fp->ring, 1);
 		reap(fp);
+		gpu_reap(fp);
 	}
 }

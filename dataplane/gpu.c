@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fault.h"
 #include "gpu.h"
 
 #ifndef DP_HAVE_CUDA
@@ -66,6 +67,37 @@ void gpu_poller_free(struct poller *p)
 	(void)p;
 }
 
+void *gpu_pinned_alloc(size_t len)
+{
+	(void)len;
+	return NULL;
+}
+
+void gpu_pinned_free(void *mem)
+{
+	(void)mem;
+}
+
+/* Unreachable: no REGION_CUDA region exists without CUDA. */
+int gpu_stage_copy(struct poller *p, int dev, void *dst, const void *src, size_t len,
+		   struct gpu_ticket *t)
+{
+	(void)p;
+	(void)dev;
+	(void)dst;
+	(void)src;
+	(void)len;
+	(void)t;
+	return -EIO;
+}
+
+int gpu_stage_poll(struct poller *p, struct gpu_ticket *t)
+{
+	(void)p;
+	(void)t;
+	return -EIO;
+}
+
 #else /* DP_HAVE_CUDA */
 
 #include <cuda.h> /* types of the one driver entry point we look up */
@@ -98,7 +130,8 @@ struct gpu_lane {
 
 struct gpu_dev {
 	struct gpu_lane lane[GPU_LANES];
-	cudaEvent_t *pool; /* idle events of this device */
+	cudaStream_t stage; /* the file engine's staging copies */
+	cudaEvent_t *pool;  /* idle events of this device */
 	unsigned npool, cap;
 };
 
@@ -406,7 +439,8 @@ void gpu_copy_submit(struct poller *p, const struct copy_req *req)
 	if (err == cudaSuccess && !ev)
 		err = cudaErrorMemoryAllocation;
 	if (err == cudaSuccess)
-		err = cudaMemcpyAsync(req->dst, req->src, req->len, cudaMemcpyDefault, l->stream);
+		err = DP_FAULT_CUDA(cudaMemcpyAsync(req->dst, req->src, req->len, cudaMemcpyDefault,
+						    l->stream));
 	if (err == cudaSuccess) {
 		err = cudaEventRecord(ev, l->stream);
 		/* The copy was queued but cannot be tracked: wait for it (an
@@ -464,7 +498,7 @@ int gpu_progress(struct poller *p)
 			struct gpu_op *op;
 
 			while ((op = l->head)) {
-				cudaError_t err = cudaEventQuery(op->ev);
+				cudaError_t err = DP_FAULT_CUDA_DONE(cudaEventQuery(op->ev));
 
 				if (err == cudaErrorNotReady)
 					break;
@@ -504,6 +538,8 @@ void gpu_poller_free(struct poller *p)
 		for (int i = 0; i < GPU_LANES; i++)
 			if (d->lane[i].stream)
 				cudaStreamDestroy(d->lane[i].stream);
+		if (d->stage)
+			cudaStreamDestroy(d->stage);
 		for (unsigned i = 0; i < d->npool; i++)
 			cudaEventDestroy(d->pool[i]);
 		free(d->pool);
@@ -516,6 +552,90 @@ void gpu_poller_free(struct poller *p)
 	}
 	free(g);
 	p->gpu = NULL;
+}
+
+/* ---- staging for the file engine (one poller) ---- */
+
+void *gpu_pinned_alloc(size_t len)
+{
+	void *mem = NULL;
+	cudaError_t err;
+
+	if (!ndev)
+		return NULL;
+	err = cudaHostAlloc(&mem, len, cudaHostAllocPortable);
+	if (err != cudaSuccess) {
+		log_warn("gpu: cudaHostAlloc of %zu bytes: %s", len, cudaGetErrorString(err));
+		cudaGetLastError();
+		return NULL;
+	}
+	return mem;
+}
+
+void gpu_pinned_free(void *mem)
+{
+	if (mem)
+		cudaFreeHost(mem);
+}
+
+int gpu_stage_copy(struct poller *p, int dev, void *dst, const void *src, size_t len,
+		   struct gpu_ticket *t)
+{
+	struct gpu_poller *g = gpu_poller_get(p);
+	cudaEvent_t ev = NULL;
+	cudaError_t err = cudaErrorMemoryAllocation;
+	struct gpu_dev *d;
+	int prev;
+
+	if (!g)
+		return -EIO;
+	d = &g->dev[dev];
+	prev = dev_enter(dev);
+	if (d->stage || (err = cudaStreamCreateWithPriority(&d->stage, cudaStreamNonBlocking,
+							    prio_bulk)) == cudaSuccess) {
+		ev = event_get(d);
+		err = ev ? DP_FAULT_CUDA(
+				   cudaMemcpyAsync(dst, src, len, cudaMemcpyDefault, d->stage))
+			 : cudaErrorMemoryAllocation;
+		if (err == cudaSuccess && (err = cudaEventRecord(ev, d->stage)) != cudaSuccess)
+			/* Queued but untracked: no DMA may outlive the buffers. */
+			cudaStreamSynchronize(d->stage);
+	}
+	if (err != cudaSuccess) {
+		log_err("gpu: staging copy of %zu bytes on device %d: %s", len, dev,
+			cudaGetErrorString(err));
+		if (ev)
+			event_put(d, ev);
+		if (d->stage)
+			cudaStreamDestroy(d->stage);
+		d->stage = NULL;
+		cudaGetLastError();
+		dev_leave(prev, dev);
+		return -EIO;
+	}
+	dev_leave(prev, dev);
+	t->ev = ev;
+	t->dev = dev;
+	return 0;
+}
+
+int gpu_stage_poll(struct poller *p, struct gpu_ticket *t)
+{
+	struct gpu_dev *d = &((struct gpu_poller *)p->gpu)->dev[t->dev];
+	cudaError_t err = DP_FAULT_CUDA_DONE(cudaEventQuery(t->ev));
+
+	if (err == cudaErrorNotReady)
+		return 0;
+	event_put(d, t->ev);
+	t->ev = NULL;
+	if (err == cudaSuccess)
+		return 1;
+	log_err("gpu: staging copy on device %d failed: %s", t->dev, cudaGetErrorString(err));
+	if (d->stage)
+		cudaStreamDestroy(d->stage);
+	d->stage = NULL;
+	cudaGetLastError();
+	return -EIO;
 }
 
 #endif /* DP_HAVE_CUDA */

@@ -63,4 +63,26 @@ bool gpu_busy(const struct poller *p);
 /* After the poller stopped: streams, events and free lists. */
 void gpu_poller_free(struct poller *p);
 
+/*
+ * The file engine's staging (fileio.c): pinned host buffers, and copies
+ * between them and a GPU that the engine polls itself. A staging copy goes
+ * on a stream of its own per device and poller, behind nothing of the copy
+ * engine's.
+ */
+struct gpu_ticket {
+	void *ev; /* the event recorded after the copy */
+	int dev;
+};
+
+/* Pinned, page-aligned host memory, or NULL (no GPU, or the pin failed). */
+void *gpu_pinned_alloc(size_t len);
+void gpu_pinned_free(void *mem);
+/* Starts a copy of @len bytes between pinned host memory and device @dev.
+ * 0, or -EIO (nothing is left in flight then). */
+int gpu_stage_copy(struct poller *p, int dev, void *dst, const void *src, size_t len,
+		   struct gpu_ticket *t);
+/* 1 when the copy is done, 0 while it runs, -EIO when it failed; the
+ * ticket is spent after 1 or -EIO. */
+int gpu_stage_poll(struct poller *p, struct gpu_ticket *t);
+
 #endif /* DP_GPU_H */
