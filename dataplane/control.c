@@ -3,12 +3,12 @@
  * control.c - the control socket: clients attach, open queue pairs,
  * register memory, export and open segments. One thread, one epoll loop.
  *
- * Every message is checked before it is believed: the packet length must
- * equal header + the type's payload, strings must be NUL-terminated inside
- * their field, fds must come exactly where a type expects them (any other
- * fd is closed). A malformed message gets an error reply; the third one
- * disconnects the client. Table changes are published with release stores
- * and reclaimed only after qsbr_synchronize().
+ * Every message is checked before it is believed (ctlmsg.c): the packet
+ * length must equal header + the type's payload, strings must be
+ * NUL-terminated inside their field, fds must come exactly where a type
+ * expects them (any other fd is closed). A malformed message gets an error
+ * reply; the third one disconnects the client. Table changes are published
+ * with release stores and reclaimed only after qsbr_synchronize().
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -25,6 +25,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "ctlmsg.h"
 #include "directory.h"
 #include "dp_internal.h"
 #include "fabric.h"
@@ -88,27 +89,17 @@ static void reply_status(struct client *c, const struct dp_msg_hdr *req, int sta
 	send_reply(c, req, req ? req->type : 0, &st, sizeof(st), NULL, 0);
 }
 
-/* A NUL-terminated, non-empty string inside a fixed field. */
-static bool field_str_ok(const char *s, size_t cap)
-{
-	size_t n = strnlen(s, cap);
-
-	return n > 0 && n < cap;
-}
-
+/* The one fd of a type that carries one (ctl_msg_check_payload() saw it
+ * come alone), now the handler's to close. */
 static int take_fd(struct msg_in *m)
 {
-	int fd;
-
-	if (m->nfds != 1)
-		return -1;
-	fd = m->fds[0];
 	m->nfds = 0;
-	return fd;
+	return m->fds[0];
 }
 
-/* ---- handlers: each returns 0 after replying itself, or -errno to have
- * the caller send a status reply. -EBADMSG counts as a strike. ---- */
+/* ---- handlers: each runs on a message ctl_msg_check_payload() accepted
+ * (length, fds, fields), and checks what needs state. Each returns 0 after
+ * replying itself, or -errno to have the caller send a status reply. ---- */
 
 static int on_hello(struct client *c, struct msg_in *m)
 {
@@ -117,8 +108,6 @@ static int on_hello(struct client *c, struct msg_in *m)
 				       .default_depth = cfg.queue_depth,
 				       .max_depth = cfg.max_depth};
 
-	if (m->hdr.len != sizeof(*h))
-		return -EBADMSG;
 	if (c->hello)
 		return -EALREADY;
 	if (h->abi_version != DP_ABI_VERSION) {
@@ -150,10 +139,8 @@ static int on_queue_create(struct client *c, struct msg_in *m)
 	uint32_t depth;
 	int rc, fds[3];
 
-	if (m->hdr.len != sizeof(*req))
-		return -EBADMSG;
 	depth = req->depth ? req->depth : cfg.queue_depth;
-	if (depth & (depth - 1) || depth > cfg.max_depth || req->reserved)
+	if (depth > cfg.max_depth)
 		return -EINVAL;
 	for (slot = DP_MAX_QUEUES, used = 0; used < DP_MAX_QUEUES; used++)
 		if (!c->queues[used] && slot == DP_MAX_QUEUES)
@@ -216,9 +203,7 @@ static int on_queue_destroy(struct client *c, struct msg_in *m)
 {
 	const struct dp_msg_id *req = m->payload;
 
-	if (m->hdr.len != sizeof(*req))
-		return -EBADMSG;
-	if (req->id >= DP_MAX_QUEUES || !c->queues[req->id])
+	if (!c->queues[req->id])
 		return -EBADF;
 	queue_close(c->queues[req->id]);
 	c->queues[req->id] = NULL;
@@ -259,16 +244,11 @@ static int on_region_register(struct client *c, struct msg_in *m)
 	uint64_t aligned;
 	void *map;
 
-	if (m->hdr.len != sizeof(*req))
-		return -EBADMSG;
 	fd = take_fd(m);
-	if (fd < 0)
-		return -EBADF;
 	rc = -EINVAL;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
 		goto out_fd;
-	if (!req->len || req->offset > (uint64_t)st.st_size ||
-	    req->len > (uint64_t)st.st_size - req->offset)
+	if (req->offset > (uint64_t)st.st_size || req->len > (uint64_t)st.st_size - req->offset)
 		goto out_fd;
 	/* Only memory files: a seal against shrinking means a client can
 	 * never turn our access to its memory into SIGBUS. */
@@ -325,10 +305,6 @@ static int on_region_register_cuda(struct client *c, struct msg_in *m)
 	unsigned slot;
 	int rc;
 
-	if (m->hdr.len != sizeof(*req))
-		return -EBADMSG;
-	if (!req->len || req->reserved)
-		return -EINVAL;
 	for (slot = 0; slot < DP_MAX_REGIONS; slot++)
 		if (!atomic_load_explicit(&c->regions[slot], memory_order_relaxed))
 			break;
@@ -364,13 +340,8 @@ static int on_region_file(struct client *c, struct msg_in *m)
 	unsigned slot;
 	int fd = -1, rc;
 
-	if (m->hdr.len != (by_path ? sizeof(*req) : sizeof(req->file)))
-		return -EBADMSG;
-	if (!by_path && (fd = take_fd(m)) < 0)
-		return -EBADF;
-	rc = -EINVAL;
-	if (req->file.reserved || (by_path && !field_str_ok(req->path, sizeof(req->path))))
-		goto out_fd;
+	if (!by_path)
+		fd = take_fd(m);
 	for (slot = 0; slot < DP_MAX_REGIONS; slot++)
 		if (!atomic_load_explicit(&c->regions[slot], memory_order_relaxed))
 			break;
@@ -442,14 +413,6 @@ static int on_segment_export(struct client *c, struct msg_in *m)
 	struct segment *s;
 	int rc;
 
-	if (m->hdr.len != sizeof(*req))
-		return -EBADMSG;
-	if (!field_str_ok(req->name, sizeof(req->name)))
-		return -EINVAL;
-	if (req->access != DP_ACCESS_READ && req->access != DP_ACCESS_RW)
-		return -EINVAL;
-	if (req->region >= DP_MAX_REGIONS)
-		return -EBADF;
 	reg = atomic_load_explicit(&c->regions[req->region], memory_order_relaxed);
 	if (!reg)
 		return -EBADF;
@@ -493,10 +456,6 @@ static int on_segment_unexport(struct client *c, struct msg_in *m)
 	const struct dp_msg_segment_name *req = m->payload;
 	struct segment *s;
 
-	if (m->hdr.len != sizeof(*req))
-		return -EBADMSG;
-	if (!field_str_ok(req->name, sizeof(req->name)))
-		return -EINVAL;
 	s = export_find(req->name);
 	if (!s)
 		return -ENOENT;
@@ -694,13 +653,6 @@ static int on_segment_open(struct client *c, struct msg_in *m)
 	struct segment *s;
 	unsigned slot;
 
-	if (m->hdr.len != sizeof(*req))
-		return -EBADMSG;
-	if (!field_str_ok(req->name, sizeof(req->name)) ||
-	    strnlen(req->peer, sizeof(req->peer)) == sizeof(req->peer))
-		return -EINVAL;
-	if (!req->access || req->access & ~DP_ACCESS_RW || req->reserved)
-		return -EINVAL;
 	/* Another service's: by its RPC port, or (no peer, not exported
 	 * here) wherever the cluster directory says. */
 	if ((req->peer[0] && !rpc_is_self(req->peer)) ||
@@ -745,10 +697,6 @@ static int on_segment_close(struct client *c, struct msg_in *m)
 	const struct dp_msg_id *req = m->payload;
 	struct seg_handle *h;
 
-	if (m->hdr.len != sizeof(*req))
-		return -EBADMSG;
-	if (req->id >= DP_MAX_SEGS)
-		return -EBADF;
 	h = atomic_exchange(&c->segs[req->id], NULL);
 	if (!h)
 		return -EBADF;
@@ -765,10 +713,6 @@ static int on_region_free(struct client *c, struct msg_in *m)
 	struct segment *s, *next, *dead = NULL;
 	struct region *reg;
 
-	if (m->hdr.len != sizeof(*req))
-		return -EBADMSG;
-	if (req->id >= DP_MAX_REGIONS)
-		return -EBADF;
 	reg = atomic_exchange(&c->regions[req->id], NULL);
 	if (!reg)
 		return -EBADF;
@@ -894,7 +838,8 @@ static void client_accept(int epfd, int lfd)
 
 typedef int (*handler_fn)(struct client *, struct msg_in *);
 
-static const handler_fn handlers[] = {
+/* Indexed by a type ctl_msg_check_hdr() accepted: one handler for each. */
+static const handler_fn handlers[CTL_MSG_NTYPES] = {
 	[DP_MSG_HELLO] = on_hello,
 	[DP_MSG_QUEUE_CREATE] = on_queue_create,
 	[DP_MSG_QUEUE_DESTROY] = on_queue_destroy,
@@ -922,8 +867,7 @@ static bool client_read(struct client *c)
 			     .msg_iovlen = 1,
 			     .msg_control = u.buf,
 			     .msg_controllen = sizeof(u.buf)};
-	struct msg_in m = {.nfds = 0};
-	struct dp_msg_hdr *hdr = NULL;
+	struct msg_in m = {.payload = buf + sizeof(struct dp_msg_hdr), .nfds = 0};
 	ssize_t n;
 	int rc;
 
@@ -944,26 +888,18 @@ static bool client_read(struct client *c)
 				close(fds[i]);
 		}
 	}
+	/* m.hdr stays all zero unless a whole header came: the error reply
+	 * then carries type 0 and seq 0. */
 	if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
 		rc = -EMSGSIZE;
-	else if ((size_t)n < sizeof(*hdr))
-		rc = -EBADMSG;
-	else {
-		hdr = (struct dp_msg_hdr *)buf;
-		memcpy(&m.hdr, hdr, sizeof(m.hdr));
-		m.payload = buf + sizeof(*hdr);
-		if (m.hdr.magic != DP_PROTO_MAGIC || m.hdr.len != (size_t)n - sizeof(*hdr))
-			rc = -EBADMSG;
-		else if (m.hdr.version != DP_PROTO_VERSION)
-			rc = -EPROTONOSUPPORT;
-		else if (m.hdr.type >= sizeof(handlers) / sizeof(handlers[0]) ||
-			 !handlers[m.hdr.type])
-			rc = -EOPNOTSUPP;
-		else if (!c->hello && m.hdr.type != DP_MSG_HELLO)
-			rc = -EPROTO;
-		else
-			rc = handlers[m.hdr.type](c, &m);
-	}
+	else
+		rc = ctl_msg_check_hdr(buf, (size_t)n, &m.hdr);
+	if (!rc && !c->hello && m.hdr.type != DP_MSG_HELLO)
+		rc = -EPROTO;
+	if (!rc)
+		rc = ctl_msg_check_payload(&m.hdr, m.payload, (unsigned)m.nfds);
+	if (!rc)
+		rc = handlers[m.hdr.type](c, &m);
 	for (int i = 0; i < m.nfds; i++)
 		close(m.fds[i]);
 	if (rc == 1)
@@ -973,7 +909,7 @@ static bool client_read(struct client *c)
 		bool malformed = rc == -EBADMSG || rc == -EMSGSIZE || rc == -EOPNOTSUPP ||
 				 rc == -EPROTONOSUPPORT || rc == -EPROTO;
 
-		send_reply(c, hdr ? &m.hdr : NULL, hdr ? m.hdr.type : 0, &st, sizeof(st), NULL, 0);
+		send_reply(c, &m.hdr, m.hdr.type, &st, sizeof(st), NULL, 0);
 		if (malformed) {
 			log_warn("client %u (pid %d): malformed message (%s), strike %u", c->id,
 				 (int)c->pid, strerror(-rc), c->strikes + 1);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -93,6 +94,11 @@ int svc_start_in(struct svc *s, const char *const *prefix, const char *const *ex
 		FILE *f = freopen(s->log, "w", stderr);
 
 		(void)f;
+		/* Stdout to the log too, and no service outlives the test
+		 * process (a crashed or timed-out test would leave it
+		 * spinning, holding the runner's output pipe open). */
+		dup2(STDERR_FILENO, STDOUT_FILENO);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		execvp(argv[0], (char *const *)argv);
 		_exit(127);
 	}

@@ -222,13 +222,15 @@ void stats_runs_end(struct stats_poller *sp, uint64_t t)
 	(void)sp;
 	(void)t;
 }
-void stats_complete_slow(struct queue *qq, uint64_t submit_ns, int status, uint64_t bytes,
-			 uint32_t flags)
+void stats_run_close(struct queue *qq, uint64_t done)
+{
+	(void)qq;
+	(void)done;
+}
+void stats_run_switch(struct queue *qq, uint64_t submit_ns, uint32_t flags)
 {
 	(void)qq;
 	(void)submit_ns;
-	(void)status;
-	(void)bytes;
 	(void)flags;
 }
 void stats_publish(struct poller *p)
