@@ -85,6 +85,13 @@ struct region {
 	pid_t owner_pid;
 	void *priv;	  /* per-kind state (e.g. libfabric registrations) */
 	bool cuda_pinned; /* REGION_HOST: cudaHostRegister'ed (gpu.c) */
+	/* REGION_HOST that file I/O used: its io_uring fixed-buffer slots
+	 * (fileio.c; fbuf_n 0 until then), the rings it is registered with
+	 * (bit = poller index), and whether registering it failed. */
+	int fbuf_base;
+	unsigned fbuf_n;
+	_Atomic uint64_t fbuf_rings;
+	atomic_bool fbuf_failed;
 };
 
 /* A region exported under a name. `dead` is set before the owner's region

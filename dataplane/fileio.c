@@ -16,12 +16,17 @@
 #include "fault.h"
 #include "fileio.h"
 #include "gpu.h"
+#include "stats.h"
 
 struct fileio_config fio_cfg = {.depth = 32, .slice = 1u << 20, .staging = 64u << 20};
 
 /* Registered-file slots per ring: two per file region (buffered, direct). A
  * region that finds none left uses its plain fds. */
 #define FILE_SLOTS 1024
+/* Fixed-buffer slots per ring, and the most one may hold (the kernel's
+ * limit): a host region takes one slot per GiB, at its first file I/O. */
+#define FBUF_SLOTS 1024
+#define FBUF_CHUNK (1ull << 30)
 
 /* One transfer between a file region and a host or GPU region. */
 struct file_op {
@@ -52,6 +57,7 @@ struct file_slice {
 	uint64_t off; /* in the transfer */
 	uint32_t len, done;
 	bool direct;
+	bool fixed;		 /* its last read or write went through a fixed buffer */
 	uint8_t *buf;		 /* staging buffer of a GPU transfer, else NULL */
 	struct gpu_ticket t;	 /* its copy, while in the GPU stage */
 	struct file_slice *next; /* free list, or the list of GPU stages */
@@ -75,9 +81,11 @@ static struct fileio_poller *rings[DP_MAX_POLLERS];
 static unsigned nrings;
 static int root_fd = -1;
 static bool fixed_files; /* every ring has a sparse table of FILE_SLOTS */
+static bool fixed_bufs;	 /* every ring has a sparse table of FBUF_SLOTS */
 static size_t page_size;
 static pthread_mutex_t slot_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool slot_used[FILE_SLOTS];
+static bool fbuf_used[FBUF_SLOTS]; /* under slot_lock too */
 
 /* ---- start-up and exit ---- */
 
@@ -131,7 +139,7 @@ int fileio_init(void)
 			return rc;
 		}
 	}
-	fixed_files = true;
+	fixed_files = fixed_bufs = true;
 	for (nrings = 0; nrings < cfg.pollers; nrings++) {
 		struct fileio_poller *fp = calloc(1, sizeof(*fp));
 
@@ -151,6 +159,8 @@ int fileio_init(void)
 		staging_alloc(fp);
 		if (io_uring_register_files_sparse(&fp->ring, FILE_SLOTS) < 0)
 			fixed_files = false;
+		if (io_uring_register_buffers_sparse(&fp->ring, FBUF_SLOTS) < 0)
+			fixed_bufs = false;
 		rings[nrings] = fp;
 		pollers[nrings].fileio = fp;
 	}
@@ -162,10 +172,11 @@ int fileio_init(void)
 		fileio_fini();
 		return 0;
 	}
-	log_info("fileio: %u ring(s), depth %u, slice %zu, %s files, file root %s, staging %u "
-		 "buffer(s) per ring",
+	log_info("fileio: %u ring(s), depth %u, slice %zu, %s files, %s buffers, file root %s, "
+		 "staging %u buffer(s) per ring",
 		 nrings, fio_cfg.depth, fio_cfg.slice, fixed_files ? "registered" : "plain",
-		 root_fd >= 0 ? fio_cfg.root : "(none)", rings[0] ? rings[0]->nbufs : 0);
+		 fixed_bufs ? "fixed" : "plain", root_fd >= 0 ? fio_cfg.root : "(none)",
+		 rings[0] ? rings[0]->nbufs : 0);
 	return 0;
 }
 
@@ -423,17 +434,100 @@ void fileio_region_close(struct region *reg)
 {
 	struct file_region *f = reg->priv;
 
-	log_debug("file region closed: %llu direct I/Os (%llu bytes), %llu buffered (%llu bytes)",
+	log_debug("file region closed: %llu direct I/Os (%llu bytes), %llu buffered (%llu bytes), "
+		  "%llu through fixed buffers",
 		  (unsigned long long)atomic_load(&f->direct_ios),
 		  (unsigned long long)atomic_load(&f->direct_bytes),
 		  (unsigned long long)atomic_load(&f->buffered_ios),
-		  (unsigned long long)atomic_load(&f->buffered_bytes));
+		  (unsigned long long)atomic_load(&f->buffered_bytes),
+		  (unsigned long long)atomic_load(&f->fixed_ios));
 	slot_put(f->slot);
 	slot_put(f->dslot);
 	if (f->dfd >= 0)
 		close(f->dfd);
 	close(reg->fd);
 	free(f);
+}
+
+/* ---- fixed buffers: host regions registered with the rings ---- */
+
+/* Slots [base, base + n) of every ring's buffer table hold @reg's memory,
+ * one GiB per slot. */
+static void fbuf_iovs(const struct region *reg, struct iovec *iov, bool empty)
+{
+	for (unsigned i = 0; i < reg->fbuf_n; i++) {
+		uint64_t at = (uint64_t)i * FBUF_CHUNK, left = reg->map_len - at;
+
+		iov[i].iov_base = empty ? NULL : (uint8_t *)reg->map + at;
+		iov[i].iov_len = empty ? 0 : left < FBUF_CHUNK ? left : FBUF_CHUNK;
+	}
+}
+
+/*
+ * Poller: whether host region @reg is a fixed buffer of this poller's ring,
+ * registering it at its first file I/O here (the kernel pins its pages
+ * once, not at every read and write). Slots are taken once per region, at
+ * the same index on every ring. false: no table, no slots left, or the
+ * kernel refused (a memlock limit); the region then goes by address.
+ */
+static bool fbuf_ready(struct fileio_poller *fp, struct region *reg)
+{
+	uint64_t bit = 1ull << fp->p->idx;
+	struct iovec iov[FBUF_SLOTS];
+	unsigned n;
+
+	if (atomic_load_explicit(&reg->fbuf_rings, memory_order_acquire) & bit)
+		return true;
+	if (!fixed_bufs || atomic_load_explicit(&reg->fbuf_failed, memory_order_relaxed))
+		return false;
+	pthread_mutex_lock(&slot_lock);
+	if (!reg->fbuf_n) {
+		unsigned want = (unsigned)((reg->map_len + FBUF_CHUNK - 1) / FBUF_CHUNK), run = 0;
+
+		for (unsigned i = 0; i < FBUF_SLOTS && run < want; i++) {
+			run = fbuf_used[i] ? 0 : run + 1;
+			if (run == want) {
+				reg->fbuf_base = (int)(i + 1 - want);
+				reg->fbuf_n = want;
+				for (unsigned k = 0; k < want; k++)
+					fbuf_used[reg->fbuf_base + k] = true;
+			}
+		}
+	}
+	n = reg->fbuf_n;
+	pthread_mutex_unlock(&slot_lock);
+	if (n) {
+		fbuf_iovs(reg, iov, false);
+		if (io_uring_register_buffers_update_tag(&fp->ring, (unsigned)reg->fbuf_base, iov,
+							 NULL, n) == (int)n) {
+			atomic_fetch_or_explicit(&reg->fbuf_rings, bit, memory_order_release);
+			return true;
+		}
+	}
+	log_debug("fileio: host region of %zu bytes goes by address (%s)", reg->map_len,
+		  n ? "the kernel refused its registration" : "no fixed-buffer slots left");
+	atomic_store(&reg->fbuf_failed, true);
+	return false;
+}
+
+void fileio_host_release(struct region *reg)
+{
+	uint64_t mask = atomic_load(&reg->fbuf_rings);
+	struct iovec iov[FBUF_SLOTS];
+
+	if (!reg->fbuf_n)
+		return;
+	/* No slice uses the region any more (each held a reference). */
+	fbuf_iovs(reg, iov, true);
+	for (unsigned r = 0; r < nrings; r++)
+		if (mask & (1ull << r))
+			io_uring_register_buffers_update_tag(
+				&rings[r]->ring, (unsigned)reg->fbuf_base, iov, NULL, reg->fbuf_n);
+	pthread_mutex_lock(&slot_lock);
+	for (unsigned k = 0; k < reg->fbuf_n; k++)
+		fbuf_used[reg->fbuf_base + k] = false;
+	pthread_mutex_unlock(&slot_lock);
+	reg->fbuf_n = 0;
 }
 
 /* ---- the data path (poller) ---- */
@@ -544,10 +638,24 @@ static void slice_prep(struct fileio_poller *fp, struct file_slice *s)
 	uint8_t *mem = (s->buf ? s->buf : op->mem + s->off) + s->done;
 	uint64_t pos = op->pos + s->off + s->done;
 	unsigned n = s->len - s->done;
+	struct region *h = op->host;
+	int buf = -1;
 
+	/* A fixed buffer when the slice lies within one of the region's. */
+	if (!s->buf && h->kind == REGION_HOST && fbuf_ready(fp, h)) {
+		uint64_t at = (uint64_t)(mem - (uint8_t *)h->map);
+
+		if (at / FBUF_CHUNK == (at + n - 1) / FBUF_CHUNK)
+			buf = h->fbuf_base + (int)(at / FBUF_CHUNK);
+	}
+	s->fixed = buf >= 0;
 	/* Never NULL: the SQ has at least depth entries and at most depth
 	 * slices (each with at most one SQE) are in flight. */
-	if (op->to_file)
+	if (buf >= 0 && op->to_file)
+		io_uring_prep_write_fixed(sqe, slot >= 0 ? slot : fd, mem, n, pos, buf);
+	else if (buf >= 0)
+		io_uring_prep_read_fixed(sqe, slot >= 0 ? slot : fd, mem, n, pos, buf);
+	else if (op->to_file)
 		io_uring_prep_write(sqe, slot >= 0 ? slot : fd, mem, n, pos);
 	else
 		io_uring_prep_read(sqe, slot >= 0 ? slot : fd, mem, n, pos);
@@ -660,6 +768,9 @@ static void slice_done(struct fileio_poller *fp, struct file_slice *s, int res)
 						  memory_order_relaxed);
 			atomic_fetch_add_explicit(s->direct ? &f->direct_bytes : &f->buffered_bytes,
 						  s->len, memory_order_relaxed);
+			stats_file_slice(fp->p, s->direct, s->len);
+			if (s->fixed)
+				atomic_fetch_add_explicit(&f->fixed_ios, 1, memory_order_relaxed);
 			if (s->buf && !op->to_file && !op->status) {
 				gpu_stage(fp, s);
 				return;

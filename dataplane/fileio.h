@@ -43,6 +43,7 @@ struct file_region {
 	uint32_t mem_align; /* direct I/O: memory address alignment */
 	/* Slices by path, for the log line at close (any poller adds). */
 	atomic_ullong direct_ios, direct_bytes, buffered_ios, buffered_bytes;
+	atomic_ullong fixed_ios; /* of those, through a fixed buffer */
 };
 
 /* Start-up, before the pollers run: one ring per poller, the --file-root
@@ -66,6 +67,9 @@ int fileio_region_open(struct region *reg, int fd, const char *path, uint64_t of
 		       unsigned flags);
 /* The last reference went away: unregisters and closes the fds. */
 void fileio_region_close(struct region *reg);
+/* The last reference to host region @reg went away: drops it from the
+ * rings' fixed buffers, if file I/O registered it there (any thread). */
+void fileio_host_release(struct region *reg);
 
 /* True when @r allows every access in @need (any region that is not a
  * file allows everything). */

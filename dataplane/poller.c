@@ -47,16 +47,15 @@ static void queue_mark_broken(struct queue *q, const char *why)
  * the CQ tail per queue per loop, and a doorbell only for a sleeping client. */
 static void queue_flush_cq(struct queue *q)
 {
-	stats_queue_flush(q);
-	if (!q->nstage)
-		return;
-	if (!q->broken) {
+	if (q->nstage && !q->broken) {
 		dp_ring_commit(&q->pair.cq, q->nstage);
 		if (dp_ring_needs_wakeup(&q->pair.cq)) {
 			dp_doorbell_ring(q->cq_efd);
 			q->ctr.doorbells++;
 		}
 	}
+	/* Counted after the client can see them. */
+	stats_queue_flush(q);
 	q->nstage = 0;
 }
 

@@ -57,6 +57,7 @@ void region_put(struct region *r)
 	case REGION_HOST:
 		fabric_region_deregister(r);
 		gpu_host_unregister(r);
+		fileio_host_release(r);
 		munmap(r->map, r->map_len);
 		break;
 	case REGION_CUDA:

@@ -524,6 +524,14 @@ void stats_publish_poller(struct stats_poller *sp)
 	stats_set(&sh->sleep_ns, sp->sleep_ns);
 	for (unsigned i = 0; i < DP_STATS_LOOP_BUCKETS; i++)
 		stats_set(&sh->loop_hist[i], sp->loop_hist[i]);
+	/* Before the paths: a transfer's slices are counted before its
+	 * completion, and a reader copies in address order (paths first), so
+	 * on x86 (TSO) one that sees the completion sees its slices. Elsewhere
+	 * they may be torn against each other like any two counters. */
+	stats_set(&sh->file_direct_ios, sp->file_direct_ios);
+	stats_set(&sh->file_direct_bytes, sp->file_direct_bytes);
+	stats_set(&sh->file_buffered_ios, sp->file_buffered_ios);
+	stats_set(&sh->file_buffered_bytes, sp->file_buffered_bytes);
 	{
 		uint64_t ops[DP_STATS_NPATH] = {0}, bytes[DP_STATS_NPATH] = {0};
 

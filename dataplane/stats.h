@@ -58,6 +58,8 @@ struct stats_poller {
 	/* Completions and bytes by the low bits of their DP_CQE_F_* flags;
 	 * summed into paths when published. */
 	uint64_t flag_ops[16], flag_bytes[16];
+	/* File I/O slices finished (stats_file_slice), published as is. */
+	uint64_t file_direct_ios, file_direct_bytes, file_buffered_ios, file_buffered_bytes;
 	/* Runs of this loop waiting for its clock reading, which is taken
 	 * once the loop has published its completions. */
 	unsigned npend;
@@ -194,6 +196,27 @@ static inline void stats_complete(struct queue *q, uint64_t submit_ns, uint32_t 
 		stats_run_switch(q, submit_ns, flags);
 }
 
+/*
+ * A file I/O slice of poller p moved all its bytes (fileio.c), direct
+ * (O_DIRECT) or through the page cache. Private counters only: the region
+ * gets them with the poller's other figures (stats_publish_poller).
+ */
+static inline void stats_file_slice(struct poller *p, bool direct, uint64_t bytes)
+{
+	struct stats_poller *sp = p->stats;
+
+	if (!sp)
+		return;
+	if (direct) {
+		sp->file_direct_ios++;
+		sp->file_direct_bytes += bytes;
+	} else {
+		sp->file_buffered_ios++;
+		sp->file_buffered_bytes += bytes;
+	}
+	sp->dirty = true;
+}
+
 /* Publishes everything this poller counted privately: its queues' counters
  * and ring depths, its own block (stats.c). */
 void stats_publish(struct poller *p);
@@ -208,7 +231,7 @@ void stats_publish_poller(struct stats_poller *sp);
 #define STATS_PUBLISH_IDLE 1024u
 
 /*
- * q's completions are about to be published (queue_flush_cq): notes, in
+ * q's completions of this loop were just published (queue_flush_cq): notes, in
  * private memory only, the descriptors it took this loop and that it has
  * news. The region gets the figures at the next publication: once the
  * poller has been idle for STATS_PUBLISH_AFTER_NS, and every

@@ -55,7 +55,8 @@
 #include <string.h>
 
 #define DP_STATS_MAGIC 0x54535044u /* "DPST" */
-#define DP_STATS_ABI_VERSION 1u
+/* 2: the poller block gained the file I/O slice counters. */
+#define DP_STATS_ABI_VERSION 2u
 #define DP_STATS_NAME_MAX 64 /* shm_open name, NUL included, no '/' */
 #define DP_STATS_PREFIX "dataplane-"
 
@@ -190,6 +191,12 @@ struct dp_stats_poller {
 	uint64_t loop_hist[DP_STATS_LOOP_BUCKETS];
 	uint64_t path_ops[DP_STATS_NPATH]; /* completions per path */
 	uint64_t path_bytes[DP_STATS_NPATH];
+	/* File I/O slices (io_uring reads and writes) finished, and their
+	 * bytes, by how they went: O_DIRECT, or through the page cache. A slice
+	 * of a failed transfer counts once it is done; a slice retried through
+	 * the page cache (refused O_DIRECT, short I/O) counts as buffered. */
+	uint64_t file_direct_ios, file_direct_bytes;
+	uint64_t file_buffered_ios, file_buffered_bytes;
 	/* Sums over the queues this poller retired. */
 	uint64_t retired_queues;
 	uint64_t retired_submitted, retired_completed, retired_failed, retired_bytes;

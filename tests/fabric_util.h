@@ -118,16 +118,7 @@ static inline int fab_free_port(void)
 /* Does the service's log contain `what`? */
 static inline bool fab_log_has(const struct svc *s, const char *what)
 {
-	char line[1024];
-	bool found = false;
-	FILE *f = fopen(s->log, "r");
-
-	if (!f)
-		return false;
-	while (!found && fgets(line, sizeof(line), f))
-		found = strstr(line, what) != NULL;
-	fclose(f);
-	return found;
+	return svc_log_has(s, what);
 }
 
 /* CPU time (user + system) the process has used, in clock ticks. */

@@ -151,6 +151,7 @@ static inline void expect_cqe(struct dp_cqe cqe, int status, uint64_t bytes, con
  * the region closes. */
 struct io_counts {
 	unsigned long long direct, direct_bytes, buffered, buffered_bytes;
+	unsigned long long fixed; /* slices through a fixed buffer */
 };
 
 /* Frees `region` and returns the counts of the first close line after the
@@ -179,9 +180,9 @@ static inline struct io_counts free_and_count(struct dp_client *c, int region, u
 				continue;
 			found = sscanf(p,
 				       "file region closed: %llu direct I/Os (%llu bytes), %llu "
-				       "buffered (%llu bytes)",
-				       &n.direct, &n.direct_bytes, &n.buffered,
-				       &n.buffered_bytes) == 4;
+				       "buffered (%llu bytes), %llu through fixed buffers",
+				       &n.direct, &n.direct_bytes, &n.buffered, &n.buffered_bytes,
+				       &n.fixed) == 5;
 			break;
 		}
 		fclose(f);

@@ -225,3 +225,17 @@ int64_t pattern_check(const void *buf, uint64_t len, uint64_t seed)
 			return (int64_t)i;
 	return -1;
 }
+
+bool svc_log_has(const struct svc *s, const char *what)
+{
+	char line[1024];
+	bool found = false;
+	FILE *f = fopen(s->log, "r");
+
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, what) != NULL;
+	fclose(f);
+	return found;
+}

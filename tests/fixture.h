@@ -3,6 +3,7 @@
 #ifndef DP_TEST_FIXTURE_H
 #define DP_TEST_FIXTURE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -28,6 +29,8 @@ int svc_stop(struct svc *s);
 void svc_kill(struct svc *s);
 /* Path of a binary in the build tree ($DP_BUILD/name). */
 const char *build_path(const char *name);
+/* Whether the service's log (so far) has a line containing @what. */
+bool svc_log_has(const struct svc *s, const char *what);
 /* Open fds and mapped bytes of a process, from /proc. */
 int proc_fd_count(pid_t pid);
 long proc_mapped_kib(pid_t pid);

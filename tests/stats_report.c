@@ -318,7 +318,7 @@ Test(stats_report, prometheus_parses, .fini = teardown, .timeout = 60)
 {
 	const char *args[] = {"--stats", NULL, "--prometheus", NULL};
 	char helped[256][96], typed[256][96], types[256][16];
-	unsigned nh = 0, nt = 0, samples = 0, completed_seen = 0;
+	unsigned nh = 0, nt = 0, samples = 0, completed_seen = 0, file_seen = 0;
 	uint64_t last_bucket = 0;
 	struct tool_run r;
 	struct load l;
@@ -404,6 +404,15 @@ Test(stats_report, prometheus_parses, .fini = teardown, .timeout = 60)
 			cr_assert_eq(strtoull(sp, NULL, 10), want, "%s", line);
 			completed_seen++;
 		}
+		if (!strcmp(name, "dataplane_file_ios_total") ||
+		    !strcmp(name, "dataplane_file_bytes_total")) {
+			cr_assert(strstr(line, "mode=\"direct\"") ||
+					  strstr(line, "mode=\"buffered\""),
+				  "%s", line);
+			cr_assert_eq(strtoull(sp, NULL, 10), 0, "host copies are no file I/O: %s",
+				     line);
+			file_seen++;
+		}
 		if (!strcmp(name, "dataplane_queue_latency_seconds_bucket") &&
 		    strstr(line, "queue=\"0\"")) {
 			uint64_t v = strtoull(sp, NULL, 10);
@@ -417,6 +426,7 @@ Test(stats_report, prometheus_parses, .fini = teardown, .timeout = 60)
 	}
 	cr_assert_gt(samples, 50u);
 	cr_assert_eq(completed_seen, 2u);
+	cr_assert_geq(file_seen, 4u, "file I/O families: direct and buffered, slices and bytes");
 	cr_assert_eq(nh, nt, "one HELP per TYPE");
 	tool_run_free(&r);
 	dp_close(l.c);

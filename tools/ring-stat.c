@@ -700,6 +700,10 @@ static uint64_t in_flight(const struct qsnap *q)
 struct prate {
 	double secs, loops, busy_pct, idle_pct, sleep_pct, sleeps, wakeups, descs, per_loop;
 	double path_ops[DP_STATS_NPATH], path_bytes[DP_STATS_NPATH];
+	/* File I/O slices and bytes per second, direct and buffered; the
+	 * share of the interval's file bytes that went direct (-1: none). */
+	double file_direct_ios, file_direct_bytes, file_buffered_ios, file_buffered_bytes;
+	double direct_pct;
 };
 
 static struct prate poller_rate(const struct snap *s, const struct snap *prev, unsigned i)
@@ -735,6 +739,15 @@ static struct prate poller_rate(const struct snap *s, const struct snap *prev, u
 		r.path_ops[k] = (double)delta(p->path_ops[k], o->path_ops[k]) / r.secs;
 		r.path_bytes[k] = (double)delta(p->path_bytes[k], o->path_bytes[k]) / r.secs;
 	}
+	r.file_direct_ios = (double)delta(p->file_direct_ios, o->file_direct_ios) / r.secs;
+	r.file_direct_bytes = (double)delta(p->file_direct_bytes, o->file_direct_bytes) / r.secs;
+	r.file_buffered_ios = (double)delta(p->file_buffered_ios, o->file_buffered_ios) / r.secs;
+	r.file_buffered_bytes =
+		(double)delta(p->file_buffered_bytes, o->file_buffered_bytes) / r.secs;
+	r.direct_pct =
+		r.file_direct_bytes + r.file_buffered_bytes > 0
+			? 100 * r.file_direct_bytes / (r.file_direct_bytes + r.file_buffered_bytes)
+			: -1;
 	return r;
 }
 
@@ -1023,16 +1036,17 @@ static void print_table(const struct snap *s, const struct snap *prev)
 
 	/* Pollers. */
 	if (opt.wide)
-		printf("%s%-6s %4s %8s %6s %6s %6s %8s %7s %9s %6s %7s %7s %7s %7s%s\n", c_on(BOLD),
-		       "POLLER", "CPU", "LOOPS/s", "BUSY%", "IDLE%", "SLEEP%", "SLEEPS/s", "WAKE/s",
-		       "DESC/LOOP", "QUEUES", "HOST/s", "GPU/s", "FABRIC/s", "FILE/s", c_off());
+		printf("%s%-6s %4s %8s %6s %6s %6s %8s %7s %9s %6s %7s %7s %7s %7s %7s%s\n",
+		       c_on(BOLD), "POLLER", "CPU", "LOOPS/s", "BUSY%", "IDLE%", "SLEEP%",
+		       "SLEEPS/s", "WAKE/s", "DESC/LOOP", "QUEUES", "HOST/s", "GPU/s", "FABRIC/s",
+		       "FILE/s", "DIRECT%", c_off());
 	else
 		printf("%s%-6s %4s %8s %6s %6s %8s %7s %9s %6s%s\n", c_on(BOLD), "POLLER", "CPU",
 		       "LOOPS/s", "BUSY%", "SLEEP%", "SLEEPS/s", "WAKE/s", "DESC/LOOP", "QUEUES",
 		       c_off());
 	for (unsigned i = 0; i < s->np; i++) {
 		struct prate r = poller_rate(s, prev, i);
-		char cpu[16];
+		char cpu[16], dpct[16];
 
 		if (s->p[i].cpu >= 0)
 			snprintf(cpu, sizeof(cpu), "%d", s->p[i].cpu);
@@ -1040,15 +1054,20 @@ static void print_table(const struct snap *s, const struct snap *prev)
 			snprintf(cpu, sizeof(cpu), "-");
 		for (unsigned k = 0; k < DP_STATS_NPATH; k++)
 			any_path |= s->p[i].path_ops[k] != 0;
+		if (r.direct_pct < 0)
+			snprintf(dpct, sizeof(dpct), "-");
+		else
+			snprintf(dpct, sizeof(dpct), "%.1f", r.direct_pct);
 		if (opt.wide)
-			printf("%-6u %4s %8s %6.1f %6.1f %6.1f %8s %7s %9.1f %6u %7s %7s %7s %7s\n",
+			printf("%-6u %4s %8s %6.1f %6.1f %6.1f %8s %7s %9.1f %6u %7s %7s %7s %7s "
+			       "%7s\n",
 			       i, cpu, si(b[0], sizeof(b[0]), r.loops), r.busy_pct, r.idle_pct,
 			       r.sleep_pct, si(b[1], sizeof(b[1]), r.sleeps),
 			       si(b[2], sizeof(b[2]), r.wakeups), r.per_loop, s->pq[i],
 			       si(b[3], sizeof(b[3]), r.path_ops[DP_STATS_PATH_HOST]),
 			       si(b[4], sizeof(b[4]), r.path_ops[DP_STATS_PATH_GPU]),
 			       si(b[5], sizeof(b[5]), r.path_ops[DP_STATS_PATH_FABRIC]),
-			       si(b[6], sizeof(b[6]), r.path_ops[DP_STATS_PATH_FILE]));
+			       si(b[6], sizeof(b[6]), r.path_ops[DP_STATS_PATH_FILE]), dpct);
 		else
 			printf("%-6u %4s %8s %6.1f %6.1f %8s %7s %9.1f %6u\n", i, cpu,
 			       si(b[0], sizeof(b[0]), r.loops), r.busy_pct, r.sleep_pct,
@@ -1231,6 +1250,12 @@ static void print_json(const struct snap *s, const struct snap *prev)
 			printf("%s\"%s\":{\"completions\":%llu,\"bytes\":%llu}", k ? "," : "",
 			       dp_stats_path_name(k), (unsigned long long)p->path_ops[k],
 			       (unsigned long long)p->path_bytes[k]);
+		printf("},\"file\":{\"direct_ios\":%llu,\"direct_bytes\":%llu,"
+		       "\"buffered_ios\":%llu,\"buffered_bytes\":%llu",
+		       (unsigned long long)p->file_direct_ios,
+		       (unsigned long long)p->file_direct_bytes,
+		       (unsigned long long)p->file_buffered_ios,
+		       (unsigned long long)p->file_buffered_bytes);
 		for (unsigned k = 0; k < DP_STATS_HIST_BUCKETS; k++)
 			rc += p->retired_hist[k];
 		printf("},\"retired\":{\"queues\":%llu,\"submitted\":%llu,\"completed\":%llu,"
@@ -1243,9 +1268,12 @@ static void print_json(const struct snap *s, const struct snap *prev)
 		printf("\"rates\":{\"interval_s\":%.6f,\"loops_per_s\":%.3f,\"busy_pct\":%.2f,"
 		       "\"idle_pct\":%.2f,\"sleep_pct\":%.2f,\"sleeps_per_s\":%.3f,"
 		       "\"wakeups_per_s\":%.3f,\"descriptors_per_s\":%.3f,"
-		       "\"descriptors_per_busy_loop\":%.3f}}",
+		       "\"descriptors_per_busy_loop\":%.3f,\"file\":{\"direct_ios_per_s\":%.3f,"
+		       "\"direct_bytes_per_s\":%.3f,\"buffered_ios_per_s\":%.3f,"
+		       "\"buffered_bytes_per_s\":%.3f}}}",
 		       r.secs, r.loops, r.busy_pct, r.idle_pct, r.sleep_pct, r.sleeps, r.wakeups,
-		       r.descs, r.per_loop);
+		       r.descs, r.per_loop, r.file_direct_ios, r.file_direct_bytes,
+		       r.file_buffered_ios, r.file_buffered_bytes);
 	}
 	printf("],\"rails\":[");
 	for (unsigned i = 0, n = 0; i < s->nr; i++) {
@@ -1495,6 +1523,27 @@ static void print_prom(const struct snap *s, const struct snap *prev)
 			       "%llu\n",
 			       c.svc, i, dp_stats_path_name(k),
 			       (unsigned long long)s->p[i].path_bytes[k]);
+	prom_head("dataplane_file_ios_total", "counter",
+		  "File I/O slices (io_uring reads and writes) finished, by mode: direct "
+		  "(O_DIRECT) or buffered (page cache).");
+	for (unsigned i = 0; i < s->np; i++) {
+		printf("dataplane_file_ios_total{service=\"%s\",poller=\"%u\",mode=\"direct\"} "
+		       "%llu\n",
+		       c.svc, i, (unsigned long long)s->p[i].file_direct_ios);
+		printf("dataplane_file_ios_total{service=\"%s\",poller=\"%u\",mode=\"buffered\"} "
+		       "%llu\n",
+		       c.svc, i, (unsigned long long)s->p[i].file_buffered_ios);
+	}
+	prom_head("dataplane_file_bytes_total", "counter",
+		  "Bytes of the finished file I/O slices, by mode: direct or buffered.");
+	for (unsigned i = 0; i < s->np; i++) {
+		printf("dataplane_file_bytes_total{service=\"%s\",poller=\"%u\",mode=\"direct\"} "
+		       "%llu\n",
+		       c.svc, i, (unsigned long long)s->p[i].file_direct_bytes);
+		printf("dataplane_file_bytes_total{service=\"%s\",poller=\"%u\",mode="
+		       "\"buffered\"} %llu\n",
+		       c.svc, i, (unsigned long long)s->p[i].file_buffered_bytes);
+	}
 
 	{
 		static const struct {
