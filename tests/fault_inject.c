@@ -75,6 +75,32 @@ struct fab_desc {
 	uint64_t off, len;
 };
 
+/* Waits for completions (at least one within 20 s) and returns how many. */
+static int wait_some(struct dp_queue *q, struct dp_cqe *cqes, const struct tally *t, unsigned ndesc)
+{
+	int k = dp_wait(q, cqes, WINDOW, 20000);
+
+	cr_assert_gt(k, 0, "no completion in 20 s (%u of %u done): %s", t->done, ndesc,
+		     k ? dp_strerror(k) : "timeout");
+	return k;
+}
+
+/* The descriptor completion @c answers: one that was submitted (user_data
+ * below @next) and not answered before; marked done. */
+static struct fab_desc *answered(struct fab_desc *ops, uint64_t next, const struct dp_cqe *c,
+				 struct tally *t)
+{
+	struct fab_desc *o;
+
+	cr_assert_lt(c->user_data, next, "completion for %llu, never submitted",
+		     (unsigned long long)c->user_data);
+	o = &ops[c->user_data];
+	cr_assert_not(o->done, "descriptor %llu completed twice", (unsigned long long)c->user_data);
+	o->done = true;
+	t->done++;
+	return o;
+}
+
 /* A second interface for a second tcp rail, or NULL. */
 static const char *second_nic(void)
 {
@@ -173,21 +199,12 @@ static void fabric_run(const char *nics, const char *slice, const char *faults, 
 			users[seg]++;
 		}
 		fab_submit_all(q, d, n);
-		k = dp_wait(q, cqes, WINDOW, 20000);
-		cr_assert_gt(k, 0, "no completion in 20 s (%u of %u done): %s", t.done, ndesc,
-			     k ? dp_strerror(k) : "timeout");
+		k = wait_some(q, cqes, &t, ndesc);
 		for (int j = 0; j < k; j++) {
 			struct dp_cqe *c = &cqes[j];
-			struct fab_desc *o;
+			struct fab_desc *o = answered(ops, next, c, &t);
 			uint64_t at;
 
-			cr_assert_lt(c->user_data, next, "completion for %llu, never submitted",
-				     (unsigned long long)c->user_data);
-			o = &ops[c->user_data];
-			cr_assert_not(o->done, "descriptor %llu completed twice",
-				      (unsigned long long)c->user_data);
-			o->done = true;
-			t.done++;
 			at = (uint64_t)o->slot * SLOT + o->off;
 			/* Refused before routing (-ECONNRESET): no path flag. */
 			cr_assert(c->flags & DP_CQE_F_FABRIC || c->status == -ECONNRESET,
@@ -355,21 +372,12 @@ Test(fault_inject, file_io_uring)
 			}
 		}
 		submit_all(q, d, n);
-		k = dp_wait(q, cqes, WINDOW, 20000);
-		cr_assert_gt(k, 0, "no completion in 20 s (%u of %u done): %s", t.done, ndesc,
-			     k ? dp_strerror(k) : "timeout");
+		k = wait_some(q, cqes, &t, ndesc);
 		for (int j = 0; j < k; j++) {
 			struct dp_cqe *e = &cqes[j];
-			struct fab_desc *o;
+			struct fab_desc *o = answered(ops, next, e, &t);
 			uint64_t at;
 
-			cr_assert_lt(e->user_data, next, "completion for %llu, never submitted",
-				     (unsigned long long)e->user_data);
-			o = &ops[e->user_data];
-			cr_assert_not(o->done, "descriptor %llu completed twice",
-				      (unsigned long long)e->user_data);
-			o->done = true;
-			t.done++;
 			at = (uint64_t)o->slot * SLOT + o->off;
 			cr_assert(e->flags & DP_CQE_F_FILE, "flags %#x", e->flags);
 			if (!e->status) {
