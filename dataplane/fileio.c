@@ -464,22 +464,18 @@ static void fbuf_iovs(const struct region *reg, struct iovec *iov, bool empty)
 }
 
 /*
- * Poller: whether host region @reg is a fixed buffer of this poller's ring,
- * registering it at its first file I/O here (the kernel pins its pages
- * once, not at every read and write). Slots are taken once per region, at
- * the same index on every ring. false: no table, no slots left, or the
- * kernel refused (a memlock limit); the region then goes by address.
+ * Poller, at a region's first file I/O on this ring: makes host region
+ * @reg fixed buffers of the ring (the kernel pins its pages once, not at
+ * every read and write). Slots are taken once per region, at the same
+ * index on every ring. false: no slots left, or the kernel refused (a
+ * memlock limit); the region then goes by address.
  */
-static bool fbuf_ready(struct fileio_poller *fp, struct region *reg)
+static __attribute__((noinline)) bool fbuf_register(struct fileio_poller *fp, struct region *reg,
+						    uint64_t bit)
 {
-	uint64_t bit = 1ull << fp->p->idx;
 	struct iovec iov[FBUF_SLOTS];
 	unsigned n;
 
-	if (atomic_load_explicit(&reg->fbuf_rings, memory_order_acquire) & bit)
-		return true;
-	if (!fixed_bufs || atomic_load_explicit(&reg->fbuf_failed, memory_order_relaxed))
-		return false;
 	pthread_mutex_lock(&slot_lock);
 	if (!reg->fbuf_n) {
 		unsigned want = (unsigned)((reg->map_len + FBUF_CHUNK - 1) / FBUF_CHUNK), run = 0;
@@ -508,6 +504,18 @@ static bool fbuf_ready(struct fileio_poller *fp, struct region *reg)
 		  n ? "the kernel refused its registration" : "no fixed-buffer slots left");
 	atomic_store(&reg->fbuf_failed, true);
 	return false;
+}
+
+/* The per-slice check: two loads once the region is registered here. */
+static inline bool fbuf_ready(struct fileio_poller *fp, struct region *reg)
+{
+	uint64_t bit = 1ull << fp->p->idx;
+
+	if (atomic_load_explicit(&reg->fbuf_rings, memory_order_acquire) & bit)
+		return true;
+	if (!fixed_bufs || atomic_load_explicit(&reg->fbuf_failed, memory_order_relaxed))
+		return false;
+	return fbuf_register(fp, reg, bit);
 }
 
 void fileio_host_release(struct region *reg)
