@@ -255,8 +255,18 @@ static int on_region_register(struct client *c, struct msg_in *m)
 	seals = fcntl(fd, F_GET_SEALS);
 	if (seals < 0)
 		goto out_fd;
-	if (!(seals & F_SEAL_SHRINK) && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) < 0)
+	if (!(seals & F_SEAL_SHRINK) && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) < 0) {
+		/* EPERM: F_SEAL_SEAL is set (a memfd made without
+		 * MFD_ALLOW_SEALING, a /dev/shm file, or one sealed against
+		 * further seals) or the fd is read-only. The client can fix
+		 * this: say so. c->name is printable ASCII (on_hello). */
+		rc = -EPERM;
+		log_warn("client %u (pid %d '%s'): region refused: the memfd does not allow "
+			 "sealing (memfd_create without MFD_ALLOW_SEALING, F_SEAL_SEAL set, or "
+			 "a read-only fd)",
+			 c->id, (int)c->pid, c->name);
 		goto out_fd;
+	}
 	for (slot = 0; slot < DP_MAX_REGIONS; slot++)
 		if (!atomic_load_explicit(&c->regions[slot], memory_order_relaxed))
 			break;
@@ -1033,6 +1043,8 @@ int control_run(int rpc_fd)
 		atomic_store(&dp_stopping, 1);
 	}
 	log_info("listening on %s", cfg.socket_path);
+	if (!atomic_load(&dp_stopping))
+		service_notify("READY=1\nSTATUS=accepting clients");
 
 	bool reap_broken = false;
 
@@ -1078,6 +1090,7 @@ int control_run(int rpc_fd)
 			}
 		}
 	}
+	service_notify("STOPPING=1");
 	/* Stop accepting at once; clients stay connected until the pollers
 	 * have answered everything they handed over. */
 	close(lfd);

@@ -101,16 +101,18 @@ int ctl_msg_check_payload(const struct dp_msg_hdr *hdr, const void *payload, uns
 			return -EINVAL;
 		return 0;
 	case DP_MSG_SEGMENT_EXPORT:
-		if (!field_str_ok(p.segment_export.name, sizeof(p.segment_export.name)))
+		if (!dp_proto_segment_name_ok(p.segment_export.name, sizeof(p.segment_export.name)))
 			return -EINVAL;
 		if (p.segment_export.access != DP_ACCESS_READ &&
 		    p.segment_export.access != DP_ACCESS_RW)
 			return -EINVAL;
 		return p.segment_export.region < DP_MAX_REGIONS ? 0 : -EBADF;
 	case DP_MSG_SEGMENT_UNEXPORT:
-		return field_str_ok(p.segment_name.name, sizeof(p.segment_name.name)) ? 0 : -EINVAL;
+		return dp_proto_segment_name_ok(p.segment_name.name, sizeof(p.segment_name.name))
+			       ? 0
+			       : -EINVAL;
 	case DP_MSG_SEGMENT_OPEN:
-		if (!field_str_ok(p.segment_open.name, sizeof(p.segment_open.name)) ||
+		if (!dp_proto_segment_name_ok(p.segment_open.name, sizeof(p.segment_open.name)) ||
 		    strnlen(p.segment_open.peer, sizeof(p.segment_open.peer)) ==
 			    sizeof(p.segment_open.peer))
 			return -EINVAL;

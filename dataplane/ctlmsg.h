@@ -36,8 +36,9 @@ int ctl_msg_check_hdr(const void *buf, size_t len, struct dp_msg_hdr *hdr);
  *  -EBADMSG  payload length not exactly the type's;
  *  -EBADF    REGION_REGISTER / REGION_REGISTER_FILE without exactly one fd;
  *            a queue, region or segment id beyond its table;
- *  -EINVAL   a reserved field not 0, a name or path empty or not
- *            NUL-terminated inside its field (a peer may be empty), an access
+ *  -EINVAL   a reserved field not 0, a path empty or not NUL-terminated
+ *            inside its field, a peer not NUL-terminated (it may be empty),
+ *            a segment name that breaks dp_proto_segment_name_ok(), an access
  *            mode outside the type's, a depth not a power of two, an empty
  *            region or one whose offset + len wraps.
  * Types that carry no fd accept any @nfds: the caller closes what came.

@@ -28,6 +28,13 @@
 #define RPC_TIMEOUT_S 10
 #define LIVENESS_EVERY_NS 1000000ull /* dp_submit and idle dp_poll check the socket this often */
 
+/* The exported copies of the header's inline helpers (C99 inline: this
+ * declaration makes this file's definitions the external ones). */
+extern inline void dp_prep_write(struct dp_desc *d, int region, uint64_t local_off, int segment,
+				 uint64_t target_off, uint64_t len, uint64_t user_data);
+extern inline void dp_prep_read(struct dp_desc *d, int region, uint64_t local_off, int segment,
+				uint64_t target_off, uint64_t len, uint64_t user_data);
+
 struct alloc {
 	int region;
 	void *addr;
@@ -63,6 +70,152 @@ static uint64_t mono_ns(clockid_t clk)
 
 	clock_gettime(clk, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- errors: dp_last_error() ---- */
+
+enum call {
+	C_ANY, /* texts every call shares */
+	C_CONNECT,
+	C_QUEUE_CREATE,
+	C_QUEUE_DESTROY,
+	C_ALLOC,
+	C_FREE,
+	C_REGISTER_FD,
+	C_REGISTER_CUDA,
+	C_REGISTER_FILE,
+	C_OPEN_FILE,
+	C_EXPORT,
+	C_UNEXPORT,
+	C_OPEN,
+	C_CLOSE,
+	C_SUBMIT,
+	C_POLL,
+	C_WAIT,
+	C_QUEUE_STATS,
+};
+
+static const char *const call_names[] = {
+	[C_ANY] = "dataplane",
+	[C_CONNECT] = "dp_connect",
+	[C_QUEUE_CREATE] = "dp_queue_create",
+	[C_QUEUE_DESTROY] = "dp_queue_destroy",
+	[C_ALLOC] = "dp_alloc",
+	[C_FREE] = "dp_free",
+	[C_REGISTER_FD] = "dp_register_fd",
+	[C_REGISTER_CUDA] = "dp_register_cuda",
+	[C_REGISTER_FILE] = "dp_register_file",
+	[C_OPEN_FILE] = "dp_open_file",
+	[C_EXPORT] = "dp_segment_export",
+	[C_UNEXPORT] = "dp_segment_unexport",
+	[C_OPEN] = "dp_segment_open",
+	[C_CLOSE] = "dp_segment_close",
+	[C_SUBMIT] = "dp_submit",
+	[C_POLL] = "dp_poll",
+	[C_WAIT] = "dp_wait",
+	[C_QUEUE_STATS] = "dp_queue_stats",
+};
+
+_Static_assert(DP_SEGMENT_NAME_MAX == DP_NAME_MAX - 1, "dataplane.h and dp_proto.h agree");
+
+#define NAME_RULE                                                                                  \
+	"a segment name is 1..63 bytes of [A-Za-z0-9._:/-], no empty, '.' or '..' component"
+
+/* What each call's documented errors mean for that call (dataplane.h,
+ * docs/api.md); C_ANY rows serve every call, after its own rows. */
+static const struct {
+	enum call call;
+	int err;
+	const char *text;
+} call_errors[] = {
+	{C_CONNECT, -ENOENT,
+	 "no service listens on that socket (is dataplaned running? $DP_SOCKET)"},
+	{C_CONNECT, -ECONNREFUSED, "no service listens on that socket (is dataplaned running?)"},
+	{C_CONNECT, -EPROTONOSUPPORT, "client library and service speak different ABI versions"},
+	{C_CONNECT, -ENAMETOOLONG, "socket path too long for a Unix socket"},
+	{C_CONNECT, -EACCES, "no permission to connect to the service's socket"},
+	{C_QUEUE_CREATE, -EINVAL, "depth not a power of two, or above the service's --max-depth"},
+	{C_QUEUE_CREATE, -EMFILE, "the service's --max-queues queues are open already"},
+	{C_ALLOC, -EINVAL, "length 0 or unknown flags"},
+	{C_ALLOC, -ENOSPC, "the client's region table is full (1024 regions)"},
+	{C_REGISTER_FD, -EINVAL, "the fd is not a memfd, or offset + length lies beyond its size"},
+	{C_REGISTER_FD, -EPERM,
+	 "the memfd does not allow sealing: create it with memfd_create(name, "
+	 "MFD_ALLOW_SEALING), do not set F_SEAL_SEAL, pass it read-write"},
+	{C_REGISTER_FD, -ENOSPC, "the client's region table is full (1024 regions)"},
+	{C_REGISTER_CUDA, -EINVAL,
+	 "not cudaMalloc device memory, or the range leaves the allocation"},
+	{C_REGISTER_FILE, -EPERM,
+	 "the fd's open mode does not allow the access (a read-only fd for DP_ACCESS_RW, or a "
+	 "write-only fd)"},
+	{C_REGISTER_FILE, -EINVAL,
+	 "not a regular file or block device, a range beyond a read-only file, an O_APPEND fd "
+	 "for DP_ACCESS_RW, or bad flags"},
+	{C_REGISTER_FILE, -ENOTSUP, "the service has no io_uring"},
+	{C_OPEN_FILE, -EPERM,
+	 "the path is outside the service's --file-root (an absolute path, '..' or a symlink "
+	 "leading out), or the service runs without --file-root"},
+	{C_OPEN_FILE, -ENOENT, "no such file beneath the service's --file-root"},
+	{C_OPEN_FILE, -ENAMETOOLONG, "the path is 256 bytes or more"},
+	{C_OPEN_FILE, -EACCES, "the service may not open that file (file permissions)"},
+	{C_OPEN_FILE, -EINVAL,
+	 "empty path, not a regular file or block device (a directory?), a range beyond a "
+	 "read-only file, or bad flags"},
+	{C_OPEN_FILE, -ENOTSUP, "the service has no io_uring, or the kernel no openat2"},
+	{C_FREE, -EBADF, "unknown region id"},
+	{C_EXPORT, -EINVAL,
+	 "bad name (" NAME_RULE "), or access not DP_ACCESS_READ / DP_ACCESS_RW"},
+	{C_EXPORT, -EBADF, "unknown region id"},
+	{C_EXPORT, -EPERM, "the region does not allow that access (a read-only file region)"},
+	{C_EXPORT, -EEXIST, "the name is taken (here, or by another service of the cluster)"},
+	{C_EXPORT, -EHOSTUNREACH, "the cluster directory cannot be reached"},
+	{C_EXPORT, -ETIMEDOUT, "the cluster directory, or the service, did not answer in time"},
+	{C_UNEXPORT, -EINVAL, "bad name (" NAME_RULE ")"},
+	{C_UNEXPORT, -ENOENT, "no segment of that name is exported here"},
+	{C_UNEXPORT, -EPERM, "the segment is another client's export"},
+	{C_OPEN, -EINVAL,
+	 "bad name (" NAME_RULE "), peer of 64 bytes or more, or access not READ/WRITE/RW"},
+	{C_OPEN, -ENOENT,
+	 "no segment of that name (on that peer, here, or in the cluster directory)"},
+	{C_OPEN, -EPERM, "access beyond what the segment's export grants"},
+	{C_OPEN, -EHOSTUNREACH, "the peer, or the cluster directory, cannot be reached"},
+	{C_OPEN, -ETIMEDOUT,
+	 "the peer, the cluster directory, or the service did not answer in time"},
+	{C_OPEN, -ENOSPC, "the client's segment handle table is full"},
+	{C_CLOSE, -EBADF, "unknown segment handle"},
+	{C_QUEUE_DESTROY, -EBADF, "unknown queue"},
+	{C_ANY, -ECONNRESET, "the service went away (restart, crash or shutdown)"},
+	{C_ANY, -ETIMEDOUT, "the service did not answer within 10 s"},
+	{C_ANY, -EBADMSG, "malformed reply: client library and service do not match"},
+	{C_ANY, -ENOMEM, "out of memory"},
+	{C_ANY, -EINVAL, "bad argument (a NULL pointer, a negative id, a length of 0)"},
+};
+
+static _Thread_local char last_error[320];
+
+/* Records why @call failed with @err (< 0) for dp_last_error(); returns @err
+ * unchanged, or passes a success through untouched. */
+static int fail(enum call call, int err)
+{
+	const char *text = NULL, *name;
+
+	if (err >= 0)
+		return err;
+	for (size_t i = 0; !text && i < sizeof(call_errors) / sizeof(call_errors[0]); i++)
+		if (call_errors[i].call == call && call_errors[i].err == err)
+			text = call_errors[i].text;
+	for (size_t i = 0; !text && i < sizeof(call_errors) / sizeof(call_errors[0]); i++)
+		if (call_errors[i].call == C_ANY && call_errors[i].err == err)
+			text = call_errors[i].text;
+	name = strerrorname_np(-err);
+	snprintf(last_error, sizeof(last_error), "%s: %s (%s)", call_names[call],
+		 text ? text : dp_strerror(err), name ? name : "?");
+	return err;
+}
+
+const char *dp_last_error(void)
+{
+	return last_error;
 }
 
 /* ---- control calls ---- */
@@ -190,7 +343,7 @@ static void default_socket(char *out, size_t len)
 		snprintf(out, len, "/run/dataplane/dataplane.sock");
 }
 
-int dp_connect(const char *socket_path, const char *name, struct dp_client **out)
+static int connect_(const char *socket_path, const char *name, struct dp_client **out)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	struct timeval tv = {.tv_sec = RPC_TIMEOUT_S};
@@ -238,6 +391,11 @@ err:
 	return rc;
 }
 
+int dp_connect(const char *socket_path, const char *name, struct dp_client **out)
+{
+	return fail(C_CONNECT, connect_(socket_path, name, out));
+}
+
 const char *dp_server_name(const struct dp_client *c)
 {
 	return c->server_name;
@@ -268,7 +426,7 @@ void dp_close(struct dp_client *c)
 	free(c);
 }
 
-int dp_queue_create(struct dp_client *c, uint32_t depth, struct dp_queue **out)
+static int queue_create(struct dp_client *c, uint32_t depth, struct dp_queue **out)
 {
 	struct dp_msg_queue_create req = {.depth = depth};
 	struct dp_msg_queue_create_reply r;
@@ -313,6 +471,11 @@ int dp_queue_create(struct dp_client *c, uint32_t depth, struct dp_queue **out)
 	return 0;
 }
 
+int dp_queue_create(struct dp_client *c, uint32_t depth, struct dp_queue **out)
+{
+	return fail(C_QUEUE_CREATE, queue_create(c, depth, out));
+}
+
 int dp_queue_destroy(struct dp_queue *q)
 {
 	struct dp_client *c;
@@ -320,7 +483,7 @@ int dp_queue_destroy(struct dp_queue *q)
 	int rc;
 
 	if (!q)
-		return -EINVAL;
+		return fail(C_QUEUE_DESTROY, -EINVAL);
 	c = q->c;
 	req = (struct dp_msg_id){.id = q->id};
 	pthread_mutex_lock(&c->lock);
@@ -333,7 +496,7 @@ int dp_queue_destroy(struct dp_queue *q)
 		}
 	pthread_mutex_unlock(&c->lock);
 	queue_unmap(q);
-	return rc;
+	return fail(C_QUEUE_DESTROY, rc);
 }
 
 int dp_register_fd(struct dp_client *c, int fd, uint64_t off, uint64_t len)
@@ -343,9 +506,9 @@ int dp_register_fd(struct dp_client *c, int fd, uint64_t off, uint64_t len)
 	int rc;
 
 	if (!c || fd < 0 || !len)
-		return -EINVAL;
+		return fail(C_REGISTER_FD, -EINVAL);
 	rc = rpc_locked(c, DP_MSG_REGION_REGISTER, &req, sizeof(req), fd, &r, sizeof(r), NULL, 0);
-	return rc ? rc : (int)r.id;
+	return rc ? fail(C_REGISTER_FD, rc) : (int)r.id;
 }
 
 int dp_register_cuda(struct dp_client *c, void *ptr, size_t len)
@@ -355,13 +518,13 @@ int dp_register_cuda(struct dp_client *c, void *ptr, size_t len)
 	int rc;
 
 	if (!c || !ptr || !len)
-		return -EINVAL;
+		return fail(C_REGISTER_CUDA, -EINVAL);
 	rc = dp_cuda_export(ptr, len, &req);
 	if (rc)
-		return rc;
+		return fail(C_REGISTER_CUDA, rc);
 	rc = rpc_locked(c, DP_MSG_REGION_REGISTER_CUDA, &req, sizeof(req), -1, &r, sizeof(r), NULL,
 			0);
-	return rc ? rc : (int)r.id;
+	return rc ? fail(C_REGISTER_CUDA, rc) : (int)r.id;
 }
 
 int dp_register_file(struct dp_client *c, int fd, uint64_t offset, uint64_t len, unsigned flags)
@@ -371,10 +534,10 @@ int dp_register_file(struct dp_client *c, int fd, uint64_t offset, uint64_t len,
 	int rc;
 
 	if (!c || fd < 0)
-		return -EINVAL;
+		return fail(C_REGISTER_FILE, -EINVAL);
 	rc = rpc_locked(c, DP_MSG_REGION_REGISTER_FILE, &req, sizeof(req), fd, &r, sizeof(r), NULL,
 			0);
-	return rc ? rc : (int)r.id;
+	return rc ? fail(C_REGISTER_FILE, rc) : (int)r.id;
 }
 
 int dp_open_file(struct dp_client *c, const char *path, uint64_t offset, uint64_t len,
@@ -385,12 +548,12 @@ int dp_open_file(struct dp_client *c, const char *path, uint64_t offset, uint64_
 	int rc;
 
 	if (!c || !path || !*path)
-		return -EINVAL;
+		return fail(C_OPEN_FILE, -EINVAL);
 	if (strlen(path) >= sizeof(req.path))
-		return -ENAMETOOLONG;
+		return fail(C_OPEN_FILE, -ENAMETOOLONG);
 	strcpy(req.path, path);
 	rc = rpc_locked(c, DP_MSG_REGION_OPEN_PATH, &req, sizeof(req), -1, &r, sizeof(r), NULL, 0);
-	return rc ? rc : (int)r.id;
+	return rc ? fail(C_OPEN_FILE, rc) : (int)r.id;
 }
 
 /* A sealed memfd of `len` bytes, mapped; huge pages when asked and the host
@@ -419,7 +582,7 @@ static int map_memfd(size_t len, bool huge, int *fd_out, void **addr)
 	return 0;
 }
 
-int dp_alloc(struct dp_client *c, size_t len, unsigned flags, void **addr)
+static int alloc_(struct dp_client *c, size_t len, unsigned flags, void **addr)
 {
 	size_t page = (size_t)sysconf(_SC_PAGESIZE), huge = 2u << 20, maplen;
 	void *p = NULL;
@@ -455,13 +618,18 @@ int dp_alloc(struct dp_client *c, size_t len, unsigned flags, void **addr)
 	return region;
 }
 
+int dp_alloc(struct dp_client *c, size_t len, unsigned flags, void **addr)
+{
+	return fail(C_ALLOC, alloc_(c, len, flags, addr));
+}
+
 int dp_free(struct dp_client *c, int region)
 {
 	struct dp_msg_id req = {.id = (uint32_t)region};
 	int rc;
 
 	if (!c || region < 0)
-		return -EBADF;
+		return fail(C_FREE, -EBADF);
 	pthread_mutex_lock(&c->lock);
 	rc = rpc(c, DP_MSG_REGION_FREE, &req, sizeof(req), -1, NULL, sizeof(struct dp_msg_status),
 		 NULL, 0);
@@ -472,17 +640,19 @@ int dp_free(struct dp_client *c, int region)
 			break;
 		}
 	pthread_mutex_unlock(&c->lock);
-	return rc;
+	return fail(C_FREE, rc);
 }
 
-static int copy_name(char *dst, size_t cap, const char *src, bool allow_empty)
+/* A peer ("" allowed) into its field; a segment name must also keep the
+ * rules of dp_proto_segment_name_ok() (the service checks them too). */
+static int copy_name(char *dst, size_t cap, const char *src, bool segment)
 {
 	size_t n;
 
 	if (!src)
 		src = "";
 	n = strlen(src);
-	if (n >= cap || (!n && !allow_empty))
+	if (n >= cap || (segment && !dp_proto_segment_name_ok(src, cap)))
 		return -EINVAL;
 	memset(dst, 0, cap);
 	memcpy(dst, src, n);
@@ -493,20 +663,22 @@ int dp_segment_export(struct dp_client *c, int region, const char *name, unsigne
 {
 	struct dp_msg_segment_export req = {.region = (uint32_t)region, .access = access};
 
-	if (!c || region < 0 || copy_name(req.name, sizeof(req.name), name, false))
-		return -EINVAL;
-	return rpc_locked(c, DP_MSG_SEGMENT_EXPORT, &req, sizeof(req), -1, NULL,
-			  sizeof(struct dp_msg_status), NULL, 0);
+	if (!c || copy_name(req.name, sizeof(req.name), name, true))
+		return fail(C_EXPORT, -EINVAL);
+	if (region < 0)
+		return fail(C_EXPORT, -EBADF);
+	return fail(C_EXPORT, rpc_locked(c, DP_MSG_SEGMENT_EXPORT, &req, sizeof(req), -1, NULL,
+					 sizeof(struct dp_msg_status), NULL, 0));
 }
 
 int dp_segment_unexport(struct dp_client *c, const char *name)
 {
 	struct dp_msg_segment_name req;
 
-	if (!c || copy_name(req.name, sizeof(req.name), name, false))
-		return -EINVAL;
-	return rpc_locked(c, DP_MSG_SEGMENT_UNEXPORT, &req, sizeof(req), -1, NULL,
-			  sizeof(struct dp_msg_status), NULL, 0);
+	if (!c || copy_name(req.name, sizeof(req.name), name, true))
+		return fail(C_UNEXPORT, -EINVAL);
+	return fail(C_UNEXPORT, rpc_locked(c, DP_MSG_SEGMENT_UNEXPORT, &req, sizeof(req), -1, NULL,
+					   sizeof(struct dp_msg_status), NULL, 0));
 }
 
 int dp_segment_open(struct dp_client *c, const char *peer, const char *name, unsigned access)
@@ -515,11 +687,11 @@ int dp_segment_open(struct dp_client *c, const char *peer, const char *name, uns
 	struct dp_msg_id_reply r;
 	int rc;
 
-	if (!c || copy_name(req.name, sizeof(req.name), name, false) ||
-	    copy_name(req.peer, sizeof(req.peer), peer, true))
-		return -EINVAL;
+	if (!c || copy_name(req.name, sizeof(req.name), name, true) ||
+	    copy_name(req.peer, sizeof(req.peer), peer, false))
+		return fail(C_OPEN, -EINVAL);
 	rc = rpc_locked(c, DP_MSG_SEGMENT_OPEN, &req, sizeof(req), -1, &r, sizeof(r), NULL, 0);
-	return rc ? rc : (int)r.id;
+	return rc ? fail(C_OPEN, rc) : (int)r.id;
 }
 
 int dp_segment_close(struct dp_client *c, int segment)
@@ -527,9 +699,9 @@ int dp_segment_close(struct dp_client *c, int segment)
 	struct dp_msg_id req = {.id = (uint32_t)segment};
 
 	if (!c || segment < 0)
-		return -EBADF;
-	return rpc_locked(c, DP_MSG_SEGMENT_CLOSE, &req, sizeof(req), -1, NULL,
-			  sizeof(struct dp_msg_status), NULL, 0);
+		return fail(C_CLOSE, -EBADF);
+	return fail(C_CLOSE, rpc_locked(c, DP_MSG_SEGMENT_CLOSE, &req, sizeof(req), -1, NULL,
+					sizeof(struct dp_msg_status), NULL, 0));
 }
 
 /* ---- data path ---- */
@@ -569,12 +741,10 @@ int dp_submit(struct dp_queue *q, const struct dp_desc *descs, unsigned n)
 	uint64_t now;
 	int k;
 
-	if (q->c->dead)
-		return -ECONNRESET;
+	if (q->c->dead || idle_check(q))
+		return fail(C_SUBMIT, -ECONNRESET);
 	/* The ring alone never says that the service died: a client that
 	 * submits slowly and reaps late would fill it for seconds first. */
-	if (idle_check(q))
-		return -ECONNRESET;
 	credit = q->depth - q->in_flight;
 	if (n > credit)
 		n = credit;
@@ -582,7 +752,7 @@ int dp_submit(struct dp_queue *q, const struct dp_desc *descs, unsigned n)
 		return 0;
 	k = dp_ring_reserve(&q->pair.sq, n, &idx);
 	if (k <= 0)
-		return k < 0 ? k : idle_check(q);
+		return fail(C_SUBMIT, k < 0 ? k : idle_check(q));
 	now = mono_ns(CLOCK_MONOTONIC);
 	/* One pass: each slot is written once, stamp included. */
 	for (int i = 0; i < k; i++) {
@@ -604,9 +774,9 @@ int dp_poll(struct dp_queue *q, struct dp_cqe *cqes, unsigned max)
 	int k = dp_ring_dequeue_burst(&q->pair.cq, cqes, max);
 
 	if (k < 0)
-		return k;
+		return fail(C_POLL, k);
 	if (!k)
-		return q->in_flight ? idle_check(q) : 0;
+		return q->in_flight ? fail(C_POLL, idle_check(q)) : 0;
 	for (int i = 0; i < k; i++) {
 		if (cqes[i].status) {
 			q->st.failed++;
@@ -632,9 +802,9 @@ int dp_wait(struct dp_queue *q, struct dp_cqe *cqes, unsigned max, int timeout_m
 		uint64_t now;
 
 		if (k)
-			return k;
+			return k < 0 ? fail(C_WAIT, k) : k;
 		if (!service_alive(q->c))
-			return -ECONNRESET;
+			return fail(C_WAIT, -ECONNRESET);
 		now = mono_ns(CLOCK_MONOTONIC);
 		if (now >= deadline)
 			return 0;
@@ -660,7 +830,7 @@ int dp__queue_ring(struct dp_queue *q, struct dp_ring_pair **pair, int *sq_efd)
 int dp_queue_stats(const struct dp_queue *q, struct dp_queue_stats *st)
 {
 	if (!q || !st)
-		return -EINVAL;
+		return fail(C_QUEUE_STATS, -EINVAL);
 	*st = q->st;
 	st->in_flight = q->in_flight;
 	return 0;
@@ -684,7 +854,10 @@ const char *dp_strerror(int err)
 	case EFAULT:
 		return "offset and length fall outside the region or segment";
 	case EPERM:
-		return "access not granted by the segment's export";
+		/* Several calls: dp_last_error() names the one and the cause. */
+		return "not permitted: access beyond the segment's export, the region's or the "
+		       "fd's mode, a path outside the service's --file-root, or a memfd that "
+		       "does not allow sealing";
 	case EHOSTUNREACH:
 		return "peer service unreachable";
 	case ECANCELED:

@@ -10,7 +10,8 @@
  * system call; dp_wait() sleeps on a doorbell only when asked to.
  *
  * Every call returns 0 (or a non-negative count/handle) on success and a
- * negative errno on failure; dp_strerror() turns one into text. Nothing here
+ * negative errno on failure; dp_strerror() turns one into text, and
+ * dp_last_error() says what it meant for the call that failed. Nothing here
  * prints or exits.
  */
 #ifndef DATAPLANE_H
@@ -29,7 +30,7 @@ extern "C" {
 enum dp_opcode {
 	DP_OP_WRITE = 1,
 	DP_OP_READ = 2,
-	DP_OP_NOP = 3, /**< completes at once with status 0, moves nothing */
+	DP_OP_NOP = 3 /**< completes at once with status 0, moves nothing */
 };
 
 /**
@@ -71,8 +72,18 @@ struct dp_cqe {
 /** A file took part (io_uring). */
 #define DP_CQE_F_FILE 8u
 
-_Static_assert(sizeof(struct dp_desc) == 64, "descriptor is one 64-byte slot");
-_Static_assert(sizeof(struct dp_cqe) == 32, "completion is 32 bytes");
+/* The layout checks, in whichever form the including language has: C++11
+ * static_assert, C11 _Static_assert, else (C99) an array of size -1. */
+#if defined(__cplusplus) && __cplusplus >= 201103L
+#define DP__STATIC_ASSERT(e, msg, tag) static_assert(e, msg)
+#elif !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+#define DP__STATIC_ASSERT(e, msg, tag) _Static_assert(e, msg)
+#else
+#define DP__STATIC_ASSERT(e, msg, tag) typedef char dp__static_assert_##tag[(e) ? 1 : -1]
+#endif
+DP__STATIC_ASSERT(sizeof(struct dp_desc) == 64, "descriptor is one 64-byte slot", desc);
+DP__STATIC_ASSERT(sizeof(struct dp_cqe) == 32, "completion is 32 bytes", cqe);
+#undef DP__STATIC_ASSERT
 
 /** Segment access modes (dp_segment_export, dp_segment_open). */
 #define DP_ACCESS_READ 1u
@@ -136,8 +147,11 @@ int dp_free(struct dp_client *c, int region);
 
 /**
  * Registers bytes [@p off, @p off + @p len) of a memfd the caller owns as a
- * region (the service maps it and seals it against shrinking). Returns the
- * region id. -EINVAL when the fd is not a memfd or too short.
+ * region (the service maps it and seals it against shrinking). The memfd
+ * must allow sealing: memfd_create(name, MFD_ALLOW_SEALING), opened
+ * read-write, F_SEAL_SEAL not set (or F_SEAL_SHRINK set already). Returns
+ * the region id. -EINVAL when the fd is not a memfd or too short, -EPERM
+ * when it does not allow sealing (the service logs why).
  */
 int dp_register_fd(struct dp_client *c, int fd, uint64_t off, uint64_t len);
 
@@ -188,10 +202,21 @@ int dp_register_file(struct dp_client *c, int fd, uint64_t offset, uint64_t len,
 int dp_open_file(struct dp_client *c, const char *path, uint64_t offset, uint64_t len,
 		 unsigned flags);
 
+/**
+ * Segment names (dp_segment_export, dp_segment_unexport, dp_segment_open):
+ * 1..DP_SEGMENT_NAME_MAX bytes of [A-Za-z0-9._:/-], read as '/'-separated
+ * components, none of them empty, "." or "..": no leading or trailing '/',
+ * no "//", no control characters, spaces or non-ASCII bytes. Any other name
+ * is -EINVAL (checked by the library and again by the service).
+ */
+#define DP_SEGMENT_NAME_MAX 63
+
 /** Exports a region as the named segment, with @p access DP_ACCESS_READ or
  * DP_ACCESS_RW. -EEXIST when the name is taken (with a cluster directory:
  * by any live service of the fleet; -EHOSTUNREACH / -ETIMEDOUT when the
- * directory cannot be reached, docs/cluster.md). Names: 1..63 bytes. */
+ * directory cannot be reached, docs/cluster.md), -EINVAL a name outside the
+ * rules above or a bad @p access, -EBADF an unknown region, -EPERM an
+ * access the region does not allow (a read-only file region). */
 int dp_segment_export(struct dp_client *c, int region, const char *name, unsigned access);
 
 /** Withdraws an export; descriptors already accepted finish. */
@@ -231,29 +256,64 @@ int dp_wait(struct dp_queue *q, struct dp_cqe *cqes, unsigned max, int timeout_m
 /** Fills @p st with the queue's figures. */
 int dp_queue_stats(const struct dp_queue *q, struct dp_queue_stats *st);
 
-/** Text for a negative errno returned by this API. */
+/** Text for a negative errno returned by this API, the same for every call
+ * (an errno can mean different things to different calls: see
+ * dp_last_error()). */
 const char *dp_strerror(int err);
 
-/** Fills a WRITE descriptor (local region -> target segment). */
-static inline void dp_prep_write(struct dp_desc *d, int region, uint64_t local_off, int segment,
-				 uint64_t target_off, uint64_t len, uint64_t user_data)
+/**
+ * What the last call of this thread that failed was and what its errno
+ * means for that call, e.g. "dp_open_file: the path is outside the
+ * service's --file-root ... (EPERM)". "" before any failure. Like errno, a
+ * call that succeeds leaves it alone. Thread-local; valid until this
+ * thread's next failing call.
+ */
+const char *dp_last_error(void);
+
+/*
+ * dp_prep_write() and dp_prep_read() are exported functions of the library
+ * (for callers that cannot use inline functions: ctypes, other FFIs) and, in
+ * C99 and later and in C++, inline functions of the same name: a C or C++
+ * caller gets the body inlined and links against the exported copy only
+ * where the compiler chose not to inline. docs/api.md, "Preparing
+ * descriptors".
+ */
+#if defined(__cplusplus) || !defined(__GNUC_GNU_INLINE__)
+#define DP__INLINE inline /* C99 / C++ inline; libclient/client.c emits the symbol */
+#else
+#define DP__INLINE extern inline /* gnu89 inline: the same meaning, other words */
+#endif
+
+/** Fills a WRITE descriptor (local region -> target segment); every other
+ * field is 0. */
+DP__INLINE void dp_prep_write(struct dp_desc *d, int region, uint64_t local_off, int segment,
+			      uint64_t target_off, uint64_t len, uint64_t user_data)
 {
-	*d = (struct dp_desc){.opcode = DP_OP_WRITE,
-			      .region = (uint32_t)region,
-			      .local_off = local_off,
-			      .segment = (uint32_t)segment,
-			      .target_off = target_off,
-			      .len = len,
-			      .user_data = user_data};
+	/* Field by field (there is no padding): the subset of C and C++
+	 * that both accept, no designated initialisers. */
+	d->opcode = (uint8_t)DP_OP_WRITE;
+	d->flags = 0;
+	d->reserved0 = 0;
+	d->region = (uint32_t)region;
+	d->local_off = local_off;
+	d->segment = (uint32_t)segment;
+	d->reserved1 = 0;
+	d->target_off = target_off;
+	d->len = len;
+	d->user_data = user_data;
+	d->submit_ns = 0;
+	d->reserved2 = 0;
 }
 
-/** Fills a READ descriptor (target segment -> local region). */
-static inline void dp_prep_read(struct dp_desc *d, int region, uint64_t local_off, int segment,
-				uint64_t target_off, uint64_t len, uint64_t user_data)
+/** Fills a READ descriptor (target segment -> local region); every other
+ * field is 0. */
+DP__INLINE void dp_prep_read(struct dp_desc *d, int region, uint64_t local_off, int segment,
+			     uint64_t target_off, uint64_t len, uint64_t user_data)
 {
 	dp_prep_write(d, region, local_off, segment, target_off, len, user_data);
-	d->opcode = DP_OP_READ;
+	d->opcode = (uint8_t)DP_OP_READ;
 }
+#undef DP__INLINE
 
 #ifdef __cplusplus
 }

@@ -14,6 +14,7 @@
 #ifndef DP_PROTO_H
 #define DP_PROTO_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define DP_PROTO_MAGIC 0x4c504444u /* "DDPL" */
@@ -21,6 +22,38 @@
 #define DP_MSG_MAX 512u
 #define DP_NAME_MAX 64u /* segment names and peers, NUL included */
 #define DP_MSG_REPLY 0x8000u
+
+/*
+ * A segment name (dataplane.h, docs/api.md): 1..DP_NAME_MAX - 1 bytes of
+ * [A-Za-z0-9._:/-], read as '/'-separated components none of which is
+ * empty, "." or "..": no leading or trailing '/', no "//". Both sides check
+ * it, libclient before sending and the service in ctlmsg.c; @cap bounds the
+ * scan (a fixed field need not hold a NUL).
+ */
+static inline int dp_proto_segment_name_ok(const char *s, size_t cap)
+{
+	size_t n, comp = 0; /* bytes of the current component */
+	int dots = 0;	    /* it is all dots so far */
+
+	for (n = 0; n < cap && s[n]; n++) {
+		char ch = s[n];
+
+		if (ch == '/') {
+			if (!comp || (dots && comp <= 2))
+				return 0;
+			comp = 0;
+			continue;
+		}
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == ':' || ch == '-'))
+			return 0;
+		dots = comp ? dots && ch == '.' : ch == '.';
+		comp++;
+	}
+	if (n == cap || n >= DP_NAME_MAX || !comp || (dots && comp <= 2))
+		return 0;
+	return 1;
+}
 
 enum dp_msg_type {
 	DP_MSG_HELLO = 1,

@@ -491,14 +491,14 @@ Test(service_control, region_register_needs_one_sealable_memfd, .timeout = 20)
 	register_with(fd, 23, 0, 4096, &sv[0], 1, -EINVAL, "a socket");
 	register_with(fd, 24, 0, 4096, &devnull, 1, -EINVAL, "/dev/null");
 	register_with(fd, 25, 0, 4096, &file, 1, -EINVAL, "a regular file on disk");
-	register_with(fd, 26, 0, 4096, &unsealable, 1, -EINVAL, "a memfd without sealing");
+	register_with(fd, 26, 0, 4096, &unsealable, 1, -EPERM, "a memfd without sealing");
 	/* A file on tmpfs is shmem too, but created sealed against seals. */
 	snprintf(path, sizeof(path), "/dev/shm/dp-test-%d", (int)getpid());
 	shm = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
 	if (shm >= 0) {
 		unlink(path);
 		cr_assert_eq(ftruncate(shm, 65536), 0);
-		register_with(fd, 27, 0, 4096, &shm, 1, -EINVAL, "a /dev/shm file");
+		register_with(fd, 27, 0, 4096, &shm, 1, -EPERM, "a /dev/shm file");
 	}
 	register_with(fd, 28, 0, 65537, &m1, 1, -EINVAL, "longer than the memfd");
 	register_with(fd, 29, 65536, 1, &m1, 1, -EINVAL, "offset at the end");
