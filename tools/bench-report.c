@@ -1,10 +1,16 @@
 /* SPDX-License-Identifier: MIT */
-/* bench-report.c - progress lines, JSON results and gnuplot charts for
- * dp-bench. See bench-report.h. */
+/* bench-report.c - placement, the dataplaned check, progress lines, JSON
+ * results and gnuplot charts for dp-bench and ring-bench. See
+ * bench-report.h. */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -17,6 +23,309 @@ static uint64_t clock_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- placement ---- */
+
+/* The line alone on its cache lines (and the adjacent-line prefetcher's
+ * pair); the start line and the results elsewhere. */
+struct pingpong_run {
+	uint64_t line __attribute__((aligned(128)));
+	int arrived __attribute__((aligned(128)));
+	int err;
+	int cpu[2];
+	uint64_t count;
+	double t0, t1;
+	double waited[2];
+};
+
+/* Nanoseconds this thread has been runnable but waiting for its CPU: the
+ * second field of /proc/thread-self/schedstat; 0 where unavailable. */
+static double runqueue_wait_ns(int fd)
+{
+	char buf[96], *end;
+	ssize_t n = fd < 0 ? -1 : pread(fd, buf, sizeof(buf) - 1, 0);
+
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	strtoull(buf, &end, 10);
+	return (double)strtoull(end, NULL, 10);
+}
+
+static double mono_ns(void)
+{
+	return (double)clock_ns();
+}
+
+static void *pingpong_thread(struct pingpong_run *run, int side)
+{
+	int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+	cpu_set_t set;
+	double w0;
+
+	CPU_ZERO(&set);
+	CPU_SET(run->cpu[side], &set);
+	if (run->cpu[side] < 0 || pthread_setaffinity_np(pthread_self(), sizeof(set), &set))
+		__atomic_store_n(&run->err, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&run->arrived, 1, __ATOMIC_ACQ_REL);
+	while (__atomic_load_n(&run->arrived, __ATOMIC_ACQUIRE) < 2)
+		;
+	if (__atomic_load_n(&run->err, __ATOMIC_RELAXED))
+		goto out;
+	w0 = runqueue_wait_ns(fd);
+	if (side == 0) {
+		run->t0 = mono_ns();
+		for (uint64_t i = 0; i < run->count; i++) {
+			__atomic_store_n(&run->line, 2 * i + 1, __ATOMIC_RELEASE);
+			while (__atomic_load_n(&run->line, __ATOMIC_ACQUIRE) != 2 * i + 2)
+				;
+		}
+		run->t1 = mono_ns();
+	} else {
+		for (uint64_t i = 0; i < run->count; i++) {
+			while (__atomic_load_n(&run->line, __ATOMIC_ACQUIRE) != 2 * i + 1)
+				;
+			__atomic_store_n(&run->line, 2 * i + 2, __ATOMIC_RELEASE);
+		}
+	}
+	run->waited[side] = runqueue_wait_ns(fd) - w0;
+out:
+	if (fd >= 0)
+		close(fd);
+	return NULL;
+}
+
+static void *pingpong_a(void *run)
+{
+	return pingpong_thread(run, 0);
+}
+
+static void *pingpong_b(void *run)
+{
+	return pingpong_thread(run, 1);
+}
+
+int bench_pingpong(int cpu_a, int cpu_b, uint64_t round_trips, struct pingpong_result *r)
+{
+	struct pingpong_run *run = mmap(NULL, sizeof(*run), PROT_READ | PROT_WRITE,
+					MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	pthread_t ta, tb;
+	int err;
+
+	if (run == MAP_FAILED || !round_trips)
+		return -1;
+	run->cpu[0] = cpu_a;
+	run->cpu[1] = cpu_b;
+	run->count = round_trips;
+	if (pthread_create(&ta, NULL, pingpong_a, run))
+		return -1;
+	if (pthread_create(&tb, NULL, pingpong_b, run)) {
+		/* Let A through its start line and out. */
+		__atomic_store_n(&run->err, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&run->arrived, 1, __ATOMIC_ACQ_REL);
+		pthread_join(ta, NULL);
+		return -1;
+	}
+	pthread_join(ta, NULL);
+	pthread_join(tb, NULL);
+	err = run->err;
+	r->elapsed_ns = run->t1 - run->t0;
+	r->ns = r->elapsed_ns / (double)round_trips;
+	r->waited_ns = run->waited[0] + run->waited[1];
+	munmap(run, sizeof(*run));
+	return err ? -1 : 0;
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+double bench_placement(int cpu_a, int cpu_b, unsigned runs)
+{
+	struct pingpong_result r;
+	double v[64];
+	unsigned n = 0, retries = 0;
+
+	if (!runs || runs > 64)
+		runs = 5;
+	/* One CPU: the two threads would take turns by time slices. */
+	if (cpu_a == cpu_b)
+		return -1;
+	if (bench_pingpong(cpu_a, cpu_b, 20000, &r))
+		return -1;
+	while (n < runs) {
+		if (bench_pingpong(cpu_a, cpu_b, 200000, &r))
+			return -1;
+		/* Disturbed: another program had one of the CPUs. */
+		if (r.waited_ns * 100 > r.elapsed_ns && retries++ < 10)
+			continue;
+		v[n++] = r.ns;
+	}
+	qsort(v, n, sizeof(*v), cmp_dbl);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+void placement_report(int cpu_a, int cpu_b, double ns)
+{
+	if (ns > 0)
+		printf("placement: cache-line ping-pong CPU %d <-> CPU %d: %.1f ns round trip "
+		       "(median of 5 runs)\n",
+		       cpu_a, cpu_b, ns);
+	else
+		printf("placement: cache-line ping-pong CPU %d <-> CPU %d: not measured (the "
+		       "same CPU, or one not available)\n",
+		       cpu_a, cpu_b);
+	report_obj("placement");
+	report_str("what", "cache-line ping-pong between the two CPUs, ns per round trip");
+	report_arr("cpus");
+	report_num(NULL, cpu_a);
+	report_num(NULL, cpu_b);
+	report_end();
+	report_num("round_trip_ns", ns > 0 ? ns : 0.0 / 0.0);
+	report_end();
+}
+
+/* ---- dataplaned processes ---- */
+
+static bool read_small(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, len - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = 0;
+	return true;
+}
+
+/* The CPU a thread is pinned to, or -1 when it may run on more than one. */
+static int pinned_cpu(const char *status)
+{
+	const char *l = strstr(status, "Cpus_allowed_list:");
+	char *end;
+	long cpu;
+
+	if (!l)
+		return -1;
+	l += strlen("Cpus_allowed_list:");
+	cpu = strtol(l, &end, 10);
+	if (end == l || (*end != '\n' && *end != 0))
+		return -1;
+	return (int)cpu;
+}
+
+static bool cpu_listed(int cpu, const int *cpus, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (cpus[i] == cpu)
+			return true;
+	return false;
+}
+
+#define APPEND(...)                                                                                \
+	do {                                                                                       \
+		if (off < len)                                                                     \
+			off += (size_t)snprintf(desc + off, len - off, __VA_ARGS__);               \
+	} while (0)
+
+unsigned services_on_cpus(const int *cpus, unsigned ncpus, char *desc, size_t len)
+{
+	DIR *proc = opendir("/proc");
+	struct dirent *de;
+	unsigned hits = 0, nproc = 0;
+	size_t off = 0;
+	char path[600], buf[4096];
+
+	desc[0] = 0;
+	while (proc && (de = readdir(proc))) {
+		unsigned pinned = 0;
+		DIR *task;
+		struct dirent *te;
+
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/comm", de->d_name);
+		if (!read_small(path, buf, sizeof(buf)) || strcmp(buf, "dataplaned\n"))
+			continue;
+		APPEND("%sdataplaned pid %s:", nproc++ ? "; " : "", de->d_name);
+		snprintf(path, sizeof(path), "/proc/%s/task", de->d_name);
+		task = opendir(path);
+		while (task && (te = readdir(task))) {
+			char *st;
+			int cpu;
+
+			if (te->d_name[0] == '.')
+				continue;
+			snprintf(path, sizeof(path), "/proc/%s/task/%s/status", de->d_name,
+				 te->d_name);
+			if (!read_small(path, buf, sizeof(buf)) || (cpu = pinned_cpu(buf)) < 0)
+				continue;
+			snprintf(path, sizeof(path), "/proc/%s/task/%s/stat", de->d_name,
+				 te->d_name);
+			st = read_small(path, buf, sizeof(buf)) ? strrchr(buf, ')') : NULL;
+			APPEND(" poller on CPU %d (%s)", cpu,
+			       st && st[1] && st[2] == 'R' ? "running" : "sleeping");
+			pinned++;
+			hits += cpu_listed(cpu, cpus, ncpus);
+		}
+		if (task)
+			closedir(task);
+		if (!pinned) {
+			/* Unpinned pollers may run anywhere, the peer's CPUs too. */
+			APPEND(" no pinned pollers (they may run on any CPU)");
+			hits++;
+		}
+	}
+	if (proc)
+		closedir(proc);
+	if (!nproc)
+		snprintf(desc, len, "no dataplaned running");
+	return hits;
+}
+
+void peer_check_take(struct peer_check *c, const int *cpus, unsigned ncpus)
+{
+	unsigned hits = services_on_cpus(cpus, ncpus, c->desc, sizeof(c->desc));
+	size_t o = 0;
+
+	c->clean = !hits;
+	c->none = !strcmp(c->desc, "no dataplaned running");
+	c->cpus[0] = 0;
+	for (unsigned i = 0; i < ncpus && o < sizeof(c->cpus); i++)
+		o += (size_t)snprintf(c->cpus + o, sizeof(c->cpus) - o, "%s%d", i ? "," : "",
+				      cpus[i]);
+}
+
+void peer_check_print(const struct peer_check *c)
+{
+	if (c->none)
+		printf("  check: no dataplaned running during the peer run\n");
+	else if (c->clean)
+		printf("  check: no dataplaned poller on the peer's CPUs %s during its run (%s)\n",
+		       c->cpus, c->desc);
+	else
+		printf("  WARNING: dataplaned pollers on the peer's CPUs %s during its run: the "
+		       "peer figure is not clean (%s)\n",
+		       c->cpus, c->desc);
+	report_bool("peer_clean", c->clean);
+	report_str("peer_check", c->desc);
+}
+
+bool peer_check(const int *cpus, unsigned ncpus)
+{
+	struct peer_check c;
+
+	peer_check_take(&c, cpus, ncpus);
+	peer_check_print(&c);
+	return c.clean;
 }
 
 /* ---- progress ---- */
@@ -123,7 +432,7 @@ void report_json_begin(void)
 	fd = dup(STDOUT_FILENO);
 	json_out = fd >= 0 ? fdopen(fd, "w") : NULL;
 	if (!json_out) {
-		fprintf(stderr, "dp-bench: --json: %s\n", strerror(errno));
+		fprintf(stderr, "%s: --json: %s\n", program_invocation_short_name, strerror(errno));
 		exit(1);
 	}
 	dup2(STDERR_FILENO, STDOUT_FILENO);

@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench-report.h - what dp-bench shows besides its figures: a progress line
- * on long runs (redrawn in place on a terminal, a plain line every few
- * seconds when piped), results as one JSON document (--json), and gnuplot
- * charts (--plot FILE.png).
+ * bench-report.h - what dp-bench and ring-bench show besides their figures:
+ * the machine's placement (a cache-line ping-pong between the two CPUs a
+ * bench uses), which dataplaned processes are alive and where their pollers
+ * are (so that a peer is known to have run with none on its CPUs), a
+ * progress line on long runs (redrawn in place on a terminal, a plain line
+ * every few seconds when piped), results as one JSON document (--json), and
+ * gnuplot charts (--plot FILE.png).
  */
 #ifndef DP_BENCH_REPORT_H
 #define DP_BENCH_REPORT_H
@@ -11,6 +14,54 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* ---- placement: a cache-line ping-pong between two CPUs ---- */
+
+struct pingpong_result {
+	double ns;	   /* per round trip */
+	double elapsed_ns; /* the timed loop */
+	double waited_ns;  /* both threads' run-queue wait in it (schedstat) */
+};
+
+/* One run: two threads pinned to cpu_a and cpu_b hand one cache line back
+ * and forth round_trips times. 0, or -1 when a thread cannot be pinned. */
+int bench_pingpong(int cpu_a, int cpu_b, uint64_t round_trips, struct pingpong_result *r);
+
+/* The placement figure a bench prints beside its results: the median of
+ * `runs` ping-pong runs of 200 000 round trips after one warm-up, a run in
+ * which the threads waited for their CPUs more than 1% of it repeated (up to
+ * 10 times). ns per round trip, or a negative number when the CPUs cannot
+ * be used. */
+double bench_placement(int cpu_a, int cpu_b, unsigned runs);
+
+/* Prints "placement: cache-line ping-pong CPU a <-> CPU b: N ns round trip"
+ * and, with --json, a "placement" object. */
+void placement_report(int cpu_a, int cpu_b, double ns);
+
+/* ---- dataplaned processes alive on this host ---- */
+
+/* Scans /proc for processes named dataplaned: each one's pid, the CPUs its
+ * pinned threads (the pollers) are bound to and whether one of them is
+ * running now. Writes a one-line description to desc ("no dataplaned
+ * running" when none) and returns how many pinned threads sit on one of
+ * cpus[0..ncpus). */
+unsigned services_on_cpus(const int *cpus, unsigned ncpus, char *desc, size_t len);
+
+/* The check for a peer about to run on cpus: which dataplaned processes
+ * are alive and whether a poller of theirs sits on one of those CPUs. */
+struct peer_check {
+	bool clean; /* no dataplaned poller on the peer's CPUs */
+	bool none;  /* no dataplaned at all */
+	char cpus[64];
+	char desc[1024];
+};
+void peer_check_take(struct peer_check *c, const int *cpus, unsigned ncpus);
+/* Prints it on one line ("  check: no dataplaned running during the peer
+ * run", or a WARNING naming the pollers on the peer's CPUs) and, with
+ * --json, "peer_clean" and "peer_check" members in the current object. */
+void peer_check_print(const struct peer_check *c);
+/* Both at once; true when clean. */
+bool peer_check(const int *cpus, unsigned ncpus);
 
 /* ---- progress ---- */
 

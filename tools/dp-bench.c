@@ -6,20 +6,31 @@
  *   P4 rate of 64 B local WRITEs in batches of 32        vs io_uring NOP, batch 32
  *   P5 bandwidth of 1 MiB .. 1 GiB local WRITEs           vs single-thread memcpy
  * Every transfer's bytes are checked after the timed runs.
+ *
+ * Peers run with no service of ours alive: with --dataplaned, each of P3..P5
+ * starts its own service (poller pinned to --service-cpu), runs ours, stops
+ * the service, then runs its peer on the same CPUs (fi_pingpong's server on
+ * the poller's CPU, its client, the io_uring NOPs and memcpy on the client's
+ * CPU). Before each peer, /proc is checked for dataplaned processes and
+ * their pollers' CPUs and the result printed; against a service of someone
+ * else's (--socket without --dataplaned) the check says whether its pollers
+ * sat on the peer's CPUs. Every run prints the placement: a cache-line
+ * ping-pong between --cpu and --service-cpu.
  * overhead: P3 and P4 against services dp-bench starts itself with the stats
  * region on and off (--no-stats), alternating, in one run (--dataplaned).
  * fabric / bypass (--peer HOST:PORT --peer-socket PATH): P6 4 MiB WRITEs and
  * P7 64 B WRITEs to a segment of another service (tools/bench-fabric.sh runs
  * the peers), and the same to a segment of this service vs the other one.
  *
- * usage: dp-bench [--socket PATH] [--cpu N] [--quick] [--max-size BYTES]
- *                 [--no-peers] [--json] [--plot FILE.png]
- *                 [--dataplaned PATH [--service-cpu N] [--rounds N]]
+ * usage: dp-bench [--socket PATH | --dataplaned PATH] [--cpu N] [--service-cpu N]
+ *                 [--quick] [--max-size BYTES] [--no-peers] [--json]
+ *                 [--plot FILE.png] [--rounds N]
  *                 [--peer HOST:PORT --peer-socket PATH]
- *                 [latency|rate|bandwidth|overhead|fabric|bypass|all]
+ *                 [latency|rate|bandwidth|overhead|fabric|bypass|placement|all]
  * Long runs show a progress line on stderr; --json prints the results as one
- * JSON document on stdout (the text goes to stderr); --plot draws the latency
- * CDF and throughput over time with gnuplot.
+ * JSON document on stdout (the text goes to stderr); --no-peers runs and
+ * prints nothing of the peers; --plot draws the latency CDF and throughput
+ * over time with gnuplot.
  * Exit: 0 when every run completed and verified, 1 on a failure, 2 on usage.
  */
 #include <errno.h>
@@ -30,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -38,6 +50,7 @@
 
 #include "bench-report.h"
 #include "dataplane.h"
+#include "dp_version.h"
 
 #define MiB (1ull << 20)
 
@@ -47,6 +60,9 @@ static bool quick, with_peers = true;
 static uint64_t max_size = 1024 * MiB;
 static const char *plot_png, *dataplaned_path;
 static int service_cpu = -1;
+/* P3..P5 against services of our own (--dataplaned, no --socket): stopped
+ * before each peer runs. */
+static bool own_service;
 static unsigned overhead_rounds; /* 0: 3 with --quick, else 7 */
 
 struct bench {
@@ -82,8 +98,20 @@ static void die(const char *what, int rc)
 	exit(1);
 }
 
+/* Segment names unique per process and per call: two dp-bench clients of
+ * one service, or two benches in one process, never collide. */
+static const char *segment_name(const char *what)
+{
+	static char name[64];
+	static unsigned n;
+
+	snprintf(name, sizeof(name), "%s-%d-%u", what, (int)getpid(), n++);
+	return name;
+}
+
 static void bench_open(struct bench *b, uint64_t len)
 {
+	const char *name = segment_name("dp-bench");
 	int rc;
 
 	b->len = len;
@@ -95,9 +123,9 @@ static void bench_open(struct bench *b, uint64_t len)
 		die("alloc", b->src);
 	if ((b->dst = dp_alloc(b->c, len, DP_ALLOC_HUGE, (void **)&b->dstp)) < 0)
 		die("alloc", b->dst);
-	if ((rc = dp_segment_export(b->c, b->dst, "dp-bench", DP_ACCESS_RW)) < 0)
+	if ((rc = dp_segment_export(b->c, b->dst, name, DP_ACCESS_RW)) < 0)
 		die("export", rc);
-	if ((b->seg = dp_segment_open(b->c, NULL, "dp-bench", DP_ACCESS_RW)) < 0)
+	if ((b->seg = dp_segment_open(b->c, NULL, name, DP_ACCESS_RW)) < 0)
 		die("open", b->seg);
 	for (uint64_t i = 0; i < len; i++)
 		b->srcp[i] = (uint8_t)(i * 131 + 7);
@@ -150,20 +178,127 @@ static void verify(const struct bench *b, uint64_t len)
 	}
 }
 
-/* fi_pingpong between two processes on this host: usec per transfer (its
- * one-way figure), or a negative number when it cannot run. */
+/* ---- services of our own (--dataplaned) ---- */
+
+struct service {
+	pid_t pid;
+	char dir[64], sock[108];
+};
+
+static bool can_connect(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), ok;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+static void service_start(struct service *s, bool stats)
+{
+	char cpu[16], log[128];
+	int status;
+
+	snprintf(s->dir, sizeof(s->dir), "/tmp/dp-bench-svc-XXXXXX");
+	if (!mkdtemp(s->dir))
+		die("mkdtemp", -errno);
+	snprintf(s->sock, sizeof(s->sock), "%s/dp.sock", s->dir);
+	snprintf(log, sizeof(log), "%s/dataplaned.log", s->dir);
+	snprintf(cpu, sizeof(cpu), "%d", service_cpu);
+	fflush(stdout);
+	s->pid = fork();
+	if (s->pid < 0)
+		die("fork", -errno);
+	if (s->pid == 0) {
+		/* We are pinned to the client's CPU; the service gets its own. */
+		pin(service_cpu);
+		if (!freopen(log, "w", stderr))
+			_exit(127);
+		execl(dataplaned_path, "dataplaned", "--socket", s->sock, "--cpus", cpu,
+		      "--spin-us", "1000000", "--log-level", "warn", "--provider", "none",
+		      stats ? NULL : "--no-stats", (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 1000 && !can_connect(s->sock); i++) {
+		if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
+			fprintf(stderr, "dp-bench: %s exited at start (see %s)\n", dataplaned_path,
+				log);
+			exit(1);
+		}
+		usleep(10000);
+	}
+	sock_path = s->sock;
+}
+
+static void service_stop(struct service *s)
+{
+	char path[160];
+	int status;
+
+	kill(s->pid, SIGTERM);
+	waitpid(s->pid, &status, 0);
+	if (!WIFEXITED(status) || WEXITSTATUS(status))
+		fprintf(stderr, "dp-bench: dataplaned exited with status %d\n", status);
+	snprintf(path, sizeof(path), "%s/dataplaned.log", s->dir);
+	unlink(path);
+	rmdir(s->dir);
+	sock_path = NULL;
+}
+
+/* The service side of P3..P5: a service of our own with --dataplaned (its
+ * poller pinned to service_cpu, spinning), stopped before the peer runs; or
+ * the one at --socket, which we cannot stop. */
+static struct service local_svc;
+
+static void ours_begin(void)
+{
+	if (own_service)
+		service_start(&local_svc, true);
+}
+
+static void ours_end(void)
+{
+	if (own_service)
+		service_stop(&local_svc);
+}
+
+static void print_ours_cpus(void)
+{
+	if (own_service)
+		printf("  CPUs: dataplane poller %d, client %d (a dataplaned of dp-bench's own, "
+		       "stopped before the peer ran)\n",
+		       service_cpu, client_cpu);
+	else
+		printf("  CPUs: dataplane: the service at %s (pollers on its own CPUs), client "
+		       "%d\n",
+		       sock_path ? sock_path : "the default socket", client_cpu);
+	report_obj("cpus");
+	report_num("poller", own_service ? service_cpu : -1);
+	report_num("client", client_cpu);
+	report_end();
+}
+
+/* fi_pingpong between two processes on this host, its server on the
+ * poller's CPU and its client on ours: usec per transfer (one-way: half of
+ * its round trip), or a negative number when it cannot run. The check of
+ * dataplaned processes runs while its server is up. */
 static double run_fi_pingpong(const char *prov, unsigned size, unsigned iters)
 {
+	int cpus[2] = {service_cpu, client_cpu};
 	char cmd[256], line[512];
 	double usec = -1;
 	pid_t srv;
 	FILE *f;
 
+	fflush(stdout); /* the child's freopen would write our buffer again */
 	srv = fork();
 	if (srv == 0) {
 		char s[16], it[16];
 
-		pin(1);
+		pin(service_cpu);
 		snprintf(s, sizeof(s), "%u", size);
 		snprintf(it, sizeof(it), "%u", iters);
 		freopen("/dev/null", "w", stdout);
@@ -173,9 +308,12 @@ static double run_fi_pingpong(const char *prov, unsigned size, unsigned iters)
 		_exit(127);
 	}
 	usleep(300000);
+	printf("  CPUs: peer fi_pingpong server %d, client %d\n", service_cpu, client_cpu);
+	peer_check(cpus, service_cpu == client_cpu ? 1 : 2);
+	fflush(stdout);
 	snprintf(cmd, sizeof(cmd),
-		 "taskset -c 0 fi_pingpong -p %s -e rdm -S %u -I %u 127.0.0.1 2>/dev/null", prov,
-		 size, iters);
+		 "taskset -c %d fi_pingpong -p %s -e rdm -S %u -I %u 127.0.0.1 2>/dev/null",
+		 client_cpu, prov, size, iters);
 	f = popen(cmd, "r");
 	while (f && fgets(line, sizeof(line), f)) {
 		double mbs, us;
@@ -190,6 +328,10 @@ static double run_fi_pingpong(const char *prov, unsigned size, unsigned iters)
 		pclose(f);
 	kill(srv, SIGTERM);
 	waitpid(srv, NULL, 0);
+	report_obj("peer_cpus");
+	report_num("server", service_cpu);
+	report_num("client", client_cpu);
+	report_end();
 	return usec;
 }
 
@@ -223,38 +365,48 @@ static void bench_latency(void)
 {
 	unsigned n = quick ? 20000 : 200000;
 	uint64_t *lat = malloc(sizeof(*lat) * n);
-	double peer = -1;
+	double peer = -1, p50;
 
 	if (!lat)
 		die("malloc", -ENOMEM);
+	ours_begin();
 	latency_samples(n, lat, "P3 latency");
+	ours_end();
+	p50 = lat[n / 2] / 1e3;
 	plot_latency("P3: 64 B local WRITE, one outstanding", lat, n);
+	printf("P3 latency, 64 B local WRITE, one outstanding (%u samples)\n", n);
 	report_obj("latency");
 	report_str("what", "P3: 64 B local WRITE, one outstanding, submit to completion seen");
+	print_ours_cpus();
+	printf("  dataplane  p50 %.2f us  p99 %.2f us  p999 %.2f us  max %.2f us  (a round trip: "
+	       "client -> poller -> client)\n",
+	       p50, lat[n * 99 / 100] / 1e3, lat[n * 999 / 1000] / 1e3, lat[n - 1] / 1e3);
+	report_str("figure", "round trip");
 	report_u64("samples", n);
 	report_u64("p50_ns", lat[n / 2]);
 	report_u64("p90_ns", lat[n * 9 / 10]);
 	report_u64("p99_ns", lat[n * 99 / 100]);
 	report_u64("p999_ns", lat[n * 999 / 1000]);
 	report_u64("max_ns", lat[n - 1]);
-	if (with_peers)
+	if (with_peers) {
 		peer = run_fi_pingpong("shm", 64, quick ? 20000 : 100000);
-	printf("P3 latency, 64 B local WRITE, one outstanding (%u samples)\n", n);
-	printf("  dataplane  p50 %.2f us  p99 %.2f us  p999 %.2f us  max %.2f us\n",
-	       lat[n / 2] / 1e3, lat[n * 99 / 100] / 1e3, lat[n * 999 / 1000] / 1e3,
-	       lat[n - 1] / 1e3);
-	if (peer > 0)
-		printf("  fi_pingpong -p shm -e rdm -S 64: %.2f us/xfer\n"
-		       "  ratio p50/peer %.2fx   target <= 1.0x   %s\n",
-		       peer, lat[n / 2] / 1e3 / peer, verdict(lat[n / 2] / 1e3 <= peer));
-	else
-		printf("  fi_pingpong: not available (install libfabric-bin)\n");
-	if (peer > 0) {
-		report_str("peer", "fi_pingpong -p shm -e rdm -S 64");
-		report_num("peer_us", peer);
-		report_num("ratio", lat[n / 2] / 1e3 / peer);
-		report_str("target", "<= 1.0x");
-		report_bool("pass", lat[n / 2] / 1e3 <= peer);
+		if (peer > 0) {
+			printf("  fi_pingpong -p shm -e rdm -S 64: %.2f us/xfer (one-way: half a "
+			       "round trip; its round trip %.2f us)\n"
+			       "  ratio p50/peer one-way %.2fx   target <= 1.0x   %s;   p50/peer "
+			       "round trip %.2fx\n",
+			       peer, 2 * peer, p50 / peer, verdict(p50 <= peer), p50 / (2 * peer));
+			report_str("peer", "fi_pingpong -p shm -e rdm -S 64");
+			report_str("peer_figure", "one-way (usec/xfer, half a round trip)");
+			report_num("peer_us", peer);
+			report_num("peer_round_trip_us", 2 * peer);
+			report_num("ratio", p50 / peer);
+			report_num("ratio_round_trip", p50 / (2 * peer));
+			report_str("target", "<= 1.0x");
+			report_bool("pass", p50 <= peer);
+		} else {
+			printf("  fi_pingpong: not available (install libfabric-bin)\n");
+		}
 	}
 	report_end();
 	free(lat);
@@ -322,7 +474,9 @@ static void bench_rate(void)
 	double ours, peer;
 	struct progress pg;
 	struct bench b;
+	int cpu = client_cpu;
 
+	ours_begin();
 	bench_open(&b, 4096);
 	local_write_rate(&b, 32, total / 10, NULL);
 	progress_start(&pg, "P4 rate", total);
@@ -331,17 +485,28 @@ static void bench_rate(void)
 	plot_throughput("P4: 64 B local WRITEs, batch 32", &pg);
 	verify(&b, 4096);
 	bench_close(&b);
-	uring_nop_rate(32, total / 10);
-	peer = uring_nop_rate(32, total);
+	ours_end();
 	printf("P4 rate, 64 B local WRITEs, batch 32, one poller (%llu descriptors)\n",
 	       (unsigned long long)total);
+	report_obj("rate");
+	report_str("what", "P4: 64 B local WRITEs, batch 32, one poller");
+	print_ours_cpus();
+	report_u64("descriptors", total);
+	report_num("desc_per_s", ours);
+	if (!with_peers) {
+		printf("  dataplane %.2f M desc/s\n", ours / 1e6);
+		report_end();
+		return;
+	}
+	printf("  CPUs: peer io_uring NOPs submitted and reaped on CPU %d (no SQPOLL)\n",
+	       client_cpu);
+	peer_check(&cpu, 1);
+	uring_nop_rate(32, total / 10);
+	peer = uring_nop_rate(32, total);
 	printf("  dataplane %.2f M desc/s   io_uring NOP %.2f M ops/s   ratio %.2fx   target >= 3x "
 	       "  %s\n",
 	       ours / 1e6, peer / 1e6, ours / peer, verdict(ours >= 3 * peer));
-	report_obj("rate");
-	report_str("what", "P4: 64 B local WRITEs, batch 32, one poller");
-	report_u64("descriptors", total);
-	report_num("desc_per_s", ours);
+	report_num("peer_cpu", client_cpu);
 	report_str("peer", "io_uring NOP submit+reap, batch 32");
 	report_num("peer_ops_per_s", peer);
 	report_num("ratio", ours / peer);
@@ -350,26 +515,58 @@ static void bench_rate(void)
 	report_end();
 }
 
+/* Memory for the memcpy peer backed as dp_alloc(DP_ALLOC_HUGE) backs ours:
+ * a hugetlb memfd where the host has huge pages, else a memfd with
+ * MADV_HUGEPAGE. */
+static uint64_t peer_maplen(uint64_t len)
+{
+	return (len + 2 * MiB - 1) & ~(2 * MiB - 1);
+}
+
+static uint8_t *peer_buf(uint64_t len)
+{
+	uint64_t maplen = peer_maplen(len);
+	void *p = MAP_FAILED;
+
+	for (int h = 1; h >= 0 && p == MAP_FAILED; h--) {
+		int fd = memfd_create("dp-bench-peer", MFD_CLOEXEC | (h ? MFD_HUGETLB : 0));
+
+		if (fd < 0)
+			continue;
+		if (ftruncate(fd, (off_t)maplen) == 0)
+			p = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+				 fd, 0);
+		close(fd);
+		if (p != MAP_FAILED && !h)
+			madvise(p, maplen, MADV_HUGEPAGE);
+	}
+	if (p == MAP_FAILED)
+		die("peer buffer", -ENOMEM);
+	return p;
+}
+
 static void bench_bandwidth(void)
 {
+	enum { REPS = 5, SIZES = 16 };
+	double ours[SIZES][REPS], peer[SIZES][REPS], mo[SIZES], mp[SIZES];
 	struct dp_desc d;
 	struct dp_cqe cqe;
 	struct progress pg;
 	struct bench b;
-	uint64_t total = 0, done = 0;
+	uint64_t total = 0, done = 0, len, top = MiB;
+	unsigned nsz = 0, k;
+	int cpu = client_cpu;
+	struct peer_check chk;
 
-	bench_open(&b, max_size);
-	for (uint64_t len = MiB; len <= max_size; len *= 4)
-		total += 5 * len;
+	for (len = MiB; len <= max_size && nsz < SIZES; len *= 4, nsz++) {
+		total += REPS * len * (with_peers ? 2 : 1);
+		top = len;
+	}
 	progress_start(&pg, "P5 bandwidth (bytes)", total);
-	report_arr("bandwidth");
-	printf("P5 bandwidth, local host WRITE vs single-thread memcpy (GB/s, median of 5)\n");
-	printf("  %10s %10s %10s %8s\n", "size", "dataplane", "memcpy", "ratio");
-	for (uint64_t len = MiB; len <= max_size; len *= 4) {
-		double ours[5], peer[5];
-		unsigned reps = 5;
-
-		for (unsigned r = 0; r < reps; r++) {
+	ours_begin();
+	bench_open(&b, max_size);
+	for (k = 0, len = MiB; k < nsz; k++, len *= 4) {
+		for (unsigned r = 0; r < REPS; r++) {
 			uint64_t t0 = now_ns();
 			int rc;
 
@@ -380,10 +577,7 @@ static void bench_bandwidth(void)
 				;
 			if (rc < 0 || cqe.status)
 				die("completion", rc < 0 ? rc : cqe.status);
-			ours[r] = (double)len / (double)(now_ns() - t0);
-			t0 = now_ns();
-			memcpy(b.dstp, b.srcp, len);
-			peer[r] = (double)len / (double)(now_ns() - t0);
+			ours[k][r] = (double)len / (double)(now_ns() - t0);
 			done += len;
 			progress_update(&pg, done);
 		}
@@ -393,94 +587,79 @@ static void bench_bandwidth(void)
 		while (dp_poll(b.q, &cqe, 1) == 0)
 			;
 		verify(&b, len);
-		qsort(ours, reps, sizeof(double), cmp_double);
-		qsort(peer, reps, sizeof(double), cmp_double);
-		printf("  %7llu MiB %10.2f %10.2f %7.2fx  %s\n", (unsigned long long)(len / MiB),
-		       ours[reps / 2], peer[reps / 2], ours[reps / 2] / peer[reps / 2],
-		       verdict(ours[reps / 2] >= 0.9 * peer[reps / 2]));
-		report_obj(NULL);
-		report_u64("size", len);
-		report_num("gb_per_s", ours[reps / 2]);
-		report_num("memcpy_gb_per_s", peer[reps / 2]);
-		report_num("ratio", ours[reps / 2] / peer[reps / 2]);
-		report_bool("pass", ours[reps / 2] >= 0.9 * peer[reps / 2]);
-		report_end();
+		qsort(ours[k], REPS, sizeof(double), cmp_double);
+		mo[k] = ours[k][REPS / 2];
+	}
+	bench_close(&b);
+	ours_end();
+	if (with_peers) {
+		/* The peer: the same sizes, once the service has gone. */
+		uint8_t *src = peer_buf(top), *dst = peer_buf(top);
+
+		peer_check_take(&chk, &cpu, 1);
+		for (uint64_t i = 0; i < top; i++)
+			src[i] = (uint8_t)(i * 131 + 7);
+		memset(dst, 0, top);
+		for (k = 0, len = MiB; k < nsz; k++, len *= 4) {
+			for (unsigned r = 0; r < REPS; r++) {
+				uint64_t t0 = now_ns();
+
+				memcpy(dst, src, len);
+				peer[k][r] = (double)len / (double)(now_ns() - t0);
+				done += len;
+				progress_update(&pg, done);
+			}
+			qsort(peer[k], REPS, sizeof(double), cmp_double);
+			mp[k] = peer[k][REPS / 2];
+		}
+		if (memcmp(src, dst, top))
+			die("memcpy peer", -EBADMSG);
+		munmap(src, peer_maplen(top));
+		munmap(dst, peer_maplen(top));
 	}
 	progress_end(&pg);
+
+	printf("P5 bandwidth, local host WRITE%s (GB/s, median of %u)\n",
+	       with_peers ? " vs single-thread memcpy" : "", REPS);
+	report_obj("bandwidth_run");
+	print_ours_cpus();
+	if (with_peers) {
+		printf("  CPUs: peer memcpy on CPU %d, run after ours, same sizes, buffers backed "
+		       "like ours\n",
+		       client_cpu);
+		report_num("peer_cpu", client_cpu);
+		report_str("peer", "single-thread memcpy");
+		peer_check_print(&chk);
+	}
 	report_end();
-	printf("  target >= 0.9x memcpy\n");
-	bench_close(&b);
+	if (with_peers)
+		printf("  %10s %10s %10s %8s\n", "size", "dataplane", "memcpy", "ratio");
+	else
+		printf("  %10s %10s\n", "size", "dataplane");
+	report_arr("bandwidth");
+	for (k = 0, len = MiB; k < nsz; k++, len *= 4) {
+		report_obj(NULL);
+		report_u64("size", len);
+		report_num("gb_per_s", mo[k]);
+		if (with_peers) {
+			printf("  %7llu MiB %10.2f %10.2f %7.2fx  %s\n",
+			       (unsigned long long)(len / MiB), mo[k], mp[k], mo[k] / mp[k],
+			       verdict(mo[k] >= 0.9 * mp[k]));
+			report_num("memcpy_gb_per_s", mp[k]);
+			report_num("ratio", mo[k] / mp[k]);
+			report_bool("pass", mo[k] >= 0.9 * mp[k]);
+		} else {
+			printf("  %7llu MiB %10.2f\n", (unsigned long long)(len / MiB), mo[k]);
+		}
+		report_end();
+	}
+	report_end();
+	if (with_peers)
+		printf("  target >= 0.9x memcpy\n");
 }
 
 /* ---- stats overhead: the same P3/P4 runs against a service with its stats
  * region and one without (--no-stats), alternating, medians of the rounds ---- */
-
-struct service {
-	pid_t pid;
-	char dir[64], sock[108];
-};
-
-static bool can_connect(const char *path)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), ok;
-
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-	if (fd >= 0)
-		close(fd);
-	return ok;
-}
-
-static void service_start(struct service *s, bool stats)
-{
-	char cpu[16], log[128];
-	int status;
-
-	snprintf(s->dir, sizeof(s->dir), "/tmp/dp-bench-svc-XXXXXX");
-	if (!mkdtemp(s->dir))
-		die("mkdtemp", -errno);
-	snprintf(s->sock, sizeof(s->sock), "%s/dp.sock", s->dir);
-	snprintf(log, sizeof(log), "%s/dataplaned.log", s->dir);
-	snprintf(cpu, sizeof(cpu), "%d", service_cpu);
-	s->pid = fork();
-	if (s->pid < 0)
-		die("fork", -errno);
-	if (s->pid == 0) {
-		/* We are pinned to the client's CPU; the service gets its own. */
-		pin(service_cpu);
-		if (!freopen(log, "w", stderr))
-			_exit(127);
-		execl(dataplaned_path, "dataplaned", "--socket", s->sock, "--cpus", cpu,
-		      "--spin-us", "1000000", "--log-level", "warn", "--provider", "none",
-		      stats ? NULL : "--no-stats", (char *)NULL);
-		_exit(127);
-	}
-	for (int i = 0; i < 1000 && !can_connect(s->sock); i++) {
-		if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
-			fprintf(stderr, "dp-bench: %s exited at start (see %s)\n", dataplaned_path,
-				log);
-			exit(1);
-		}
-		usleep(10000);
-	}
-	sock_path = s->sock;
-}
-
-static void service_stop(struct service *s)
-{
-	char path[160];
-	int status;
-
-	kill(s->pid, SIGTERM);
-	waitpid(s->pid, &status, 0);
-	if (!WIFEXITED(status) || WEXITSTATUS(status))
-		fprintf(stderr, "dp-bench: dataplaned exited with status %d\n", status);
-	snprintf(path, sizeof(path), "%s/dataplaned.log", s->dir);
-	unlink(path);
-	rmdir(s->dir);
-	sock_path = NULL;
-}
 
 static double median(double *v, unsigned n)
 {
@@ -506,11 +685,10 @@ static void bench_overhead(void)
 	}
 	if (!lat)
 		die("malloc", -ENOMEM);
-	if (service_cpu < 0)
-		service_cpu = sysconf(_SC_NPROCESSORS_ONLN) > 1 ? 1 : 0;
-	/* A service started before us spins for a while after its last
-	 * descriptor (bench-local.sh's): let it go to sleep first. */
-	usleep(1500000);
+	/* A service of someone else's (--socket) spins for a while after our
+	 * last descriptor: let it go to sleep first. */
+	if (saved)
+		usleep(1500000);
 	for (unsigned r = 0; r < rounds; r++) {
 		for (unsigned k = 0; k < 2; k++) {
 			/* Alternate which goes first, so drift hits both. */
@@ -548,8 +726,9 @@ static void bench_overhead(void)
 	pair_lo = pair[0];
 	pair_hi = pair[rounds - 1];
 	printf("Stats overhead: services started with the stats region on and off (--no-stats),\n"
-	       "alternating, %u rounds each, medians; P3 %u samples, P4 %llu descriptors\n",
-	       rounds, n, (unsigned long long)total);
+	       "alternating, %u rounds each, medians; P3 %u samples, P4 %llu descriptors\n"
+	       "  CPUs: poller %d, client %d\n",
+	       rounds, n, (unsigned long long)total, service_cpu, client_cpu);
 	printf("  P3 p50   on %.2f us   off %.2f us   overhead %+.1f%%   target < 3%%   %s\n",
 	       m50[ON] / 1e3, m50[OFF] / 1e3, lat_pct, verdict(lat_pct < 3));
 	printf("  P3 p99   on %.2f us   off %.2f us\n", m99[ON] / 1e3, m99[OFF] / 1e3);
@@ -559,6 +738,10 @@ static void bench_overhead(void)
 	       "%+.1f%%)\n",
 	       pair_pct, pair_lo, pair_hi);
 	report_obj("overhead");
+	report_obj("cpus");
+	report_num("poller", service_cpu);
+	report_num("client", client_cpu);
+	report_end();
 	report_u64("rounds", rounds);
 	report_u64("latency_samples", n);
 	report_u64("rate_descriptors", total);
@@ -657,6 +840,7 @@ static void fabric_measure(bool local, struct fabric_fig *f)
 	unsigned n = quick ? 2000 : 20000, total = quick ? 64 : 256;
 	uint64_t *lat = malloc(sizeof(*lat) * n);
 	struct dp_client *pc = NULL;
+	const char *name = segment_name("dp-bench-fabric");
 	struct bench b;
 	int rc;
 
@@ -673,9 +857,9 @@ static void fabric_measure(bool local, struct fabric_fig *f)
 		die("alloc", b.src);
 	if ((b.dst = dp_alloc(local ? b.c : pc, FABRIC_LEN, 0, (void **)&b.dstp)) < 0)
 		die("alloc", b.dst);
-	if ((rc = dp_segment_export(local ? b.c : pc, b.dst, "dp-bench-fabric", DP_ACCESS_RW)) < 0)
+	if ((rc = dp_segment_export(local ? b.c : pc, b.dst, name, DP_ACCESS_RW)) < 0)
 		die("export", rc);
-	b.seg = dp_segment_open(b.c, local ? NULL : peer_addr, "dp-bench-fabric", DP_ACCESS_RW);
+	b.seg = dp_segment_open(b.c, local ? NULL : peer_addr, name, DP_ACCESS_RW);
 	if (b.seg < 0)
 		die(local ? "open (local)" : "open through --peer", b.seg);
 	for (uint64_t i = 0; i < FABRIC_LEN; i++)
@@ -729,8 +913,18 @@ static void bench_fabric(void)
 	       peer_addr, path_name(f.path));
 	printf("P6 dataplane 4 MiB WRITE: 1 outstanding %.3f GB/s, %u outstanding %.3f GB/s\n",
 	       f.bw1, FABRIC_DEPTH, f.bwn);
-	printf("P7 dataplane 64 B WRITE, one outstanding: p50 %.2f us, p99 %.2f us\n", f.p50,
-	       f.p99);
+	printf("P7 dataplane 64 B WRITE, one outstanding: p50 %.2f us, p99 %.2f us (a full round "
+	       "trip: complete once the target holds the bytes)\n",
+	       f.p50, f.p99);
+	report_obj("fabric");
+	report_str("peer_addr", peer_addr);
+	report_str("path", path_name(f.path));
+	report_num("gb_per_s_1_outstanding", f.bw1);
+	report_num("gb_per_s_8_outstanding", f.bwn);
+	report_num("p50_us", f.p50);
+	report_num("p99_us", f.p99);
+	report_str("latency_figure", "round trip");
+	report_end();
 }
 
 /* The same transfers to a segment of this service (the self-loopback
@@ -753,6 +947,20 @@ static void bench_bypass(void)
 	printf("  %-34s %12.2f %12.2f %7.1fx\n", "64 B WRITE p50, us", l.p50, r.p50, r.p50 / l.p50);
 	printf("  %-34s %12.2f %12.2f %7.1fx\n", "64 B WRITE p99, us", l.p99, r.p99, r.p99 / l.p99);
 	printf("  paths reported: %s, %s\n", path_name(l.path), path_name(r.path));
+	report_obj("bypass");
+	report_str("peer_addr", peer_addr);
+	for (int i = 0; i < 2; i++) {
+		const struct fabric_fig *f = i ? &r : &l;
+
+		report_obj(i ? "fabric" : "local");
+		report_str("path", path_name(f->path));
+		report_num("gb_per_s_1_outstanding", f->bw1);
+		report_num("gb_per_s_8_outstanding", f->bwn);
+		report_num("p50_us", f->p50);
+		report_num("p99_us", f->p99);
+		report_end();
+	}
+	report_end();
 }
 
 int main(int argc, char **argv)
@@ -770,6 +978,7 @@ int main(int argc, char **argv)
 					     {"rounds", required_argument, 0, 'r'},
 					     {"peer", required_argument, 0, 'P'},
 					     {"peer-socket", required_argument, 0, 'T'},
+					     {"version", no_argument, 0, 'V'},
 					     {0, 0, 0, 0}};
 	const char *what = "all";
 	int o;
@@ -820,17 +1029,43 @@ int main(int argc, char **argv)
 		case 'T':
 			peer_sock = optarg;
 			break;
+		case 'V':
+			printf("dp-bench (dataplane) %s\n", DP_VERSION_STRING);
+			return 0;
 		case 'h':
-			printf("usage: dp-bench [--socket PATH] [--cpu N] [--quick] [--max-size "
-			       "BYTES] "
-			       "[--no-peers] [--json] [--plot FILE.png]\n"
-			       "                [--dataplaned PATH [--service-cpu N] [--rounds N]] "
-			       "[latency|rate|bandwidth|overhead|all]\n"
-			       "overhead (and all, with --dataplaned) starts services itself, "
-			       "with\n"
-			       "the stats region on and off.\n"
-			       "fabric|bypass --peer HOST:PORT --peer-socket PATH: P6/P7 through\n"
-			       "another service, and local vs fabric for the same transfers.\n");
+			printf("usage: dp-bench [--socket PATH | --dataplaned PATH] [--cpu N] "
+			       "[--service-cpu N] [--quick]\n"
+			       "                [--max-size BYTES] [--no-peers] [--json] [--plot "
+			       "FILE.png] [--rounds N]\n"
+			       "                [--peer HOST:PORT --peer-socket PATH] [--help] "
+			       "[--version]\n"
+			       "                "
+			       "[latency|rate|bandwidth|overhead|fabric|bypass|placement|all]\n"
+			       "  latency, rate, bandwidth: P3, P4, P5 and their peers "
+			       "(fi_pingpong "
+			       "shm, io_uring NOP,\n"
+			       "    memcpy). With --dataplaned PATH (and no --socket) dp-bench "
+			       "starts "
+			       "a service for\n"
+			       "    each (poller on --service-cpu, default 1), stops it, then runs "
+			       "the "
+			       "peer on the\n"
+			       "    same CPUs with no dataplaned of ours alive; a check of the "
+			       "dataplaned processes\n"
+			       "    alive and their pollers' CPUs is printed beside each peer.\n"
+			       "  overhead (and all, with --dataplaned): P3/P4 against services "
+			       "with "
+			       "the stats\n"
+			       "    region on and off, --rounds N rounds.\n"
+			       "  fabric|bypass --peer HOST:PORT --peer-socket PATH: P6/P7 through "
+			       "another service,\n"
+			       "    and local vs fabric for the same transfers.\n"
+			       "  placement: only the cache-line ping-pong between --cpu and "
+			       "--service-cpu, which\n"
+			       "    every run prints first.\n"
+			       "  --no-peers: run and print nothing of the peers. --json: one JSON "
+			       "object on stdout\n"
+			       "    (the text goes to stderr).\n");
 			return 0;
 		default:
 			return 2;
@@ -840,10 +1075,23 @@ int main(int argc, char **argv)
 		what = argv[optind];
 	if (strcmp(what, "latency") && strcmp(what, "rate") && strcmp(what, "bandwidth") &&
 	    strcmp(what, "overhead") && strcmp(what, "all") && strcmp(what, "fabric") &&
-	    strcmp(what, "bypass")) {
+	    strcmp(what, "bypass") && strcmp(what, "placement")) {
 		fprintf(stderr, "dp-bench: unknown benchmark '%s'\n", what);
 		return 2;
 	}
+	if (service_cpu < 0)
+		service_cpu = sysconf(_SC_NPROCESSORS_ONLN) > 1 ? 1 : 0;
+	own_service = dataplaned_path && !sock_path;
+	report_str("tool", "dp-bench");
+	report_str("version", DP_VERSION_STRING);
+	report_str("benchmark", what);
+	report_bool("peers", with_peers);
+	report_obj("cpus");
+	report_num("client", client_cpu);
+	report_num("service", service_cpu);
+	report_end();
+	/* Before any service of ours starts, on the CPUs the runs use. */
+	placement_report(client_cpu, service_cpu, bench_placement(client_cpu, service_cpu, 5));
 	pin(client_cpu);
 	if (!strcmp(what, "latency") || !strcmp(what, "all"))
 		bench_latency();
