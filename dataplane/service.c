@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "directory.h"
+#include "dp_version.h"
 #include "dp_internal.h"
 #include "fabric.h"
 #include "fault.h"
@@ -85,62 +86,7 @@ void client_put(struct client *c)
 		free(c);
 }
 
-static void usage(FILE *f)
-{
-	fprintf(f,
-		"usage: dataplaned [options]\n"
-		"  --socket PATH        control socket (default "
-		"$XDG_RUNTIME_DIR/dataplane/dataplane.sock,\n"
-		"                       else /run/dataplane/dataplane.sock)\n"
-		"  --pollers N          polling threads (default 1, at most %d)\n"
-		"  --cpus LIST          pin poller i to the i-th CPU of LIST, e.g. 2,3 or 2-5\n"
-		"                       (default: the highest CPUs the process may use)\n"
-		"  --spin-us N          busy-poll this long before sleeping on doorbells (default "
-		"50)\n"
-		"  --max-clients N      clients served at once (default 256)\n"
-		"  --max-queues N       queue pairs per client (default %d)\n"
-		"  --queue-depth N      default entries per ring, power of two (default 256)\n"
-		"  --max-depth N        largest depth a client may ask for (default 4096)\n"
-		"  --copy-chunk BYTES   local copy step; larger copies are interleaved (default "
-		"262144)\n"
-		"  --rpc-port N         TCP port peers reach this service on; 0 = pick (default "
-		"0)\n"
-		"  --server-name HOST   host part of this service's name HOST:PORT (default: "
-		"hostname)\n"
-		"  --provider P         fabric provider: efa, tcp, shm, sockets, auto (efa, else "
-		"tcp)\n"
-		"                       or none (local transfers only) (default auto)\n"
-		"  --nics LIST          fabric domains (NICs) to use as rails, comma-separated, or "
-		"auto\n"
-		"                       (efa: every device; others: the first) (default auto)\n"
-		"  --slice BYTES        fabric transfers go in slices of this size (default "
-		"1048576)\n"
-		"  --fabric-timeout-ms N  a transfer to a peer fails with ETIMEDOUT after this "
-		"(default 5000)\n"
-		"  --file-root DIR      dp_open_file paths are opened beneath DIR (default: none, "
-		"refused)\n"
-		"  --io-depth N         file I/O: reads/writes in flight per poller (default 32)\n"
-		"  --io-slice BYTES     file I/O: bytes per read/write, a multiple of 4096 "
-		"(default 1048576)\n"
-		"  --staging BYTES      file I/O: pinned staging pool for GPU targets (default "
-		"67108864)\n"
-		"  --directory URL      cluster directory "
-		"redis://[user:password@]host[:port][/db]:\n"
-		"                       exports are published there, unknown names looked up "
-		"there\n"
-		"                       (password also from $DP_DIRECTORY_PASSWORD) (default: "
-		"none)\n"
-		"  --directory-ttl S    records expire S seconds after their owner stops (default "
-		"10)\n"
-		"  --stats NAME         name of the shared-memory stats region in /dev/shm\n"
-		"                       (default dataplane-HASH, derived from the socket path)\n"
-		"  --no-stats           no stats region (and no counting for it on the data path)\n"
-		"  --log-level LEVEL    error, warn, info or debug (default info)\n"
-		"  --help               this text\n"
-		"Exit codes: 0 clean shutdown (SIGTERM/SIGINT), 1 start-up failure, 2 bad usage.\n",
-		DP_MAX_POLLERS, DP_MAX_QUEUES);
-	fault_usage(f);
-}
+static void usage(FILE *f);
 
 static void die_usage(const char *fmt, const char *arg)
 {
@@ -218,201 +164,274 @@ static void default_socket_path(char *out, size_t len)
 		snprintf(out, len, "/run/dataplane/dataplane.sock");
 }
 
-static void parse_args(int argc, char **argv)
+/* ---- the flags: one handler each, called with the flag's argument ---- */
+
+static const char *cpus_arg; /* --cpus, parsed once --pollers is known */
+
+static void set_socket(const char *a)
 {
-	enum {
-		O_SOCKET = 256,
-		O_POLLERS,
-		O_CPUS,
-		O_SPIN,
-		O_MAXCL,
-		O_MAXQ,
-		O_DEPTH,
-		O_MAXDEPTH,
-		O_CHUNK,
-		O_RPC,
-		O_STATS,
-		O_NOSTATS,
-		O_LOG,
-		O_HELP,
-		O_HOST,
-		O_PROV,
-		O_NICS,
-		O_SLICE,
-		O_FTIMEOUT,
-		O_FROOT,
-		O_IODEPTH,
-		O_IOSLICE,
-		O_STAGING,
-		O_DIR,
-		O_DIRTTL
-	};
-	static const struct option opts[] = {
-		{"socket", required_argument, 0, O_SOCKET},
-		{"pollers", required_argument, 0, O_POLLERS},
-		{"cpus", required_argument, 0, O_CPUS},
-		{"spin-us", required_argument, 0, O_SPIN},
-		{"max-clients", required_argument, 0, O_MAXCL},
-		{"max-queues", required_argument, 0, O_MAXQ},
-		{"queue-depth", required_argument, 0, O_DEPTH},
-		{"max-depth", required_argument, 0, O_MAXDEPTH},
-		{"copy-chunk", required_argument, 0, O_CHUNK},
-		{"rpc-port", required_argument, 0, O_RPC},
-		{"stats", required_argument, 0, O_STATS},
-		{"no-stats", no_argument, 0, O_NOSTATS},
-		{"log-level", required_argument, 0, O_LOG},
-		{"help", no_argument, 0, O_HELP},
-		{"server-name", required_argument, 0, O_HOST},
-		{"provider", required_argument, 0, O_PROV},
-		{"nics", required_argument, 0, O_NICS},
-		{"slice", required_argument, 0, O_SLICE},
-		{"fabric-timeout-ms", required_argument, 0, O_FTIMEOUT},
-		{"file-root", required_argument, 0, O_FROOT},
-		{"io-depth", required_argument, 0, O_IODEPTH},
-		{"io-slice", required_argument, 0, O_IOSLICE},
-		{"staging", required_argument, 0, O_STAGING},
-		{"directory", required_argument, 0, O_DIR},
-		{"directory-ttl", required_argument, 0, O_DIRTTL},
-		{0, 0, 0, 0},
-	};
+	if (strlen(a) >= sizeof(cfg.socket_path) || !*a)
+		die_usage("--socket %s: path empty or too long", a);
+	strcpy(cfg.socket_path, a);
+}
+
+static void set_pollers(const char *a)
+{
+	cfg.pollers = (unsigned)parse_num("--pollers", a, 1, DP_MAX_POLLERS);
+}
+
+static void set_cpus(const char *a)
+{
+	cpus_arg = a;
+}
+
+static void set_spin(const char *a)
+{
+	cfg.spin_us = (unsigned)parse_num("--spin-us", a, 0, 10000000);
+}
+
+static void set_max_clients(const char *a)
+{
+	cfg.max_clients = (unsigned)parse_num("--max-clients", a, 1, 65536);
+}
+
+static void set_max_queues(const char *a)
+{
+	cfg.max_queues = (unsigned)parse_num("--max-queues", a, 1, DP_MAX_QUEUES);
+}
+
+static void set_queue_depth(const char *a)
+{
+	cfg.queue_depth = (unsigned)parse_num("--queue-depth", a, 1, DP_RING_MAX_ENTRIES);
+}
+
+static void set_max_depth(const char *a)
+{
+	cfg.max_depth = (unsigned)parse_num("--max-depth", a, 1, DP_RING_MAX_ENTRIES);
+}
+
+static void set_chunk(const char *a)
+{
+	cfg.chunk = parse_num("--copy-chunk", a, 4096, 1ul << 30);
+}
+
+static void set_rpc_port(const char *a)
+{
+	cfg.rpc_port = (int)parse_num("--rpc-port", a, 0, 65535);
+}
+
+static void set_server_name(const char *a)
+{
+	if (!*a || strlen(a) > 48 || strpbrk(a, ":@/ "))
+		die_usage("--server-name %s: want a host name or address", a);
+	strcpy(cfg.server_host, a);
+}
+
+static void set_provider(const char *a)
+{
+	static const char *const provs[] = {"efa", "tcp", "shm", "sockets", "auto", "none"};
+	bool ok = false;
+
+	for (unsigned i = 0; i < 6; i++)
+		ok |= !strcmp(a, provs[i]);
+	if (!ok)
+		die_usage("--provider %s: want efa, tcp, shm, sockets, auto or none", a);
+	snprintf(fab_cfg.provider, sizeof(fab_cfg.provider), "%s", a);
+}
+
+static void set_nics(const char *a)
+{
+	if (!*a || strlen(a) >= sizeof(fab_cfg.nics))
+		die_usage("--nics %s: empty or too long", a);
+	strcpy(fab_cfg.nics, a);
+}
+
+static void set_slice(const char *a)
+{
+	fab_cfg.slice = parse_num("--slice", a, 4096, 1ul << 30);
+}
+
+static void set_fabric_timeout(const char *a)
+{
+	fab_cfg.timeout_ms = (unsigned)parse_num("--fabric-timeout-ms", a, 1, 3600000);
+}
+
+static void set_file_root(const char *a)
+{
+	if (!*a || strlen(a) >= sizeof(fio_cfg.root))
+		die_usage("--file-root %s: empty or too long", a);
+	strcpy(fio_cfg.root, a);
+}
+
+static void set_io_depth(const char *a)
+{
+	fio_cfg.depth = (unsigned)parse_num("--io-depth", a, 1, 4096);
+}
+
+static void set_io_slice(const char *a)
+{
+	fio_cfg.slice = parse_num("--io-slice", a, 4096, 1ul << 30);
+	if (fio_cfg.slice % 4096)
+		die_usage("--io-slice %s: want a multiple of 4096", a);
+}
+
+static void set_staging(const char *a)
+{
+	fio_cfg.staging = parse_num("--staging", a, 0, 1ul << 40);
+}
+
+static void set_directory(const char *a)
+{
+	/* The URL is not echoed: it may hold a password. */
+	if (directory_configure(a))
+		die_usage("%s: want redis://[user:password@]host[:port][/db]", "--directory");
+}
+
+static void set_directory_ttl(const char *a)
+{
+	directory_set_ttl((unsigned)parse_num("--directory-ttl", a, 1, 86400));
+}
+
+static void set_stats(const char *a)
+{
+	if (strlen(a) >= sizeof(cfg.stats_name) || !*a || strchr(a, '/'))
+		die_usage("--stats %s: want a name without '/', under 64 bytes", a);
+	strcpy(cfg.stats_name, a);
+}
+
+static void set_no_stats(const char *a)
+{
+	(void)a;
+	cfg.no_stats = true;
+}
+
+static void set_log_level(const char *a)
+{
 	static const char *const levels[] = {"error", "warn", "info", "debug"};
-	const char *cpus_arg = NULL;
-	unsigned ncpus = 0;
-	cpu_set_t allowed;
-	int c;
 
-	cfg.pollers = 1;
-	cfg.spin_us = 50;
-	cfg.max_clients = 256;
-	cfg.max_queues = DP_MAX_QUEUES;
-	cfg.queue_depth = 256;
-	cfg.max_depth = 4096;
-	cfg.chunk = 256 * 1024;
-	cfg.inline_max = 64 * 1024;
-	default_socket_path(cfg.socket_path, sizeof(cfg.socket_path));
+	dp_log_level = -1;
+	for (int i = 0; i < 4; i++)
+		if (!strcmp(a, levels[i]))
+			dp_log_level = i;
+	if (dp_log_level < 0)
+		die_usage("--log-level %s: want error, warn, info or debug", a);
+}
 
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		switch (c) {
-		case O_SOCKET:
-			if (strlen(optarg) >= sizeof(cfg.socket_path) || !*optarg)
-				die_usage("--socket %s: path empty or too long", optarg);
-			strcpy(cfg.socket_path, optarg);
-			break;
-		case O_POLLERS:
-			cfg.pollers = (unsigned)parse_num("--pollers", optarg, 1, DP_MAX_POLLERS);
-			break;
-		case O_CPUS:
-			cpus_arg = optarg;
-			break;
-		case O_SPIN:
-			cfg.spin_us = (unsigned)parse_num("--spin-us", optarg, 0, 10000000);
-			break;
-		case O_MAXCL:
-			cfg.max_clients = (unsigned)parse_num("--max-clients", optarg, 1, 65536);
-			break;
-		case O_MAXQ:
-			cfg.max_queues =
-				(unsigned)parse_num("--max-queues", optarg, 1, DP_MAX_QUEUES);
-			break;
-		case O_DEPTH:
-			cfg.queue_depth = (unsigned)parse_num("--queue-depth", optarg, 1,
-							      DP_RING_MAX_ENTRIES);
-			break;
-		case O_MAXDEPTH:
-			cfg.max_depth =
-				(unsigned)parse_num("--max-depth", optarg, 1, DP_RING_MAX_ENTRIES);
-			break;
-		case O_CHUNK:
-			cfg.chunk = parse_num("--copy-chunk", optarg, 4096, 1ul << 30);
-			break;
-		case O_RPC:
-			cfg.rpc_port = (int)parse_num("--rpc-port", optarg, 0, 65535);
-			break;
-		case O_STATS:
-			if (strlen(optarg) >= sizeof(cfg.stats_name) || !*optarg ||
-			    strchr(optarg, '/'))
-				die_usage("--stats %s: want a name without '/', under 64 bytes",
-					  optarg);
-			strcpy(cfg.stats_name, optarg);
-			break;
-		case O_NOSTATS:
-			cfg.no_stats = true;
-			break;
-		case O_LOG:
-			dp_log_level = -1;
-			for (int i = 0; i < 4; i++)
-				if (!strcmp(optarg, levels[i]))
-					dp_log_level = i;
-			if (dp_log_level < 0)
-				die_usage("--log-level %s: want error, warn, info or debug",
-					  optarg);
-			break;
-		case O_HELP:
-			usage(stdout);
-			exit(0);
-		case O_HOST:
-			if (!*optarg || strlen(optarg) > 48 || strpbrk(optarg, ":@/ "))
-				die_usage("--server-name %s: want a host name or address", optarg);
-			strcpy(cfg.server_host, optarg);
-			break;
-		case O_PROV: {
-			static const char *const provs[] = {"efa",     "tcp",  "shm",
-							    "sockets", "auto", "none"};
-			bool ok = false;
+static void show_help(const char *a)
+{
+	(void)a;
+	usage(stdout);
+	exit(0);
+}
 
-			for (unsigned i = 0; i < 6; i++)
-				ok |= !strcmp(optarg, provs[i]);
-			if (!ok)
-				die_usage(
-					"--provider %s: want efa, tcp, shm, sockets, auto or none",
-					optarg);
-			snprintf(fab_cfg.provider, sizeof(fab_cfg.provider), "%s", optarg);
-			break;
-		}
-		case O_NICS:
-			if (!*optarg || strlen(optarg) >= sizeof(fab_cfg.nics))
-				die_usage("--nics %s: empty or too long", optarg);
-			strcpy(fab_cfg.nics, optarg);
-			break;
-		case O_SLICE:
-			fab_cfg.slice = parse_num("--slice", optarg, 4096, 1ul << 30);
-			break;
-		case O_FTIMEOUT:
-			fab_cfg.timeout_ms =
-				(unsigned)parse_num("--fabric-timeout-ms", optarg, 1, 3600000);
-			break;
-		case O_FROOT:
-			if (!*optarg || strlen(optarg) >= sizeof(fio_cfg.root))
-				die_usage("--file-root %s: empty or too long", optarg);
-			strcpy(fio_cfg.root, optarg);
-			break;
-		case O_IODEPTH:
-			fio_cfg.depth = (unsigned)parse_num("--io-depth", optarg, 1, 4096);
-			break;
-		case O_IOSLICE:
-			fio_cfg.slice = parse_num("--io-slice", optarg, 4096, 1ul << 30);
-			if (fio_cfg.slice % 4096)
-				die_usage("--io-slice %s: want a multiple of 4096", optarg);
-			break;
-		case O_STAGING:
-			fio_cfg.staging = parse_num("--staging", optarg, 0, 1ul << 40);
-			break;
-		case O_DIR:
-			/* The URL is not echoed: it may hold a password. */
-			if (directory_configure(optarg))
-				die_usage("%s: want redis://[user:password@]host[:port][/db]",
-					  "--directory");
-			break;
-		case O_DIRTTL:
-			directory_set_ttl((unsigned)parse_num("--directory-ttl", optarg, 1, 86400));
-			break;
-		default:
-			die_usage("unknown or incomplete option '%s'", argv[optind - 1]);
-		}
+static void show_version(const char *a)
+{
+	(void)a;
+	printf("dataplaned (dataplane) %s\n", DP_VERSION_STRING);
+	exit(0);
+}
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+/*
+ * Every flag: getopt_long's table and the --help text are both made from
+ * this one, in this order. In help, '\n' starts a continuation line.
+ */
+static const struct flag {
+	const char *name;
+	int has_arg;
+	void (*set)(const char *arg);
+	const char *arg; /* what --help calls the argument; NULL: none */
+	const char *help;
+} flags[] = {
+	{"socket", required_argument, set_socket, "PATH",
+	 "control socket (default $XDG_RUNTIME_DIR/dataplane/dataplane.sock,\n"
+	 "else /run/dataplane/dataplane.sock)"},
+	{"pollers", required_argument, set_pollers, "N",
+	 "polling threads (default 1, at most " STR(DP_MAX_POLLERS) ")"},
+	{"cpus", required_argument, set_cpus, "LIST",
+	 "pin poller i to the i-th CPU of LIST, e.g. 2,3 or 2-5\n"
+	 "(default: the highest CPUs the process may use)"},
+	{"spin-us", required_argument, set_spin, "N",
+	 "busy-poll this long before sleeping on doorbells (default 50)"},
+	{"max-clients", required_argument, set_max_clients, "N",
+	 "clients served at once (default 256)"},
+	{"max-queues", required_argument, set_max_queues, "N",
+	 "queue pairs per client (default " STR(DP_MAX_QUEUES) ")"},
+	{"queue-depth", required_argument, set_queue_depth, "N",
+	 "default entries per ring, power of two (default 256)"},
+	{"max-depth", required_argument, set_max_depth, "N",
+	 "largest depth a client may ask for (default 4096)"},
+	{"copy-chunk", required_argument, set_chunk, "BYTES",
+	 "local copy step; larger copies are interleaved (default 262144)"},
+	{"rpc-port", required_argument, set_rpc_port, "N",
+	 "TCP port peers reach this service on; 0 = pick (default 0)"},
+	{"server-name", required_argument, set_server_name, "HOST",
+	 "host part of this service's name HOST:PORT (default: hostname)"},
+	{"provider", required_argument, set_provider, "P",
+	 "fabric provider: efa, tcp, shm, sockets, auto (efa, else tcp)\n"
+	 "or none (local transfers only) (default auto)"},
+	{"nics", required_argument, set_nics, "LIST",
+	 "fabric domains (NICs) to use as rails, comma-separated, or auto\n"
+	 "(efa: every device; others: the first) (default auto)"},
+	{"slice", required_argument, set_slice, "BYTES",
+	 "fabric transfers go in slices of this size (default 1048576)"},
+	{"fabric-timeout-ms", required_argument, set_fabric_timeout, "N",
+	 "a transfer to a peer fails with ETIMEDOUT after this (default 5000)"},
+	{"file-root", required_argument, set_file_root, "DIR",
+	 "dp_open_file paths are opened beneath DIR (default: none, refused)"},
+	{"io-depth", required_argument, set_io_depth, "N",
+	 "file I/O: reads/writes in flight per poller (default 32)"},
+	{"io-slice", required_argument, set_io_slice, "BYTES",
+	 "file I/O: bytes per read/write, a multiple of 4096 (default 1048576)"},
+	{"staging", required_argument, set_staging, "BYTES",
+	 "file I/O: pinned staging pool for GPU targets (default 67108864)"},
+	{"directory", required_argument, set_directory, "URL",
+	 "cluster directory redis://[user:password@]host[:port][/db]:\n"
+	 "exports are published there, unknown names looked up there\n"
+	 "(password also from $DP_DIRECTORY_PASSWORD) (default: none)"},
+	{"directory-ttl", required_argument, set_directory_ttl, "S",
+	 "records expire S seconds after their owner stops (default 10)"},
+	{"stats", required_argument, set_stats, "NAME",
+	 "name of the shared-memory stats region in /dev/shm\n"
+	 "(default dataplane-HASH, derived from the socket path)"},
+	{"no-stats", no_argument, set_no_stats, NULL,
+	 "no stats region (and no counting for it on the data path)"},
+	{"log-level", required_argument, set_log_level, "LEVEL",
+	 "error, warn, info or debug (default info)"},
+	{"help", no_argument, show_help, NULL, "this text"},
+	{"version", no_argument, show_version, NULL, "print the version and exit"},
+};
+
+#define NFLAGS (sizeof(flags) / sizeof(flags[0]))
+#define HELP_COL 23 /* where the help text starts */
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: dataplaned [options]\n");
+	for (size_t i = 0; i < NFLAGS; i++) {
+		const char *h = flags[i].help;
+		int n = fprintf(f, "  --%s%s%s", flags[i].name, flags[i].arg ? " " : "",
+				flags[i].arg ? flags[i].arg : "");
+
+		/* At least two spaces between the flag and its text. */
+		fprintf(f, "%*s", n + 2 > HELP_COL ? 2 : HELP_COL - n, "");
+		for (const char *nl; (nl = strchr(h, '\n')); h = nl + 1)
+			fprintf(f, "%.*s\n%*s", (int)(nl - h), h, HELP_COL, "");
+		fprintf(f, "%s\n", h);
 	}
-	if (optind < argc)
-		die_usage("unexpected argument '%s'", argv[optind]);
+	fprintf(f, "Exit codes: 0 clean shutdown (SIGTERM/SIGINT), 1 start-up failure, 2 bad "
+		   "usage.\n");
+	fault_usage(f);
+}
+
+/* What the flags leave to be settled once all are read: the depths, the
+ * pollers' CPUs, the server name. */
+static void finish_args(void)
+{
+	cpu_set_t allowed;
+
 	if (cfg.queue_depth & (cfg.queue_depth - 1) || cfg.max_depth & (cfg.max_depth - 1))
 		die_usage("%s: queue depths must be powers of two", "--queue-depth/--max-depth");
 	if (cfg.queue_depth > cfg.max_depth)
@@ -425,7 +444,8 @@ static void parse_args(int argc, char **argv)
 	for (unsigned i = 0; i < DP_MAX_POLLERS; i++)
 		cfg.cpus[i] = -1;
 	if (cpus_arg) {
-		ncpus = parse_cpus(cpus_arg, cfg.cpus, &allowed);
+		unsigned ncpus = parse_cpus(cpus_arg, cfg.cpus, &allowed);
+
 		if (ncpus < cfg.pollers) {
 			fprintf(stderr, "dataplaned: --cpus lists %u CPUs for %u pollers\n", ncpus,
 				cfg.pollers);
@@ -451,6 +471,34 @@ static void parse_args(int argc, char **argv)
 	}
 	snprintf(cfg.server_name, sizeof(cfg.server_name), "%.48s:%d", cfg.server_host,
 		 cfg.rpc_port);
+}
+
+static void parse_args(int argc, char **argv)
+{
+	static struct option opts[NFLAGS + 1];
+	int c;
+
+	cfg.pollers = 1;
+	cfg.spin_us = 50;
+	cfg.max_clients = 256;
+	cfg.max_queues = DP_MAX_QUEUES;
+	cfg.queue_depth = 256;
+	cfg.max_depth = 4096;
+	cfg.chunk = 256 * 1024;
+	cfg.inline_max = 64 * 1024;
+	default_socket_path(cfg.socket_path, sizeof(cfg.socket_path));
+
+	for (size_t i = 0; i < NFLAGS; i++)
+		opts[i] = (struct option){flags[i].name, flags[i].has_arg, NULL, 256 + (int)i};
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (c < 256 || c >= 256 + (int)NFLAGS)
+			die_usage("unknown or incomplete option '%s'", argv[optind - 1]);
+		flags[c - 256].set(optarg);
+	}
+	if (optind < argc)
+		die_usage("unexpected argument '%s'", argv[optind]);
+	finish_args();
 }
 
 int main(int argc, char **argv)
