@@ -3,14 +3,17 @@
  * dp-demo - what `make run` shows: one client exports a segment, a second
  * client writes into it and reads it back through the service, checks every
  * byte, and prints latency and bandwidth.
- * usage: dp-demo [SOCKET]   exit 0 when every byte came back right.
+ * usage: dp-demo [SOCKET]   exit 0 when every byte came back right, 1 on a
+ * failure, 2 on bad usage.
  */
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "dataplane.h"
+#include "dp_tool.h"
 
 #define MiB (1u << 20)
 
@@ -49,19 +52,65 @@ static int cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+static void usage(void)
+{
+	printf("usage: dp-demo [SOCKET]\n"
+	       "Exports a 64 MiB segment from one client, writes into it and reads it back\n"
+	       "from a second one through dataplaned, checks every byte, and prints\n"
+	       "latency and bandwidth.\n"
+	       "  SOCKET        the service's control socket (default $DP_SOCKET, else\n"
+	       "                $XDG_RUNTIME_DIR/dataplane/dataplane.sock, else\n"
+	       "                /run/dataplane/dataplane.sock)\n"
+	       "  -h, --help    this text\n"
+	       "  --version     print the version and exit\n"
+	       "Exit codes: 0 every byte came back right, 1 a failure, 2 bad usage.\n");
+}
+
+/* Exits 2 on anything but [SOCKET], --help or --version. */
+static const char *parse_args(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}, {0, 0, 0, 0}};
+	int o;
+
+	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (o) {
+		case 'h':
+			usage();
+			exit(0);
+		case 'V':
+			dp_tool_version("dp-demo");
+			exit(0);
+		default:
+			fprintf(stderr, "Try 'dp-demo --help'.\n");
+			exit(2);
+		}
+	}
+	if (argc - optind > 1) {
+		fprintf(stderr, "dp-demo: unexpected argument '%s'\nTry 'dp-demo --help'.\n",
+			argv[optind + 1]);
+		exit(2);
+	}
+	return optind < argc ? argv[optind] : NULL;
+}
+
 int main(int argc, char **argv)
 {
-	const char *sock = argc > 1 ? argv[1] : NULL;
+	const char *sock = parse_args(argc, argv);
 	const uint64_t sizes[] = {1, 4096, MiB, 64 * MiB};
 	static uint64_t lat[20000];
 	struct dp_client *owner, *user;
 	struct dp_queue *q;
 	struct dp_desc d;
 	uint8_t *seg_mem, *buf;
-	int seg_region, buf_region, seg;
+	int seg_region, buf_region, seg, rc;
 	uint64_t t0;
 
-	check(dp_connect(sock, "demo-owner", &owner), "connect");
+	rc = dp_connect(sock, "demo-owner", &owner);
+	if (rc < 0) {
+		dp_tool_connect_error("dp-demo", sock, rc);
+		return 1;
+	}
 	check(dp_connect(sock, "demo-user", &user), "connect");
 	printf("connected to dataplaned %s\n", dp_server_name(user));
 	seg_region = check(dp_alloc(owner, 64 * MiB, DP_ALLOC_HUGE, (void **)&seg_mem), "alloc");

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "dataplane.h"
+#include "dp_tool.h"
 
 #define MiB (1ull << 20)
 #define MAX_REPS 31
@@ -233,8 +234,10 @@ static bool bench(const char *mode, bool direct)
 	struct ours o = {0};
 	int fd, rf, rc;
 
-	if ((rc = dp_connect(sock_path, "file-bench", &o.c)) < 0)
-		die("connect", rc);
+	if ((rc = dp_connect(sock_path, "file-bench", &o.c)) < 0) {
+		dp_tool_connect_error("file-bench", sock_path, rc);
+		exit(1);
+	}
 	if ((rc = dp_queue_create(o.c, qd < 64 ? 64 : qd, &o.q)) < 0)
 		die("queue", rc);
 	if ((o.host = dp_alloc(o.c, size, DP_ALLOC_HUGE, (void **)&o.mem)) < 0)
@@ -278,6 +281,30 @@ static bool bench(const char *mode, bool direct)
 	return true;
 }
 
+static void usage(void)
+{
+	printf("usage: file-bench [--socket PATH] --file PATH [options] [direct|buffered|all]\n"
+	       "P11: a file read into host memory through dataplaned, against fio on the same\n"
+	       "file (direct: O_DIRECT; buffered: through the warm page cache; default all).\n"
+	       "  --socket PATH   dataplaned's control socket (default $DP_SOCKET, else\n"
+	       "                  $XDG_RUNTIME_DIR/dataplane/dataplane.sock, else\n"
+	       "                  /run/dataplane/dataplane.sock)\n"
+	       "  --file PATH     the file to read; created (patterned) when missing or of\n"
+	       "                  another size\n"
+	       "  --size BYTES    file size, a multiple of --bs and of 4096 (default 1 GiB)\n"
+	       "  --bs BYTES      bytes per READ (default 1 MiB)\n"
+	       "  --qd N          READs in flight, 1..4096 (default 32)\n"
+	       "  --reps N        timed runs of each side, 1..31; medians reported (default 7)\n"
+	       "  --cpu N         pin this client to CPU N (default 0)\n"
+	       "  --fio-cpu N     pin fio to CPU N (default: not pinned)\n"
+	       "  --no-fio        our side only\n"
+	       "  --reuse         read into qd reused buffers of --bs bytes (fio's footprint)\n"
+	       "                  instead of one buffer the size of the file\n"
+	       "  -h, --help      this text\n"
+	       "  --version       print the version and exit\n"
+	       "Exit codes: 0 every run completed and verified, 1 a failure, 2 bad usage.\n");
+}
+
 int main(int argc, char **argv)
 {
 	enum {
@@ -290,7 +317,8 @@ int main(int argc, char **argv)
 		O_CPU,
 		O_FIOCPU,
 		O_NOFIO,
-		O_REUSE
+		O_REUSE,
+		O_VERSION
 	};
 	static const struct option opts[] = {
 		{"socket", required_argument, 0, O_SOCK},
@@ -303,13 +331,15 @@ int main(int argc, char **argv)
 		{"fio-cpu", required_argument, 0, O_FIOCPU},
 		{"no-fio", no_argument, 0, O_NOFIO},
 		{"reuse", no_argument, 0, O_REUSE},
+		{"help", no_argument, 0, 'h'},
+		{"version", no_argument, 0, O_VERSION},
 		{0, 0, 0, 0},
 	};
 	const char *what = "all";
 	bool ok = true;
 	int c;
 
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case O_SOCK:
 			sock_path = optarg;
@@ -341,18 +371,25 @@ int main(int argc, char **argv)
 		case O_REUSE:
 			reuse = true;
 			break;
+		case 'h':
+			usage();
+			return 0;
+		case O_VERSION:
+			dp_tool_version("file-bench");
+			return 0;
 		default:
-			fprintf(stderr, "usage: see the header of tools/file-bench.c\n");
+			fprintf(stderr, "Try 'file-bench --help'.\n");
 			return 2;
 		}
 	}
 	if (optind < argc)
 		what = argv[optind];
-	if (!file_path || !bs || size % bs || size % 4096 || !qd || qd > 4096 || !reps ||
-	    reps > MAX_REPS ||
+	if (argc - optind > 1 || !file_path || !bs || size % bs || size % 4096 || !qd ||
+	    qd > 4096 || !reps || reps > MAX_REPS ||
 	    (strcmp(what, "direct") && strcmp(what, "buffered") && strcmp(what, "all"))) {
 		fprintf(stderr, "file-bench: want --file, --size a multiple of --bs and of 4096, "
-				"--qd 1..4096, --reps 1..31, and direct|buffered|all\n");
+				"--qd 1..4096, --reps 1..31, and direct|buffered|all\n"
+				"Try 'file-bench --help'.\n");
 		return 2;
 	}
 	if (client_cpu >= 0) {

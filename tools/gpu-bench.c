@@ -35,11 +35,90 @@
 #include <unistd.h>
 
 #include "dataplane.h"
+#include "dp_tool.h"
+
+static const char *sock_path, *file_path = "/var/tmp/dp-gpu-bench.file";
+static int client_cpu = 0, device = 0;
+static bool quick;
+
+static void usage(void)
+{
+	printf("usage: gpu-bench [--socket PATH] [--cpu N] [--device N] [--quick] "
+	       "[--file PATH]\n"
+	       "                 [p8|p9|p10|file|all|probe]\n"
+	       "GPU copies through dataplaned against the raw CUDA runtime on the same GPU\n"
+	       "(P8-P10, file -> GPU; default all).\n"
+	       "  --socket PATH   dataplaned's control socket (default $DP_SOCKET, else\n"
+	       "                  $XDG_RUNTIME_DIR/dataplane/dataplane.sock, else\n"
+	       "                  /run/dataplane/dataplane.sock)\n"
+	       "  --cpu N         pin this client to CPU N (default 0)\n"
+	       "  --device N      CUDA device (default 0)\n"
+	       "  --quick         fewer sizes and repetitions\n"
+	       "  --file PATH     the file of the file -> GPU run (default "
+	       "/var/tmp/dp-gpu-bench.file)\n"
+	       "  -h, --help      this text\n"
+	       "  --version       print the version and exit\n"
+	       "Exit codes: 0 every run completed and verified, 1 a failure, 2 bad usage,\n"
+	       "77 no CUDA (build or device).\n");
+}
+
+/* The flags; returns the benchmark to run, exits on --help, --version and
+ * bad usage (2). */
+static const char *parse_args(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"socket", required_argument, 0, 's'}, {"cpu", required_argument, 0, 'c'},
+		{"device", required_argument, 0, 'd'}, {"quick", no_argument, 0, 'q'},
+		{"file", required_argument, 0, 'f'},   {"help", no_argument, 0, 'h'},
+		{"version", no_argument, 0, 'V'},      {0, 0, 0, 0}};
+	const char *what = "all";
+	int o;
+
+	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (o) {
+		case 's':
+			sock_path = optarg;
+			break;
+		case 'c':
+			client_cpu = atoi(optarg);
+			break;
+		case 'd':
+			device = atoi(optarg);
+			break;
+		case 'q':
+			quick = true;
+			break;
+		case 'f':
+			file_path = optarg;
+			break;
+		case 'h':
+			usage();
+			exit(0);
+		case 'V':
+			dp_tool_version("gpu-bench");
+			exit(0);
+		default:
+			fprintf(stderr, "Try 'gpu-bench --help'.\n");
+			exit(2);
+		}
+	}
+	if (optind < argc)
+		what = argv[optind];
+	if (argc - optind > 1 ||
+	    (strcmp(what, "p8") && strcmp(what, "p9") && strcmp(what, "p10") &&
+	     strcmp(what, "file") && strcmp(what, "all") && strcmp(what, "probe"))) {
+		fprintf(stderr, "gpu-bench: unknown benchmark '%s'\nTry 'gpu-bench --help'.\n",
+			argv[argc - 1]);
+		exit(2);
+	}
+	return what;
+}
 
 #ifndef DP_HAVE_CUDA
 
-int main(void)
+int main(int argc, char **argv)
 {
+	parse_args(argc, argv);
 	fprintf(stderr, "gpu-bench: built without CUDA (make bench-gpu builds with CUDA=1)\n");
 	return 77;
 }
@@ -49,10 +128,6 @@ int main(void)
 #include <cuda_runtime_api.h>
 
 #define MiB (1ull << 20)
-
-static const char *sock_path, *file_path = "/var/tmp/dp-gpu-bench.file";
-static int client_cpu = 0, device = 0;
-static bool quick;
 
 static struct dp_client *cl;
 static struct dp_queue *q;
@@ -607,49 +682,10 @@ static void bench_probe(void)
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {{"socket", required_argument, 0, 's'},
-					     {"cpu", required_argument, 0, 'c'},
-					     {"device", required_argument, 0, 'd'},
-					     {"quick", no_argument, 0, 'q'},
-					     {"file", required_argument, 0, 'f'},
-					     {"help", no_argument, 0, 'h'},
-					     {0, 0, 0, 0}};
+	const char *what = parse_args(argc, argv);
 	struct cudaDeviceProp prop;
-	const char *what = "all";
-	int o, n = 0, drv = 0, rt = 0, rc;
+	int n = 0, drv = 0, rt = 0, rc;
 
-	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		switch (o) {
-		case 's':
-			sock_path = optarg;
-			break;
-		case 'c':
-			client_cpu = atoi(optarg);
-			break;
-		case 'd':
-			device = atoi(optarg);
-			break;
-		case 'q':
-			quick = true;
-			break;
-		case 'f':
-			file_path = optarg;
-			break;
-		case 'h':
-			printf("usage: gpu-bench [--socket PATH] [--cpu N] [--device N] [--quick] "
-			       "[--file PATH] [p8|p9|p10|file|all|probe]\n");
-			return 0;
-		default:
-			return 2;
-		}
-	}
-	if (optind < argc)
-		what = argv[optind];
-	if (strcmp(what, "p8") && strcmp(what, "p9") && strcmp(what, "p10") &&
-	    strcmp(what, "file") && strcmp(what, "all") && strcmp(what, "probe")) {
-		fprintf(stderr, "gpu-bench: unknown benchmark '%s'\n", what);
-		return 2;
-	}
 	if (cudaGetDeviceCount(&n) != cudaSuccess || n <= device) {
 		fprintf(stderr, "gpu-bench: no CUDA device %d here\n", device);
 		return 77;
@@ -669,8 +705,10 @@ int main(int argc, char **argv)
 	       prop.name, drv, rt, client_cpu);
 	ck(cudaStreamCreateWithFlags(&raw_stream, cudaStreamNonBlocking), "cudaStreamCreate");
 	ck(cudaEventCreateWithFlags(&raw_ev, cudaEventDisableTiming), "cudaEventCreate");
-	if ((rc = dp_connect(sock_path, "gpu-bench", &cl)) < 0)
-		die("dp_connect", rc);
+	if ((rc = dp_connect(sock_path, "gpu-bench", &cl)) < 0) {
+		dp_tool_connect_error("gpu-bench", sock_path, rc);
+		exit(1);
+	}
 	if ((rc = dp_queue_create(cl, 256, &q)) < 0)
 		die("dp_queue_create", rc);
 	if (!strcmp(what, "p8") || !strcmp(what, "all"))
