@@ -1,6 +1,8 @@
 # dataplane - one entry point: build, run, test, bench, sanitizers.
 #
-#   make                 build everything into build/
+#   make                 build the service, library and tools into build/
+#   make install         PREFIX=/usr/local DESTDIR=: binaries, library, header, pkg-config,
+#                        systemd unit, man pages (make uninstall removes them)
 #   make run             start dataplaned and run the demo client against it
 #   make test            run every Criterion suite
 #   make asan | tsan     the suites under ASan+UBSan / TSan (build/asan, build/tsan)
@@ -16,6 +18,17 @@
 
 CC ?= gcc
 B ?= build
+PREFIX ?= /usr/local
+DESTDIR ?=
+BINDIR ?= $(PREFIX)/bin
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+MANDIR ?= $(PREFIX)/share/man
+SYSTEMDDIR ?= $(PREFIX)/lib/systemd/system
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+# One version (libclient/dp_version.h); the library's ABI has its own number.
+VERSION := $(shell sed -n 's/^\#define DP_VERSION_STRING "\(.*\)"/\1/p' libclient/dp_version.h)
+ABI_MAJOR := 1
 SAN ?=
 CUDA_HOME ?= /usr/local/cuda
 ifeq ($(origin CUDA),undefined)
@@ -30,13 +43,18 @@ ifneq ($(filter deps,$(MAKECMDGOALS)),deps)
 CFLAGS += $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS += $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 endif
+# What libclient itself needs at link time (the service and tools need more).
+CLIENT_LIBS := -pthread
 ifeq ($(CUDA),1)
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
 CFLAGS += -DDP_HAVE_CUDA -I$(CUDA_HOME)/include
-LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
+LDLIBS += $(CUDA_LIBS)
+CLIENT_LIBS += $(CUDA_LIBS)
 endif
 ifeq ($(SAN),asan)
 CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDLIBS += -fsanitize=address,undefined
+CLIENT_LIBS += -fsanitize=address,undefined
 endif
 ifeq ($(FAULTS),1)
 CFLAGS += -DDP_FAULT_INJECT
@@ -44,6 +62,7 @@ endif
 ifeq ($(SAN),tsan)
 CFLAGS += -fsanitize=thread -DDP_TSAN
 LDLIBS += -fsanitize=thread
+CLIENT_LIBS += -fsanitize=thread
 # GCC's -Wtsan rejects fences. Those of the stats seqcounts (writer in
 # stats.c, reader in ring-stat) pair across processes, out of TSan's sight.
 $(B)/obj/dataplane/stats.o $(B)/obj/tools/ring-stat.o: CFLAGS += -Wno-tsan
@@ -61,16 +80,18 @@ obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
 
 LIBRING := $(B)/libdpring.a
 LIBCLIENT_A := $(B)/libdataplane.a
-LIBCLIENT_SO := $(B)/libdataplane.so
+SONAME := libdataplane.so.$(ABI_MAJOR)
+LIBCLIENT_SO := $(B)/$(SONAME)
 SERVICE := $(B)/dataplaned
-TOOLS := $(B)/ring-bench $(B)/dp-bench $(B)/ring-stat $(B)/dp-demo $(B)/api-example \
+# ring-bench links DPDK: it is built by bench-ring only, never by `all`.
+TOOLS := $(B)/dp-bench $(B)/ring-stat $(B)/dp-demo $(B)/api-example \
 	$(B)/gpu-bench $(B)/file-bench
 TESTS := $(B)/tests/dp-tests $(B)/tests/ring-tests
 
 .SECONDARY:
 .PHONY: stress all deps deps-bench run test test-ring asan tsan bench-ring bench-local \
 	bench-gpu bench-file bench-fabric format format-check gpu-tests clean \
-	deps-fuzz fuzz fuzz-regress stress faults
+	deps-fuzz fuzz fuzz-regress stress faults install uninstall check-package
 all: $(LIBRING) $(LIBCLIENT_A) $(LIBCLIENT_SO) $(if $(SERVICE_SRCS),$(SERVICE)) \
 	$(foreach t,$(TOOLS),$(if $(wildcard tools/$(notdir $(t)).c examples/$(notdir $(t)).c),$(t)))
 
@@ -96,8 +117,11 @@ $(LIBRING): $(call obj,$(RING_SRCS))
 $(LIBCLIENT_A): $(call obj,$(CLIENT_SRCS) $(RING_SRCS))
 	$(AR) rcs $@ $^
 
-$(LIBCLIENT_SO): $(call obj,$(CLIENT_SRCS) $(RING_SRCS))
-	$(CC) -shared -o $@ $^ $(LDLIBS)
+# Only the public dp_* calls of dataplane.h are exported (libdataplane.map).
+$(LIBCLIENT_SO): $(call obj,$(CLIENT_SRCS) $(RING_SRCS)) libclient/libdataplane.map
+	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=libclient/libdataplane.map \
+		-Wl,--no-undefined -o $@ $(filter %.o,$^) $(CLIENT_LIBS)
+	ln -sf $(SONAME) $(B)/libdataplane.so
 
 $(SERVICE): $(call obj,$(SERVICE_SRCS)) $(LIBRING)
 	$(CC) -o $@ $^ $(LDLIBS)
@@ -224,6 +248,45 @@ fuzz-regress: deps-fuzz
 
 gpu-tests: deps
 	$(MAKE) --no-print-directory CUDA=1 all $(patsubst tests/%.c,$(B)/tests/%,$(GPU_TEST_SRCS))
+
+# ---- install, like liburing and libfabric: PREFIX, DESTDIR ----
+INSTALL ?= install
+INSTALL_BINS := dataplaned ring-stat dp-bench
+MAN_PAGES := $(wildcard man/*.[138])
+$(B)/dataplane.pc: dist/dataplane.pc.in libclient/dp_version.h
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
+		-e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' -e 's|@VERSION@|$(VERSION)|' \
+		-e 's|@LIBS_PRIVATE@|$(strip $(CLIENT_LIBS))|' $< >$@
+$(B)/dataplaned.service: dist/dataplaned.service.in
+	sed -e 's|@BINDIR@|$(BINDIR)|' $< >$@
+install: all $(B)/dataplane.pc $(B)/dataplaned.service
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) \
+		$(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(SYSTEMDDIR) \
+		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man8
+	$(INSTALL) -m 755 $(addprefix $(B)/,$(INSTALL_BINS)) $(DESTDIR)$(BINDIR)/
+	$(INSTALL) -m 755 $(LIBCLIENT_SO) $(DESTDIR)$(LIBDIR)/
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libdataplane.so
+	$(INSTALL) -m 644 $(LIBCLIENT_A) $(DESTDIR)$(LIBDIR)/
+	$(INSTALL) -m 644 libclient/dataplane.h libclient/dp_version.h $(DESTDIR)$(INCLUDEDIR)/
+	$(INSTALL) -m 644 $(B)/dataplane.pc $(DESTDIR)$(PKGCONFIGDIR)/
+	$(INSTALL) -m 644 $(B)/dataplaned.service $(DESTDIR)$(SYSTEMDDIR)/
+	for m in $(MAN_PAGES); do \
+		$(INSTALL) -m 644 $$m $(DESTDIR)$(MANDIR)/man$${m##*.}/ || exit 1; \
+	done
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(INSTALL_BINS)) \
+		$(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libdataplane.so \
+		$(DESTDIR)$(LIBDIR)/libdataplane.a $(DESTDIR)$(INCLUDEDIR)/dataplane.h \
+		$(DESTDIR)$(INCLUDEDIR)/dp_version.h \
+		$(DESTDIR)$(PKGCONFIGDIR)/dataplane.pc $(DESTDIR)$(SYSTEMDDIR)/dataplaned.service
+	for m in $(notdir $(MAN_PAGES)); do rm -f $(DESTDIR)$(MANDIR)/man$${m##*.}/$$m; done
+
+# The package as a user meets it: install into a scratch DESTDIR, then build
+# docs/api.md's example through `pkg-config dataplane`, dynamically and
+# statically, and run both; check the exported symbols against dataplane.h,
+# the header under C and C++ standards, and the unit with systemd-analyze.
+check-package: all
+	@tools/check-package.sh $(B)
 
 # ---- the main job ----
 run: deps

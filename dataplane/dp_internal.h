@@ -230,5 +230,7 @@ static inline void queue_complete(struct queue *q, uint64_t user_data, int statu
 
 /* control.c */
 int control_run(int rpc_fd);
+/* notify.c: a state ("READY=1", "STOPPING=1") to systemd's $NOTIFY_SOCKET. */
+void service_notify(const char *state);
 
 #endif /* DP_INTERNAL_H */
