@@ -20,11 +20,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "dp_stats.h"
+#include "dp_version.h"
 
 /* Exit codes (docs/ring-stat.md). */
 enum {
@@ -316,6 +319,118 @@ static int list_regions(bool print)
 	return n;
 }
 
+/*
+ * Whether the socket a service recorded in its region header (as it was
+ * given: maybe relative to the service's working directory) is the file
+ * pst describes.
+ */
+static bool same_inode(const char *recorded, int32_t pid, const struct stat *pst)
+{
+	char buf[256];
+	struct stat st;
+
+	if (!*recorded)
+		return false;
+	if (recorded[0] != '/') {
+		snprintf(buf, sizeof(buf), "/proc/%d/cwd/%s", (int)pid, recorded);
+		recorded = buf;
+	}
+	return !stat(recorded, &st) && st.st_dev == pst->st_dev && st.st_ino == pst->st_ino;
+}
+
+/*
+ * The running region whose service records control socket path (what
+ * --list shows), whatever --stats named it: the same file (inode), else the
+ * same string. False when there is none.
+ */
+static bool region_of_socket(const char *path, char *name, size_t len)
+{
+	char err[512], rec[sizeof(((struct dp_stats_header *)0)->socket_path) + 1];
+	struct stat pst;
+	bool have_st = !stat(path, &pst), found = false;
+	struct region r;
+	struct dirent *e;
+	DIR *d = opendir("/dev/shm");
+
+	if (!d)
+		return false;
+	while ((e = readdir(d))) {
+		bool by_inode, by_string;
+
+		if (e->d_name[0] == '.' || !name_ok(e->d_name))
+			continue;
+		if (region_open(e->d_name, &r, err, sizeof(err)) != EX_OK) {
+			region_close(&r);
+			continue;
+		}
+		memcpy(rec, r.h->socket_path, sizeof(rec) - 1);
+		rec[sizeof(rec) - 1] = 0;
+		by_inode = have_st && same_inode(rec, r.h->pid, &pst);
+		by_string = *rec && !strcmp(rec, path);
+		region_close(&r);
+		if (!by_inode && !by_string)
+			continue;
+		if (!found || by_inode)
+			snprintf(name, len, "%s", e->d_name);
+		found = true;
+		if (by_inode)
+			break;
+	}
+	closedir(d);
+	return found;
+}
+
+/* Why nobody answers on socket path: connect()'s errno, or 0 when a
+ * service does answer there. */
+static int socket_probe(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd, rc = 0;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return ENAMETOOLONG;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return errno;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		rc = errno;
+	close(fd);
+	return rc;
+}
+
+/*
+ * The region of the service on control socket path: the running one that
+ * records that socket, else the name derived from the path (the default of
+ * a service without --stats). Fails when neither exists.
+ */
+static void socket_region(const char *path, char *name, size_t len)
+{
+	char err[512];
+	struct region r;
+	int rc, why;
+
+	if (region_of_socket(path, name, len))
+		return;
+	dp_stats_default_name(path, name, len);
+	rc = region_open(name, &r, err, sizeof(err));
+	region_close(&r);
+	if (rc == EX_OK)
+		return;
+	if (rc != EX_NOSERVICE || !strstr(err, "no stats region"))
+		fail(rc, "%s", err);
+	why = socket_probe(path);
+	if (why)
+		fail(EX_NOSERVICE,
+		     "cannot connect to %s: no dataplaned is listening there (%s); is dataplaned "
+		     "running? (ring-stat --list shows the stats regions that exist)",
+		     path, strerror(why));
+	fail(EX_NOSERVICE,
+	     "the dataplaned on %s has no stats region here: it runs with --no-stats, or "
+	     "in another /dev/shm (ring-stat --list shows the regions that exist)",
+	     path);
+}
+
 /* The region to read when none was named: the one of the default socket,
  * else the only running one. */
 static void pick_region(char *name, size_t len)
@@ -333,6 +448,8 @@ static void pick_region(char *name, size_t len)
 		snprintf(path, sizeof(path), "%s/dataplane/dataplane.sock", xdg);
 	else
 		snprintf(path, sizeof(path), "/run/dataplane/dataplane.sock");
+	if (region_of_socket(path, name, len))
+		return;
 	dp_stats_default_name(path, name, len);
 	if (region_open(name, &r, err, sizeof(err)) == EX_OK) {
 		region_close(&r);
@@ -1595,8 +1712,9 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: ring-stat [options]\n"
 		"  --stats NAME      read stats region NAME (/dev/shm/NAME)\n"
-		"  --socket PATH     read the region of the service on control socket PATH\n"
-		"                    (default: $DP_SOCKET's, else the only running service's)\n"
+		"  --socket PATH     read the region of the service on control socket PATH,\n"
+		"                    whatever its --stats name (default: $DP_SOCKET's, else\n"
+		"                    the only running service's)\n"
 		"  -l, --list        list the stats regions in /dev/shm and their state\n"
 		"  -w, --watch SECS  refresh every SECS seconds, showing rates over the interval\n"
 		"  -c, --count N     stop after N samples (default 1, or unlimited with -w)\n"
@@ -1604,10 +1722,11 @@ static void usage(FILE *f)
 		"queue\n"
 		"  --sort KEY        slot (default), ops, bytes, fail, p99, inflight, name\n"
 		"  --json            one JSON object per sample (fields: docs/ring-stat.md)\n"
-		"  --prometheus      Prometheus text exposition format\n"
+		"  --prometheus      Prometheus text exposition format, one sample (no -w)\n"
 		"  --wide            every column (the default fits 80 columns)\n"
 		"  --color WHEN      auto (default: on a terminal), always, never\n"
 		"  -h, --help        this text\n"
+		"  --version         print the version and exit\n"
 		"Exit codes: 0 ok, 1 error, 2 usage, 3 no service running, 4 not a stats region\n"
 		"or another ABI version, 5 truncated or corrupt region.\n");
 }
@@ -1622,7 +1741,7 @@ static void on_stop(int sig)
 
 int main(int argc, char **argv)
 {
-	enum { O_STATS = 256, O_SOCKET, O_SORT, O_JSON, O_PROM, O_WIDE, O_COLOR };
+	enum { O_STATS = 256, O_SOCKET, O_SORT, O_JSON, O_PROM, O_WIDE, O_COLOR, O_VERSION };
 	static const struct option opts[] = {{"stats", required_argument, 0, O_STATS},
 					     {"socket", required_argument, 0, O_SOCKET},
 					     {"list", no_argument, 0, 'l'},
@@ -1635,6 +1754,7 @@ int main(int argc, char **argv)
 					     {"wide", no_argument, 0, O_WIDE},
 					     {"color", required_argument, 0, O_COLOR},
 					     {"help", no_argument, 0, 'h'},
+					     {"version", no_argument, 0, O_VERSION},
 					     {0, 0, 0, 0}};
 	static const char *const sorts[] = {"slot", "ops",	"bytes", "fail",
 					    "p99",  "inflight", "name"};
@@ -1704,6 +1824,9 @@ int main(int argc, char **argv)
 		case 'h':
 			usage(stdout);
 			return EX_OK;
+		case O_VERSION:
+			printf("ring-stat (dataplane) %s\n", DP_VERSION_STRING);
+			return EX_OK;
 		default:
 			fprintf(stderr, "Try 'ring-stat --help'.\n");
 			return EX_USAGE;
@@ -1713,6 +1836,11 @@ int main(int argc, char **argv)
 		fail(EX_USAGE, "unexpected argument '%s' (try --help)", argv[optind]);
 	if (opt.name && opt.socket)
 		fail(EX_USAGE, "--stats and --socket both name a service; give one");
+	/* One exposition is one scrape: repeated ones in one stream are no
+	 * valid exposition (docs/ring-stat.md). */
+	if (opt.out == OUT_PROM && opt.interval)
+		fail(EX_USAGE, "--prometheus takes no -w: it writes one exposition (a scrape); "
+			       "run it once per scrape (try --help)");
 	if (!strcmp(color, "always"))
 		opt.color = true;
 	else if (!strcmp(color, "auto"))
@@ -1724,7 +1852,7 @@ int main(int argc, char **argv)
 	if (opt.name)
 		snprintf(name, sizeof(name), "%s", opt.name);
 	else if (opt.socket)
-		dp_stats_default_name(opt.socket, name, sizeof(name));
+		socket_region(opt.socket, name, sizeof(name));
 	else
 		pick_region(name, sizeof(name));
 	signal(SIGBUS, on_sigbus);
