@@ -169,12 +169,12 @@ double bench_placement(int cpu_a, int cpu_b, unsigned runs)
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-void placement_report(int cpu_a, int cpu_b, double ns)
+void placement_report(int cpu_a, int cpu_b, double ns, unsigned runs)
 {
 	if (ns > 0)
 		printf("placement: cache-line ping-pong CPU %d <-> CPU %d: %.1f ns round trip "
-		       "(median of 5 runs)\n",
-		       cpu_a, cpu_b, ns);
+		       "(median of %u runs)\n",
+		       cpu_a, cpu_b, ns, runs);
 	else
 		printf("placement: cache-line ping-pong CPU %d <-> CPU %d: not measured (the "
 		       "same CPU, or one not available)\n",
@@ -186,6 +186,7 @@ void placement_report(int cpu_a, int cpu_b, double ns)
 	report_num(NULL, cpu_b);
 	report_end();
 	report_num("round_trip_ns", ns > 0 ? ns : 0.0 / 0.0);
+	report_u64("runs", runs);
 	report_end();
 }
 

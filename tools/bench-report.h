@@ -34,9 +34,9 @@ int bench_pingpong(int cpu_a, int cpu_b, uint64_t round_trips, struct pingpong_r
  * be used. */
 double bench_placement(int cpu_a, int cpu_b, unsigned runs);
 
-/* Prints "placement: cache-line ping-pong CPU a <-> CPU b: N ns round trip"
- * and, with --json, a "placement" object. */
-void placement_report(int cpu_a, int cpu_b, double ns);
+/* Prints "placement: cache-line ping-pong CPU a <-> CPU b: N ns round trip
+ * (median of RUNS runs)" and, with --json, a "placement" object. */
+void placement_report(int cpu_a, int cpu_b, double ns, unsigned runs);
 
 /* ---- dataplaned processes alive on this host ---- */
 

@@ -1091,7 +1091,7 @@ int main(int argc, char **argv)
 	report_num("service", service_cpu);
 	report_end();
 	/* Before any service of ours starts, on the CPUs the runs use. */
-	placement_report(client_cpu, service_cpu, bench_placement(client_cpu, service_cpu, 5));
+	placement_report(client_cpu, service_cpu, bench_placement(client_cpu, service_cpu, 5), 5);
 	pin(client_cpu);
 	if (!strcmp(what, "latency") || !strcmp(what, "all"))
 		bench_latency();

@@ -27,6 +27,13 @@
  *
  * rte_ring is set up with rte_ring_init() on memory of our own, so no EAL,
  * hugepages or root are needed.
+ *
+ * ring-bench starts no service; before and after the runs it checks /proc
+ * for dataplaned processes with pollers on its two CPUs and prints what it
+ * found (a spinning poller there would slow both rings, rte_ring's too).
+ * The ping-pong runs are the placement figure, printed on a line of their
+ * own. --no-peers runs ours and the ping-pong only and prints no ratio;
+ * --json prints every figure as one JSON object on stdout.
  */
 #include "dp_ring.h"
 
@@ -43,6 +50,13 @@
 
 #include <rte_ring.h>
 #include <rte_ring_elem.h>
+
+#include "dp_version.h"
+/* The ping-pong, the dataplaned check and --json (shared with dp-bench).
+ * The Makefile links bench-report.o into dp-bench only, so ring-bench
+ * compiles it in; once its rule links bench-report.o too, include
+ * bench-report.h here instead. */
+#include "bench-report.c"
 
 #define ENTRY_SIZE 64u
 #define MAX_BURST 32u
@@ -64,6 +78,7 @@ static struct {
 	unsigned retries;
 	uint32_t ring_size;
 	int cpu[2];
+	bool peers;
 } opt = {
 	.p1_entries = 5 * 1000 * 1000,
 	.p2_round_trips = 1000 * 1000,
@@ -71,6 +86,7 @@ static struct {
 	.retries = 20,
 	.ring_size = 1024,
 	.cpu = {0, 1},
+	.peers = true,
 };
 
 static double now_ns(void)
@@ -95,20 +111,6 @@ static void pin(int cpu)
 	CPU_SET(cpu, &set);
 	if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set))
 		die("cannot pin a thread (see --cpus)");
-}
-
-/* Nanoseconds this thread has spent runnable but waiting for its CPU: the
- * second field of /proc/thread-self/schedstat. 0 where unavailable. */
-static double runqueue_wait_ns(int schedstat_fd)
-{
-	char buf[96], *end;
-	ssize_t n = schedstat_fd < 0 ? -1 : pread(schedstat_fd, buf, sizeof(buf) - 1, 0);
-
-	if (n <= 0)
-		return 0;
-	buf[n] = 0;
-	strtoull(buf, &end, 10);
-	return (double)strtoull(end, NULL, 10);
 }
 
 /*
@@ -532,64 +534,19 @@ static double p2(bool ours, struct run_ctl *ctl)
 	return (run.ctl.t_end - run.ctl.t_start) / (double)run.count;
 }
 
-/* The physical floor of P2: one cache line handed back and forth. Odd
- * values are A's turn to be answered, even values B's answer. */
-struct pingpong_run {
-	uint64_t line __attribute__((aligned(128)));
-	struct run_ctl ctl __attribute__((aligned(128)));
-	uint64_t count;
-};
-
-static void *pingpong_a(void *p)
-{
-	struct pingpong_run *run = p;
-	struct run_thread t = run_start(&run->ctl, opt.cpu[0]);
-
-	run->ctl.t_start = now_ns();
-	for (uint64_t i = 0; i < run->count; i++) {
-		__atomic_store_n(&run->line, 2 * i + 1, __ATOMIC_RELEASE);
-		while (__atomic_load_n(&run->line, __ATOMIC_ACQUIRE) != 2 * i + 2)
-			if (run_abandoned(&t))
-				goto out;
-		if (run_disturbed(&t))
-			break;
-	}
-	run->ctl.t_end = now_ns();
-out:
-	run_finish(&t);
-	return NULL;
-}
-
-static void *pingpong_b(void *p)
-{
-	struct pingpong_run *run = p;
-	struct run_thread t = run_start(&run->ctl, opt.cpu[1]);
-
-	for (uint64_t i = 0; i < run->count; i++) {
-		while (__atomic_load_n(&run->line, __ATOMIC_ACQUIRE) != 2 * i + 1)
-			if (run_abandoned(&t))
-				goto out;
-		__atomic_store_n(&run->line, 2 * i + 2, __ATOMIC_RELEASE);
-		if (run_disturbed(&t))
-			break;
-	}
-out:
-	run_finish(&t);
-	return NULL;
-}
-
+/* The physical floor of P2, and the placement the run got: one cache line
+ * handed back and forth (bench-report.c). Its threads are not given up
+ * early; a disturbed run is repeated like the others. */
 static double pingpong(struct run_ctl *ctl)
 {
-	struct pingpong_run *run = shared_mem(sizeof(*run));
-	double ns;
+	struct pingpong_result r;
 
-	run->ctl = *ctl;
-	run->count = opt.p2_round_trips;
-	run_threads(pingpong_a, pingpong_b, run);
-	*ctl = run->ctl;
-	ns = (run->ctl.t_end - run->ctl.t_start) / (double)run->count;
-	munmap(run, sizeof(*run));
-	return ns;
+	if (bench_pingpong(opt.cpu[0], opt.cpu[1], opt.p2_round_trips, &r))
+		die("cannot pin a thread (see --cpus)");
+	ctl->t_start = 0;
+	ctl->t_end = r.elapsed_ns;
+	ctl->waited_ns = (uint64_t)r.waited_ns;
+	return r.ns;
 }
 
 /* ---- driver ---- */
@@ -647,16 +604,9 @@ static double measure(enum metric m)
 	}
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
 static double median(double *v, unsigned n)
 {
-	qsort(v, n, sizeof(*v), cmp_double);
+	qsort(v, n, sizeof(*v), cmp_dbl);
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
@@ -669,28 +619,38 @@ static double median_ratio(const double *values, enum metric ours, enum metric p
 	return median(r, opt.reps);
 }
 
-static void usage(void)
+static void usage(FILE *f, int rc)
 {
-	fprintf(stderr,
-		"usage: ring-bench [--iters N] [--rt-iters N] [--reps N] [--retries N] "
-		"[--size SLOTS] [--cpus A,B]\n"
-		"  --iters N     entries per P1 run (default 5000000)\n"
-		"  --rt-iters N  round trips per P2 run (default 1000000)\n"
-		"  --reps N      timed runs per measurement, median reported (default 5)\n"
-		"  --retries N   repeats of a run disturbed by other programs (default 20)\n"
-		"  --size SLOTS  ring size, a power of two >= 32 (default 1024)\n"
-		"  --cpus A,B    producer/client CPU and consumer/echo CPU (default 0,1)\n");
-	exit(2);
+	fprintf(f, "usage: ring-bench [--iters N] [--rt-iters N] [--reps N] [--retries N] "
+		   "[--size SLOTS] [--cpus A,B]\n"
+		   "                  [--no-peers] [--json] [--help] [--version]\n"
+		   "  --iters N     entries per P1 run (default 5000000)\n"
+		   "  --rt-iters N  round trips per P2 run (default 1000000)\n"
+		   "  --reps N      timed runs per measurement, median reported (default 5)\n"
+		   "  --retries N   repeats of a run disturbed by other programs (default 20)\n"
+		   "  --size SLOTS  ring size, a power of two >= 32 (default 1024)\n"
+		   "  --cpus A,B    producer/client CPU and consumer/echo CPU (default 0,1)\n"
+		   "  --no-peers    ours and the placement ping-pong only: no rte_ring, no ratios\n"
+		   "  --json        every figure as one JSON object on stdout (text on stderr)\n");
+	exit(rc);
 }
 
 static void parse(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		{"iters", required_argument, NULL, 'i'}, {"rt-iters", required_argument, NULL, 'r'},
-		{"reps", required_argument, NULL, 'n'},	 {"retries", required_argument, NULL, 'R'},
-		{"size", required_argument, NULL, 's'},	 {"cpus", required_argument, NULL, 'c'},
-		{"help", no_argument, NULL, 'h'},	 {NULL, 0, NULL, 0},
+		{"iters", required_argument, NULL, 'i'},
+		{"rt-iters", required_argument, NULL, 'r'},
+		{"reps", required_argument, NULL, 'n'},
+		{"retries", required_argument, NULL, 'R'},
+		{"size", required_argument, NULL, 's'},
+		{"cpus", required_argument, NULL, 'c'},
+		{"no-peers", no_argument, NULL, 'P'},
+		{"json", no_argument, NULL, 'j'},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{NULL, 0, NULL, 0},
 	};
+	bool json = false;
 	int c;
 
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -712,16 +672,30 @@ static void parse(int argc, char **argv)
 			break;
 		case 'c':
 			if (sscanf(optarg, "%d,%d", &opt.cpu[0], &opt.cpu[1]) != 2)
-				usage();
+				usage(stderr, 2);
 			break;
+		case 'P':
+			opt.peers = false;
+			break;
+		case 'j':
+			json = true;
+			break;
+		case 'h':
+			usage(stdout, 0);
+			break;
+		case 'V':
+			printf("ring-bench (dataplane) %s\n", DP_VERSION_STRING);
+			exit(0);
 		default:
-			usage();
+			usage(stderr, 2);
 		}
 	}
 	if (optind != argc || !opt.p1_entries || !opt.p2_round_trips || !opt.reps ||
 	    opt.reps > 1000 || opt.ring_size < MAX_BURST || opt.ring_size > DP_RING_MAX_ENTRIES ||
-	    (opt.ring_size & (opt.ring_size - 1)))
-		usage();
+	    (opt.ring_size & (opt.ring_size - 1)) || opt.cpu[0] == opt.cpu[1])
+		usage(stderr, 2);
+	if (json)
+		report_json_begin();
 }
 
 static const char *verdict(bool pass)
@@ -729,64 +703,151 @@ static const char *verdict(bool pass)
 	return pass ? "PASS" : "MISS";
 }
 
+static bool is_peer(enum metric m)
+{
+	return m == P1_RTE_B1 || m == P1_RTE_B32 || m == P2_RTE;
+}
+
+/* One figure with its runs (and, with peers, rte_ring's and the ratio) in
+ * the JSON object. */
+static void report_pair(const char *key, const double *values, const double *med, enum metric ours,
+			enum metric peer, const char *unit, const char *target, bool pass)
+{
+	char k[64];
+
+	report_obj(key);
+	snprintf(k, sizeof(k), "ours_%s", unit);
+	report_num(k, med[ours]);
+	report_arr("ours_runs");
+	for (unsigned rep = 0; rep < opt.reps; rep++)
+		report_num(NULL, values[ours * opt.reps + rep]);
+	report_end();
+	if (opt.peers) {
+		snprintf(k, sizeof(k), "%s_%s", peer == P2_PINGPONG ? "pingpong" : "rte_ring",
+			 unit);
+		report_num(k, med[peer]);
+		report_arr(peer == P2_PINGPONG ? "pingpong_runs" : "rte_ring_runs");
+		for (unsigned rep = 0; rep < opt.reps; rep++)
+			report_num(NULL, values[peer * opt.reps + rep]);
+		report_end();
+		report_num("ratio", median_ratio(values, ours, peer));
+		if (target) {
+			report_str("target", target);
+			report_bool("pass", pass);
+		}
+	}
+	report_end();
+}
+
 int main(int argc, char **argv)
 {
 	static const char *names[METRICS] = {"ours-b1", "rte-b1", "ours-b32", "rte-b32",
 					     "ours-rt", "rte-rt", "pingpong"};
-	double *values, med[METRICS];
+	double *values, med[METRICS], b1 = 0, b32 = 0, rt = 0, rt_floor = 0;
+	struct peer_check before, after;
 
 	parse(argc, argv);
 	values = calloc((size_t)opt.reps * METRICS, sizeof(*values));
 	if (!values)
 		die("calloc");
-	printf("ring-bench: 64-byte entries, %u-slot rings, producer/client on CPU %d, "
-	       "consumer/echo on CPU %d\n"
+	printf("ring-bench (dataplane %s): 64-byte entries, %u-slot rings, producer/client on "
+	       "CPU %d, consumer/echo on CPU %d\n"
 	       "P1: %lu entries per run; P2: %lu round trips per run; 1 warm-up + %u runs, "
 	       "interleaved; medians\n",
-	       opt.ring_size, opt.cpu[0], opt.cpu[1], (unsigned long)opt.p1_entries,
-	       (unsigned long)opt.p2_round_trips, opt.reps);
+	       DP_VERSION_STRING, opt.ring_size, opt.cpu[0], opt.cpu[1],
+	       (unsigned long)opt.p1_entries, (unsigned long)opt.p2_round_trips, opt.reps);
+	report_str("tool", "ring-bench");
+	report_str("version", DP_VERSION_STRING);
+	report_bool("peers", opt.peers);
+	report_u64("entry_size", ENTRY_SIZE);
+	report_u64("ring_size", opt.ring_size);
+	report_u64("p1_entries", opt.p1_entries);
+	report_u64("p2_round_trips", opt.p2_round_trips);
+	report_u64("reps", opt.reps);
+	report_obj("cpus");
+	report_num("producer_client", opt.cpu[0]);
+	report_num("consumer_echo", opt.cpu[1]);
+	report_end();
+	peer_check_take(&before, opt.cpu, 2);
 
 	for (int m = 0; m < METRICS; m++) {
 		struct run_ctl warm_up = {.may_abandon = true};
 
-		measure_once((enum metric)m, &warm_up);
+		if (opt.peers || !is_peer((enum metric)m))
+			measure_once((enum metric)m, &warm_up);
 	}
 	for (unsigned rep = 0; rep < opt.reps; rep++) {
 		printf("run %u:", rep + 1);
 		for (int m = 0; m < METRICS; m++) {
-			double v = measure((enum metric)m);
+			double v;
 
+			if (!opt.peers && is_peer((enum metric)m))
+				continue;
+			v = measure((enum metric)m);
 			values[m * opt.reps + rep] = v;
 			printf(" %s %.1f%s", names[m], v, m < P2_OURS ? "M/s" : "ns");
 		}
 		printf("\n");
 		fflush(stdout);
 	}
+	peer_check_take(&after, opt.cpu, 2);
 	/* Each ratio is the median of the runs' own ratios: the two figures of
 	 * one run were measured back to back, under the same conditions. */
-	double b1 = median_ratio(values, P1_OURS_B1, P1_RTE_B1);
-	double b32 = median_ratio(values, P1_OURS_B32, P1_RTE_B32);
-	double rt = median_ratio(values, P2_OURS, P2_RTE);
-	double rt_floor = median_ratio(values, P2_OURS, P2_PINGPONG);
+	if (opt.peers) {
+		b1 = median_ratio(values, P1_OURS_B1, P1_RTE_B1);
+		b32 = median_ratio(values, P1_OURS_B32, P1_RTE_B32);
+		rt = median_ratio(values, P2_OURS, P2_RTE);
+		rt_floor = median_ratio(values, P2_OURS, P2_PINGPONG);
+	}
+	for (int m = 0; m < METRICS; m++) {
+		double v[opt.reps];
 
-	for (int m = 0; m < METRICS; m++)
-		med[m] = median(values + m * opt.reps, opt.reps);
+		memcpy(v, values + m * opt.reps, sizeof(v));
+		med[m] = median(v, opt.reps);
+	}
 	printf("runs repeated because the threads waited for their CPUs > 1%% of the run: %u; "
 	       "kept anyway after %u repeats: %u\n",
 	       runs_repeated, opt.retries, runs_kept_disturbed);
+	report_u64("runs_repeated", runs_repeated);
+	report_u64("runs_kept_disturbed", runs_kept_disturbed);
+	placement_report(opt.cpu[0], opt.cpu[1], med[P2_PINGPONG], opt.reps);
 
-	printf("\n%-22s %9s %9s %8s  %-18s %s\n", "metric", "ours", "peer", "ratio", "target",
-	       "result");
-	printf("%-22s %9.1f %9.1f %7.2fx  %-18s %s\n", "P1 burst 1, Mops/s", med[P1_OURS_B1],
-	       med[P1_RTE_B1], b1, "-", "-");
-	printf("%-22s %9.1f %9.1f %7.2fx  %-18s %s\n", "P1 burst 32, Mops/s", med[P1_OURS_B32],
-	       med[P1_RTE_B32], b32, ">= 1.0x rte_ring", verdict(b32 >= 1.0));
-	printf("%-22s %9.1f %9.1f %7.2fx  %-18s %s\n", "P2 round trip, ns", med[P2_OURS],
-	       med[P2_RTE], rt, "<= 1.1x rte_ring", verdict(rt <= 1.1));
-	printf("%-22s %9.1f %9.1f %7.2fx  %-18s %s\n", "P2 vs ping-pong, ns", med[P2_OURS],
-	       med[P2_PINGPONG], rt_floor, "<= 2.5x ping-pong", verdict(rt_floor <= 2.5));
-	printf("(ours, peer: medians of the runs; ratio: median of the runs' ratios. Peer: "
-	       "rte_ring SP/SC *_burst_elem,\n a bare cache-line ping-pong for the last row)\n");
+	if (opt.peers) {
+		printf("\n%-22s %9s %9s %8s  %-18s %s\n", "metric", "ours", "peer", "ratio",
+		       "target", "result");
+		printf("%-22s %9.1f %9.1f %7.2fx  %-18s %s\n", "P1 burst 1, Mops/s",
+		       med[P1_OURS_B1], med[P1_RTE_B1], b1, "-", "-");
+		printf("%-22s %9.1f %9.1f %7.2fx  %-18s %s\n", "P1 burst 32, Mops/s",
+		       med[P1_OURS_B32], med[P1_RTE_B32], b32, ">= 1.0x rte_ring",
+		       verdict(b32 >= 1.0));
+		printf("%-22s %9.1f %9.1f %7.2fx  %-18s %s\n", "P2 round trip, ns", med[P2_OURS],
+		       med[P2_RTE], rt, "<= 1.1x rte_ring", verdict(rt <= 1.1));
+		printf("%-22s %9.1f %9.1f %7.2fx  %-18s %s\n", "P2 vs ping-pong, ns", med[P2_OURS],
+		       med[P2_PINGPONG], rt_floor, "<= 2.5x ping-pong", verdict(rt_floor <= 2.5));
+		printf("(ours, peer: medians of the runs; ratio: median of the runs' ratios. Peer: "
+		       "rte_ring SP/SC *_burst_elem,\n a bare cache-line ping-pong for the last "
+		       "row. P2 and the ping-pong are full round trips,\n A -> B -> A, on both "
+		       "sides.)\n");
+		printf("CPUs: ours and rte_ring alike, producer/client %d, consumer/echo %d; no "
+		       "service started\n",
+		       opt.cpu[0], opt.cpu[1]);
+		peer_check_print(before.clean ? &after : &before);
+	} else {
+		printf("\n%-22s %9s\n", "metric", "ours");
+		printf("%-22s %9.1f\n", "P1 burst 1, Mops/s", med[P1_OURS_B1]);
+		printf("%-22s %9.1f\n", "P1 burst 32, Mops/s", med[P1_OURS_B32]);
+		printf("%-22s %9.1f\n", "P2 round trip, ns", med[P2_OURS]);
+		printf("(medians of the runs; P2 is a full round trip, A -> B -> A)\n");
+	}
+	report_pair("p1_burst1", values, med, P1_OURS_B1, P1_RTE_B1, "mops", NULL, false);
+	report_pair("p1_burst32", values, med, P1_OURS_B32, P1_RTE_B32, "mops", ">= 1.0x rte_ring",
+		    b32 >= 1.0);
+	report_pair("p2_round_trip", values, med, P2_OURS, P2_RTE, "ns", "<= 1.1x rte_ring",
+		    rt <= 1.1);
+	if (opt.peers)
+		report_pair("p2_vs_pingpong", values, med, P2_OURS, P2_PINGPONG, "ns",
+			    "<= 2.5x ping-pong", rt_floor <= 2.5);
+	report_close();
 	free(values);
 	return 0;
 }
