@@ -4,6 +4,11 @@
 # mode side by side with fi_pingpong and ucx_perftest between the same
 # namespaces. Then the self-loopback bypass: the same transfers to a segment
 # of the local service and to one of a second service on the same host.
+# The peers run with no dataplaned of ours alive: each round starts services
+# a and b, runs dp-bench, stops them, then runs fi_pingpong (and, after the
+# rounds, ucx_perftest); a check of the dataplaned processes alive (anyone's)
+# and their pollers' CPUs is printed with each peer run, and the placement
+# (a cache-line ping-pong between A_CPU and B_CPU) with each round.
 # Needs root (ip netns). Knobs: QUICK=1 (short run), ROUNDS=N (ours and the
 # peer's alternate N times; default 5, 2 with QUICK), A_CPU / B_CPU (pollers of
 # the initiating and the target service; default 0 and 1), SPIN (their
@@ -21,9 +26,16 @@ net=10.79.$((id % 250 + 1))
 ipA=$net.1 ipB=$net.2
 dir=$(mktemp -d /tmp/dp-bench-fabric-XXXXXX)
 pids=""
-cleanup() {
+A_CPU=${A_CPU:-0}
+B_CPU=${B_CPU:-1}
+stop_services() {
 	for p in $pids; do kill "$p" 2>/dev/null || true; done
 	for p in $pids; do wait "$p" 2>/dev/null || true; done
+	pids=""
+	rm -f "$dir"/*.sock
+}
+cleanup() {
+	stop_services
 	ip netns del "$nsA" 2>/dev/null || true
 	ip netns del "$nsB" 2>/dev/null || true
 	rm -rf "$dir"
@@ -42,8 +54,9 @@ ip -n "$nsA" link set "$vA" up
 ip -n "$nsB" link set "$vB" up
 
 # CPU plan on this 2-core machine: the client (dp-bench) and the initiating
-# service's poller on CPU 0, the target's poller on CPU 1, as fi_pingpong's
-# client on 0 and server on 1. Pollers spin 50 us, then sleep.
+# service's poller on A_CPU (0), the target's poller on B_CPU (1), as
+# fi_pingpong's client on A_CPU and server on B_CPU. Pollers spin 50 us,
+# then sleep.
 svc() { # NS NAME IP NIC PORT CPU
 	ip netns exec "$1" "$B/dataplaned" --socket "$dir/$2.sock" --provider tcp --nics "$4" \
 		--server-name "$3" --rpc-port "$5" --cpus "$6" --spin-us "${SPIN:-50}" \
@@ -54,48 +67,58 @@ svc() { # NS NAME IP NIC PORT CPU
 	cat "$dir/$2.log" >&2
 	exit 1
 }
-svc "$nsA" a "$ipA" "$vA" 18515 "${A_CPU:-0}"
-svc "$nsB" b "$ipB" "$vB" 18515 "${B_CPU:-1}"
-svc "$nsA" c "$ipA" "$vA" 18516 1 # a second service beside a, for the bypass
-
 echo "bench-fabric: $(nproc) CPUs, $(uname -r), libfabric $(fi_info --version | awk '/libfabric:/{print $2}'), namespaces $nsA/$nsB over veth"
+"$B/dp-bench" --cpu "$A_CPU" --service-cpu "$B_CPU" placement
+# Which dataplaned processes are alive, and whether a poller sits on the
+# peer's CPUs; our own services are stopped whenever this runs.
+check() {
+	"$B/dp-bench" --cpu "$A_CPU" --service-cpu "$B_CPU" check
+}
 if [ -n "$q" ]; then rounds=${ROUNDS:-2} bi=50 li=5000; else rounds=${ROUNDS:-5} bi=200 li=20000; fi
 
-# fi_pingpong: server in b's namespace on CPU 1, client in a's on CPU 0.
+# fi_pingpong: server in b's namespace on B_CPU, client in a's on A_CPU.
 pingpong() { # SIZE ITERS -> "MB/sec usec/xfer"
-	ip netns exec "$nsB" taskset -c 1 fi_pingpong -p tcp -e rdm -S "$1" -I "$2" \
+	ip netns exec "$nsB" taskset -c "$B_CPU" fi_pingpong -p tcp -e rdm -S "$1" -I "$2" \
 		>/dev/null 2>&1 &
 	srv=$!
 	sleep 0.5
-	ip netns exec "$nsA" taskset -c 0 fi_pingpong -p tcp -e rdm -S "$1" -I "$2" "$ipB" \
+	ip netns exec "$nsA" taskset -c "$A_CPU" fi_pingpong -p tcp -e rdm -S "$1" -I "$2" "$ipB" \
 		2>/dev/null | awk 'NF == 8 && $1 !~ /bytes/ {print $6, $7}'
 	wait "$srv" 2>/dev/null || true
 }
 
 # Rounds alternate ours and the peer's, so that both see the same noise (this
 # machine is shared); the report takes medians.
-echo "== $rounds rounds; dataplane: client on CPU 0 in the root namespace, a ($ipA, CPU ${A_CPU:-0}) WRITEs to b ($ipB, CPU ${B_CPU:-1}); fi_pingpong client in $nsA on CPU 0, server in $nsB on CPU 1"
+echo "== $rounds rounds; CPUs: dataplane: client $A_CPU in the root namespace, a ($ipA, poller $A_CPU) WRITEs to b ($ipB, poller $B_CPU); peer fi_pingpong: client $A_CPU in $nsA, server $B_CPU in $nsB, run after a and b have stopped"
 : >"$dir/rounds"
 for r in $(seq "$rounds"); do
+	svc "$nsA" a "$ipA" "$vA" 18515 "$A_CPU"
+	svc "$nsB" b "$ipB" "$vB" 18515 "$B_CPU"
 	out=$("$B/dp-bench" --socket "$dir/a.sock" --peer "$ipB:18515" \
-		--peer-socket "$dir/b.sock" --cpu 0 $q fabric)
-	[ "$r" = 1 ] && echo "$out" | head -1
+		--peer-socket "$dir/b.sock" --cpu "$A_CPU" --service-cpu "$B_CPU" $q fabric)
+	stop_services
+	[ "$r" = 1 ] && echo "$out" | grep '^fabric:'
+	pl=$(echo "$out" | sed -n 's/^placement: .*: \([0-9.]*\) ns round trip.*/\1/p')
 	bw1=$(echo "$out" | sed -n 's/^P6 .* 1 outstanding \([0-9.]*\) GB.*/\1/p')
 	bwn=$(echo "$out" | sed -n 's/^P6 .* outstanding \([0-9.]*\) GB\/s$/\1/p')
 	p50=$(echo "$out" | sed -n 's/^P7 .* p50 \([0-9.]*\) us.*/\1/p')
+	chk=$(check)
 	fpb=$(pingpong 4194304 $bi)
 	fpl=$(pingpong 64 $li)
 	echo "$bw1 $bwn $p50 ${fpb:-0 0} ${fpl:-0 0}" | tee -a "$dir/rounds" |
-		awk -v r="$r" '{printf "  round %d: ours %.3f / %.3f GB/s (1 / 8 outstanding), p50 %.2f us; fi_pingpong %.3f GB/s, %.2f us\n", r, $1, $2, $3, $4 / 1000, $7}'
+		awk -v r="$r" -v pl="${pl:-?}" '{printf "  round %d: placement %s ns; ours %.3f / %.3f GB/s (1 / 8 outstanding), p50 %.2f us (round trip); fi_pingpong %.3f GB/s, %.2f us/xfer (one-way)\n", r, pl, $1, $2, $3, $4 / 1000, $7}'
+	echo "  $chk"
 done
 
 # ucx_perftest put_bw over tcp, once: server in b's namespace, client in a's.
 ucx=""
 if command -v ucx_perftest >/dev/null 2>&1; then
-	ip netns exec "$nsB" taskset -c 1 env UCX_TLS=tcp ucx_perftest >"$dir/ucx-srv.log" 2>&1 &
+	echo "== ucx_perftest: server $B_CPU in $nsB, client $A_CPU in $nsA; no service of ours running"
+	check
+	ip netns exec "$nsB" taskset -c "$B_CPU" env UCX_TLS=tcp ucx_perftest >"$dir/ucx-srv.log" 2>&1 &
 	usrv=$!
 	sleep 0.5
-	ucx=$(ip netns exec "$nsA" taskset -c 0 env UCX_TLS=tcp timeout 120 ucx_perftest "$ipB" \
+	ucx=$(ip netns exec "$nsA" taskset -c "$A_CPU" env UCX_TLS=tcp timeout 120 ucx_perftest "$ipB" \
 		-t ucp_put_bw -s 4194304 -n $((bi * 2)) -w 20 2>"$dir/ucx.log" |
 		awk '/^Final:/ {print $7}') || true
 	kill "$usrv" 2>/dev/null || true
@@ -112,6 +135,7 @@ function med(a, n,   i, j, t) {
 {
 	n++; b1[n] = $1; bn[n] = $2; p[n] = $3; fb[n] = $4 / 1000; fl[n] = $7
 	rb[n] = $4 > 0 ? $2 / ($4 / 1000) : 0; rl[n] = $7 > 0 ? $3 / $7 : 0
+	rr[n] = $7 > 0 ? $3 / (2 * $7) : 0
 }
 END {
 	peer = med(fb, n); lat = med(fl, n)
@@ -127,14 +151,19 @@ END {
 	} else
 		printf "  ucx_perftest: did not run\n"
 	printf "P7 fabric latency, 64 B WRITE, one outstanding (us, median of %d rounds)\n", n
-	printf "  dataplane p50                           %7.2f\n", med(p, n)
-	printf "  fi_pingpong -p tcp -e rdm -S 64 usec/xfer %5.2f   ratio %.2fx (median of per-round ratios)   target <= 1.2x   %s\n",
+	printf "  dataplane p50 (a full round trip)       %7.2f\n", med(p, n)
+	printf "  fi_pingpong -p tcp -e rdm -S 64 usec/xfer (one-way) %5.2f   ratio %.2fx (median of per-round ratios)   target <= 1.2x   %s\n",
 		lat, med(rl, n), verdict(med(rl, n) <= 1.2)
+	printf "  fi_pingpong round trip (2 x usec/xfer)  %7.2f   ratio %.2fx (like for like, no target)\n",
+		2 * lat, med(rr, n)
 	printf "  (a dataplane WRITE completes once the target has placed it, a round trip, and\n"
 	printf "   crosses client -> service -> peer; fi_pingpong usec/xfer is half a round trip)\n"
 }' "$dir/rounds"
 [ -n "$ucx" ] || { echo "ucx_perftest log:"; tail -5 "$dir/ucx.log" 2>/dev/null || true; }
 
-echo "== bypass: a segment of service a vs one of service c, both in $nsA (same host)"
+echo "== bypass: a segment of service a vs one of service c, both in $nsA (same host); CPUs: client $A_CPU, a's poller $A_CPU, c's poller $B_CPU"
+svc "$nsA" a "$ipA" "$vA" 18515 "$A_CPU"
+svc "$nsA" c "$ipA" "$vA" 18516 "$B_CPU" # a second service beside a
 "$B/dp-bench" --socket "$dir/a.sock" --peer "$ipA:18516" --peer-socket "$dir/c.sock" \
-	--cpu 0 $q bypass
+	--cpu "$A_CPU" --service-cpu "$B_CPU" $q bypass
+stop_services

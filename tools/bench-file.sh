@@ -22,6 +22,9 @@ fi
 cpus=$(nproc)
 pcpu=0
 ccpu=$((cpus > 1 ? 1 : 0))
+# The placement (a cache-line ping-pong between the two CPUs), before the
+# service starts.
+"$B/dp-bench" --cpu $ccpu --service-cpu $pcpu placement
 "$B/dataplaned" --socket "$work/dp.sock" --provider none --cpus $pcpu --log-level warn &
 svc=$!
 for _ in $(seq 100); do [ -S "$work/dp.sock" ] && break; sleep 0.05; done

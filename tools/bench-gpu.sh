@@ -10,6 +10,13 @@ dir=$(mktemp -d /tmp/dp-gpu-bench-XXXXXX)
 trap 'kill $svc 2>/dev/null; wait $svc 2>/dev/null; rm -rf "$dir"' EXIT
 cpus=$(nproc)
 pcpu=$((cpus > 1 ? 1 : 0))
+# The placement (a cache-line ping-pong between the two CPUs), before the
+# service starts; a gpu-bundle may come without dp-bench.
+if [ -x "$B/dp-bench" ]; then
+	"$B/dp-bench" --cpu 0 --service-cpu $pcpu placement
+else
+	echo "placement: not measured ($B/dp-bench missing)"
+fi
 "$B/dataplaned" --socket "$dir/dp.sock" --provider none --cpus $pcpu --spin-us 1000000 \
 	--log-level warn &
 svc=$!

@@ -1,17 +1,18 @@
 #!/bin/sh
-# bench-local.sh BUILD [dp-bench args] - P3..P5: starts a private dataplaned
-# (one poller pinned to CPU 1, spinning), runs dp-bench pinned to CPU 0 side by
-# side with its peers, stops the service. dp-bench then measures the stats
-# region's overhead with services of its own (--dataplaned), on the same CPU.
+# bench-local.sh BUILD [dp-bench args] - P3..P5, then the stats overhead.
+# dp-bench (pinned to CLIENT_CPU, default 0) starts a private dataplaned of
+# its own for each measurement (one poller pinned to SERVICE_CPU, default 1,
+# spinning), stops it, and then runs the peer on the same CPUs with no
+# dataplaned of ours alive: fi_pingpong's server on SERVICE_CPU and its
+# client on CLIENT_CPU, the io_uring NOPs and memcpy on CLIENT_CPU. Each
+# peer's output says which CPUs each side used and which dataplaned
+# processes (anyone's) were alive; every run starts with the placement (a
+# cache-line ping-pong between the two CPUs).
 set -eu
 B=${1:-build}
 shift || true
-dir=$(mktemp -d /tmp/dp-bench-XXXXXX)
-trap 'kill $svc 2>/dev/null; wait $svc 2>/dev/null; rm -rf "$dir"' EXIT
 cpus=$(nproc)
-pcpu=$((cpus > 1 ? 1 : 0))
-"$B/dataplaned" --socket "$dir/dp.sock" --cpus $pcpu --spin-us 1000000 --log-level warn &
-svc=$!
-for _ in $(seq 100); do [ -S "$dir/dp.sock" ] && break; sleep 0.05; done
-echo "dataplaned: poller on CPU $pcpu; dp-bench on CPU 0; $(nproc) CPUs, $(uname -r)" >&2
-"$B/dp-bench" --socket "$dir/dp.sock" --cpu 0 --dataplaned "$B/dataplaned" --service-cpu $pcpu "$@"
+ccpu=${CLIENT_CPU:-0}
+pcpu=${SERVICE_CPU:-$((cpus > 1 ? 1 : 0))}
+echo "bench-local: dp-bench on CPU $ccpu, its dataplaned's poller on CPU $pcpu (stopped before each peer runs); $cpus CPUs, $(uname -r)" >&2
+exec "$B/dp-bench" --cpu "$ccpu" --dataplaned "$B/dataplaned" --service-cpu "$pcpu" "$@"

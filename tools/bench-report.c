@@ -272,7 +272,7 @@ unsigned services_on_cpus(const int *cpus, unsigned ncpus, char *desc, size_t le
 			snprintf(path, sizeof(path), "/proc/%s/task/%s/stat", de->d_name,
 				 te->d_name);
 			st = read_small(path, buf, sizeof(buf)) ? strrchr(buf, ')') : NULL;
-			APPEND(" poller on CPU %d (%s)", cpu,
+			APPEND("%s poller on CPU %d (%s)", pinned ? "," : "", cpu,
 			       st && st[1] && st[2] == 'R' ? "running" : "sleeping");
 			pinned++;
 			hits += cpu_listed(cpu, cpus, ncpus);

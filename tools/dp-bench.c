@@ -26,7 +26,7 @@
  *                 [--quick] [--max-size BYTES] [--no-peers] [--json]
  *                 [--plot FILE.png] [--rounds N]
  *                 [--peer HOST:PORT --peer-socket PATH]
- *                 [latency|rate|bandwidth|overhead|fabric|bypass|placement|all]
+ *                 [latency|rate|bandwidth|overhead|fabric|bypass|placement|check|all]
  * Long runs show a progress line on stderr; --json prints the results as one
  * JSON document on stdout (the text goes to stderr); --no-peers runs and
  * prints nothing of the peers; --plot draws the latency CDF and throughput
@@ -1040,7 +1040,8 @@ int main(int argc, char **argv)
 			       "                [--peer HOST:PORT --peer-socket PATH] [--help] "
 			       "[--version]\n"
 			       "                "
-			       "[latency|rate|bandwidth|overhead|fabric|bypass|placement|all]\n"
+			       "[latency|rate|bandwidth|overhead|fabric|bypass|placement|check|"
+			       "all]\n"
 			       "  latency, rate, bandwidth: P3, P4, P5 and their peers "
 			       "(fi_pingpong "
 			       "shm, io_uring NOP,\n"
@@ -1063,6 +1064,8 @@ int main(int argc, char **argv)
 			       "  placement: only the cache-line ping-pong between --cpu and "
 			       "--service-cpu, which\n"
 			       "    every run prints first.\n"
+			       "  check: only the check for dataplaned pollers on --cpu and "
+			       "--service-cpu.\n"
 			       "  --no-peers: run and print nothing of the peers. --json: one JSON "
 			       "object on stdout\n"
 			       "    (the text goes to stderr).\n");
@@ -1075,13 +1078,22 @@ int main(int argc, char **argv)
 		what = argv[optind];
 	if (strcmp(what, "latency") && strcmp(what, "rate") && strcmp(what, "bandwidth") &&
 	    strcmp(what, "overhead") && strcmp(what, "all") && strcmp(what, "fabric") &&
-	    strcmp(what, "bypass") && strcmp(what, "placement")) {
+	    strcmp(what, "bypass") && strcmp(what, "placement") && strcmp(what, "check")) {
 		fprintf(stderr, "dp-bench: unknown benchmark '%s'\n", what);
 		return 2;
 	}
 	if (service_cpu < 0)
 		service_cpu = sysconf(_SC_NPROCESSORS_ONLN) > 1 ? 1 : 0;
 	own_service = dataplaned_path && !sock_path;
+	if (!strcmp(what, "check")) {
+		/* For scripts that run a peer of their own (bench-fabric.sh). */
+		int cpus[2] = {client_cpu, service_cpu};
+
+		report_str("tool", "dp-bench");
+		peer_check(cpus, client_cpu == service_cpu ? 1 : 2);
+		report_close();
+		return 0;
+	}
 	report_str("tool", "dp-bench");
 	report_str("version", DP_VERSION_STRING);
 	report_str("benchmark", what);
