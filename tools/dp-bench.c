@@ -268,9 +268,9 @@ static void ours_end(void)
 static void print_ours_cpus(void)
 {
 	if (own_service)
-		printf("  CPUs: dataplane poller %d, client %d (a dataplaned of dp-bench's own, "
-		       "stopped before the peer ran)\n",
-		       service_cpu, client_cpu);
+		printf("  CPUs: dataplane poller %d, client %d (a dataplaned of dp-bench's "
+		       "own%s)\n",
+		       service_cpu, client_cpu, with_peers ? ", stopped before the peer ran" : "");
 	else
 		printf("  CPUs: dataplane: the service at %s (pollers on its own CPUs), client "
 		       "%d\n",
@@ -279,6 +279,8 @@ static void print_ours_cpus(void)
 	report_num("poller", own_service ? service_cpu : -1);
 	report_num("client", client_cpu);
 	report_end();
+	if (with_peers)
+		report_bool("service_stopped_before_peer", own_service);
 }
 
 /* fi_pingpong between two processes on this host, its server on the
@@ -1071,6 +1073,7 @@ int main(int argc, char **argv)
 			       "    (the text goes to stderr).\n");
 			return 0;
 		default:
+			fprintf(stderr, "Try 'dp-bench --help'.\n");
 			return 2;
 		}
 	}
@@ -1079,7 +1082,7 @@ int main(int argc, char **argv)
 	if (strcmp(what, "latency") && strcmp(what, "rate") && strcmp(what, "bandwidth") &&
 	    strcmp(what, "overhead") && strcmp(what, "all") && strcmp(what, "fabric") &&
 	    strcmp(what, "bypass") && strcmp(what, "placement") && strcmp(what, "check")) {
-		fprintf(stderr, "dp-bench: unknown benchmark '%s'\n", what);
+		fprintf(stderr, "dp-bench: unknown benchmark '%s'\nTry 'dp-bench --help'.\n", what);
 		return 2;
 	}
 	if (service_cpu < 0)

@@ -621,6 +621,10 @@ static double median_ratio(const double *values, enum metric ours, enum metric p
 
 static void usage(FILE *f, int rc)
 {
+	if (rc) {
+		fprintf(f, "Try 'ring-bench --help'.\n");
+		exit(rc);
+	}
 	fprintf(f, "usage: ring-bench [--iters N] [--rt-iters N] [--reps N] [--retries N] "
 		   "[--size SLOTS] [--cpus A,B]\n"
 		   "                  [--no-peers] [--json] [--help] [--version]\n"
@@ -671,8 +675,10 @@ static void parse(int argc, char **argv)
 			opt.ring_size = (uint32_t)strtoul(optarg, NULL, 0);
 			break;
 		case 'c':
-			if (sscanf(optarg, "%d,%d", &opt.cpu[0], &opt.cpu[1]) != 2)
+			if (sscanf(optarg, "%d,%d", &opt.cpu[0], &opt.cpu[1]) != 2) {
+				fprintf(stderr, "ring-bench: --cpus wants A,B\n");
 				usage(stderr, 2);
+			}
 			break;
 		case 'P':
 			opt.peers = false;
@@ -690,10 +696,17 @@ static void parse(int argc, char **argv)
 			usage(stderr, 2);
 		}
 	}
-	if (optind != argc || !opt.p1_entries || !opt.p2_round_trips || !opt.reps ||
-	    opt.reps > 1000 || opt.ring_size < MAX_BURST || opt.ring_size > DP_RING_MAX_ENTRIES ||
-	    (opt.ring_size & (opt.ring_size - 1)) || opt.cpu[0] == opt.cpu[1])
+	if (optind != argc) {
+		fprintf(stderr, "ring-bench: unexpected argument '%s'\n", argv[optind]);
 		usage(stderr, 2);
+	}
+	if (!opt.p1_entries || !opt.p2_round_trips || !opt.reps || opt.reps > 1000 ||
+	    opt.ring_size < MAX_BURST || opt.ring_size > DP_RING_MAX_ENTRIES ||
+	    (opt.ring_size & (opt.ring_size - 1)) || opt.cpu[0] == opt.cpu[1]) {
+		fprintf(stderr, "ring-bench: --iters, --rt-iters and --reps (<= 1000) must be > 0, "
+				"--size a power of two >= 32, --cpus two different CPUs\n");
+		usage(stderr, 2);
+	}
 	if (json)
 		report_json_begin();
 }
