@@ -220,7 +220,7 @@ FUZZ_CFLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=
 	-D_GNU_SOURCE -Iring -Ilibclient -Idataplane
 FUZZ_LINK_fuzz_ring_attach := ring/ring.c
 FUZZ_LINK_fuzz_rpc_reply := dataplane/rpc.c
-FUZZ_LINK_fuzz_desc := ring/ring.c
+FUZZ_LINK_fuzz_desc := ring/ring.c dataplane/poller.c dataplane/stats.c dataplane/log.c
 FUZZ_LINK_fuzz_control := dataplane/ctlmsg.c
 deps-fuzz: deps
 	@tools/deps.sh bin:clang-14=clang-14 \

@@ -28,6 +28,7 @@
 #include "ctlmsg.h"
 #include "directory.h"
 #include "dp_internal.h"
+#include "engine.h"
 #include "fabric.h"
 #include "fileio.h"
 #include "gpu.h"
@@ -211,13 +212,14 @@ static int on_queue_destroy(struct client *c, struct msg_in *m)
 	return 0;
 }
 
-/* Registers a new memory region on the fabric, publishes it in the client's
+/* Lets every engine add its state to a new memory region (the fabric
+ * registers it, the GPU engine pins host memory), publishes it in the client's
  * table at `slot` and replies with its id; on failure drops it. */
 static int region_publish(struct client *c, const struct msg_in *m, struct region *reg,
 			  unsigned slot)
 {
 	struct dp_msg_id_reply r = {0};
-	int rc = fabric_region_register(reg);
+	int rc = engines_region_open(reg);
 
 	if (rc) {
 		region_put(reg);
@@ -296,7 +298,6 @@ static int on_region_register(struct client *c, struct msg_in *m)
 	reg->base = (uint8_t *)map + (req->offset - aligned);
 	reg->len = req->len;
 	reg->owner_pid = c->pid;
-	gpu_host_register(reg);
 	rc = region_publish(c, m, reg, slot);
 	if (rc)
 		return rc;
@@ -411,7 +412,7 @@ static void export_kill(struct segment *s)
 
 static void export_release(struct segment *s)
 {
-	fabric_export_deregister(s);
+	engines_segment_unexport(s);
 	region_put(s->region);
 	segment_put(s);
 }
@@ -439,7 +440,7 @@ static int on_segment_export(struct client *c, struct msg_in *m)
 	s->access = req->access;
 	s->owner = c;
 	memcpy(s->name, req->name, sizeof(s->name));
-	if (fabric_export_register(s, s->fab_keys)) {
+	if (engines_segment_export(s)) {
 		region_put(reg);
 		free(s);
 		return -ENOMEM;
@@ -447,7 +448,7 @@ static int on_segment_export(struct client *c, struct msg_in *m)
 	/* -EEXIST when another live service holds the name fleet-wide. */
 	rc = directory_publish(s);
 	if (rc) {
-		fabric_export_deregister(s);
+		engines_segment_unexport(s);
 		region_put(reg);
 		free(s);
 		return rc;

@@ -1,10 +1,16 @@
 /* SPDX-License-Identifier: MIT */
-/* copy.c - the local copy engine (host memory). See copy.h. */
+/*
+ * copy.c - the host engine: memcpy between two host regions of this
+ * service. Copies up to --inline-max run at once, in submit; larger ones
+ * are queued and advanced round robin, one --chunk at a time, so one big
+ * copy does not stall the other queues of the poller.
+ */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
-#include "copy.h"
-#include "gpu.h"
+#include "engine.h"
 
 #ifdef DP_TSAN
 /* libtsan's (GCC 12's <sanitizer/tsan_interface.h> does not declare them). */
@@ -15,6 +21,23 @@ void __tsan_ignore_thread_end(void);
 /* Steps per poller loop: with the default 256 KiB chunk a loop spends about
  * 1 MiB of memcpy (tens of microseconds) before it looks at the SQs again. */
 #define STEPS_PER_LOOP 4
+
+/* A copy larger than inline_max, not finished yet. */
+struct copy_op {
+	struct queue *q;
+	uint64_t user_data;
+	uint64_t submit_ns;
+	uint8_t *dst;
+	const uint8_t *src;
+	uint64_t len, done;
+	struct region *ra, *rb; /* references held until the op completes */
+	struct copy_op *next;
+};
+
+/* A poller's pending copies (p->eng[ENGINE_host]), and spare ops. */
+struct host_poller {
+	struct copy_op *head, *tail, *spare;
+};
 
 /*
  * Moves n bytes of client memory. Descriptors on different queues run on
@@ -39,16 +62,24 @@ static void client_bytes_copy(uint8_t *dst, const uint8_t *src, uint64_t n)
 
 static struct copy_op *op_alloc(struct poller *p)
 {
-	struct copy_op *op = p->ops_free;
+	struct host_poller *h = p->eng[ENGINE_host];
+	struct copy_op *op;
 
+	if (!h) {
+		h = calloc(1, sizeof(*h));
+		if (!h)
+			return NULL;
+		p->eng[ENGINE_host] = h;
+	}
+	op = h->spare;
 	if (op) {
-		p->ops_free = op->next;
+		h->spare = op->next;
 		return op;
 	}
 	return malloc(sizeof(*op));
 }
 
-static void op_finish(struct poller *p, struct copy_op *op, int status)
+static void op_finish(struct host_poller *h, struct copy_op *op, int status)
 {
 	struct queue *q = op->q;
 
@@ -57,56 +88,55 @@ static void op_finish(struct poller *p, struct copy_op *op, int status)
 			  DP_CQE_F_LOCAL);
 	region_put(op->ra);
 	region_put(op->rb);
-	op->next = p->ops_free;
-	p->ops_free = op;
+	op->next = h->spare;
+	h->spare = op;
 }
 
-void copy_engine_submit(struct poller *p, const struct copy_req *req)
+static void host_submit(struct poller *p, const struct xfer *x)
 {
+	struct host_poller *h;
 	struct copy_op *op;
 
-	if (gpu_copy_wanted(req)) {
-		gpu_copy_submit(p, req);
-		return;
-	}
-	if (req->len <= cfg.inline_max) {
-		client_bytes_copy(req->dst, req->src, req->len);
-		queue_complete_ns(req->q, req->user_data, req->submit_ns, 0, req->len,
-				  DP_CQE_F_LOCAL);
+	x->q->ctr.local_copies++;
+	if (x->len <= cfg.inline_max) {
+		client_bytes_copy(x->dst, x->src, x->len);
+		queue_complete_ns(x->q, x->user_data, x->submit_ns, 0, x->len, DP_CQE_F_LOCAL);
 		return;
 	}
 	op = op_alloc(p);
 	if (!op) {
-		queue_complete_ns(req->q, req->user_data, req->submit_ns, -ENOMEM, 0, 0);
+		queue_complete_ns(x->q, x->user_data, x->submit_ns, -ENOMEM, 0, 0);
 		return;
 	}
 	/* The regions were found in this loop, so they are alive (QSBR); the
 	 * references keep them mapped until the last step. */
-	atomic_fetch_add(&req->ra->refs, 1);
-	atomic_fetch_add(&req->rb->refs, 1);
-	*op = (struct copy_op){.q = req->q,
-			       .user_data = req->user_data,
-			       .submit_ns = req->submit_ns,
-			       .dst = req->dst,
-			       .src = req->src,
-			       .len = req->len,
-			       .ra = req->ra,
-			       .rb = req->rb};
-	req->q->inflight++;
-	if (p->ops_tail)
-		p->ops_tail->next = op;
+	atomic_fetch_add(&x->ra->refs, 1);
+	atomic_fetch_add(&x->rb->refs, 1);
+	*op = (struct copy_op){.q = x->q,
+			       .user_data = x->user_data,
+			       .submit_ns = x->submit_ns,
+			       .dst = x->dst,
+			       .src = x->src,
+			       .len = x->len,
+			       .ra = x->ra,
+			       .rb = x->rb};
+	x->q->inflight++;
+	h = p->eng[ENGINE_host];
+	if (h->tail)
+		h->tail->next = op;
 	else
-		p->ops_head = op;
-	p->ops_tail = op;
+		h->head = op;
+	h->tail = op;
 }
 
 /* Round robin over the pending copies, one chunk each. */
-int copy_engine_progress(struct poller *p)
+static int host_progress(struct poller *p)
 {
+	struct host_poller *h = p->eng[ENGINE_host];
 	int steps = 0;
 
-	while (p->ops_head && steps < STEPS_PER_LOOP) {
-		struct copy_op *op = p->ops_head;
+	while (h && h->head && steps < STEPS_PER_LOOP) {
+		struct copy_op *op = h->head;
 		uint64_t n = op->len - op->done;
 
 		if (n > cfg.chunk)
@@ -114,35 +144,67 @@ int copy_engine_progress(struct poller *p)
 		client_bytes_copy(op->dst + op->done, op->src + op->done, n);
 		op->done += n;
 		steps++;
-		p->ops_head = op->next;
-		if (!p->ops_head)
-			p->ops_tail = NULL;
+		h->head = op->next;
+		if (!h->head)
+			h->tail = NULL;
 		op->next = NULL;
 		if (op->done == op->len) {
-			op_finish(p, op, 0);
+			op_finish(h, op, 0);
 			continue;
 		}
-		if (p->ops_tail)
-			p->ops_tail->next = op;
+		if (h->tail)
+			h->tail->next = op;
 		else
-			p->ops_head = op;
-		p->ops_tail = op;
+			h->head = op;
+		h->tail = op;
 	}
-	return steps + gpu_progress(p);
+	return steps;
 }
 
-bool copy_engine_busy(const struct poller *p)
+static bool host_busy(const struct poller *p)
 {
-	return p->ops_head != NULL || gpu_busy(p);
+	const struct host_poller *h = p->eng[ENGINE_host];
+
+	return h && h->head;
 }
 
-void copy_engine_free(struct poller *p)
+/* At shutdown host copies are finished, not cancelled: they need nothing
+ * but this thread. */
+static void host_cancel_all(struct poller *p)
 {
-	gpu_poller_free(p);
-	while (p->ops_free) {
-		struct copy_op *op = p->ops_free;
+	while (host_busy(p))
+		host_progress(p);
+}
 
-		p->ops_free = op->next;
+static void host_poller_free(struct poller *p)
+{
+	struct host_poller *h = p->eng[ENGINE_host];
+
+	if (!h)
+		return;
+	while (h->spare) {
+		struct copy_op *op = h->spare;
+
+		h->spare = op->next;
 		free(op);
 	}
+	free(h);
+	p->eng[ENGINE_host] = NULL;
 }
+
+/* The mapping of a client's memfd is the region itself: it goes last. */
+static void host_region_close(struct region *r)
+{
+	if (r->kind == REGION_HOST && r->map)
+		munmap(r->map, r->map_len);
+}
+
+const struct engine host_engine = {
+	.name = "host",
+	.submit = host_submit,
+	.progress = host_progress,
+	.busy = host_busy,
+	.cancel_all = host_cancel_all,
+	.poller_free = host_poller_free,
+	.region_close = host_region_close,
+};

@@ -977,7 +977,7 @@ int directory_publish(const struct segment *s)
 	uint64_t gen;
 	int rc;
 
-	if (!conf.on || !s->fab)
+	if (!conf.on || !s->eng[ENGINE_fabric])
 		return 0;
 	if (dir.state != DIR_UP)
 		return -EHOSTUNREACH;

@@ -27,6 +27,7 @@
 
 #define DP_MAX_POLLERS 64
 #define DP_MAX_REGIONS 1024 /* per client */
+#define DP_MAX_RAILS 8	    /* fabric rails (NICs) */
 #define DP_MAX_SEGS 1024    /* open segment handles per client */
 #define DP_MAX_QUEUES 64    /* per client */
 #define DP_BURST 32
@@ -62,6 +63,14 @@ extern struct dp_config cfg;
 
 struct client;
 
+/* The engines (engine.h), as indexes of their per-region and per-poller slots. */
+#define ENGINE(name) ENGINE_##name,
+enum engine_id {
+#include "engines.def"
+	DP_ENGINES
+};
+#undef ENGINE
+
 /* Host memory the service mapped from a client's memfd. */
 /* What backs a region; the copy engine picks its path from the kinds of
  * the two regions of a transfer. */
@@ -83,11 +92,14 @@ struct region {
 	uint64_t len;
 	uint64_t file_off; /* REGION_FILE: offset of byte 0 in the file */
 	pid_t owner_pid;
-	void *priv;	  /* per-kind state (e.g. libfabric registrations) */
+	/* Each engine's own state on this region (engine.h): fabric
+	 * registrations, a file region's state, ...; NULL where it has none. */
+	void *eng[DP_ENGINES];
 	bool cuda_pinned; /* REGION_HOST: cudaHostRegister'ed (gpu.c) */
 	/* REGION_HOST that file I/O used: its io_uring fixed-buffer slots
 	 * (fileio.c; fbuf_n 0 until then), the rings it is registered with
-	 * (bit = poller index), and whether registering it failed. */
+	 * (bit = poller index), and whether registering it failed. Inline,
+	 * not behind eng[], for the file engine's per-slice check. */
 	int fbuf_base;
 	unsigned fbuf_n;
 	_Atomic uint64_t fbuf_rings;
@@ -106,11 +118,12 @@ struct segment {
 	struct client *owner;
 	char name[DP_NAME_MAX];
 	struct segment *next; /* export list, control thread only */
-	/* Fabric: an export's remote keys per rail (and their registrations),
-	 * or, for a segment of another service, its description (region is
-	 * NULL then). */
-	uint64_t fab_keys[8];
-	void *fab;
+	/* Each engine's own state on this export (engine.h), e.g. the fabric
+	 * registrations behind fab_keys; NULL where it has none. */
+	void *eng[DP_ENGINES];
+	uint64_t fab_keys[DP_MAX_RAILS]; /* remote keys per rail, for peers */
+	/* For a segment of another service, its description (region is NULL
+	 * then). */
 	struct remote_seg *remote;
 	char owner_name[DP_NAME_MAX]; /* remote: the peer string it was opened by */
 };
@@ -168,18 +181,6 @@ struct client {
 	struct client *next;
 };
 
-/* A local copy the engine has not finished (larger than inline_max). */
-struct copy_op {
-	struct queue *q;
-	uint64_t user_data;
-	uint64_t submit_ns;
-	uint8_t *dst;
-	const uint8_t *src;
-	uint64_t len, done;
-	struct region *ra, *rb; /* references held until the op completes */
-	struct copy_op *next;
-};
-
 struct poller {
 	unsigned idx;
 	int cpu;
@@ -193,12 +194,9 @@ struct poller {
 	struct queue *inbox; /* queues handed over by the control thread */
 	atomic_int inbox_pending;
 	struct queue *queues; /* owned list */
-	struct copy_op *ops_head, *ops_tail, *ops_free;
 	uint64_t loops, busy_loops, sleeps;
-	/* Per-poller state of the engines beside the host copy engine. */
-	void *gpu;		    /* gpu.c */
-	void *fileio;		    /* fileio.c */
-	void *fabric;		    /* fabric.c */
+	int sleep_cap_ms;	    /* the longest sleep the engines allow */
+	void *eng[DP_ENGINES];	    /* each engine's per-poller state (engine.h) */
 	struct stats_poller *stats; /* stats.c; NULL without a stats region */
 };
 
@@ -217,6 +215,11 @@ void pollers_stop(void);
 void pollers_free(void);
 void poller_add_queue(struct queue *q);
 void poller_kick(struct poller *p);
+/* One pass of a poller's loop: new queues, every SQ drained (one burst
+ * each), every engine's progress, completions published, closed queues
+ * retired. Returns the work done (0: idle). The poller's thread, or a test
+ * harness driving a poller of its own. */
+int poller_run_once(struct poller *p);
 /* Stages a completion; submit_ns is the descriptor's dp_desc.submit_ns
  * (the stats region's latency histogram). */
 void queue_complete_ns(struct queue *q, uint64_t user_data, uint64_t submit_ns, int status,

@@ -18,6 +18,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
+#include "engine.h"
 #include "fabric.h"
 #include "fault.h"
 #include "stats.h"
@@ -274,7 +275,7 @@ static int ep_open(struct rail *r, struct rail_ep *e)
 	return 0;
 }
 
-int fabric_init(void)
+static int fabric_start(void)
 {
 	struct fi_info *infos = NULL, *fi;
 	int rc;
@@ -322,7 +323,7 @@ int fabric_init(void)
 
 		if (!fp)
 			return -ENOMEM;
-		pollers[p].fabric = fp;
+		pollers[p].eng[ENGINE_fabric] = fp;
 		pollers[p].idx = p;
 		for (unsigned r = 0; r < nrails; r++) {
 			fp->ep[r].st = stats_rail(r, &pollers[p]);
@@ -336,10 +337,10 @@ int fabric_init(void)
 	return 0;
 }
 
-void fabric_fini(void)
+static void fabric_fini(void)
 {
 	for (unsigned p = 0; p < cfg.pollers; p++) {
-		struct fab_poller *fp = pollers[p].fabric;
+		struct fab_poller *fp = pollers[p].eng[ENGINE_fabric];
 
 		if (!fp)
 			continue;
@@ -350,7 +351,7 @@ void fabric_fini(void)
 				fi_close(&fp->ep[r].cq->fid);
 		}
 		free(fp);
-		pollers[p].fabric = NULL;
+		pollers[p].eng[ENGINE_fabric] = NULL;
 	}
 	for (unsigned r = 0; r < nrails; r++) {
 		fi_close(&rails[r].av->fid);
@@ -363,7 +364,7 @@ void fabric_fini(void)
 
 int fabric_rail_addr(unsigned rail, void *buf, size_t *len)
 {
-	struct fab_poller *fp = pollers[0].fabric;
+	struct fab_poller *fp = pollers[0].eng[ENGINE_fabric];
 
 	if (rail >= nrails || !fp)
 		return -EINVAL;
@@ -404,7 +405,10 @@ static bool rails_take(const struct region *reg)
 	return nrails > 0;
 }
 
-int fabric_region_register(struct region *reg)
+static void fabric_region_deregister(struct region *reg);
+static void fabric_export_deregister(struct segment *s);
+
+static int fabric_region_register(struct region *reg)
 {
 	struct region_mrs *m;
 
@@ -422,7 +426,7 @@ int fabric_region_register(struct region *reg)
 				 reg->kind == REGION_CUDA ? "GPU" : "host", r, fi_strerror(-rc),
 				 reg->kind == REGION_CUDA ? "; the region serves local copies only"
 							  : "");
-			reg->priv = m;
+			reg->eng[ENGINE_fabric] = m;
 			fabric_region_deregister(reg);
 			/* GPU memory the provider cannot register still works
 			 * for local copies; its fabric transfers fail with
@@ -430,13 +434,13 @@ int fabric_region_register(struct region *reg)
 			return reg->kind == REGION_CUDA ? 0 : -ENOMEM;
 		}
 	}
-	reg->priv = m;
+	reg->eng[ENGINE_fabric] = m;
 	return 0;
 }
 
-void fabric_region_deregister(struct region *reg)
+static void fabric_region_deregister(struct region *reg)
 {
-	struct region_mrs *m = reg->priv;
+	struct region_mrs *m = reg->eng[ENGINE_fabric];
 
 	if (!m)
 		return;
@@ -444,11 +448,12 @@ void fabric_region_deregister(struct region *reg)
 		if (m->mr[r])
 			fi_close(&m->mr[r]->fid);
 	free(m);
-	reg->priv = NULL;
+	reg->eng[ENGINE_fabric] = NULL;
 }
 
-int fabric_export_register(struct segment *s, uint64_t keys[DP_MAX_RAILS])
+static int fabric_export_register(struct segment *s)
 {
+	uint64_t *keys = s->fab_keys;
 	uint64_t access = FI_REMOTE_READ | (s->access & DP_ACCESS_WRITE ? FI_REMOTE_WRITE : 0);
 	struct region_mrs *m;
 
@@ -461,7 +466,7 @@ int fabric_export_register(struct segment *s, uint64_t keys[DP_MAX_RAILS])
 		int rc = mr_reg(&rails[r], s->region, access, &m->mr[r]);
 
 		if (rc) {
-			s->fab = m;
+			s->eng[ENGINE_fabric] = m;
 			fabric_export_deregister(s);
 			/* As above: a GPU export the provider cannot register
 			 * is reachable by this service's clients only. */
@@ -469,13 +474,13 @@ int fabric_export_register(struct segment *s, uint64_t keys[DP_MAX_RAILS])
 		}
 		keys[r] = fi_mr_key(m->mr[r]);
 	}
-	s->fab = m;
+	s->eng[ENGINE_fabric] = m;
 	return 0;
 }
 
-void fabric_export_deregister(struct segment *s)
+static void fabric_export_deregister(struct segment *s)
 {
-	struct region_mrs *m = s->fab;
+	struct region_mrs *m = s->eng[ENGINE_fabric];
 
 	if (!m)
 		return;
@@ -483,7 +488,7 @@ void fabric_export_deregister(struct segment *s)
 		if (m->mr[r])
 			fi_close(&m->mr[r]->fid);
 	free(m);
-	s->fab = NULL;
+	s->eng[ENGINE_fabric] = NULL;
 }
 
 int fabric_peer_insert(struct peer *p, const uint8_t addrs[][DP_FABRIC_ADDR_MAX],
@@ -548,15 +553,19 @@ static void op_free(struct fab_op *op)
 	free(op);
 }
 
-void fabric_submit(struct poller *p, struct queue *q, const struct dp_desc *d, struct region *local,
-		   struct segment *seg)
+static void fabric_submit(struct poller *p, const struct xfer *x)
 {
-	struct fab_poller *fp = p->fabric;
+	struct fab_poller *fp = p->eng[ENGINE_fabric];
+	struct queue *q = x->q;
+	const struct dp_desc *d = x->d;
+	struct region *local = x->ra;
+	struct segment *seg = x->seg;
 	struct remote_seg *rs = seg->remote;
 	struct fab_op *op;
 
 	/* A peer known to be gone fails at once, not after the timeout. */
-	if (!fp || !local->priv || rs->peer->nrails == 0 || atomic_load(&rs->peer->dead)) {
+	if (!fp || !local->eng[ENGINE_fabric] || rs->peer->nrails == 0 ||
+	    atomic_load(&rs->peer->dead)) {
 		queue_complete_ns(q, d->user_data, d->submit_ns, -EHOSTUNREACH, 0, DP_CQE_F_FABRIC);
 		return;
 	}
@@ -597,7 +606,7 @@ static int slice_post(struct fab_poller *fp, struct fab_slice *s)
 {
 	struct fab_op *op = s->op;
 	struct remote_seg *rs = op->seg->remote;
-	struct region_mrs *m = op->local->priv;
+	struct region_mrs *m = op->local->eng[ENGINE_fabric];
 	struct rail_ep *e = &fp->ep[s->rail];
 	void *buf = op->local->base + op->loc_off + s->off;
 	void *desc = fi_mr_desc(m->mr[s->rail]);
@@ -800,9 +809,9 @@ static bool op_finished_posting(const struct fab_op *op)
 	return op->status || !op->q || (!op->retry && op->next_off == op->len);
 }
 
-int fabric_progress(struct poller *p)
+static int fabric_progress(struct poller *p)
 {
-	struct fab_poller *fp = p->fabric;
+	struct fab_poller *fp = p->eng[ENGINE_fabric];
 	struct fab_op **pp, *prev = NULL;
 	uint64_t t = 0;
 	int work;
@@ -849,16 +858,16 @@ int fabric_progress(struct poller *p)
 	return work;
 }
 
-bool fabric_busy(const struct poller *p)
+static bool fabric_busy(const struct poller *p)
 {
-	const struct fab_poller *fp = p->fabric;
+	const struct fab_poller *fp = p->eng[ENGINE_fabric];
 
 	return fp && fp->head;
 }
 
-int fabric_wait_fds(struct poller *p, int *fds, int max)
+static int fabric_wait_fds(struct poller *p, int *fds, int max)
 {
-	struct fab_poller *fp = p->fabric;
+	struct fab_poller *fp = p->eng[ENGINE_fabric];
 	int n = 0;
 
 	for (unsigned r = 0; fp && r < nrails && n < max; r++)
@@ -867,7 +876,7 @@ int fabric_wait_fds(struct poller *p, int *fds, int max)
 	return n;
 }
 
-int fabric_sleep_cap_ms(void)
+static int fabric_sleep_cap_ms(void)
 {
 	for (unsigned r = 0; r < nrails; r++)
 		if (rails[r].poke)
@@ -875,9 +884,9 @@ int fabric_sleep_cap_ms(void)
 	return -1;
 }
 
-int fabric_trywait(struct poller *p)
+static int fabric_trywait(struct poller *p)
 {
-	struct fab_poller *fp = p->fabric;
+	struct fab_poller *fp = p->eng[ENGINE_fabric];
 
 	if (!fp)
 		return 0;
@@ -892,9 +901,9 @@ int fabric_trywait(struct poller *p)
 	return 0;
 }
 
-void fabric_cancel_all(struct poller *p)
+static void fabric_cancel_all(struct poller *p)
 {
-	struct fab_poller *fp = p->fabric;
+	struct fab_poller *fp = p->eng[ENGINE_fabric];
 	uint64_t until = now_ns() + 2000000000ull;
 
 	if (!fp)
@@ -906,3 +915,30 @@ void fabric_cancel_all(struct poller *p)
 	while (fp->head && now_ns() < until)
 		fabric_progress(p);
 }
+
+/* Start-up failures say how to run without the fabric. */
+static int fabric_init(void)
+{
+	int rc = fabric_start();
+
+	if (rc)
+		log_err("fabric: %s (use --provider none for local transfers only)", strerror(-rc));
+	return rc;
+}
+
+const struct engine fabric_engine = {
+	.name = "fabric",
+	.init = fabric_init,
+	.fini = fabric_fini,
+	.submit = fabric_submit,
+	.progress = fabric_progress,
+	.busy = fabric_busy,
+	.wait_fds = fabric_wait_fds,
+	.trywait = fabric_trywait,
+	.sleep_cap_ms = fabric_sleep_cap_ms,
+	.cancel_all = fabric_cancel_all,
+	.region_open = fabric_region_register,
+	.region_close = fabric_region_deregister,
+	.segment_export = fabric_export_register,
+	.segment_unexport = fabric_export_deregister,
+};

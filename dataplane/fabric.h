@@ -15,7 +15,6 @@
 
 #include "dp_internal.h"
 
-#define DP_MAX_RAILS 8
 #define DP_FABRIC_ADDR_MAX 128
 
 /* A segment of another service, as its RPC reply described it. */
@@ -53,39 +52,19 @@ extern struct fabric_config fab_cfg;
 
 /* Start-up: opens the rails and every poller's endpoints. 0 with no rail
  * when the provider is "none". */
-int fabric_init(void);
-void fabric_fini(void);
+/* The engine (engine.h: fabric_engine) registers regions on every rail
+ * (local access, region->eng[ENGINE_fabric]) and exports (a remote key per
+ * rail with exactly the export's access, segment->fab_keys), and moves the
+ * slices of transfers to other services. What the control thread and the
+ * peer protocol need besides: */
 unsigned fabric_nrails(void);
 /* The address peers target on `rail`; *len in, bytes out. */
 int fabric_rail_addr(unsigned rail, void *buf, size_t *len);
 bool fabric_virt_addr(void);
 
-/* Registrations. Regions get local access on every rail (r->priv); an export
- * gets a remote key per rail with exactly the export's access. */
-int fabric_region_register(struct region *r);
-void fabric_region_deregister(struct region *r);
-int fabric_export_register(struct segment *s, uint64_t keys[DP_MAX_RAILS]);
-void fabric_export_deregister(struct segment *s);
-
 /* Inserts a peer's rail addresses into the AVs. -EINVAL for an address that
  * is not of this provider's format and length. */
 int fabric_peer_insert(struct peer *p, const uint8_t addrs[][DP_FABRIC_ADDR_MAX],
 		       const uint32_t lens[], unsigned nrails);
-
-/* Data path, poller thread. The descriptor is validated; `local` and `seg`
- * are alive for this loop (the engine takes references). */
-void fabric_submit(struct poller *p, struct queue *q, const struct dp_desc *d, struct region *local,
-		   struct segment *seg);
-int fabric_progress(struct poller *p);
-bool fabric_busy(const struct poller *p);
-/* Wait fds of this poller's CQs for its epoll set (-1 when none), and the
- * check before sleeping: 0 when it may sleep. */
-int fabric_wait_fds(struct poller *p, int *fds, int max);
-int fabric_trywait(struct poller *p);
-/* The longest a poller may sleep (ms) for rails whose target side needs
- * progress and that cannot wake it; -1 for no limit. */
-int fabric_sleep_cap_ms(void);
-/* Shutdown: in-flight operations complete with -ECANCELED. */
-void fabric_cancel_all(struct poller *p);
 
 #endif /* DP_FABRIC_H */

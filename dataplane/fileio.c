@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "fault.h"
+#include "engine.h"
 #include "fileio.h"
 #include "gpu.h"
 #include "stats.h"
@@ -126,7 +127,9 @@ static int ring_open(struct fileio_poller *fp)
 	return rc;
 }
 
-int fileio_init(void)
+static void fileio_fini(void);
+
+static int fileio_init(void)
 {
 	int rc = 0;
 
@@ -162,7 +165,7 @@ int fileio_init(void)
 		if (io_uring_register_buffers_sparse(&fp->ring, FBUF_SLOTS) < 0)
 			fixed_bufs = false;
 		rings[nrings] = fp;
-		pollers[nrings].fileio = fp;
+		pollers[nrings].eng[ENGINE_file] = fp;
 	}
 	if (rc < 0) {
 		/* All or none: a poller without a ring could not serve a
@@ -180,7 +183,7 @@ int fileio_init(void)
 	return 0;
 }
 
-void fileio_fini(void)
+static void fileio_fini(void)
 {
 	for (unsigned i = 0; i < nrings; i++) {
 		struct fileio_poller *fp = rings[i];
@@ -197,7 +200,7 @@ void fileio_fini(void)
 		free(fp->bufs);
 		free(fp);
 		rings[i] = NULL;
-		pollers[i].fileio = NULL;
+		pollers[i].eng[ENGINE_file] = NULL;
 	}
 	nrings = 0;
 	if (root_fd >= 0)
@@ -411,7 +414,7 @@ int fileio_region_open(struct region *reg, int fd, const char *path, uint64_t of
 	reg->fd = fd;
 	reg->file_off = offset;
 	reg->len = len;
-	reg->priv = f;
+	reg->eng[ENGINE_file] = f;
 	/* The path is the client's: no control characters into our log. */
 	snprintf(shown, sizeof(shown), "%s", path ? path : "client fd");
 	for (char *p = shown; *p; p++)
@@ -430,9 +433,9 @@ err:
 	return rc;
 }
 
-void fileio_region_close(struct region *reg)
+static void file_region_close(struct region *reg)
 {
-	struct file_region *f = reg->priv;
+	struct file_region *f = reg->eng[ENGINE_file];
 
 	log_debug("file region closed: %llu direct I/Os (%llu bytes), %llu buffered (%llu bytes), "
 		  "%llu through fixed buffers",
@@ -518,7 +521,7 @@ static inline bool fbuf_ready(struct fileio_poller *fp, struct region *reg)
 	return fbuf_register(fp, reg, bit);
 }
 
-void fileio_host_release(struct region *reg)
+static void fbuf_release(struct region *reg)
 {
 	uint64_t mask = atomic_load(&reg->fbuf_rings);
 	struct iovec iov[FBUF_SLOTS];
@@ -564,10 +567,12 @@ static void op_enqueue(struct fileio_poller *fp, struct file_op *op)
 	fp->tail = op;
 }
 
-void fileio_submit(struct poller *p, struct queue *q, const struct dp_desc *d, struct region *local,
-		   struct region *target)
+static void fileio_submit(struct poller *p, const struct xfer *x)
 {
-	struct fileio_poller *fp = p->fileio;
+	struct fileio_poller *fp = p->eng[ENGINE_file];
+	struct queue *q = x->q;
+	const struct dp_desc *d = x->d;
+	struct region *local = x->ra, *target = x->rb;
 	bool local_file = local->kind == REGION_FILE;
 	struct region *file = local_file ? local : target, *host = local_file ? target : local;
 	/* WRITE moves local -> target, READ target -> local. */
@@ -640,7 +645,7 @@ static uint32_t slice_len(const struct file_op *op, const struct file_region *f,
 static void slice_prep(struct fileio_poller *fp, struct file_slice *s)
 {
 	struct file_op *op = s->op;
-	struct file_region *f = op->file->priv;
+	struct file_region *f = op->file->eng[ENGINE_file];
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&fp->ring);
 	int slot = s->direct ? f->dslot : f->slot, fd = s->direct ? f->dfd : op->file->fd;
 	uint8_t *mem = (s->buf ? s->buf : op->mem + s->off) + s->done;
@@ -759,7 +764,7 @@ static int gpu_reap(struct fileio_poller *fp)
 static void slice_done(struct fileio_poller *fp, struct file_slice *s, int res)
 {
 	struct file_op *op = s->op;
-	struct file_region *f = op->file->priv;
+	struct file_region *f = op->file->eng[ENGINE_file];
 
 	if (res > 0) {
 		s->done += (uint32_t)res;
@@ -833,7 +838,7 @@ static int fill(struct fileio_poller *fp)
 		s = fp->free;
 		fp->free = s->next;
 		*s = (struct file_slice){.op = op, .off = op->issued};
-		s->len = slice_len(op, op->file->priv, op->issued, &s->direct);
+		s->len = slice_len(op, op->file->eng[ENGINE_file], op->issued, &s->direct);
 		op->issued += s->len;
 		op->inflight++;
 		fp->inflight++;
@@ -879,9 +884,9 @@ static void kick(struct fileio_poller *fp)
 	}
 }
 
-int fileio_progress(struct poller *p)
+static int fileio_progress(struct poller *p)
 {
-	struct fileio_poller *fp = p->fileio;
+	struct fileio_poller *fp = p->eng[ENGINE_file];
 	int work;
 
 	if (!fp || (!fp->inflight && !fp->head))
@@ -896,16 +901,16 @@ int fileio_progress(struct poller *p)
 	return work;
 }
 
-bool fileio_busy(const struct poller *p)
+static bool fileio_busy(const struct poller *p)
 {
-	const struct fileio_poller *fp = p->fileio;
+	const struct fileio_poller *fp = p->eng[ENGINE_file];
 
 	return fp && (fp->inflight || fp->head);
 }
 
-void fileio_cancel_all(struct poller *p)
+static void fileio_cancel_all(struct poller *p)
 {
-	struct fileio_poller *fp = p->fileio;
+	struct fileio_poller *fp = p->eng[ENGINE_file];
 
 	if (!fp)
 		return;
@@ -926,3 +931,24 @@ void fileio_cancel_all(struct poller *p)
 		gpu_reap(fp);
 	}
 }
+
+/* The last reference to a region: a file region's fds and slots, or a host
+ * region's fixed-buffer slots if file I/O registered it. */
+static void fileio_region_close(struct region *reg)
+{
+	if (reg->kind == REGION_FILE && reg->eng[ENGINE_file])
+		file_region_close(reg);
+	else if (reg->kind == REGION_HOST)
+		fbuf_release(reg);
+}
+
+const struct engine file_engine = {
+	.name = "file",
+	.init = fileio_init,
+	.fini = fileio_fini,
+	.submit = fileio_submit,
+	.progress = fileio_progress,
+	.busy = fileio_busy,
+	.cancel_all = fileio_cancel_all,
+	.region_close = fileio_region_close,
+};

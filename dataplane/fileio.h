@@ -34,7 +34,7 @@ struct fileio_config {
 };
 extern struct fileio_config fio_cfg;
 
-/* A file region's state (region->priv of a REGION_FILE region). */
+/* A file region's state (region->eng[ENGINE_file] of a REGION_FILE region). */
 struct file_region {
 	unsigned access;    /* DP_ACCESS_READ or DP_ACCESS_RW */
 	int dfd;	    /* the same file opened O_DIRECT, or -1 */
@@ -46,52 +46,33 @@ struct file_region {
 	atomic_ullong fixed_ios; /* of those, through a fixed buffer */
 };
 
-/* Start-up, before the pollers run: one ring per poller, the --file-root
- * directory. A kernel without io_uring is not fatal (file regions are then
- * refused with -ENOTSUP); an unusable --file-root is (-errno). */
-int fileio_init(void);
-/* After the pollers are freed and every region is gone. */
-void fileio_fini(void);
+/* The engine (engine.h: file_engine): one io_uring per poller, started
+ * before the pollers run (a kernel without io_uring is not fatal: file
+ * regions are then refused with -ENOTSUP; an unusable --file-root is). A
+ * descriptor with a file region on either side completes with
+ * DP_CQE_F_FILE; the poller does not sleep while slices are in the kernel.
+ * At a region's last reference it closes the file's fds, or drops a host
+ * region from the rings' fixed buffers. */
 
 /*
  * Control thread. Builds a file region from @fd (taken over: closed on
  * failure too) or, when @fd is -1, from @path opened beneath --file-root.
  * @len 0 means "to the end of the file"; @flags is the access mode, with
  * DP_FILE_BUFFERED for no O_DIRECT. Fills @reg's kind, fd, file_off, len
- * and priv. 0, or: -EINVAL bad access, range or file type (only
+ * and eng[ENGINE_file]. 0, or: -EINVAL bad access, range or file type (only
  * regular files and block devices), -EPERM the fd's mode does not allow
  * @access or the path leaves --file-root (or there is none), -ENOENT no
  * such path, -ENOTSUP no io_uring.
  */
 int fileio_region_open(struct region *reg, int fd, const char *path, uint64_t offset, uint64_t len,
 		       unsigned flags);
-/* The last reference went away: unregisters and closes the fds. */
-void fileio_region_close(struct region *reg);
-/* The last reference to host region @reg went away: drops it from the
- * rings' fixed buffers, if file I/O registered it there (any thread). */
-void fileio_host_release(struct region *reg);
-
 /* True when @r allows every access in @need (any region that is not a
  * file allows everything). */
 static inline bool fileio_access_ok(const struct region *r, unsigned need)
 {
-	const struct file_region *f = r->priv;
+	const struct file_region *f = r->eng[ENGINE_file];
 
 	return r->kind != REGION_FILE || (f->access & need) == need;
 }
-
-/* Poller: a validated descriptor between @local and @target, one of them a
- * file region (both alive for this loop; the engine takes references). It
- * completes with DP_CQE_F_FILE, here or in a later fileio_progress(). */
-void fileio_submit(struct poller *p, struct queue *q, const struct dp_desc *d, struct region *local,
-		   struct region *target);
-/* Reaps completions and posts new slices; returns how much work it did. */
-int fileio_progress(struct poller *p);
-/* True while slices are in the kernel or waiting to be posted: the poller
- * must not sleep then (completions are polled, not waited for). */
-bool fileio_busy(const struct poller *p);
-/* Shutdown: posts nothing more, waits for the kernel to give back every
- * slice in flight, completes unfinished descriptors with -ECANCELED. */
-void fileio_cancel_all(struct poller *p);
 
 #endif /* DP_FILEIO_H */

@@ -5,14 +5,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine.h"
 #include "fault.h"
 #include "gpu.h"
 
 #ifndef DP_HAVE_CUDA
 
-void gpu_init(void)
+static int gpu_init(void)
 {
 	log_info("gpu: built without CUDA; GPU registration answers ENODEV");
+	return 0;
 }
 
 int gpu_device_count(void)
@@ -27,44 +29,12 @@ int gpu_region_open(struct region *reg, const struct dp_msg_region_register_cuda
 	return -ENODEV;
 }
 
-void gpu_region_close(struct region *reg)
-{
-	(void)reg;
-}
-
-void gpu_host_register(struct region *reg)
-{
-	(void)reg;
-}
-
-void gpu_host_unregister(struct region *reg)
-{
-	(void)reg;
-}
-
 /* Unreachable: no REGION_CUDA region exists without CUDA. */
-void gpu_copy_submit(struct poller *p, const struct copy_req *req)
+static void gpu_submit(struct poller *p, const struct xfer *req)
 {
 	(void)p;
 	queue_complete_ns(req->q, req->user_data, req->submit_ns, -ENODEV, 0,
 			  DP_CQE_F_LOCAL | DP_CQE_F_GPU);
-}
-
-int gpu_progress(struct poller *p)
-{
-	(void)p;
-	return 0;
-}
-
-bool gpu_busy(const struct poller *p)
-{
-	(void)p;
-	return false;
-}
-
-void gpu_poller_free(struct poller *p)
-{
-	(void)p;
 }
 
 void *gpu_pinned_alloc(size_t len)
@@ -97,6 +67,12 @@ int gpu_stage_poll(struct poller *p, struct gpu_ticket *t)
 	(void)t;
 	return -EIO;
 }
+
+const struct engine gpu_engine = {
+	.name = "gpu",
+	.init = gpu_init,
+	.submit = gpu_submit,
+};
 
 #else /* DP_HAVE_CUDA */
 
@@ -154,7 +130,7 @@ int gpu_device_count(void)
 	return ndev;
 }
 
-void gpu_init(void)
+static int gpu_init(void)
 {
 	enum cudaDriverEntryPointQueryResult q;
 	cudaError_t err;
@@ -164,7 +140,7 @@ void gpu_init(void)
 	if (err != cudaSuccess || n <= 0) {
 		log_info("gpu: no CUDA device (%s); GPU registration answers ENODEV",
 			 err != cudaSuccess ? cudaGetErrorString(err) : "count is 0");
-		return;
+		return 0;
 	}
 	/* The allocation of an IPC pointer bounds what a client may name; the
 	 * runtime has no call for it, the driver's is looked up (no -lcuda). */
@@ -172,7 +148,7 @@ void gpu_init(void)
 					       cudaEnableDefault, &q);
 	if (err != cudaSuccess || q != cudaDriverEntryPointSuccess || !addr_range) {
 		log_err("gpu: driver has no cuMemGetAddressRange; GPU registration disabled");
-		return;
+		return 0;
 	}
 	if (n > GPU_MAX_DEVICES) {
 		log_warn("gpu: %d devices, using the first %d", n, GPU_MAX_DEVICES);
@@ -185,7 +161,7 @@ void gpu_init(void)
 			log_err("gpu: device %d: cannot read its properties; GPU registration "
 				"disabled",
 				i);
-			return;
+			return 0;
 		}
 		uuids[i] = prop.uuid;
 		log_info("gpu: device %d: %s, %zu MiB, pci %04x:%02x:%02x", i, prop.name,
@@ -212,6 +188,7 @@ void gpu_init(void)
 		cudaSetDevice(0);
 	cudaGetLastError();
 	ndev = n;
+	return 0;
 }
 
 /* Makes @dev current; returns the device to restore. */
@@ -290,7 +267,7 @@ out:
 	return rc;
 }
 
-void gpu_region_close(struct region *reg)
+static void gpu_ipc_close(struct region *reg)
 {
 	int prev = dev_enter(reg->device);
 	cudaError_t err = cudaIpcCloseMemHandle(reg->map);
@@ -304,25 +281,32 @@ void gpu_region_close(struct region *reg)
 	dev_leave(prev, reg->device);
 }
 
-void gpu_host_register(struct region *reg)
+static int gpu_region_pin(struct region *reg)
 {
 	cudaError_t err;
 
-	if (!ndev)
-		return;
+	if (!ndev || reg->kind != REGION_HOST)
+		return 0;
 	err = cudaHostRegister(reg->map, reg->map_len, cudaHostRegisterPortable);
 	if (err != cudaSuccess) {
 		log_warn("gpu: cudaHostRegister of %zu bytes: %s; copies with GPUs will be "
 			 "synchronous",
 			 reg->map_len, cudaGetErrorString(err));
 		cudaGetLastError();
-		return;
+		return 0;
 	}
 	reg->cuda_pinned = true;
+	return 0;
 }
 
-void gpu_host_unregister(struct region *reg)
+/* Host regions: unpinned. GPU regions: the IPC mapping, which is the
+ * region itself, closed after the fabric dropped its registration. */
+static void gpu_region_release(struct region *reg)
 {
+	if (reg->kind == REGION_CUDA) {
+		gpu_ipc_close(reg);
+		return;
+	}
 	if (reg->cuda_pinned)
 		cudaHostUnregister(reg->map);
 	reg->cuda_pinned = false;
@@ -332,9 +316,9 @@ void gpu_host_unregister(struct region *reg)
 
 static struct gpu_poller *gpu_poller_get(struct poller *p)
 {
-	if (!p->gpu)
-		p->gpu = calloc(1, sizeof(struct gpu_poller));
-	return p->gpu;
+	if (!p->eng[ENGINE_gpu])
+		p->eng[ENGINE_gpu] = calloc(1, sizeof(struct gpu_poller));
+	return p->eng[ENGINE_gpu];
 }
 
 static cudaEvent_t event_get(struct gpu_dev *d)
@@ -396,7 +380,7 @@ static void op_finish(struct gpu_poller *g, struct gpu_op *op, int status)
 	g->pending--;
 }
 
-void gpu_copy_submit(struct poller *p, const struct copy_req *req)
+static void gpu_submit(struct poller *p, const struct xfer *req)
 {
 	const uint32_t flags = DP_CQE_F_LOCAL | DP_CQE_F_GPU;
 	struct gpu_poller *g = gpu_poller_get(p);
@@ -485,9 +469,9 @@ void gpu_copy_submit(struct poller *p, const struct copy_req *req)
 	g->pending++;
 }
 
-int gpu_progress(struct poller *p)
+static int gpu_progress(struct poller *p)
 {
-	struct gpu_poller *g = p->gpu;
+	struct gpu_poller *g = p->eng[ENGINE_gpu];
 	int done = 0;
 
 	if (!g || !g->pending)
@@ -519,16 +503,24 @@ int gpu_progress(struct poller *p)
 	return done;
 }
 
-bool gpu_busy(const struct poller *p)
+static bool gpu_busy(const struct poller *p)
 {
-	const struct gpu_poller *g = p->gpu;
+	const struct gpu_poller *g = p->eng[ENGINE_gpu];
 
 	return g && g->pending;
 }
 
-void gpu_poller_free(struct poller *p)
+/* At shutdown, copies already queued on a stream finish (they cannot be
+ * called back): wait for each, completing it. */
+static void gpu_drain(struct poller *p)
 {
-	struct gpu_poller *g = p->gpu;
+	while (gpu_busy(p))
+		gpu_progress(p);
+}
+
+static void gpu_poller_free(struct poller *p)
+{
+	struct gpu_poller *g = p->eng[ENGINE_gpu];
 
 	if (!g)
 		return;
@@ -551,7 +543,7 @@ void gpu_poller_free(struct poller *p)
 		free(op);
 	}
 	free(g);
-	p->gpu = NULL;
+	p->eng[ENGINE_gpu] = NULL;
 }
 
 /* ---- staging for the file engine (one poller) ---- */
@@ -621,7 +613,7 @@ int gpu_stage_copy(struct poller *p, int dev, void *dst, const void *src, size_t
 
 int gpu_stage_poll(struct poller *p, struct gpu_ticket *t)
 {
-	struct gpu_dev *d = &((struct gpu_poller *)p->gpu)->dev[t->dev];
+	struct gpu_dev *d = &((struct gpu_poller *)p->eng[ENGINE_gpu])->dev[t->dev];
 	cudaError_t err = DP_FAULT_CUDA_DONE(cudaEventQuery(t->ev));
 
 	if (err == cudaErrorNotReady)
@@ -637,5 +629,17 @@ int gpu_stage_poll(struct poller *p, struct gpu_ticket *t)
 	cudaGetLastError();
 	return -EIO;
 }
+
+const struct engine gpu_engine = {
+	.name = "gpu",
+	.init = gpu_init,
+	.submit = gpu_submit,
+	.progress = gpu_progress,
+	.busy = gpu_busy,
+	.cancel_all = gpu_drain,
+	.poller_free = gpu_poller_free,
+	.region_open = gpu_region_pin,
+	.region_close = gpu_region_release,
+};
 
 #endif /* DP_HAVE_CUDA */

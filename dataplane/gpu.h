@@ -2,7 +2,7 @@
 /*
  * gpu.h - everything of the service that touches CUDA: device discovery,
  * GPU regions opened from CUDA IPC handles, pinning of host regions, and the
- * GPU path of the local copy engine.
+ * gpu engine (engine.h: gpu_engine).
  *
  * The copy path: any local copy that touches a REGION_CUDA region is one
  * cudaMemcpyAsync(cudaMemcpyDefault) on a non-blocking stream the poller owns
@@ -13,26 +13,22 @@
  * has two streams per device: copies up to GPU_SMALL_MAX go to a
  * high-priority one, so that a 4 KiB copy never queues behind a 1 GiB one.
  *
- * Threads: gpu_init/gpu_region_* and gpu_host_* run on the control thread
- * (gpu_region_close and gpu_host_unregister also on a poller, through the
- * last region_put); gpu_copy_* and gpu_progress on the poller that owns the
- * state. Without DP_HAVE_CUDA every entry point is a stub: no device, GPU
- * registration answers -ENODEV.
+ * Threads: init, gpu_region_open and the engine's region hooks run on the
+ * control thread (region_close also on a poller, through the last
+ * region_put); submit and progress on the poller that owns the state.
+ * Without DP_HAVE_CUDA the engine only says so: no device, GPU registration
+ * answers -ENODEV.
  */
 #ifndef DP_GPU_H
 #define DP_GPU_H
 
 #include <stdbool.h>
 
-#include "copy.h"
 #include "dp_internal.h"
 
 /* Copies up to this size use the high-priority stream. */
 #define GPU_SMALL_MAX (1u << 20)
 
-/* Service start-up: finds the devices, enables peer access between them.
- * A machine without a GPU (or a build without CUDA) is not an error. */
-void gpu_init(void);
 /* Devices this service can use (0: GPU registration answers -ENODEV). */
 int gpu_device_count(void);
 
@@ -40,29 +36,6 @@ int gpu_device_count(void);
  * fills @reg (kind, device, map, base, len). 0, -ENODEV (no such device
  * here), -EINVAL (handle unusable, or offset + len beyond the allocation). */
 int gpu_region_open(struct region *reg, const struct dp_msg_region_register_cuda *req);
-/* Closes what gpu_region_open opened (the last reference went away). */
-void gpu_region_close(struct region *reg);
-
-/* Pins a host region for asynchronous copies when a GPU exists; a failure
- * is logged and leaves the region usable (copies are then synchronous). */
-void gpu_host_register(struct region *reg);
-void gpu_host_unregister(struct region *reg);
-
-/* True when the copy engine must take the GPU path for @req. */
-static inline bool gpu_copy_wanted(const struct copy_req *req)
-{
-	return req->ra->kind == REGION_CUDA || req->rb->kind == REGION_CUDA;
-}
-
-/* Starts the copy; it completes (DP_CQE_F_LOCAL | DP_CQE_F_GPU) in this
- * call on an error, else in a later gpu_progress(). */
-void gpu_copy_submit(struct poller *p, const struct copy_req *req);
-/* Completes the copies whose events have fired; returns how many. */
-int gpu_progress(struct poller *p);
-bool gpu_busy(const struct poller *p);
-/* After the poller stopped: streams, events and free lists. */
-void gpu_poller_free(struct poller *p);
-
 /*
  * The file engine's staging (fileio.c): pinned host buffers, and copies
  * between them and a GPU that the engine polls itself. A staging copy goes

@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * poller.c - the data path: pinned threads that drain submission rings,
- * validate each descriptor in private memory, route it to the local copy
- * engine, and publish exactly one completion per accepted descriptor.
+ * validate each descriptor in private memory, route it to an engine
+ * (engine.h), and publish exactly one completion per accepted descriptor.
  *
- * One loop: drain every SQ in bursts (within the queue's credit) -> run a
- * bounded number of copy-engine steps -> publish staged completions and ring
- * doorbells -> retire closed queues. After spin_us without work the poller
- * arms NEED_WAKEUP on every SQ and sleeps in epoll on their doorbells.
+ * One loop: drain every SQ in bursts (within the queue's credit) -> let
+ * every engine progress -> publish staged completions and ring doorbells ->
+ * retire closed queues. After spin_us without work the poller arms
+ * NEED_WAKEUP on every SQ and sleeps in epoll on their doorbells and the
+ * engines' fds.
  */
 #include <errno.h>
 #include <sched.h>
@@ -19,8 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "copy.h"
 #include "dp_internal.h"
+#include "engine.h"
 #include "fabric.h"
 #include "fileio.h"
 #include "stats.h"
@@ -97,11 +98,11 @@ void queue_complete_ns(struct queue *q, uint64_t user_data, uint64_t submit_ns, 
 
 /*
  * Validates a descriptor already copied to private memory and resolves it
- * into a copy. Returns 0 or the errno the descriptor completes with. The
+ * into an xfer. Returns 0 or the errno the descriptor completes with. The
  * order of checks is the documented one (docs/api.md): EINVAL, EBADF,
  * ECONNRESET, EPERM, EFAULT.
  */
-static int desc_resolve(struct queue *q, const struct dp_desc *d, struct copy_req *req)
+static int desc_resolve(struct queue *q, const struct dp_desc *d, struct xfer *x)
 {
 	struct client *c = q->client;
 	struct seg_handle *h;
@@ -131,44 +132,57 @@ static int desc_resolve(struct queue *q, const struct dp_desc *d, struct copy_re
 	/* Written as subtractions so that no offset + length can overflow. */
 	if (d->len > local->len || d->local_off > local->len - d->len)
 		return -EFAULT;
+	x->q = q;
+	x->d = d;
+	x->user_data = d->user_data;
+	x->submit_ns = d->submit_ns;
+	x->len = d->len;
+	x->ra = local;
+	x->seg = seg;
 	if (seg->remote) {
-		/* Another service's segment: the fabric path. */
+		/* Another service's segment: no address here. */
 		if (d->len > seg->remote->len || d->target_off > seg->remote->len - d->len)
 			return -EFAULT;
-		if (local->kind == REGION_FILE)
-			return -ENOTSUP; /* docs/files.md: not over the fabric yet */
-		req->ra = local;
-		req->rb = NULL;
-		req->seg = seg;
+		x->rb = NULL;
 		return 0;
 	}
 	target = seg->region;
 	if (d->len > target->len || d->target_off > target->len - d->len)
 		return -EFAULT;
-	if (local->kind == REGION_FILE || target->kind == REGION_FILE) {
-		/* No address here: fileio.c works from the descriptor. */
-		req->ra = local;
-		req->rb = target;
-		req->seg = NULL;
+	x->rb = target;
+	/* A file has no address: the file engine works from the offsets. */
+	if (local->kind == REGION_FILE || target->kind == REGION_FILE)
 		return 0;
-	}
 	if (d->opcode == DP_OP_WRITE) {
-		req->dst = target->base + d->target_off;
-		req->src = local->base + d->local_off;
+		x->dst = target->base + d->target_off;
+		x->src = local->base + d->local_off;
 	} else {
-		req->dst = local->base + d->local_off;
-		req->src = target->base + d->target_off;
+		x->dst = local->base + d->local_off;
+		x->src = target->base + d->target_off;
 	}
-	req->len = d->len;
-	req->ra = local;
-	req->rb = target;
-	req->seg = NULL;
 	return 0;
+}
+
+/*
+ * The routing rule (docs/architecture.md): a segment of another service
+ * goes to the fabric; on this service, a file on either side goes to the
+ * file engine, GPU memory on either side to the GPU engine, and host
+ * memory to host memory is a memcpy.
+ */
+static const struct engine *route(const struct xfer *x)
+{
+	if (!x->rb)
+		return &fabric_engine;
+	if (x->ra->kind == REGION_FILE || x->rb->kind == REGION_FILE)
+		return &file_engine;
+	if (x->ra->kind == REGION_CUDA || x->rb->kind == REGION_CUDA)
+		return &gpu_engine;
+	return &host_engine;
 }
 
 static void desc_process(struct poller *p, struct queue *q, const struct dp_desc *d)
 {
-	struct copy_req req;
+	struct xfer x;
 	int rc;
 
 	q->ctr.submitted++;
@@ -177,24 +191,12 @@ static void desc_process(struct poller *p, struct queue *q, const struct dp_desc
 	else if (d->opcode == DP_OP_NOP)
 		rc = 0;
 	else
-		rc = desc_resolve(q, d, &req);
+		rc = desc_resolve(q, d, &x);
 	if (rc || d->opcode == DP_OP_NOP) {
 		queue_complete_ns(q, d->user_data, d->submit_ns, rc, 0, 0);
 		return;
 	}
-	if (req.seg) {
-		fabric_submit(p, q, d, req.ra, req.seg);
-		return;
-	}
-	if (req.ra->kind == REGION_FILE || req.rb->kind == REGION_FILE) {
-		fileio_submit(p, q, d, req.ra, req.rb);
-		return;
-	}
-	q->ctr.local_copies++;
-	req.q = q;
-	req.user_data = d->user_data;
-	req.submit_ns = d->submit_ns;
-	copy_engine_submit(p, &req);
+	route(&x)->submit(p, &x);
 }
 
 /* Drains up to one burst from q's SQ, never more than its credit allows:
@@ -251,7 +253,8 @@ static void queue_cancel_sq(struct queue *q)
 static void queue_free(struct poller *p, struct queue *q)
 {
 	stats_queue_retire(q);
-	epoll_ctl(p->epfd, EPOLL_CTL_DEL, q->sq_efd, NULL);
+	/* Cannot fail for a registered fd; closing it would drop it anyway. */
+	(void)epoll_ctl(p->epfd, EPOLL_CTL_DEL, q->sq_efd, NULL);
 	close(q->sq_efd);
 	close(q->cq_efd);
 	dp_ring_pair_close(&q->pair);
@@ -273,7 +276,11 @@ static void poller_take_inbox(struct poller *p)
 		struct epoll_event ev = {.events = EPOLLIN, .data.fd = q->sq_efd};
 
 		next = q->next;
-		epoll_ctl(p->epfd, EPOLL_CTL_ADD, q->sq_efd, &ev);
+		/* A queue whose doorbell cannot wake us (ENOMEM, ENOSPC: the
+		 * user's epoll watch limit) could stall while we sleep. */
+		if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, q->sq_efd, &ev) < 0)
+			queue_mark_broken(q, errno == ENOSPC ? "epoll watch limit reached"
+							     : "cannot watch its doorbell");
 		q->next = p->queues;
 		p->queues = q;
 	}
@@ -316,6 +323,18 @@ static void poller_flush(struct poller *p)
 	}
 }
 
+/* Whether an engine has work in flight, or vetoes sleeping. */
+static bool engines_busy(struct poller *p)
+{
+	for (unsigned i = 0; i < DP_ENGINES; i++)
+		if (engines[i]->busy && engines[i]->busy(p))
+			return true;
+	for (unsigned i = 0; i < DP_ENGINES; i++)
+		if (engines[i]->trywait && engines[i]->trywait(p))
+			return true;
+	return false;
+}
+
 /* Arms NEED_WAKEUP on every SQ and sleeps unless work arrived meanwhile. */
 static void poller_sleep(struct poller *p)
 {
@@ -323,7 +342,7 @@ static void poller_sleep(struct poller *p)
 	struct queue *q, *armed_end = NULL;
 	int n;
 
-	if (copy_engine_busy(p) || fileio_busy(p) || fabric_busy(p) || fabric_trywait(p))
+	if (engines_busy(p))
 		return;
 	for (q = p->queues; q; q = q->next) {
 		if (q->broken)
@@ -338,8 +357,7 @@ static void poller_sleep(struct poller *p)
 		stats_poller_sleeping(p);
 		atomic_store(&p->sleeping, 1);
 		p->sleeps++;
-		n = epoll_wait(p->epfd, evs, 32,
-			       fabric_sleep_cap_ms() > 0 ? fabric_sleep_cap_ms() : 200);
+		n = epoll_wait(p->epfd, evs, 32, p->sleep_cap_ms);
 		atomic_store(&p->sleeping, 0);
 		stats_poller_woke(p, n);
 		for (int i = 0; i < n; i++)
@@ -356,12 +374,30 @@ static void poller_shutdown(struct poller *p)
 
 	for (q = p->queues; q; q = q->next)
 		queue_cancel_sq(q);
-	while (copy_engine_busy(p))
-		copy_engine_progress(p);
-	fabric_cancel_all(p);
-	fileio_cancel_all(p);
+	for (unsigned i = 0; i < DP_ENGINES; i++)
+		if (engines[i]->cancel_all)
+			engines[i]->cancel_all(p);
 	for (q = p->queues; q; q = q->next)
 		queue_flush_cq(q);
+}
+
+int poller_run_once(struct poller *p)
+{
+	int work = 0;
+
+	/* Quiescent point: no table pointer from the previous loop is held
+	 * past here. Pairs with the loads in qsbr_synchronize(). */
+	atomic_fetch_add(&p->qs, 1);
+	if (atomic_load_explicit(&p->inbox_pending, memory_order_acquire))
+		poller_take_inbox(p);
+	for (struct queue *q = p->queues; q; q = q->next)
+		work += queue_drain_sq(p, q);
+	for (unsigned i = 0; i < DP_ENGINES; i++)
+		if (engines[i]->progress)
+			work += engines[i]->progress(p);
+	poller_flush(p);
+	p->loops++;
+	return work;
 }
 
 static void *poller_main(void *arg)
@@ -378,20 +414,7 @@ static void *poller_main(void *arg)
 			log_warn("poller %u: cannot pin to cpu %d", p->idx, p->cpu);
 	}
 	while (!atomic_load_explicit(&dp_stopping, memory_order_acquire)) {
-		int work = 0;
-
-		/* Quiescent point: no table pointer from the previous loop is
-		 * held past here. Pairs with the loads in qsbr_synchronize(). */
-		atomic_fetch_add(&p->qs, 1);
-		if (atomic_load_explicit(&p->inbox_pending, memory_order_acquire))
-			poller_take_inbox(p);
-		for (struct queue *q = p->queues; q; q = q->next)
-			work += queue_drain_sq(p, q);
-		work += copy_engine_progress(p);
-		work += fabric_progress(p);
-		work += fileio_progress(p);
-		poller_flush(p);
-		p->loops++;
+		int work = poller_run_once(p);
 		uint64_t t = stats_loop_end(p, work);
 		if (work) {
 			p->busy_loops++;
@@ -411,6 +434,32 @@ static void *poller_main(void *arg)
 	return NULL;
 }
 
+/* The engines' fds join the poller's epoll set: their readiness means
+ * progress is due. They are never read here, only waited on. The sleep is
+ * capped by the engine that asks for the shortest one (default 200 ms). */
+static int poller_engine_fds(struct poller *p)
+{
+	p->sleep_cap_ms = 200;
+	for (unsigned i = 0; i < DP_ENGINES; i++) {
+		const struct engine *e = engines[i];
+		int fds[DP_MAX_RAILS], n = e->wait_fds ? e->wait_fds(p, fds, DP_MAX_RAILS) : 0;
+		int cap = e->sleep_cap_ms ? e->sleep_cap_ms() : 0;
+
+		for (int k = 0; k < n; k++) {
+			struct epoll_event ev = {.events = EPOLLIN, .data.fd = -1};
+
+			if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, fds[k], &ev) < 0) {
+				log_err("poller %u: epoll_ctl(%s fd): %s", p->idx, e->name,
+					strerror(errno));
+				return -errno;
+			}
+		}
+		if (cap > 0 && cap < p->sleep_cap_ms)
+			p->sleep_cap_ms = cap;
+	}
+	return 0;
+}
+
 int pollers_start(void)
 {
 	for (unsigned i = 0; i < cfg.pollers; i++) {
@@ -426,18 +475,11 @@ int pollers_start(void)
 		if (p->epfd < 0 || p->wake_efd < 0)
 			return -errno;
 		ev.data.fd = p->wake_efd;
-		epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->wake_efd, &ev);
-		{
-			/* Fabric CQs that need progress wake the poller; they
-			 * are never read here, only waited on. */
-			int fds[DP_MAX_RAILS], n = fabric_wait_fds(p, fds, DP_MAX_RAILS);
-
-			for (int k = 0; k < n; k++) {
-				struct epoll_event fev = {.events = EPOLLIN, .data.fd = -1 - k};
-
-				epoll_ctl(p->epfd, EPOLL_CTL_ADD, fds[k], &fev);
-			}
-		}
+		if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->wake_efd, &ev) < 0)
+			return -errno;
+		rc = poller_engine_fds(p);
+		if (rc)
+			return rc;
 		rc = pthread_create(&p->thread, NULL, poller_main, p);
 		if (rc)
 			return -rc;
@@ -477,7 +519,9 @@ void pollers_free(void)
 			p->queues = q->next;
 			queue_free(p, q);
 		}
-		copy_engine_free(p);
+		for (unsigned k = DP_ENGINES; k--;)
+			if (engines[k]->poller_free)
+				engines[k]->poller_free(p);
 		close(p->epfd);
 		close(p->wake_efd);
 	}

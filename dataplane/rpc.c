@@ -148,7 +148,7 @@ static void fill_reply(const struct dp_rpc_lookup *req, struct dp_rpc_lookup_rep
 	s = export_find(req->name);
 	/* Only exports with fabric registrations are reachable: a region's
 	 * own (local-access) registration never leaves the service. */
-	if (!s || !s->fab) {
+	if (!s || !s->eng[ENGINE_fabric]) {
 		r->status = -ENOENT;
 		return;
 	}

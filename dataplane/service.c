@@ -20,10 +20,10 @@
 #include "directory.h"
 #include "dp_version.h"
 #include "dp_internal.h"
+#include "engine.h"
 #include "fabric.h"
 #include "fault.h"
 #include "fileio.h"
-#include "gpu.h"
 #include "rpc.h"
 #include "stats.h"
 
@@ -50,25 +50,14 @@ void qsbr_synchronize(void)
 	}
 }
 
+/* The last reference: every engine drops its state on the region, in
+ * reverse engines.def order (the fabric's registrations before the GPU's
+ * IPC mapping, the mapping of host memory last). */
 void region_put(struct region *r)
 {
 	if (atomic_fetch_sub(&r->refs, 1) != 1)
 		return;
-	switch (r->kind) {
-	case REGION_HOST:
-		fabric_region_deregister(r);
-		gpu_host_unregister(r);
-		fileio_host_release(r);
-		munmap(r->map, r->map_len);
-		break;
-	case REGION_CUDA:
-		fabric_region_deregister(r);
-		gpu_region_close(r);
-		break;
-	case REGION_FILE:
-		fileio_region_close(r);
-		break;
-	}
+	engines_region_close(r);
 	free(r);
 }
 
@@ -533,17 +522,9 @@ int main(int argc, char **argv)
 		log_err("stats region: %s (or run with --no-stats)", strerror(-rc));
 		return 1;
 	}
-	gpu_init();
-	rc = fabric_init();
-	if (rc) {
-		log_err("fabric: %s (use --provider none for local transfers only)", strerror(-rc));
+	rc = engines_init();
+	if (rc)
 		return 1;
-	}
-	rc = fileio_init();
-	if (rc) {
-		log_err("file I/O: %s", strerror(-rc));
-		return 1;
-	}
 	rc = pollers_start();
 	if (rc) {
 		log_err("cannot start pollers: %s", strerror(-rc));
@@ -551,8 +532,7 @@ int main(int argc, char **argv)
 	}
 	rc = control_run(rpc_fd);
 	pollers_free();
-	fabric_fini();
-	fileio_fini();
+	engines_fini();
 	stats_fini();
 	if (rc) {
 		log_err("stopped: %s", strerror(-rc));

@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine.h - the one interface between the poller and whatever moves bytes.
+ *
+ * An engine is a table of operations. The poller drains descriptors,
+ * validates them (poller.c, desc_resolve), asks route() which engine owns
+ * each one, and from then on talks to engines only through this table:
+ * submit, progress, busy, the fds it sleeps on, cancel at shutdown. The
+ * control thread uses the same table for regions and exports (open/close).
+ *
+ * Adding an engine: one new file defining `const struct engine NAME_engine`
+ * and one line in engines.def. Its per-region and per-segment state lives
+ * in the slot `eng[ENGINE_NAME]` of struct region / struct segment, which no
+ * other engine touches. Descriptors reach it through route() (poller.c), or
+ * from another engine that hands work over (e.g. a staging engine fed by the
+ * fabric engine). docs/architecture.md, "Engines".
+ *
+ * Threads: submit/progress/busy/trywait/cancel_all/poller_free run on the
+ * poller that owns `p` (no locks: per-poller state lives in p->eng[]);
+ * init/fini on the main thread; region and segment hooks on the control
+ * thread. Every operation is optional (NULL).
+ */
+#ifndef DP_ENGINE_H
+#define DP_ENGINE_H
+
+#include <stdbool.h>
+
+#include "dp_internal.h"
+
+/*
+ * A descriptor resolved by the poller: validated, its regions found (alive
+ * for this loop by QSBR; an engine that keeps them takes references). For a
+ * transfer between two memory regions, dst/src/len are the resolved bytes.
+ */
+struct xfer {
+	struct queue *q;
+	const struct dp_desc *d; /* the private copy; valid during submit only */
+	uint64_t user_data;
+	uint64_t submit_ns; /* the descriptor's stamp, for queue_complete_ns() */
+	uint8_t *dst;
+	const uint8_t *src;
+	uint64_t len;
+	struct region *ra;   /* the client's local region */
+	struct region *rb;   /* the target segment's region; NULL for another service's */
+	struct segment *seg; /* the target segment */
+};
+
+struct engine {
+	const char *name;
+	/* Service start and stop (main thread, in engines.def order; fini in
+	 * reverse). init logs its own reason on failure. */
+	int (*init)(void);
+	void (*fini)(void);
+	/* The data path, on the owning poller. submit takes a routed xfer and
+	 * owes it exactly one completion (now or later); q->inflight counts
+	 * what is owed later. progress returns the work done (0: idle). */
+	void (*submit)(struct poller *p, const struct xfer *x);
+	int (*progress)(struct poller *p);
+	bool (*busy)(const struct poller *p);
+	/* Sleeping: fds whose readiness means progress is due (added to the
+	 * poller's epoll set once), a last check that may veto the sleep
+	 * (nonzero: do not sleep), and a cap on the sleep in ms (0: none). */
+	int (*wait_fds)(struct poller *p, int *fds, int max);
+	int (*trywait)(struct poller *p);
+	int (*sleep_cap_ms)(void);
+	/* Shutdown: finish or cancel (-ECANCELED) everything in flight, each
+	 * with its one completion; then free per-poller state. */
+	void (*cancel_all)(struct poller *p);
+	void (*poller_free)(struct poller *p);
+	/* Regions (control thread): add this engine's state to a new region
+	 * (0 or -errno: the region is refused), and drop it when the last
+	 * reference goes (in reverse engines.def order; must cope with a
+	 * region whose open failed or never ran). */
+	int (*region_open)(struct region *r);
+	void (*region_close)(struct region *r);
+	/* Exports (control thread): what other services need to reach s. */
+	int (*segment_export)(struct segment *s);
+	void (*segment_unexport)(struct segment *s);
+};
+
+/* The registered engines, in engines.def order (enum engine_id: dp_internal.h). */
+#define ENGINE(name) extern const struct engine name##_engine;
+#include "engines.def"
+#undef ENGINE
+extern const struct engine *const engines[DP_ENGINES];
+
+/* engine.c: every engine's hook in turn (region_close, unexport and fini
+ * in reverse order). */
+int engines_init(void);
+void engines_fini(void);
+int engines_region_open(struct region *r);
+void engines_region_close(struct region *r);
+int engines_segment_export(struct segment *s);
+void engines_segment_unexport(struct segment *s);
+
+#endif /* DP_ENGINE_H */
