@@ -127,7 +127,7 @@ $(SERVICE): $(call obj,$(SERVICE_SRCS)) $(LIBRING)
 	$(CC) -o $@ $^ $(LDLIBS)
 
 # Tools link libclient statically so they run from the build tree as is.
-$(B)/ring-bench: $(call obj,tools/ring-bench.c) $(LIBRING)
+$(B)/ring-bench: $(call obj,tools/ring-bench.c tools/bench-report.c) $(LIBRING)
 	$(CC) -o $@ $^ $(LDLIBS) $(shell pkg-config --libs libdpdk 2>/dev/null)
 $(B)/obj/tools/ring-bench.o: CFLAGS += $(shell pkg-config --cflags libdpdk 2>/dev/null) \
 	-Wno-error=cast-qual -Wno-error=pedantic
@@ -155,6 +155,7 @@ CRITERION_ARGS ?= --jobs 1
 DP_STRESS_SCALE ?= 4
 test: deps
 	@$(MAKE) --no-print-directory all $(B)/tests/dp-tests
+	@$(MAKE) --no-print-directory check-package
 	DP_BUILD=$(abspath $(B)) DP_STRESS_SCALE=$(DP_STRESS_SCALE) $(B)/tests/dp-tests $(CRITERION_ARGS)
 
 # The long runs: full-size ring stress and wake-up loops, long chaos.
@@ -253,13 +254,7 @@ gpu-tests: deps
 INSTALL ?= install
 INSTALL_BINS := dataplaned ring-stat dp-bench
 MAN_PAGES := $(wildcard man/*.[138])
-$(B)/dataplane.pc: dist/dataplane.pc.in libclient/dp_version.h
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
-		-e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' -e 's|@VERSION@|$(VERSION)|' \
-		-e 's|@LIBS_PRIVATE@|$(strip $(CLIENT_LIBS))|' $< >$@
-$(B)/dataplaned.service: dist/dataplaned.service.in
-	sed -e 's|@BINDIR@|$(BINDIR)|' $< >$@
-install: all $(B)/dataplane.pc $(B)/dataplaned.service
+install: all
 	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) \
 		$(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(SYSTEMDDIR) \
 		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man8
@@ -268,8 +263,12 @@ install: all $(B)/dataplane.pc $(B)/dataplaned.service
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libdataplane.so
 	$(INSTALL) -m 644 $(LIBCLIENT_A) $(DESTDIR)$(LIBDIR)/
 	$(INSTALL) -m 644 libclient/dataplane.h libclient/dp_version.h $(DESTDIR)$(INCLUDEDIR)/
-	$(INSTALL) -m 644 $(B)/dataplane.pc $(DESTDIR)$(PKGCONFIGDIR)/
-	$(INSTALL) -m 644 $(B)/dataplaned.service $(DESTDIR)$(SYSTEMDDIR)/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
+		-e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' -e 's|@VERSION@|$(VERSION)|' \
+		-e 's|@LIBS_PRIVATE@|$(strip $(CLIENT_LIBS))|' dist/dataplane.pc.in \
+		>$(DESTDIR)$(PKGCONFIGDIR)/dataplane.pc
+	sed -e 's|@BINDIR@|$(BINDIR)|' dist/dataplaned.service.in \
+		>$(DESTDIR)$(SYSTEMDDIR)/dataplaned.service
 	for m in $(MAN_PAGES); do \
 		$(INSTALL) -m 644 $$m $(DESTDIR)$(MANDIR)/man$${m##*.}/ || exit 1; \
 	done

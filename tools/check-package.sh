@@ -72,7 +72,7 @@ svc=
 so=$p/lib/libdataplane.so.1
 readelf -d "$so" | grep -q 'SONAME.*\[libdataplane\.so\.1\]' || fail "no SONAME libdataplane.so.1"
 nm -D --defined-only "$so" | awk '$2 == "T" { sub(/@.*/, "", $3); print $3 }' | sort >"$tmp/exported"
-sed -n 's/^[a-z].*[ *]\(dp_[a-z_0-9]*\)(.*/\1/p' libclient/dataplane.h | sort -u >"$tmp/declared"
+sed -n 's/^\(DP__INLINE \)\{0,1\}[a-z].*[ *]\(dp_[a-z_0-9]*\)(.*/\2/p' libclient/dataplane.h | sort -u >"$tmp/declared"
 if ! cmp -s "$tmp/exported" "$tmp/declared"; then
 	diff "$tmp/declared" "$tmp/exported" | sed 's/^/  /' >&2
 	fail "exported symbols (>) differ from dataplane.h's calls (<)"

@@ -52,11 +52,9 @@
 #include <rte_ring_elem.h>
 
 #include "dp_version.h"
-/* The ping-pong, the dataplaned check and --json (shared with dp-bench).
- * The Makefile links bench-report.o into dp-bench only, so ring-bench
- * compiles it in; once its rule links bench-report.o too, include
- * bench-report.h here instead. */
-#include "bench-report.c"
+/* The ping-pong, the dataplaned check and --json (bench-report.c, shared
+ * with dp-bench). */
+#include "bench-report.h"
 
 #define ENTRY_SIZE 64u
 #define MAX_BURST 32u
