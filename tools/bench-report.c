@@ -41,7 +41,7 @@ struct pingpong_run {
 
 /* Nanoseconds this thread has been runnable but waiting for its CPU: the
  * second field of /proc/thread-self/schedstat; 0 where unavailable. */
-static double runqueue_wait_ns(int fd)
+double runqueue_wait_ns(int fd)
 {
 	char buf[96], *end;
 	ssize_t n = fd < 0 ? -1 : pread(fd, buf, sizeof(buf) - 1, 0);
@@ -137,7 +137,7 @@ int bench_pingpong(int cpu_a, int cpu_b, uint64_t round_trips, struct pingpong_r
 	return err ? -1 : 0;
 }
 
-static int cmp_dbl(const void *a, const void *b)
+int cmp_dbl(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
 

@@ -25,6 +25,12 @@ struct pingpong_result {
 
 /* One run: two threads pinned to cpu_a and cpu_b hand one cache line back
  * and forth round_trips times. 0, or -1 when a thread cannot be pinned. */
+/* Nanoseconds the calling thread waited runnable for its CPU (the second
+ * field of /proc/thread-self/schedstat, read through @fd); 0 where the
+ * kernel does not say. */
+double runqueue_wait_ns(int fd);
+/* qsort comparator for doubles, ascending. */
+int cmp_dbl(const void *a, const void *b);
 int bench_pingpong(int cpu_a, int cpu_b, uint64_t round_trips, struct pingpong_result *r);
 
 /* The placement figure a bench prints beside its results: the median of
