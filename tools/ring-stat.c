@@ -8,6 +8,7 @@
  * It maps the region PROT_READ and never writes to it. Field names, columns
  * and exit codes: docs/ring-stat.md. Layout and consistency: dp_stats.h.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -893,9 +894,20 @@ static bool queue_match(const struct qsnap *q)
 	return strspn(who, "0123456789") == strlen(who) && atol(who) == q->pid;
 }
 
+/* A queue as the outputs show it: its snapshot and the figures derived from
+ * it. */
+struct histv {
+	const uint64_t *hist;
+	uint64_t count, sum_ns;
+};
+
 struct row {
 	const struct qsnap *q;
-	struct qrate r;
+	struct qrate r;	 /* over the interval */
+	struct lat life; /* since the queue was opened */
+	uint64_t in_flight;
+	double age_s;
+	struct histv hist; /* since the queue was opened */
 };
 
 static int row_cmp(const void *a, const void *b)
@@ -942,14 +954,127 @@ static struct row *rows_of(const struct snap *s, const struct snap *prev, unsign
 		fail(EX_FAIL, "out of memory");
 	*n = 0;
 	for (unsigned i = 0; i < s->nq; i++) {
-		if (!queue_match(&s->q[i]))
+		const struct qsnap *q = &s->q[i];
+		struct row *w = &rows[*n];
+
+		if (!queue_match(q))
 			continue;
-		rows[*n].q = &s->q[i];
-		rows[*n].r = queue_rate(s, prev, &s->q[i]);
+		w->q = q;
+		w->r = queue_rate(s, prev, q);
+		w->life = lat_of(q->hist, q->hist_count, q->lat_sum_ns, q->lat_max_ns);
+		w->in_flight = in_flight(q);
+		w->age_s = (double)delta(s->mono_ns, q->created_ns) / 1e9;
+		w->hist = (struct histv){q->hist, q->hist_count, q->lat_sum_ns};
 		(*n)++;
 	}
 	qsort(rows, *n, sizeof(*rows), row_cmp);
 	return rows;
+}
+
+/* ---- one sample as the outputs show it ---- */
+
+/* The service: figures derived from the snapshot's header and totals. */
+struct sview {
+	double secs; /* the interval: since the previous sample, else since start */
+	double uptime_s;
+	double ops, bytes, failed; /* per second over secs */
+	bool first;		   /* no previous sample */
+	uint64_t up;		   /* 1: the service runs */
+	const char *span;	   /* what secs covers, in words */
+	char server[sizeof(((struct dp_stats_header *)0)->server_name) + 1];
+	char socket[sizeof(((struct dp_stats_header *)0)->socket_path) + 1];
+};
+
+struct pview {
+	uint32_t index, queues;
+	uint64_t retired_lat; /* samples in retired_hist */
+	struct prate r;
+};
+
+/* A rail's counters per second over the service's interval. */
+struct rview {
+	uint32_t index;
+	double posted, completed, eagain, errors, retries, bytes;
+};
+
+struct view {
+	const struct snap *s, *prev;
+	struct sview sv;
+	struct row *rows; /* the queues -q selects, in --sort order */
+	unsigned nrows;
+	struct pview *pv;
+	struct rview *rv;
+	char svc[160]; /* the region name as a Prometheus label value */
+};
+
+static const char *prom_esc(char *b, size_t len, const char *s);
+
+static void view_service(struct view *v)
+{
+	const struct snap *s = v->s, *prev = v->prev;
+	struct sview *sv = &v->sv;
+
+	sv->secs = (double)delta(s->mono_ns, prev ? prev->mono_ns : s->h.start_mono_ns) / 1e9;
+	if (sv->secs <= 0)
+		sv->secs = 1e-9;
+	sv->uptime_s = (double)delta(s->mono_ns, s->h.start_mono_ns) / 1e9;
+	sv->ops = (double)(delta(s->completed, prev ? prev->completed : 0) +
+			   delta(s->failed, prev ? prev->failed : 0)) /
+		  sv->secs;
+	sv->bytes = (double)delta(s->bytes, prev ? prev->bytes : 0) / sv->secs;
+	sv->failed = (double)delta(s->failed, prev ? prev->failed : 0) / sv->secs;
+	sv->first = !prev;
+	sv->up = 1;
+	sv->span = prev ? "total" : "since start";
+	snprintf(sv->server, sizeof(sv->server), "%.*s", (int)sizeof(s->h.server_name),
+		 s->h.server_name);
+	snprintf(sv->socket, sizeof(sv->socket), "%.*s", (int)sizeof(s->h.socket_path),
+		 s->h.socket_path);
+	prom_esc(v->svc, sizeof(v->svc), s->h.name);
+}
+
+static void view_make(struct view *v, const struct snap *s, const struct snap *prev)
+{
+	memset(v, 0, sizeof(*v));
+	v->s = s;
+	v->prev = prev;
+	view_service(v);
+	v->rows = rows_of(s, prev, &v->nrows);
+	v->pv = calloc(s->np ? s->np : 1, sizeof(*v->pv));
+	v->rv = calloc(s->nr ? s->nr : 1, sizeof(*v->rv));
+	if (!v->pv || !v->rv)
+		fail(EX_FAIL, "out of memory");
+	for (unsigned i = 0; i < s->np; i++) {
+		struct pview *p = &v->pv[i];
+
+		p->index = i;
+		p->queues = s->pq[i];
+		for (unsigned k = 0; k < DP_STATS_HIST_BUCKETS; k++)
+			p->retired_lat += s->p[i].retired_hist[k];
+		p->r = poller_rate(s, prev, i);
+	}
+	for (unsigned i = 0; i < s->nr; i++) {
+		static const struct dp_stats_rail zero;
+		const struct dp_stats_rail *c = &s->r[i].c;
+		const struct dp_stats_rail *o = prev && i < prev->nr ? &prev->r[i].c : &zero;
+		struct rview *r = &v->rv[i];
+		double secs = v->sv.secs;
+
+		r->index = i;
+		r->posted = (double)delta(c->posted, o->posted) / secs;
+		r->completed = (double)delta(c->completed, o->completed) / secs;
+		r->eagain = (double)delta(c->eagain, o->eagain) / secs;
+		r->errors = (double)delta(c->errors, o->errors) / secs;
+		r->retries = (double)delta(c->retries, o->retries) / secs;
+		r->bytes = (double)delta(c->bytes, o->bytes) / secs;
+	}
+}
+
+static void view_free(struct view *v)
+{
+	free(v->rows);
+	free(v->pv);
+	free(v->rv);
 }
 
 /* ---- human formatting ---- */
@@ -1025,6 +1150,412 @@ static const char *c_off(void)
 	return opt.color ? RESET : "";
 }
 
+/* ---- the metrics ---- */
+
+/*
+ * Every figure ring-stat prints is one entry of metrics[] below, and the
+ * three outputs walk that table: a new figure is one new entry.
+ *
+ * Where it lives: a scope (the service, each queue -q selects, each poller,
+ * each named rail), and an offset into either the scope's snapshot (RAW:
+ * struct snap, struct qsnap, struct dp_stats_poller, struct rsnap) or the
+ * figures derived from it (DER: struct sview, row, pview, rview). The type
+ * follows from the field. An array field is over a dimension (errno classes,
+ * transfer paths, loop sizes): one value per index.
+ *
+ * JSON: the key, '.' opening nested objects, '*' standing for the names of
+ * the dimension (a run of entries over one dimension is written name by
+ * name: "paths":{"host":{"completions":..,"bytes":..},..}); an unnamed
+ * dimension is an array. A scope's members come in table order.
+ *
+ * Prometheus: the family name; the first entry of a family with help text
+ * gives # HELP and # TYPE; several entries may share one family, each with
+ * its own extra label. A scope's families come in the order of their first
+ * entry, sorted by porder (default 0); a family's samples come object by
+ * object, then in that order.
+ *
+ * Table: the column's place among its scope's columns (pos), width, format
+ * and header, in the default view, --wide or both. The service's "columns"
+ * are the summary lines above the tables: pos is line * 10 + place, the
+ * header a printf template for the value.
+ */
+enum scope { SC_SVC, SC_QUEUE, SC_POLLER, SC_RAIL, SC_N };
+enum src { RAW, DER };
+enum vtype { T_U64, T_U32, T_I32, T_DBL, T_BOOL, T_STR, T_STRP, T_HIST };
+enum dim { D_NONE, D_ERR, D_PATH, D_LOOP };
+enum ptype { P_NONE, P_COUNTER, P_GAUGE, P_HISTOGRAM };
+enum cfmt { C_NONE, C_INT, C_GEN, C_SI, C_SIRED, C_DUR, C_F1, C_PCT, C_CPU, C_STR };
+enum { V_NARROW = 1, V_WIDE = 2, V_BOTH = 3 };
+enum { M_IDENT = 1 }; /* Prometheus: add the service's pid and server labels */
+
+struct col {
+	unsigned pos; /* 1..: the column's place; 0: not in the table */
+	int width;
+	enum cfmt fmt;
+	unsigned view;	  /* V_NARROW, V_WIDE, V_BOTH */
+	const char *head; /* over a dimension: a template for its upper-case names */
+};
+
+struct metric {
+	enum scope scope;
+	enum src src;
+	enum vtype type;
+	size_t off;
+	enum dim dim;
+	const char *json; /* NULL: not in JSON */
+	int prec;	  /* decimals of a double (JSON and Prometheus) */
+	const char *prom; /* family; NULL: not in Prometheus */
+	enum ptype ptype;
+	const char *help;
+	const char *label; /* this entry's extra label in its family */
+	double div;	   /* Prometheus shows value / div (ns as seconds) */
+	int porder;
+	unsigned flags;
+	struct col col;
+};
+
+static const struct dimdesc {
+	unsigned n;
+	const char *(*name)(unsigned); /* NULL: a JSON array */
+	const char *label;	       /* its Prometheus label */
+} dims[] = {
+	[D_NONE] = {1, NULL, NULL},
+	[D_ERR] = {DP_STATS_NERR, dp_stats_err_name, "errno"},
+	[D_PATH] = {DP_STATS_NPATH, dp_stats_path_name, "path"},
+	[D_LOOP] = {DP_STATS_LOOP_BUCKETS, NULL, NULL},
+};
+
+#define VTYPE(x)                                                                                   \
+	_Generic((x), uint64_t: T_U64, uint64_t *: T_U64, uint32_t: T_U32, int32_t: T_I32,         \
+		 double: T_DBL, double *: T_DBL, bool: T_BOOL, char *: T_STR, const char *: T_STRP, \
+		 struct histv: T_HIST)
+#define AT(sc, where, T, f)                                                                        \
+	.scope = sc, .src = where, .type = VTYPE(((T *)0)->f), .off = offsetof(T, f)
+#define SVC(f) AT(SC_SVC, RAW, struct snap, f)
+#define SVCD(f) AT(SC_SVC, DER, struct sview, f)
+#define QUE(f) AT(SC_QUEUE, RAW, struct qsnap, f)
+#define QUED(f) AT(SC_QUEUE, DER, struct row, f)
+#define POL(f) AT(SC_POLLER, RAW, struct dp_stats_poller, f)
+#define POLD(f) AT(SC_POLLER, DER, struct pview, f)
+#define RAIL(f) AT(SC_RAIL, RAW, struct rsnap, f)
+#define RAILD(f) AT(SC_RAIL, DER, struct rview, f)
+#define J(key) .json = key
+#define JF(key, decimals) .json = key, .prec = decimals
+#define COUNTER(name, text) .prom = name, .ptype = P_COUNTER, .help = text
+#define GAUGE(name, text) .prom = name, .ptype = P_GAUGE, .help = text
+#define HISTOGRAM(name, text) .prom = name, .ptype = P_HISTOGRAM, .help = text
+#define MORE(name, lbl) .prom = name, .label = lbl /* another sample of a family */
+#define COL(p, w, f, h) .col = {p, w, f, V_BOTH, h}
+#define WCOL(p, w, f, h) .col = {p, w, f, V_WIDE, h}
+#define LINE(l, p, f, tmpl) .col = {(l)*10 + (p), 0, f, V_BOTH, tmpl}
+
+static const struct metric metrics[] = {
+	/* The service: the top of the JSON object, its "service" and "totals". */
+	{SVC(h.name), J("region")},
+	{SVC(real_ns), J("time_ns")},
+	{SVCD(secs), JF("interval_s", 6)},
+	{SVCD(first), J("first")},
+	{SVC(h.pid), J("service.pid")},
+	{SVCD(server), J("service.server")},
+	{SVCD(socket), J("service.socket")},
+	{SVCD(up), GAUGE("dataplane_up", "1 while the service of this stats region runs."),
+	 .flags = M_IDENT},
+	{SVCD(uptime_s), JF("service.uptime_s", 3),
+	 GAUGE("dataplane_uptime_seconds", "Seconds since the service started.")},
+	{SVC(h.svc.clients), J("service.clients"),
+	 GAUGE("dataplane_clients", "Clients connected now."), LINE(2, 1, C_INT, "clients %s")},
+	{SVC(h.svc.clients_total), J("service.clients_total"),
+	 COUNTER("dataplane_clients_connected_total", "Clients ever connected.")},
+	{SVC(h.svc.queues), J("service.queues"), GAUGE("dataplane_queues", "Queue pairs open now."),
+	 LINE(2, 2, C_INT, "  queues %s")},
+	{SVC(h.svc.queues_total), J("service.queues_total"),
+	 COUNTER("dataplane_queues_opened_total", "Queue pairs ever opened.")},
+	{SVC(h.svc.queues_untracked), J("service.queues_untracked"),
+	 COUNTER("dataplane_queues_untracked_total",
+		 "Queue pairs opened while every stats block was taken (not shown per queue).")},
+	{SVC(retired), J("service.queues_retired"), LINE(2, 6, C_INT, "  retired %s")},
+	{SVC(h.svc.regions), J("service.regions"),
+	 GAUGE("dataplane_regions", "Memory regions registered now."),
+	 LINE(2, 3, C_INT, "  regions %s")},
+	{SVC(h.svc.registered_bytes), J("service.registered_bytes"),
+	 GAUGE("dataplane_registered_bytes", "Bytes of the registered regions."),
+	 LINE(2, 4, C_SI, " (%sB)")},
+	{SVC(h.svc.segments), J("service.segments"),
+	 GAUGE("dataplane_segments", "Segments exported now."), LINE(2, 5, C_INT, "  segments %s")},
+	{SVCD(span), LINE(3, 1, C_STR, "%s")},
+	{SVC(submitted), J("totals.submitted"),
+	 COUNTER("dataplane_submitted_total",
+		 "Descriptors taken from submission rings, all queues ever."),
+	 LINE(3, 5, C_INT, "  submitted %s")},
+	{SVC(completed), J("totals.completed"),
+	 COUNTER("dataplane_completed_total",
+		 "Descriptors completed with status 0, all queues ever.")},
+	{SVC(failed), J("totals.failed"),
+	 COUNTER("dataplane_failed_total", "Descriptors completed with an error, all queues ever."),
+	 LINE(3, 6, C_INT, "  failed %s")},
+	{SVC(bytes), J("totals.bytes"),
+	 COUNTER("dataplane_bytes_total",
+		 "Bytes moved by completed descriptors, all queues ever.")},
+	{SVCD(ops), JF("totals.ops_per_s", 3), LINE(3, 2, C_SI, "  ops/s %s")},
+	{SVCD(bytes), JF("totals.bytes_per_s", 3), LINE(3, 3, C_SI, "  B/s %s")},
+	{SVCD(failed), JF("totals.failed_per_s", 3), LINE(3, 4, C_SIRED, "  fail/s %s")},
+
+	/* Queues. */
+	{QUE(slot), J("slot")},
+	{QUE(generation), J("generation"), WCOL(3, 5, C_GEN, "GEN")},
+	{QUE(name), J("client")},
+	{QUE(pid), J("pid"), WCOL(1, 7, C_INT, "PID")},
+	{QUE(client_id), J("client_id")},
+	{QUE(queue_id), J("queue")},
+	{QUE(poller), J("poller"), WCOL(2, 3, C_INT, "POL")},
+	{QUE(depth), J("depth"), MORE("dataplane_queue_ring_entries", "ring=\"size\""), .porder = 2,
+	 WCOL(4, 5, C_INT, "DEPTH")},
+	{QUED(age_s), JF("age_s", 3)},
+	{QUE(submitted), J("submitted"),
+	 COUNTER("dataplane_queue_submitted_total",
+		 "Descriptors the service took from the queue's submission ring."),
+	 WCOL(11, 13, C_INT, "SUBMITTED")},
+	{QUE(completed), J("completed"),
+	 COUNTER("dataplane_queue_completed_total",
+		 "Descriptors of the queue completed with status 0."),
+	 WCOL(12, 13, C_INT, "COMPLETED")},
+	{QUE(failed), J("failed"), WCOL(13, 9, C_INT, "FAILED")},
+	{QUE(failed_by), .dim = D_ERR, J("failed_by.*"),
+	 COUNTER("dataplane_queue_failed_total",
+		 "Descriptors of the queue completed with an error, by errno class.")},
+	{QUE(bytes), J("bytes"),
+	 COUNTER("dataplane_queue_bytes_total",
+		 "Bytes moved by the queue's completed descriptors.")},
+	{QUED(in_flight), J("in_flight"),
+	 GAUGE("dataplane_queue_in_flight",
+	       "Descriptors taken from the submission ring and not yet completed."),
+	 .porder = 1, COL(10, 5, C_INT, "INFL")},
+	{QUE(sq_depth), J("sq_depth"),
+	 GAUGE("dataplane_queue_ring_entries",
+	       "Entries waiting in the queue's rings when its poller last looked (ring=sq|cq), "
+	       "and the rings' size (ring=size)."),
+	 .label = "ring=\"sq\"", .porder = 1, WCOL(5, 4, C_INT, "SQ")},
+	{QUE(cq_depth), J("cq_depth"), MORE("dataplane_queue_ring_entries", "ring=\"cq\""),
+	 .porder = 1, WCOL(6, 4, C_INT, "CQ")},
+	{QUE(local_copies), J("local_copies"),
+	 COUNTER("dataplane_queue_local_copies_total",
+		 "Descriptors of the queue handed to the local copy engine.")},
+	{QUE(doorbells), J("doorbells"),
+	 COUNTER("dataplane_queue_doorbells_total",
+		 "Completion doorbells rung for the queue (its client was asleep).")},
+	{QUE(lat_unstamped), J("latency_unstamped")},
+	{QUED(life.count), J("latency_ns.count")},
+	{QUED(life.mean), J("latency_ns.mean")},
+	{QUED(life.p50), J("latency_ns.p50")},
+	{QUED(life.p90), J("latency_ns.p90")},
+	{QUED(life.p99), J("latency_ns.p99")},
+	{QUED(life.p999), J("latency_ns.p999")},
+	{QUED(life.max), J("latency_ns.max")},
+	{QUED(hist),
+	 HISTOGRAM("dataplane_queue_latency_seconds",
+		   "Submit-to-completion time of the queue's descriptors."),
+	 .div = 1e9, .porder = 3},
+	{QUED(r.secs), JF("rates.interval_s", 6)},
+	{QUED(r.ops), JF("rates.ops_per_s", 3), COL(7, 7, C_SI, "OPS/s")},
+	{QUED(r.bytes), JF("rates.bytes_per_s", 3), COL(8, 7, C_SI, "B/s")},
+	{QUED(r.failed), JF("rates.failed_per_s", 3), COL(9, 6, C_SIRED, "FAIL/s")},
+	{QUED(r.doorbells), JF("rates.doorbells_per_s", 3)},
+	{QUED(r.lat.count), J("rates.latency_ns.count")},
+	{QUED(r.lat.mean), J("rates.latency_ns.mean"), WCOL(14, 6, C_DUR, "MEAN")},
+	{QUED(r.lat.p50), J("rates.latency_ns.p50"), COL(15, 6, C_DUR, "P50")},
+	{QUED(r.lat.p90), J("rates.latency_ns.p90"), WCOL(16, 6, C_DUR, "P90")},
+	{QUED(r.lat.p99), J("rates.latency_ns.p99"), COL(17, 6, C_DUR, "P99")},
+	{QUED(r.lat.p999), J("rates.latency_ns.p999"), COL(18, 6, C_DUR, "P999")},
+	{QUED(r.lat.max), J("rates.latency_ns.max"), COL(19, 6, C_DUR, "MAX")},
+
+	/* Pollers. */
+	{POLD(index), J("poller")},
+	{POL(cpu), J("cpu"), COL(1, 4, C_CPU, "CPU")},
+	{POLD(queues), J("queues"), COL(9, 6, C_INT, "QUEUES")},
+	{POL(loops), J("loops"), COUNTER("dataplane_poller_loops_total", "Poller loops.")},
+	{POL(busy_loops), J("busy_loops"),
+	 COUNTER("dataplane_poller_busy_loops_total", "Poller loops that found work.")},
+	{POL(sleeps), J("sleeps"),
+	 COUNTER("dataplane_poller_sleeps_total", "Times the poller slept on doorbells.")},
+	{POL(wakeups), J("wakeups"),
+	 COUNTER("dataplane_poller_wakeups_total",
+		 "Sleeps ended by a doorbell rather than a timeout.")},
+	{POL(descs), J("descriptors"),
+	 COUNTER("dataplane_poller_descriptors_total",
+		 "Descriptors the poller took from submission rings.")},
+	{POL(busy_ns), J("busy_ns"),
+	 COUNTER("dataplane_poller_seconds_total",
+		 "Poller time by state: busy (loops with work), idle (spinning), sleep."),
+	 .label = "state=\"busy\"", .div = 1e9},
+	{POL(idle_ns), J("idle_ns"), MORE("dataplane_poller_seconds_total", "state=\"idle\""),
+	 .div = 1e9},
+	{POL(sleep_ns), J("sleep_ns"), MORE("dataplane_poller_seconds_total", "state=\"sleep\""),
+	 .div = 1e9},
+	{POL(loop_hist), .dim = D_LOOP, J("loop_descriptors")},
+	{POL(path_ops), .dim = D_PATH, J("paths.*.completions"),
+	 COUNTER("dataplane_path_completions_total",
+		 "Completions by transfer path (host and GPU local copies, fabric, file).")},
+	{POL(path_bytes), .dim = D_PATH, J("paths.*.bytes"),
+	 COUNTER("dataplane_path_bytes_total", "Bytes moved by transfer path.")},
+	{POL(file_direct_ios), J("file.direct_ios"),
+	 COUNTER("dataplane_file_ios_total",
+		 "File I/O slices (io_uring reads and writes) finished, by mode: direct "
+		 "(O_DIRECT) or buffered (page cache)."),
+	 .label = "mode=\"direct\""},
+	{POL(file_direct_bytes), J("file.direct_bytes"),
+	 COUNTER("dataplane_file_bytes_total",
+		 "Bytes of the finished file I/O slices, by mode: direct or buffered."),
+	 .label = "mode=\"direct\""},
+	{POL(file_buffered_ios), J("file.buffered_ios"),
+	 MORE("dataplane_file_ios_total", "mode=\"buffered\"")},
+	{POL(file_buffered_bytes), J("file.buffered_bytes"),
+	 MORE("dataplane_file_bytes_total", "mode=\"buffered\"")},
+	{POL(retired_queues), J("retired.queues")},
+	{POL(retired_submitted), J("retired.submitted")},
+	{POL(retired_completed), J("retired.completed")},
+	{POL(retired_failed), J("retired.failed")},
+	{POL(retired_bytes), J("retired.bytes")},
+	{POLD(retired_lat), J("retired.latency_count")},
+	{POLD(r.secs), JF("rates.interval_s", 6)},
+	{POLD(r.loops), JF("rates.loops_per_s", 3), COL(2, 8, C_SI, "LOOPS/s")},
+	{POLD(r.busy_pct), JF("rates.busy_pct", 2), COL(3, 6, C_F1, "BUSY%")},
+	{POLD(r.idle_pct), JF("rates.idle_pct", 2), WCOL(4, 6, C_F1, "IDLE%")},
+	{POLD(r.sleep_pct), JF("rates.sleep_pct", 2), COL(5, 6, C_F1, "SLEEP%")},
+	{POLD(r.sleeps), JF("rates.sleeps_per_s", 3), COL(6, 8, C_SI, "SLEEPS/s")},
+	{POLD(r.wakeups), JF("rates.wakeups_per_s", 3), COL(7, 7, C_SI, "WAKE/s")},
+	{POLD(r.descs), JF("rates.descriptors_per_s", 3)},
+	{POLD(r.per_loop), JF("rates.descriptors_per_busy_loop", 3), COL(8, 9, C_F1, "DESC/LOOP")},
+	{POLD(r.file_direct_ios), JF("rates.file.direct_ios_per_s", 3)},
+	{POLD(r.file_direct_bytes), JF("rates.file.direct_bytes_per_s", 3)},
+	{POLD(r.file_buffered_ios), JF("rates.file.buffered_ios_per_s", 3)},
+	{POLD(r.file_buffered_bytes), JF("rates.file.buffered_bytes_per_s", 3)},
+	{POLD(r.path_ops), .dim = D_PATH, WCOL(10, 7, C_SI, "%s/s")},
+	{POLD(r.direct_pct), WCOL(11, 7, C_PCT, "DIRECT%")},
+
+	/* Rails the fabric has named. */
+	{RAILD(index), J("rail")},
+	{RAIL(info.provider), J("provider"), COL(1, 8, C_STR, "PROVIDER")},
+	{RAIL(info.fabric), J("fabric"), COL(2, 16, C_STR, "FABRIC")},
+	{RAIL(info.domain), J("domain")},
+	{RAIL(c.posted), J("posted"),
+	 COUNTER("dataplane_rail_posted_total", "RMA operations posted on the rail.")},
+	{RAIL(c.completed), J("completed"),
+	 COUNTER("dataplane_rail_completed_total", "RMA operations completed on the rail.")},
+	{RAIL(c.eagain), J("eagain"),
+	 COUNTER("dataplane_rail_eagain_total", "Posts the rail refused with EAGAIN.")},
+	{RAIL(c.errors), J("errors"),
+	 COUNTER("dataplane_rail_errors_total", "RMA completions with an error.")},
+	{RAIL(c.retries), J("retries"),
+	 COUNTER("dataplane_rail_retries_total", "RMA operations posted again after an error.")},
+	{RAIL(c.bytes), J("bytes"),
+	 COUNTER("dataplane_rail_bytes_total", "Bytes moved by the rail's completed operations.")},
+	{RAILD(posted), COL(3, 8, C_SI, "POSTED/s")},
+	{RAILD(completed), COL(4, 7, C_SI, "DONE/s")},
+	{RAILD(eagain), COL(5, 8, C_SI, "EAGAIN/s")},
+	{RAILD(errors), COL(6, 6, C_SI, "ERR/s")},
+	{RAILD(retries), COL(7, 7, C_SI, "RETRY/s")},
+	{RAILD(bytes), COL(8, 7, C_SI, "B/s")},
+};
+
+#define NMETRICS (sizeof(metrics) / sizeof(metrics[0]))
+
+/* The per-object scopes: their JSON array and their tables' first column. */
+static const struct scopedesc {
+	const char *json, *key;
+	int width, wide_width;
+} scopes[SC_N] = {
+	[SC_QUEUE] = {"queues", "QUEUE", 16, 20},
+	[SC_POLLER] = {"pollers", "POLLER", 6, 6},
+	[SC_RAIL] = {"rails", "RAIL", 4, 4},
+};
+
+/* One object of a scope: where its RAW and DER figures lie. */
+struct obj {
+	const void *raw, *der;
+};
+
+static unsigned scope_count(const struct view *v, enum scope sc)
+{
+	switch (sc) {
+	case SC_SVC:
+		return 1;
+	case SC_QUEUE:
+		return v->nrows;
+	case SC_POLLER:
+		return v->s->np;
+	default:
+		return v->s->nr;
+	}
+}
+
+/* Object i of scope sc; false for one the outputs skip (an unnamed rail). */
+static bool scope_obj(const struct view *v, enum scope sc, unsigned i, struct obj *o)
+{
+	switch (sc) {
+	case SC_SVC:
+		*o = (struct obj){v->s, &v->sv};
+		return true;
+	case SC_QUEUE:
+		*o = (struct obj){v->rows[i].q, &v->rows[i]};
+		return true;
+	case SC_POLLER:
+		*o = (struct obj){&v->s->p[i], &v->pv[i]};
+		return true;
+	default:
+		*o = (struct obj){&v->s->r[i], &v->rv[i]};
+		return v->s->r[i].info.state != 0;
+	}
+}
+
+struct val {
+	enum vtype t;
+	uint64_t u; /* T_U64, T_U32, T_BOOL */
+	int64_t i;  /* T_I32 */
+	double d;   /* T_DBL */
+	const char *s;
+	const struct histv *h;
+};
+
+/* The value of metric m of object o, at index k of its dimension. */
+static struct val val_of(const struct metric *m, const struct obj *o, unsigned k)
+{
+	const uint8_t *p = (const uint8_t *)(m->src == RAW ? o->raw : o->der) + m->off;
+	struct val v = {.t = m->type};
+
+	switch (m->type) {
+	case T_U64:
+		v.u = ((const uint64_t *)p)[k];
+		break;
+	case T_U32:
+		v.u = *(const uint32_t *)p;
+		break;
+	case T_I32:
+		v.i = *(const int32_t *)p;
+		break;
+	case T_DBL:
+		v.d = ((const double *)p)[k];
+		break;
+	case T_BOOL:
+		v.u = *(const bool *)p;
+		break;
+	case T_STR:
+		v.s = (const char *)p;
+		break;
+	case T_STRP:
+		v.s = *(const char *const *)p;
+		break;
+	case T_HIST:
+		v.h = (const struct histv *)p;
+		break;
+	}
+	return v;
+}
+
+static double val_num(const struct val *v)
+{
+	return v->t == T_DBL ? v->d : v->t == T_I32 ? (double)v->i : (double)v->u;
+}
+
 /* ---- table ---- */
 
 /* printf for the header lines: cut at 80 visible columns unless --wide
@@ -1055,198 +1586,225 @@ static void header_line(const char *fmt, ...)
 	putchar('\n');
 }
 
-static void print_table(const struct snap *s, const struct snap *prev)
+/* The columns of scope sc this view shows, in their order. */
+static unsigned cols_of(enum scope sc, const struct metric **cols)
 {
-	char b[16][40], tm[32];
+	unsigned n = 0, view = opt.wide ? V_WIDE : V_NARROW;
+
+	for (unsigned i = 0; i < NMETRICS; i++) {
+		const struct metric *m = &metrics[i];
+		unsigned j = n;
+
+		if (m->scope != sc || !m->col.pos || !(m->col.view & view))
+			continue;
+		for (; j > 0 && cols[j - 1]->col.pos > m->col.pos; j--)
+			cols[j] = cols[j - 1];
+		cols[j] = m;
+		n++;
+	}
+	return n;
+}
+
+/* A cell's text, unpadded; *red when it wants to stand out. */
+static const char *cell_text(const struct metric *m, const struct val *v, char *b, size_t len,
+			     bool *red)
+{
+	*red = false;
+	switch (m->col.fmt) {
+	case C_INT:
+		if (v->t == T_I32)
+			snprintf(b, len, "%d", (int)v->i);
+		else
+			snprintf(b, len, "%llu", (unsigned long long)v->u);
+		break;
+	case C_GEN: /* a generation: its last 5 digits tell queues of a slot apart */
+		snprintf(b, len, "%llu", (unsigned long long)(v->u % 100000));
+		break;
+	case C_SIRED:
+		*red = val_num(v) > 0;
+		/* fall through */
+	case C_SI:
+		si(b, len, val_num(v));
+		break;
+	case C_DUR:
+		dur(b, len, v->u);
+		break;
+	case C_F1:
+		snprintf(b, len, "%.1f", v->d);
+		break;
+	case C_PCT: /* negative: nothing to take a share of */
+		snprintf(b, len, v->d < 0 ? "-" : "%.1f", v->d);
+		break;
+	case C_CPU: /* negative: not pinned */
+		snprintf(b, len, v->i < 0 ? "-" : "%d", (int)v->i);
+		break;
+	default:
+		snprintf(b, len, "%s", v->s);
+		break;
+	}
+	return b;
+}
+
+static void table_cell(const struct metric *m, const struct obj *o, unsigned k)
+{
+	struct val v = val_of(m, o, k);
+	int w = m->col.width;
+	char b[64];
+	bool red;
+
+	cell_text(m, &v, b, sizeof(b), &red);
+	if (m->col.fmt == C_STR)
+		printf(" %-*.*s", w, w, b);
+	else
+		printf(" %s%*s%s", red ? c_on(RED) : "", w, b, red ? c_off() : "");
+}
+
+static void table_header(enum scope sc, const struct metric *const *cols, unsigned ncols)
+{
+	printf("%s%-*s", c_on(BOLD), opt.wide ? scopes[sc].wide_width : scopes[sc].width,
+	       scopes[sc].key);
+	for (unsigned c = 0; c < ncols; c++) {
+		const struct metric *m = cols[c];
+		const struct dimdesc *d = &dims[m->dim];
+
+		for (unsigned k = 0; k < d->n; k++) {
+			char name[32] = "", head[40];
+
+			for (unsigned i = 0; d->name && d->name(k)[i] && i + 1 < sizeof(name); i++)
+				name[i] = (char)toupper((unsigned char)d->name(k)[i]);
+			if (d->name)
+				snprintf(head, sizeof(head), m->col.head, name);
+			else
+				snprintf(head, sizeof(head), "%s", m->col.head);
+			printf(m->col.fmt == C_STR ? " %-*s" : " %*s", m->col.width, head);
+		}
+	}
+	printf("%s\n", c_off());
+}
+
+/* The first column: what the row is. */
+static void row_key(enum scope sc, const struct obj *o, char *b, size_t len)
+{
+	const struct qsnap *q = o->raw;
+	int w = opt.wide ? scopes[sc].wide_width : scopes[sc].width, idl;
+	char id[16];
+
+	if (sc == SC_POLLER)
+		snprintf(b, len, "%u", ((const struct pview *)o->der)->index);
+	else if (sc == SC_RAIL)
+		snprintf(b, len, "%u", ((const struct rview *)o->der)->index);
+	else {
+		snprintf(b, len, "%s:%u", q->name, q->queue_id);
+		if (strlen(b) > (size_t)w) {
+			/* Keep the queue id: shorten the name. */
+			idl = snprintf(id, sizeof(id), "~:%u", q->queue_id);
+			snprintf(b, len, "%.*s%s", w - idl, q->name, id);
+		}
+	}
+}
+
+/* One table: a header, then a row per object of scope sc. */
+static void table_scope(const struct view *v, enum scope sc)
+{
+	const struct metric *cols[NMETRICS];
+	unsigned ncols = cols_of(sc, cols);
+	int w = opt.wide ? scopes[sc].wide_width : scopes[sc].width;
+
+	table_header(sc, cols, ncols);
+	for (unsigned i = 0; i < scope_count(v, sc); i++) {
+		struct obj o;
+		char key[64];
+
+		if (!scope_obj(v, sc, i, &o))
+			continue;
+		row_key(sc, &o, key, sizeof(key));
+		printf("%-*s", w, key);
+		for (unsigned c = 0; c < ncols; c++)
+			for (unsigned k = 0; k < dims[cols[c]->dim].n; k++)
+				table_cell(cols[c], &o, k);
+		putchar('\n');
+	}
+}
+
+/* The lines above the tables: who, then the service's "columns", a line
+ * each ten places. */
+static void table_summary(const struct view *v)
+{
+	const struct snap *s = v->s;
+	const struct metric *cols[NMETRICS];
+	unsigned n = cols_of(SC_SVC, cols);
 	time_t now = (time_t)(s->real_ns / 1000000000u);
+	struct obj o;
 	struct tm lt;
-	unsigned nrows;
-	struct row *rows = rows_of(s, prev, &nrows);
-	double secs = (double)delta(s->mono_ns, prev ? prev->mono_ns : s->h.start_mono_ns) / 1e9;
-	bool any_path = false, any_rail = false;
+	char tm[32], up[40], line[512], b[64], txt[96];
+	size_t len = 0;
+	bool red;
 
 	localtime_r(&now, &lt);
 	strftime(tm, sizeof(tm), "%H:%M:%S", &lt);
-	if (secs <= 0)
-		secs = 1e-9;
 	header_line("%s%s%s  %.*s  pid %d  up %s  %s", c_on(BOLD), s->h.name, c_off(),
 		    (int)sizeof(s->h.server_name), s->h.server_name, (int)s->h.pid,
-		    uptime(b[0], sizeof(b[0]), (double)delta(s->mono_ns, s->h.start_mono_ns) / 1e9),
-		    tm);
-	header_line("clients %llu  queues %llu  regions %llu (%sB)  segments %llu  retired %llu",
-		    (unsigned long long)s->h.svc.clients, (unsigned long long)s->h.svc.queues,
-		    (unsigned long long)s->h.svc.regions,
-		    si(b[0], sizeof(b[0]), (double)s->h.svc.registered_bytes),
-		    (unsigned long long)s->h.svc.segments, (unsigned long long)s->retired);
-	{
-		double ops = (double)(delta(s->completed, prev ? prev->completed : 0) +
-				      delta(s->failed, prev ? prev->failed : 0)) /
-			     secs;
-		double by = (double)delta(s->bytes, prev ? prev->bytes : 0) / secs;
-		double fl = (double)delta(s->failed, prev ? prev->failed : 0) / secs;
+		    uptime(up, sizeof(up), v->sv.uptime_s), tm);
+	scope_obj(v, SC_SVC, 0, &o);
+	for (unsigned c = 0; c < n; c++) {
+		struct val x = val_of(cols[c], &o, 0);
 
-		header_line("%s  ops/s %s  B/s %s  fail/s %s%s%s  submitted %llu  failed %llu",
-			    prev ? "total" : "since start", si(b[0], sizeof(b[0]), ops),
-			    si(b[1], sizeof(b[1]), by), fl > 0 ? c_on(RED) : "",
-			    si(b[2], sizeof(b[2]), fl), fl > 0 ? c_off() : "",
-			    (unsigned long long)s->submitted, (unsigned long long)s->failed);
-	}
-	putchar('\n');
-
-	/* Queues. */
-	if (opt.wide)
-		printf("%s%-20s %7s %3s %5s %5s %4s %4s %7s %7s %6s %5s %13s %13s %9s %6s %6s %6s "
-		       "%6s "
-		       "%6s %6s%s\n",
-		       c_on(BOLD), "QUEUE", "PID", "POL", "GEN", "DEPTH", "SQ", "CQ", "OPS/s",
-		       "B/s", "FAIL/s", "INFL", "SUBMITTED", "COMPLETED", "FAILED", "MEAN", "P50",
-		       "P90", "P99", "P999", "MAX", c_off());
-	else
-		printf("%s%-16s %7s %7s %6s %5s %6s %6s %6s %6s%s\n", c_on(BOLD), "QUEUE", "OPS/s",
-		       "B/s", "FAIL/s", "INFL", "P50", "P99", "P999", "MAX", c_off());
-	for (unsigned i = 0; i < nrows; i++) {
-		const struct qsnap *q = rows[i].q;
-		const struct qrate *r = &rows[i].r;
-		char label[64], fails[16];
-		bool red = r->failed > 0;
-
-		snprintf(label, sizeof(label), "%s:%u", q->name, q->queue_id);
-		if (strlen(label) > (opt.wide ? 20u : 16u)) {
-			/* Keep the queue id: shorten the name. */
-			char id[16];
-			int w = opt.wide ? 20 : 16,
-			    idl = snprintf(id, sizeof(id), "~:%u", q->queue_id);
-
-			snprintf(label, sizeof(label), "%.*s%s", w - idl, q->name, id);
+		cell_text(cols[c], &x, b, sizeof(b), &red);
+		snprintf(txt, sizeof(txt), "%s%s%s", red ? c_on(RED) : "", b, red ? c_off() : "");
+		len += (size_t)snprintf(line + len, sizeof(line) - len, cols[c]->col.head, txt);
+		if (len >= sizeof(line))
+			len = sizeof(line) - 1;
+		if (c + 1 == n || cols[c + 1]->col.pos / 10 != cols[c]->col.pos / 10) {
+			header_line("%s", line);
+			len = 0;
 		}
-		snprintf(fails, sizeof(fails), "%6s", si(b[2], sizeof(b[2]), r->failed));
-		if (opt.wide)
-			printf("%-20s %7d %3u %5llu %5u %4u %4u %7s %7s %s%s%s %5llu %13llu %13llu "
-			       "%9llu "
-			       "%6s %6s %6s %6s %6s %6s\n",
-			       label, (int)q->pid, q->poller,
-			       (unsigned long long)(q->generation % 100000), q->depth, q->sq_depth,
-			       q->cq_depth, si(b[0], sizeof(b[0]), r->ops),
-			       si(b[1], sizeof(b[1]), r->bytes), red ? c_on(RED) : "", fails,
-			       red ? c_off() : "", (unsigned long long)in_flight(q),
-			       (unsigned long long)q->submitted, (unsigned long long)q->completed,
-			       (unsigned long long)q->failed, dur(b[3], sizeof(b[3]), r->lat.mean),
-			       dur(b[4], sizeof(b[4]), r->lat.p50),
-			       dur(b[5], sizeof(b[5]), r->lat.p90),
-			       dur(b[6], sizeof(b[6]), r->lat.p99),
-			       dur(b[7], sizeof(b[7]), r->lat.p999),
-			       dur(b[8], sizeof(b[8]), r->lat.max));
-		else
-			printf("%-16s %7s %7s %s%s%s %5llu %6s %6s %6s %6s\n", label,
-			       si(b[0], sizeof(b[0]), r->ops), si(b[1], sizeof(b[1]), r->bytes),
-			       red ? c_on(RED) : "", fails, red ? c_off() : "",
-			       (unsigned long long)in_flight(q),
-			       dur(b[4], sizeof(b[4]), r->lat.p50),
-			       dur(b[6], sizeof(b[6]), r->lat.p99),
-			       dur(b[7], sizeof(b[7]), r->lat.p999),
-			       dur(b[8], sizeof(b[8]), r->lat.max));
 	}
-	if (!nrows)
-		printf("(no queues%s)\n", opt.queue ? " match" : "");
-	free(rows);
-	putchar('\n');
+}
 
-	/* Pollers. */
-	if (opt.wide)
-		printf("%s%-6s %4s %8s %6s %6s %6s %8s %7s %9s %6s %7s %7s %7s %7s %7s%s\n",
-		       c_on(BOLD), "POLLER", "CPU", "LOOPS/s", "BUSY%", "IDLE%", "SLEEP%",
-		       "SLEEPS/s", "WAKE/s", "DESC/LOOP", "QUEUES", "HOST/s", "GPU/s", "FABRIC/s",
-		       "FILE/s", "DIRECT%", c_off());
-	else
-		printf("%s%-6s %4s %8s %6s %6s %8s %7s %9s %6s%s\n", c_on(BOLD), "POLLER", "CPU",
-		       "LOOPS/s", "BUSY%", "SLEEP%", "SLEEPS/s", "WAKE/s", "DESC/LOOP", "QUEUES",
-		       c_off());
-	for (unsigned i = 0; i < s->np; i++) {
-		struct prate r = poller_rate(s, prev, i);
-		char cpu[16], dpct[16];
+/* Completions and bytes per second by path, over every poller: host
+ * always, the others once they have carried anything. */
+static void table_paths(const struct view *v)
+{
+	const struct snap *s = v->s;
+	double ops[DP_STATS_NPATH] = {0}, by[DP_STATS_NPATH] = {0};
+	uint64_t ever[DP_STATS_NPATH] = {0}, any = 0;
+	char b[2][16];
 
-		if (s->p[i].cpu >= 0)
-			snprintf(cpu, sizeof(cpu), "%d", s->p[i].cpu);
-		else
-			snprintf(cpu, sizeof(cpu), "-");
-		for (unsigned k = 0; k < DP_STATS_NPATH; k++)
-			any_path |= s->p[i].path_ops[k] != 0;
-		if (r.direct_pct < 0)
-			snprintf(dpct, sizeof(dpct), "-");
-		else
-			snprintf(dpct, sizeof(dpct), "%.1f", r.direct_pct);
-		if (opt.wide)
-			printf("%-6u %4s %8s %6.1f %6.1f %6.1f %8s %7s %9.1f %6u %7s %7s %7s %7s "
-			       "%7s\n",
-			       i, cpu, si(b[0], sizeof(b[0]), r.loops), r.busy_pct, r.idle_pct,
-			       r.sleep_pct, si(b[1], sizeof(b[1]), r.sleeps),
-			       si(b[2], sizeof(b[2]), r.wakeups), r.per_loop, s->pq[i],
-			       si(b[3], sizeof(b[3]), r.path_ops[DP_STATS_PATH_HOST]),
-			       si(b[4], sizeof(b[4]), r.path_ops[DP_STATS_PATH_GPU]),
-			       si(b[5], sizeof(b[5]), r.path_ops[DP_STATS_PATH_FABRIC]),
-			       si(b[6], sizeof(b[6]), r.path_ops[DP_STATS_PATH_FILE]), dpct);
-		else
-			printf("%-6u %4s %8s %6.1f %6.1f %8s %7s %9.1f %6u\n", i, cpu,
-			       si(b[0], sizeof(b[0]), r.loops), r.busy_pct, r.sleep_pct,
-			       si(b[1], sizeof(b[1]), r.sleeps), si(b[2], sizeof(b[2]), r.wakeups),
-			       r.per_loop, s->pq[i]);
-	}
-	/* Paths: local copies (host, GPU) beside the fabric and files. */
-	if (any_path && !opt.wide) {
-		double ops[DP_STATS_NPATH] = {0}, by[DP_STATS_NPATH] = {0};
-
-		for (unsigned i = 0; i < s->np; i++) {
-			struct prate r = poller_rate(s, prev, i);
-
-			for (unsigned k = 0; k < DP_STATS_NPATH; k++) {
-				ops[k] += r.path_ops[k];
-				by[k] += r.path_bytes[k];
-			}
-		}
-		printf("paths ");
-		/* Host always; the others once they have carried anything. */
+	for (unsigned i = 0; i < s->np; i++)
 		for (unsigned k = 0; k < DP_STATS_NPATH; k++) {
-			uint64_t ever = 0;
-
-			for (unsigned i = 0; i < s->np; i++)
-				ever += s->p[i].path_ops[k];
-			if (k == DP_STATS_PATH_HOST || ever)
-				printf(" %s %s/s %sB/s", dp_stats_path_name(k),
-				       si(b[0], sizeof(b[0]), ops[k]),
-				       si(b[1], sizeof(b[1]), by[k]));
+			ops[k] += v->pv[i].r.path_ops[k];
+			by[k] += v->pv[i].r.path_bytes[k];
+			ever[k] += s->p[i].path_ops[k];
+			any |= s->p[i].path_ops[k];
 		}
-		putchar('\n');
-	}
+	if (!any || opt.wide)
+		return;
+	printf("paths ");
+	for (unsigned k = 0; k < DP_STATS_NPATH; k++)
+		if (k == DP_STATS_PATH_HOST || ever[k])
+			printf(" %s %s/s %sB/s", dp_stats_path_name(k),
+			       si(b[0], sizeof(b[0]), ops[k]), si(b[1], sizeof(b[1]), by[k]));
+	putchar('\n');
+}
+
+static void print_table(const struct view *v)
+{
+	bool any_rail = false;
+
+	table_summary(v);
+	putchar('\n');
+	table_scope(v, SC_QUEUE);
+	if (!v->nrows)
+		printf("(no queues%s)\n", opt.queue ? " match" : "");
+	putchar('\n');
+	table_scope(v, SC_POLLER);
+	table_paths(v);
 	/* Rails, once the fabric has named them. */
-	for (unsigned i = 0; i < s->nr; i++)
-		any_rail |= s->r[i].info.state != 0;
+	for (unsigned i = 0; i < v->s->nr; i++)
+		any_rail |= v->s->r[i].info.state != 0;
 	if (any_rail) {
 		putchar('\n');
-		printf("%s%-4s %-8s %-16s %8s %7s %8s %6s %7s %7s%s\n", c_on(BOLD), "RAIL",
-		       "PROVIDER", "FABRIC", "POSTED/s", "DONE/s", "EAGAIN/s", "ERR/s", "RETRY/s",
-		       "B/s", c_off());
-		for (unsigned i = 0; i < s->nr; i++) {
-			const struct rsnap *r = &s->r[i];
-			const struct rsnap *o = prev && i < prev->nr ? &prev->r[i] : NULL;
-			struct dp_stats_rail z = {0};
-			const struct dp_stats_rail *oc = o ? &o->c : &z;
-
-			if (!r->info.state)
-				continue;
-			printf("%-4u %-8.8s %-16.16s %8s %7s %8s %6s %7s %7s\n", i,
-			       r->info.provider, r->info.fabric,
-			       si(b[0], sizeof(b[0]),
-				  (double)delta(r->c.posted, oc->posted) / secs),
-			       si(b[1], sizeof(b[1]),
-				  (double)delta(r->c.completed, oc->completed) / secs),
-			       si(b[2], sizeof(b[2]),
-				  (double)delta(r->c.eagain, oc->eagain) / secs),
-			       si(b[3], sizeof(b[3]),
-				  (double)delta(r->c.errors, oc->errors) / secs),
-			       si(b[4], sizeof(b[4]),
-				  (double)delta(r->c.retries, oc->retries) / secs),
-			       si(b[5], sizeof(b[5]), (double)delta(r->c.bytes, oc->bytes) / secs));
-		}
+		table_scope(v, SC_RAIL);
 	}
 }
 
@@ -1268,150 +1826,137 @@ static void json_str(const char *s)
 	putchar('"');
 }
 
-static void json_lat(const char *key, const struct lat *l)
+/* Writes the members of one object, opening and closing the nested
+ * objects their keys name. */
+#define JSON_DEPTH 4
+struct jw {
+	char open[JSON_DEPTH][32]; /* the nested objects open now */
+	int depth;
+	bool more[JSON_DEPTH + 1]; /* [d]: the object at depth d has a member */
+};
+
+/* Moves to the object of key path (with '*' as name) and writes its last
+ * component as a member's key. */
+static void jw_key(struct jw *w, const char *path, const char *name)
 {
-	printf("\"%s\":{\"count\":%llu,\"mean\":%llu,\"p50\":%llu,\"p90\":%llu,\"p99\":%llu,"
-	       "\"p999\":%llu,\"max\":%llu}",
-	       key, (unsigned long long)l->count, (unsigned long long)l->mean,
-	       (unsigned long long)l->p50, (unsigned long long)l->p90, (unsigned long long)l->p99,
-	       (unsigned long long)l->p999, (unsigned long long)l->max);
+	const char *star = strchr(path, '*');
+	char key[128], *c[JSON_DEPTH + 1], *save;
+	int n = 0, keep = 0;
+
+	if (name && star)
+		snprintf(key, sizeof(key), "%.*s%s%s", (int)(star - path), path, name, star + 1);
+	else
+		snprintf(key, sizeof(key), "%s", path);
+	for (char *t = strtok_r(key, ".", &save); t && n <= JSON_DEPTH;
+	     t = strtok_r(NULL, ".", &save))
+		c[n++] = t;
+	while (keep < w->depth && keep < n - 1 && !strcmp(w->open[keep], c[keep]))
+		keep++;
+	for (; w->depth > keep; w->depth--)
+		putchar('}');
+	for (; w->depth < n - 1; w->depth++) {
+		printf("%s\"%s\":{", w->more[w->depth] ? "," : "", c[w->depth]);
+		w->more[w->depth] = true;
+		snprintf(w->open[w->depth], sizeof(w->open[0]), "%s", c[w->depth]);
+		w->more[w->depth + 1] = false;
+	}
+	printf("%s\"%s\":", w->more[n - 1] ? "," : "", c[n - 1]);
+	w->more[n - 1] = true;
 }
 
-static void print_json(const struct snap *s, const struct snap *prev)
+static void json_val(const struct metric *m, const struct val *v)
 {
-	unsigned nrows;
-	struct row *rows = rows_of(s, prev, &nrows);
-	const struct dp_stats_service *v = &s->h.svc;
-	char server[sizeof(s->h.server_name) + 1], sock[sizeof(s->h.socket_path) + 1];
-	double secs = (double)delta(s->mono_ns, prev ? prev->mono_ns : s->h.start_mono_ns) / 1e9;
-
-	if (secs <= 0)
-		secs = 1e-9;
-	snprintf(server, sizeof(server), "%.*s", (int)sizeof(s->h.server_name), s->h.server_name);
-	snprintf(sock, sizeof(sock), "%.*s", (int)sizeof(s->h.socket_path), s->h.socket_path);
-	printf("{\"version\":1,\"region\":");
-	json_str(s->h.name);
-	printf(",\"time_ns\":%llu,\"interval_s\":%.6f,\"first\":%s,",
-	       (unsigned long long)s->real_ns, secs, prev ? "false" : "true");
-	printf("\"service\":{\"pid\":%d,\"server\":", (int)s->h.pid);
-	json_str(server);
-	printf(",\"socket\":");
-	json_str(sock);
-	printf(",\"uptime_s\":%.3f,\"clients\":%llu,\"clients_total\":%llu,\"queues\":%llu,"
-	       "\"queues_total\":%llu,\"queues_untracked\":%llu,\"queues_retired\":%llu,"
-	       "\"regions\":%llu,\"registered_bytes\":%llu,\"segments\":%llu},",
-	       (double)delta(s->mono_ns, s->h.start_mono_ns) / 1e9, (unsigned long long)v->clients,
-	       (unsigned long long)v->clients_total, (unsigned long long)v->queues,
-	       (unsigned long long)v->queues_total, (unsigned long long)v->queues_untracked,
-	       (unsigned long long)s->retired, (unsigned long long)v->regions,
-	       (unsigned long long)v->registered_bytes, (unsigned long long)v->segments);
-	printf("\"totals\":{\"submitted\":%llu,\"completed\":%llu,\"failed\":%llu,\"bytes\":%llu,"
-	       "\"ops_per_s\":%.3f,\"bytes_per_s\":%.3f,\"failed_per_s\":%.3f},",
-	       (unsigned long long)s->submitted, (unsigned long long)s->completed,
-	       (unsigned long long)s->failed, (unsigned long long)s->bytes,
-	       (double)(delta(s->completed, prev ? prev->completed : 0) +
-			delta(s->failed, prev ? prev->failed : 0)) /
-		       secs,
-	       (double)delta(s->bytes, prev ? prev->bytes : 0) / secs,
-	       (double)delta(s->failed, prev ? prev->failed : 0) / secs);
-	printf("\"queues\":[");
-	for (unsigned i = 0; i < nrows; i++) {
-		const struct qsnap *q = rows[i].q;
-		const struct qrate *r = &rows[i].r;
-		struct lat l = lat_of(q->hist, q->hist_count, q->lat_sum_ns, q->lat_max_ns);
-
-		printf("%s{\"slot\":%u,\"generation\":%llu,\"client\":", i ? "," : "", q->slot,
-		       (unsigned long long)q->generation);
-		json_str(q->name);
-		printf(",\"pid\":%d,\"client_id\":%u,\"queue\":%u,\"poller\":%u,\"depth\":%u,"
-		       "\"age_s\":%.3f,\"submitted\":%llu,\"completed\":%llu,\"failed\":%llu,"
-		       "\"failed_by\":{",
-		       (int)q->pid, q->client_id, q->queue_id, q->poller, q->depth,
-		       (double)delta(s->mono_ns, q->created_ns) / 1e9,
-		       (unsigned long long)q->submitted, (unsigned long long)q->completed,
-		       (unsigned long long)q->failed);
-		for (unsigned k = 0; k < DP_STATS_NERR; k++)
-			printf("%s\"%s\":%llu", k ? "," : "", dp_stats_err_name(k),
-			       (unsigned long long)q->failed_by[k]);
-		printf("},\"bytes\":%llu,\"in_flight\":%llu,\"sq_depth\":%u,\"cq_depth\":%u,"
-		       "\"local_copies\":%llu,\"doorbells\":%llu,\"latency_unstamped\":%llu,",
-		       (unsigned long long)q->bytes, (unsigned long long)in_flight(q), q->sq_depth,
-		       q->cq_depth, (unsigned long long)q->local_copies,
-		       (unsigned long long)q->doorbells, (unsigned long long)q->lat_unstamped);
-		json_lat("latency_ns", &l);
-		printf(",\"rates\":{\"interval_s\":%.6f,\"ops_per_s\":%.3f,\"bytes_per_s\":%.3f,"
-		       "\"failed_per_s\":%.3f,\"doorbells_per_s\":%.3f,",
-		       r->secs, r->ops, r->bytes, r->failed, r->doorbells);
-		json_lat("latency_ns", &r->lat);
-		printf("}}");
+	switch (v->t) {
+	case T_U64:
+	case T_U32:
+		printf("%llu", (unsigned long long)v->u);
+		break;
+	case T_I32:
+		printf("%d", (int)v->i);
+		break;
+	case T_DBL:
+		printf("%.*f", m->prec, v->d);
+		break;
+	case T_BOOL:
+		printf(v->u ? "true" : "false");
+		break;
+	case T_STR:
+	case T_STRP:
+		json_str(v->s);
+		break;
+	case T_HIST:
+		printf("null");
+		break;
 	}
-	printf("],\"pollers\":[");
-	for (unsigned i = 0; i < s->np; i++) {
-		const struct dp_stats_poller *p = &s->p[i];
-		struct prate r = poller_rate(s, prev, i);
-		uint64_t rc = 0;
+}
 
-		printf("%s{\"poller\":%u,\"cpu\":%d,\"queues\":%u,\"loops\":%llu,\"busy_loops\":%"
-		       "llu,"
-		       "\"sleeps\":%llu,\"wakeups\":%llu,\"descriptors\":%llu,\"busy_ns\":%llu,"
-		       "\"idle_ns\":%llu,\"sleep_ns\":%llu,\"loop_descriptors\":[",
-		       i ? "," : "", i, (int)p->cpu, s->pq[i], (unsigned long long)p->loops,
-		       (unsigned long long)p->busy_loops, (unsigned long long)p->sleeps,
-		       (unsigned long long)p->wakeups, (unsigned long long)p->descs,
-		       (unsigned long long)p->busy_ns, (unsigned long long)p->idle_ns,
-		       (unsigned long long)p->sleep_ns);
-		for (unsigned k = 0; k < DP_STATS_LOOP_BUCKETS; k++)
-			printf("%s%llu", k ? "," : "", (unsigned long long)p->loop_hist[k]);
-		printf("],\"paths\":{");
-		for (unsigned k = 0; k < DP_STATS_NPATH; k++)
-			printf("%s\"%s\":{\"completions\":%llu,\"bytes\":%llu}", k ? "," : "",
-			       dp_stats_path_name(k), (unsigned long long)p->path_ops[k],
-			       (unsigned long long)p->path_bytes[k]);
-		printf("},\"file\":{\"direct_ios\":%llu,\"direct_bytes\":%llu,"
-		       "\"buffered_ios\":%llu,\"buffered_bytes\":%llu",
-		       (unsigned long long)p->file_direct_ios,
-		       (unsigned long long)p->file_direct_bytes,
-		       (unsigned long long)p->file_buffered_ios,
-		       (unsigned long long)p->file_buffered_bytes);
-		for (unsigned k = 0; k < DP_STATS_HIST_BUCKETS; k++)
-			rc += p->retired_hist[k];
-		printf("},\"retired\":{\"queues\":%llu,\"submitted\":%llu,\"completed\":%llu,"
-		       "\"failed\":%llu,\"bytes\":%llu,\"latency_count\":%llu},",
-		       (unsigned long long)p->retired_queues,
-		       (unsigned long long)p->retired_submitted,
-		       (unsigned long long)p->retired_completed,
-		       (unsigned long long)p->retired_failed, (unsigned long long)p->retired_bytes,
-		       (unsigned long long)rc);
-		printf("\"rates\":{\"interval_s\":%.6f,\"loops_per_s\":%.3f,\"busy_pct\":%.2f,"
-		       "\"idle_pct\":%.2f,\"sleep_pct\":%.2f,\"sleeps_per_s\":%.3f,"
-		       "\"wakeups_per_s\":%.3f,\"descriptors_per_s\":%.3f,"
-		       "\"descriptors_per_busy_loop\":%.3f,\"file\":{\"direct_ios_per_s\":%.3f,"
-		       "\"direct_bytes_per_s\":%.3f,\"buffered_ios_per_s\":%.3f,"
-		       "\"buffered_bytes_per_s\":%.3f}}}",
-		       r.secs, r.loops, r.busy_pct, r.idle_pct, r.sleep_pct, r.sleeps, r.wakeups,
-		       r.descs, r.per_loop, r.file_direct_ios, r.file_direct_bytes,
-		       r.file_buffered_ios, r.file_buffered_bytes);
+static void json_member(struct jw *w, const struct metric *m, const struct obj *o, unsigned k)
+{
+	const struct dimdesc *d = &dims[m->dim];
+
+	jw_key(w, m->json, d->name ? d->name(k) : NULL);
+	if (m->dim != D_NONE && !d->name) { /* an array */
+		putchar('[');
+		for (unsigned i = 0; i < d->n; i++) {
+			struct val v = val_of(m, o, i);
+
+			printf("%s", i ? "," : "");
+			json_val(m, &v);
+		}
+		putchar(']');
+	} else {
+		struct val v = val_of(m, o, k);
+
+		json_val(m, &v);
 	}
-	printf("],\"rails\":[");
-	for (unsigned i = 0, n = 0; i < s->nr; i++) {
-		const struct rsnap *r = &s->r[i];
+}
 
-		if (!r->info.state)
+/* The members of object o of scope sc; more: the object has some already. */
+static void json_members(enum scope sc, const struct obj *o, bool more)
+{
+	struct jw w = {.more = {more}};
+
+	for (unsigned i = 0, j; i < NMETRICS; i = j) {
+		const struct metric *m = &metrics[i];
+
+		j = i + 1;
+		if (m->scope != sc || !m->json)
 			continue;
-		printf("%s{\"rail\":%u,\"provider\":", n++ ? "," : "", i);
-		json_str(r->info.provider);
-		printf(",\"fabric\":");
-		json_str(r->info.fabric);
-		printf(",\"domain\":");
-		json_str(r->info.domain);
-		printf(",\"posted\":%llu,\"completed\":%llu,\"eagain\":%llu,\"errors\":%llu,"
-		       "\"retries\":%llu,\"bytes\":%llu}",
-		       (unsigned long long)r->c.posted, (unsigned long long)r->c.completed,
-		       (unsigned long long)r->c.eagain, (unsigned long long)r->c.errors,
-		       (unsigned long long)r->c.retries, (unsigned long long)r->c.bytes);
+		if (!dims[m->dim].name) {
+			json_member(&w, m, o, 0);
+			continue;
+		}
+		/* A run of entries over one named dimension: name by name. */
+		while (j < NMETRICS && metrics[j].scope == sc && metrics[j].json &&
+		       metrics[j].dim == m->dim)
+			j++;
+		for (unsigned k = 0; k < dims[m->dim].n; k++)
+			for (unsigned e = i; e < j; e++)
+				json_member(&w, &metrics[e], o, k);
 	}
-	printf("]}\n");
-	free(rows);
+	for (; w.depth > 0; w.depth--)
+		putchar('}');
+}
+
+static void print_json(const struct view *v)
+{
+	struct obj o;
+
+	printf("{\"version\":1");
+	scope_obj(v, SC_SVC, 0, &o);
+	json_members(SC_SVC, &o, true);
+	for (enum scope sc = SC_QUEUE; sc < SC_N; sc++) {
+		printf(",\"%s\":[", scopes[sc].json);
+		for (unsigned i = 0, n = 0; i < scope_count(v, sc); i++) {
+			if (!scope_obj(v, sc, i, &o))
+				continue;
+			printf("%s{", n++ ? "," : "");
+			json_members(sc, &o, false);
+			putchar('}');
+		}
+		putchar(']');
+	}
+	printf("}\n");
 }
 
 /* ---- Prometheus text exposition format ---- */
@@ -1435,274 +1980,143 @@ static const char *prom_esc(char *b, size_t len, const char *s)
 	return b;
 }
 
-static void prom_head(const char *name, const char *type, const char *help)
+/* The labels every sample of object o carries. */
+static void prom_labels(const struct view *v, enum scope sc, const struct obj *o, char *b,
+			size_t len)
 {
-	printf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+	const struct qsnap *q = o->raw;
+	const struct rsnap *r = o->raw;
+	char x[80], y[160];
+
+	switch (sc) {
+	case SC_SVC:
+		snprintf(b, len, "service=\"%s\"", v->svc);
+		break;
+	case SC_QUEUE:
+		snprintf(b, len, "service=\"%s\",client=\"%s\",pid=\"%d\",queue=\"%u\"", v->svc,
+			 prom_esc(x, sizeof(x), q->name), (int)q->pid, q->queue_id);
+		break;
+	case SC_POLLER:
+		snprintf(b, len, "service=\"%s\",poller=\"%u\"", v->svc,
+			 ((const struct pview *)o->der)->index);
+		break;
+	default:
+		snprintf(b, len, "service=\"%s\",rail=\"%u\",provider=\"%s\",fabric=\"%s\"", v->svc,
+			 ((const struct rview *)o->der)->index,
+			 prom_esc(x, sizeof(x), r->info.provider),
+			 prom_esc(y, sizeof(y), r->info.fabric));
+		break;
+	}
 }
 
-struct prom_ctx {
-	const struct snap *s;
-	struct row *rows;
-	unsigned nrows;
-	char svc[160];
-};
-
-static void prom_queue_labels(const struct prom_ctx *c, const struct qsnap *q, char *b, size_t len)
+/* Powers of two (bucket edges of the histogram) from 256 ns to 2^30 ns. */
+static void prom_hist(const struct metric *m, const char *l, const struct histv *h)
 {
+	uint64_t cum = 0;
+	unsigned b = 0;
+
+	for (unsigned e = 8; e <= 30; e++) {
+		while (b < DP_STATS_HIST_BUCKETS && dp_stats_hist_high(b) <= (1ull << e))
+			cum += h->hist[b++];
+		printf("%s_bucket{%s,le=\"%.9g\"} %llu\n", m->prom, l, (double)(1ull << e) / m->div,
+		       (unsigned long long)cum);
+	}
+	printf("%s_bucket{%s,le=\"+Inf\"} %llu\n", m->prom, l, (unsigned long long)h->count);
+	printf("%s_sum{%s} %.9g\n", m->prom, l, (double)h->sum_ns / m->div);
+	printf("%s_count{%s} %llu\n", m->prom, l, (unsigned long long)h->count);
+}
+
+static void prom_samples(const struct view *v, const struct metric *m, const struct obj *o,
+			 const char *l)
+{
+	const struct dimdesc *d = &dims[m->dim];
 	char name[80];
 
-	snprintf(b, len, "service=\"%s\",client=\"%s\",pid=\"%d\",queue=\"%u\"", c->svc,
-		 prom_esc(name, sizeof(name), q->name), (int)q->pid, q->queue_id);
-}
-
-/* One family with one sample per queue. */
-static void prom_queue_u64(const struct prom_ctx *c, const char *name, const char *type,
-			   const char *help, size_t field)
-{
-	char l[256];
-
-	prom_head(name, type, help);
-	for (unsigned i = 0; i < c->nrows; i++) {
-		const struct qsnap *q = c->rows[i].q;
-
-		prom_queue_labels(c, q, l, sizeof(l));
-		printf("%s{%s} %llu\n", name, l,
-		       (unsigned long long)*(const uint64_t *)((const uint8_t *)q + field));
+	if (m->type == T_HIST) {
+		prom_hist(m, l, val_of(m, o, 0).h);
+		return;
 	}
-}
+	for (unsigned k = 0; k < d->n; k++) {
+		struct val x = val_of(m, o, k);
 
-static void prom_poller_u64(const struct prom_ctx *c, const char *name, const char *type,
-			    const char *help, size_t field, double scale)
-{
-	prom_head(name, type, help);
-	for (unsigned i = 0; i < c->s->np; i++) {
-		uint64_t v = *(const uint64_t *)((const uint8_t *)&c->s->p[i] + field);
-
-		if (scale == 1)
-			printf("%s{service=\"%s\",poller=\"%u\"} %llu\n", name, c->svc, i,
-			       (unsigned long long)v);
+		printf("%s{%s", m->prom, l);
+		if (m->flags & M_IDENT)
+			printf(",pid=\"%d\",server=\"%s\"", (int)v->s->h.pid,
+			       prom_esc(name, sizeof(name), v->s->h.server_name));
+		if (m->label)
+			printf(",%s", m->label);
+		if (d->label)
+			printf(",%s=\"%s\"", d->label, d->name(k));
+		if (m->div)
+			printf("} %.9g\n", val_num(&x) / m->div);
+		else if (x.t == T_DBL)
+			printf("} %.*f\n", m->prec, x.d);
 		else
-			printf("%s{service=\"%s\",poller=\"%u\"} %.9g\n", name, c->svc, i,
-			       (double)v * scale);
+			printf("} %llu\n", (unsigned long long)x.u);
 	}
 }
 
-static void print_prom(const struct snap *s, const struct snap *prev)
+/* One family: its entries fam[0..n-1], # HELP and # TYPE once, then the
+ * samples object by object. */
+static void prom_family(const struct view *v, enum scope sc, const struct metric *const *fam,
+			unsigned n)
 {
-	struct prom_ctx c = {.s = s};
-	const struct dp_stats_service *v = &s->h.svc;
-	char l[256], name[80];
+	static const char *const types[] = {"untyped", "counter", "gauge", "histogram"};
+	const struct metric *head = fam[0];
 
-	c.rows = rows_of(s, prev, &c.nrows);
-	prom_esc(c.svc, sizeof(c.svc), s->h.name);
-#define SVC_GAUGE(metric, type, help, value)                                                       \
-	do {                                                                                       \
-		prom_head(metric, type, help);                                                     \
-		printf("%s{service=\"%s\"} %llu\n", metric, c.svc, (unsigned long long)(value));   \
-	} while (0)
-	prom_head("dataplane_up", "gauge", "1 while the service of this stats region runs.");
-	printf("dataplane_up{service=\"%s\",pid=\"%d\",server=\"%s\"} 1\n", c.svc, (int)s->h.pid,
-	       prom_esc(name, sizeof(name), s->h.server_name));
-	prom_head("dataplane_uptime_seconds", "gauge", "Seconds since the service started.");
-	printf("dataplane_uptime_seconds{service=\"%s\"} %.3f\n", c.svc,
-	       (double)delta(s->mono_ns, s->h.start_mono_ns) / 1e9);
-	SVC_GAUGE("dataplane_clients", "gauge", "Clients connected now.", v->clients);
-	SVC_GAUGE("dataplane_clients_connected_total", "counter", "Clients ever connected.",
-		  v->clients_total);
-	SVC_GAUGE("dataplane_queues", "gauge", "Queue pairs open now.", v->queues);
-	SVC_GAUGE("dataplane_queues_opened_total", "counter", "Queue pairs ever opened.",
-		  v->queues_total);
-	SVC_GAUGE("dataplane_queues_untracked_total", "counter",
-		  "Queue pairs opened while every stats block was taken (not shown per queue).",
-		  v->queues_untracked);
-	SVC_GAUGE("dataplane_regions", "gauge", "Memory regions registered now.", v->regions);
-	SVC_GAUGE("dataplane_registered_bytes", "gauge", "Bytes of the registered regions.",
-		  v->registered_bytes);
-	SVC_GAUGE("dataplane_segments", "gauge", "Segments exported now.", v->segments);
-	SVC_GAUGE("dataplane_submitted_total", "counter",
-		  "Descriptors taken from submission rings, all queues ever.", s->submitted);
-	SVC_GAUGE("dataplane_completed_total", "counter",
-		  "Descriptors completed with status 0, all queues ever.", s->completed);
-	SVC_GAUGE("dataplane_failed_total", "counter",
-		  "Descriptors completed with an error, all queues ever.", s->failed);
-	SVC_GAUGE("dataplane_bytes_total", "counter",
-		  "Bytes moved by completed descriptors, all queues ever.", s->bytes);
-#undef SVC_GAUGE
+	for (unsigned e = 0; e < n && !head->help; e++)
+		head = fam[e];
+	printf("# HELP %s %s\n# TYPE %s %s\n", head->prom, head->help, head->prom,
+	       types[head->ptype]);
+	for (unsigned i = 0; i < scope_count(v, sc); i++) {
+		char l[512];
+		struct obj o;
 
-	prom_queue_u64(&c, "dataplane_queue_submitted_total", "counter",
-		       "Descriptors the service took from the queue's submission ring.",
-		       offsetof(struct qsnap, submitted));
-	prom_queue_u64(&c, "dataplane_queue_completed_total", "counter",
-		       "Descriptors of the queue completed with status 0.",
-		       offsetof(struct qsnap, completed));
-	prom_head("dataplane_queue_failed_total", "counter",
-		  "Descriptors of the queue completed with an error, by errno class.");
-	for (unsigned i = 0; i < c.nrows; i++) {
-		prom_queue_labels(&c, c.rows[i].q, l, sizeof(l));
-		for (unsigned k = 0; k < DP_STATS_NERR; k++)
-			printf("dataplane_queue_failed_total{%s,errno=\"%s\"} %llu\n", l,
-			       dp_stats_err_name(k), (unsigned long long)c.rows[i].q->failed_by[k]);
+		if (!scope_obj(v, sc, i, &o))
+			continue;
+		prom_labels(v, sc, &o, l, sizeof(l));
+		for (unsigned e = 0; e < n; e++)
+			prom_samples(v, fam[e], &o, l);
 	}
-	prom_queue_u64(&c, "dataplane_queue_bytes_total", "counter",
-		       "Bytes moved by the queue's completed descriptors.",
-		       offsetof(struct qsnap, bytes));
-	prom_queue_u64(&c, "dataplane_queue_local_copies_total", "counter",
-		       "Descriptors of the queue handed to the local copy engine.",
-		       offsetof(struct qsnap, local_copies));
-	prom_queue_u64(&c, "dataplane_queue_doorbells_total", "counter",
-		       "Completion doorbells rung for the queue (its client was asleep).",
-		       offsetof(struct qsnap, doorbells));
-	prom_head("dataplane_queue_in_flight", "gauge",
-		  "Descriptors taken from the submission ring and not yet completed.");
-	for (unsigned i = 0; i < c.nrows; i++) {
-		prom_queue_labels(&c, c.rows[i].q, l, sizeof(l));
-		printf("dataplane_queue_in_flight{%s} %llu\n", l,
-		       (unsigned long long)in_flight(c.rows[i].q));
-	}
-	prom_head("dataplane_queue_ring_entries", "gauge",
-		  "Entries waiting in the queue's rings when its poller last looked (ring=sq|cq), "
-		  "and the rings' size (ring=size).");
-	for (unsigned i = 0; i < c.nrows; i++) {
-		const struct qsnap *q = c.rows[i].q;
+}
 
-		prom_queue_labels(&c, q, l, sizeof(l));
-		printf("dataplane_queue_ring_entries{%s,ring=\"sq\"} %u\n", l, q->sq_depth);
-		printf("dataplane_queue_ring_entries{%s,ring=\"cq\"} %u\n", l, q->cq_depth);
-		printf("dataplane_queue_ring_entries{%s,ring=\"size\"} %u\n", l, q->depth);
-	}
-	prom_head("dataplane_queue_latency_seconds", "histogram",
-		  "Submit-to-completion time of the queue's descriptors.");
-	for (unsigned i = 0; i < c.nrows; i++) {
-		const struct qsnap *q = c.rows[i].q;
-		uint64_t cum = 0;
-		unsigned b = 0;
+static void prom_scope(const struct view *v, enum scope sc)
+{
+	const struct metric *ms[NMETRICS], *fam[NMETRICS];
+	unsigned n = 0;
 
-		prom_queue_labels(&c, q, l, sizeof(l));
-		/* Bounds at powers of two (bucket edges of the histogram):
-		 * 256 ns .. 2^30 ns. */
-		for (unsigned e = 8; e <= 30; e++) {
-			while (b < DP_STATS_HIST_BUCKETS && dp_stats_hist_high(b) <= (1ull << e))
-				cum += q->hist[b++];
-			printf("dataplane_queue_latency_seconds_bucket{%s,le=\"%.9g\"} %llu\n", l,
-			       (double)(1ull << e) / 1e9, (unsigned long long)cum);
-		}
-		printf("dataplane_queue_latency_seconds_bucket{%s,le=\"+Inf\"} %llu\n", l,
-		       (unsigned long long)q->hist_count);
-		printf("dataplane_queue_latency_seconds_sum{%s} %.9g\n", l,
-		       (double)q->lat_sum_ns / 1e9);
-		printf("dataplane_queue_latency_seconds_count{%s} %llu\n", l,
-		       (unsigned long long)q->hist_count);
-	}
+	/* The scope's entries by porder, table order within. */
+	for (unsigned i = 0; i < NMETRICS; i++) {
+		const struct metric *m = &metrics[i];
+		unsigned j = n;
 
-	prom_poller_u64(&c, "dataplane_poller_loops_total", "counter", "Poller loops.",
-			offsetof(struct dp_stats_poller, loops), 1);
-	prom_poller_u64(&c, "dataplane_poller_busy_loops_total", "counter",
-			"Poller loops that found work.",
-			offsetof(struct dp_stats_poller, busy_loops), 1);
-	prom_poller_u64(&c, "dataplane_poller_sleeps_total", "counter",
-			"Times the poller slept on doorbells.",
-			offsetof(struct dp_stats_poller, sleeps), 1);
-	prom_poller_u64(&c, "dataplane_poller_wakeups_total", "counter",
-			"Sleeps ended by a doorbell rather than a timeout.",
-			offsetof(struct dp_stats_poller, wakeups), 1);
-	prom_poller_u64(&c, "dataplane_poller_descriptors_total", "counter",
-			"Descriptors the poller took from submission rings.",
-			offsetof(struct dp_stats_poller, descs), 1);
-	prom_head("dataplane_poller_seconds_total", "counter",
-		  "Poller time by state: busy (loops with work), idle (spinning), sleep.");
-	for (unsigned i = 0; i < s->np; i++) {
-		printf("dataplane_poller_seconds_total{service=\"%s\",poller=\"%u\",state=\"busy\"}"
-		       " "
-		       "%.9g\n",
-		       c.svc, i, (double)s->p[i].busy_ns / 1e9);
-		printf("dataplane_poller_seconds_total{service=\"%s\",poller=\"%u\",state=\"idle\"}"
-		       " "
-		       "%.9g\n",
-		       c.svc, i, (double)s->p[i].idle_ns / 1e9);
-		printf("dataplane_poller_seconds_total{service=\"%s\",poller=\"%u\",state="
-		       "\"sleep\"} "
-		       "%.9g\n",
-		       c.svc, i, (double)s->p[i].sleep_ns / 1e9);
+		if (m->scope != sc || !m->prom)
+			continue;
+		for (; j > 0 && ms[j - 1]->porder > m->porder; j--)
+			ms[j] = ms[j - 1];
+		ms[j] = m;
+		n++;
 	}
-	prom_head("dataplane_path_completions_total", "counter",
-		  "Completions by transfer path (host and GPU local copies, fabric, file).");
-	for (unsigned i = 0; i < s->np; i++)
-		for (unsigned k = 0; k < DP_STATS_NPATH; k++)
-			printf("dataplane_path_completions_total{service=\"%s\",poller=\"%u\","
-			       "path=\"%s\"} %llu\n",
-			       c.svc, i, dp_stats_path_name(k),
-			       (unsigned long long)s->p[i].path_ops[k]);
-	prom_head("dataplane_path_bytes_total", "counter", "Bytes moved by transfer path.");
-	for (unsigned i = 0; i < s->np; i++)
-		for (unsigned k = 0; k < DP_STATS_NPATH; k++)
-			printf("dataplane_path_bytes_total{service=\"%s\",poller=\"%u\",path=\"%"
-			       "s\"} "
-			       "%llu\n",
-			       c.svc, i, dp_stats_path_name(k),
-			       (unsigned long long)s->p[i].path_bytes[k]);
-	prom_head("dataplane_file_ios_total", "counter",
-		  "File I/O slices (io_uring reads and writes) finished, by mode: direct "
-		  "(O_DIRECT) or buffered (page cache).");
-	for (unsigned i = 0; i < s->np; i++) {
-		printf("dataplane_file_ios_total{service=\"%s\",poller=\"%u\",mode=\"direct\"} "
-		       "%llu\n",
-		       c.svc, i, (unsigned long long)s->p[i].file_direct_ios);
-		printf("dataplane_file_ios_total{service=\"%s\",poller=\"%u\",mode=\"buffered\"} "
-		       "%llu\n",
-		       c.svc, i, (unsigned long long)s->p[i].file_buffered_ios);
-	}
-	prom_head("dataplane_file_bytes_total", "counter",
-		  "Bytes of the finished file I/O slices, by mode: direct or buffered.");
-	for (unsigned i = 0; i < s->np; i++) {
-		printf("dataplane_file_bytes_total{service=\"%s\",poller=\"%u\",mode=\"direct\"} "
-		       "%llu\n",
-		       c.svc, i, (unsigned long long)s->p[i].file_direct_bytes);
-		printf("dataplane_file_bytes_total{service=\"%s\",poller=\"%u\",mode="
-		       "\"buffered\"} %llu\n",
-		       c.svc, i, (unsigned long long)s->p[i].file_buffered_bytes);
-	}
+	/* A family where its first entry stands. */
+	for (unsigned i = 0; i < n; i++) {
+		unsigned nf = 0;
+		bool seen = false;
 
-	{
-		static const struct {
-			const char *name, *help;
-			size_t field;
-		} rail[] = {
-			{"dataplane_rail_posted_total", "RMA operations posted on the rail.",
-			 offsetof(struct dp_stats_rail, posted)},
-			{"dataplane_rail_completed_total", "RMA operations completed on the rail.",
-			 offsetof(struct dp_stats_rail, completed)},
-			{"dataplane_rail_eagain_total", "Posts the rail refused with EAGAIN.",
-			 offsetof(struct dp_stats_rail, eagain)},
-			{"dataplane_rail_errors_total", "RMA completions with an error.",
-			 offsetof(struct dp_stats_rail, errors)},
-			{"dataplane_rail_retries_total",
-			 "RMA operations posted again after an error.",
-			 offsetof(struct dp_stats_rail, retries)},
-			{"dataplane_rail_bytes_total",
-			 "Bytes moved by the rail's completed operations.",
-			 offsetof(struct dp_stats_rail, bytes)},
-		};
-
-		for (unsigned k = 0; k < sizeof(rail) / sizeof(rail[0]); k++) {
-			prom_head(rail[k].name, "counter", rail[k].help);
-			for (unsigned i = 0; i < s->nr; i++) {
-				char p[80], f[160];
-
-				if (!s->r[i].info.state)
-					continue;
-				printf("%s{service=\"%s\",rail=\"%u\",provider=\"%s\",fabric=\"%"
-				       "s\"} "
-				       "%llu\n",
-				       rail[k].name, c.svc, i,
-				       prom_esc(p, sizeof(p), s->r[i].info.provider),
-				       prom_esc(f, sizeof(f), s->r[i].info.fabric),
-				       (unsigned long long)*(
-					       const uint64_t *)((const uint8_t *)&s->r[i].c +
-								 rail[k].field));
-			}
-		}
+		for (unsigned j = 0; j < i && !seen; j++)
+			seen = !strcmp(ms[j]->prom, ms[i]->prom);
+		if (seen)
+			continue;
+		for (unsigned j = i; j < n; j++)
+			if (!strcmp(ms[j]->prom, ms[i]->prom))
+				fam[nf++] = ms[j];
+		prom_family(v, sc, fam, nf);
 	}
-	free(c.rows);
+}
+
+static void print_prom(const struct view *v)
+{
+	for (enum scope sc = SC_SVC; sc < SC_N; sc++)
+		prom_scope(v, sc);
 }
 
 /* ---- main ---- */
@@ -1738,8 +2152,9 @@ static void on_stop(int sig)
 	(void)sig;
 	stop = 1;
 }
-
-int main(int argc, char **argv)
+/* Parses the command line into opt; exits on --help, --version and bad
+ * usage. */
+static void parse_options(int argc, char **argv)
 {
 	enum { O_STATS = 256, O_SOCKET, O_SORT, O_JSON, O_PROM, O_WIDE, O_COLOR, O_VERSION };
 	static const struct option opts[] = {{"stats", required_argument, 0, O_STATS},
@@ -1759,12 +2174,7 @@ int main(int argc, char **argv)
 	static const char *const sorts[] = {"slot", "ops",	"bytes", "fail",
 					    "p99",  "inflight", "name"};
 	const char *color = "auto";
-	char name[DP_STATS_NAME_MAX], err[512];
-	struct snap cur, prev;
-	bool have_prev = false;
-	struct region r;
-	long samples = 0;
-	int o, rc;
+	int o;
 
 	while ((o = getopt_long(argc, argv, "lw:c:q:h", opts, NULL)) != -1) {
 		char *end;
@@ -1823,13 +2233,13 @@ int main(int argc, char **argv)
 			break;
 		case 'h':
 			usage(stdout);
-			return EX_OK;
+			exit(EX_OK);
 		case O_VERSION:
 			printf("ring-stat (dataplane) %s\n", DP_VERSION_STRING);
-			return EX_OK;
+			exit(EX_OK);
 		default:
 			fprintf(stderr, "Try 'ring-stat --help'.\n");
-			return EX_USAGE;
+			exit(EX_USAGE);
 		}
 	}
 	if (optind < argc)
@@ -1846,36 +2256,38 @@ int main(int argc, char **argv)
 	else if (!strcmp(color, "auto"))
 		opt.color = opt.out == OUT_TABLE && isatty(STDOUT_FILENO) && !getenv("NO_COLOR") &&
 			    (!getenv("TERM") || strcmp(getenv("TERM"), "dumb"));
-	if (opt.list)
-		return list_regions(true) ? EX_OK : EX_NOSERVICE;
+}
 
-	if (opt.name)
-		snprintf(name, sizeof(name), "%s", opt.name);
-	else if (opt.socket)
-		socket_region(opt.socket, name, sizeof(name));
+static void print_sample(const struct snap *cur, const struct snap *prev)
+{
+	struct view v;
+
+	view_make(&v, cur, prev);
+	if (opt.out == OUT_JSON)
+		print_json(&v);
+	else if (opt.out == OUT_PROM)
+		print_prom(&v);
 	else
-		pick_region(name, sizeof(name));
-	signal(SIGBUS, on_sigbus);
-	rc = region_open(name, &r, err, sizeof(err));
-	if (rc)
-		fail(rc, "%s", err);
-	if (opt.interval) {
-		signal(SIGINT, on_stop);
-		signal(SIGTERM, on_stop);
-	}
-	setvbuf(stdout, NULL, _IOFBF, 1 << 16);
+		print_table(&v);
+	view_free(&v);
+}
+
+/* Samples region r (named name) until -c or a signal says stop. */
+static void sample_loop(struct region *r, const char *name)
+{
+	char err[512];
+	struct snap cur, prev;
+	bool have_prev = false;
+	long samples = 0;
+	int rc;
+
 	for (;;) {
-		rc = snap_take(&r, &cur);
+		rc = snap_take(r, &cur);
 		if (rc)
 			fail(rc, "stats region '%s' was truncated while being read", name);
 		if (samples && opt.out == OUT_TABLE)
 			putchar('\n');
-		if (opt.out == OUT_JSON)
-			print_json(&cur, have_prev ? &prev : NULL);
-		else if (opt.out == OUT_PROM)
-			print_prom(&cur, have_prev ? &prev : NULL);
-		else
-			print_table(&cur, have_prev ? &prev : NULL);
+		print_sample(&cur, have_prev ? &prev : NULL);
 		fflush(stdout);
 		if (have_prev)
 			snap_free(&prev);
@@ -1895,10 +2307,10 @@ int main(int argc, char **argv)
 			break;
 		/* The service may have stopped, or restarted under the same
 		 * name (a new region): follow it, or say so. */
-		if (__atomic_load_n(&r.h->state, __ATOMIC_ACQUIRE) != DP_STATS_RUNNING ||
-		    !dp_stats_service_alive(r.h->pid)) {
-			region_close(&r);
-			rc = region_open(name, &r, err, sizeof(err));
+		if (__atomic_load_n(&r->h->state, __ATOMIC_ACQUIRE) != DP_STATS_RUNNING ||
+		    !dp_stats_service_alive(r->h->pid)) {
+			region_close(r);
+			rc = region_open(name, r, err, sizeof(err));
 			if (rc)
 				fail(rc, "%s", err);
 			snap_free(&prev);
@@ -1907,6 +2319,34 @@ int main(int argc, char **argv)
 	}
 	if (have_prev)
 		snap_free(&prev);
+}
+
+int main(int argc, char **argv)
+{
+	char name[DP_STATS_NAME_MAX], err[512];
+	struct region r;
+	int rc;
+
+	parse_options(argc, argv);
+	if (opt.list)
+		return list_regions(true) ? EX_OK : EX_NOSERVICE;
+
+	if (opt.name)
+		snprintf(name, sizeof(name), "%s", opt.name);
+	else if (opt.socket)
+		socket_region(opt.socket, name, sizeof(name));
+	else
+		pick_region(name, sizeof(name));
+	signal(SIGBUS, on_sigbus);
+	rc = region_open(name, &r, err, sizeof(err));
+	if (rc)
+		fail(rc, "%s", err);
+	if (opt.interval) {
+		signal(SIGINT, on_stop);
+		signal(SIGTERM, on_stop);
+	}
+	setvbuf(stdout, NULL, _IOFBF, 1 << 16);
+	sample_loop(&r, name);
 	region_close(&r);
 	return EX_OK;
 }
