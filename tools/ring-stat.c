@@ -124,6 +124,27 @@ static bool span_ok(uint64_t off, uint64_t n, uint64_t size, uint64_t region)
 	return off <= region && (!n || (size <= region && n <= (region - off) / size));
 }
 
+/* The header's block sizes and offsets are this reader's, and every block
+ * array lies inside the region. */
+static bool layout_ok(const struct dp_stats_header *h)
+{
+	return !(h->header_size != sizeof(struct dp_stats_header) ||
+		 h->queue_size != sizeof(struct dp_stats_queue) ||
+		 h->poller_size < sizeof(struct dp_stats_poller) ||
+		 h->rail_info_size < sizeof(struct dp_stats_rail_info) ||
+		 h->rail_size != sizeof(struct dp_stats_rail) ||
+		 h->hist_buckets != DP_STATS_HIST_BUCKETS ||
+		 h->hist_sub_bits != DP_STATS_HIST_SUB_BITS || h->nrails > DP_STATS_MAX_RAILS ||
+		 h->npollers > 4096 || h->nqueues > (1u << 20) ||
+		 !span_ok(h->pollers_off, h->npollers, h->poller_size, h->region_size) ||
+		 !span_ok(h->rail_info_off, h->nrails, h->rail_info_size, h->region_size) ||
+		 !span_ok(h->rails_off, (uint64_t)h->nrails * h->npollers, h->rail_size,
+			  h->region_size) ||
+		 !span_ok(h->queues_off, h->nqueues, h->queue_size, h->region_size) ||
+		 h->pollers_off % 8 || h->rail_info_off % 8 || h->rails_off % 8 ||
+		 h->queues_off % 8 || h->poller_size % 8 || h->rail_info_size % 8);
+}
+
 /*
  * Opens and checks a region. Returns EX_OK, or an exit code with a message
  * for people in err.
@@ -218,21 +239,7 @@ static int region_open(const char *name, struct region *r, char *err, size_t err
 			 r->size, (unsigned long long)h->region_size);
 		return EX_TRUNC;
 	}
-	if (h->header_size != sizeof(struct dp_stats_header) ||
-	    h->queue_size != sizeof(struct dp_stats_queue) ||
-	    h->poller_size < sizeof(struct dp_stats_poller) ||
-	    h->rail_info_size < sizeof(struct dp_stats_rail_info) ||
-	    h->rail_size != sizeof(struct dp_stats_rail) ||
-	    h->hist_buckets != DP_STATS_HIST_BUCKETS ||
-	    h->hist_sub_bits != DP_STATS_HIST_SUB_BITS || h->nrails > DP_STATS_MAX_RAILS ||
-	    h->npollers > 4096 || h->nqueues > (1u << 20) ||
-	    !span_ok(h->pollers_off, h->npollers, h->poller_size, h->region_size) ||
-	    !span_ok(h->rail_info_off, h->nrails, h->rail_info_size, h->region_size) ||
-	    !span_ok(h->rails_off, (uint64_t)h->nrails * h->npollers, h->rail_size,
-		     h->region_size) ||
-	    !span_ok(h->queues_off, h->nqueues, h->queue_size, h->region_size) ||
-	    h->pollers_off % 8 || h->rail_info_off % 8 || h->rails_off % 8 || h->queues_off % 8 ||
-	    h->poller_size % 8 || h->rail_info_size % 8) {
+	if (!layout_ok(h)) {
 		snprintf(err, errlen,
 			 "stats region '%s' is inconsistent (block sizes or offsets "
 			 "outside the region): truncated or corrupt",
@@ -1209,7 +1216,7 @@ struct metric {
 	const char *help;
 	const char *label; /* this entry's extra label in its family */
 	double div;	   /* Prometheus shows value / div (ns as seconds) */
-	int porder;
+	int porder;	   /* Prometheus: a scope's families sorted by this */
 	unsigned flags;
 	struct col col;
 };
