@@ -37,7 +37,7 @@ endif
 
 PKGS := libfabric liburing numa hiredis
 CFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -Werror -fPIC -D_GNU_SOURCE -pthread \
-	-Iring -Ilibclient -Itests $(EXTRA_CFLAGS)
+	-Iring -Ilibclient -Icommon -Itests $(EXTRA_CFLAGS)
 LDLIBS := -pthread
 ifneq ($(filter deps,$(MAKECMDGOALS)),deps)
 CFLAGS += $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -70,8 +70,9 @@ endif
 TEST_LIBS := $(shell pkg-config --libs criterion 2>/dev/null)
 
 RING_SRCS := ring/ring.c
-CLIENT_SRCS := $(wildcard libclient/*.c)
-SERVICE_SRCS := $(wildcard dataplane/*.c)
+COMMON_SRCS := $(wildcard common/*.c)
+CLIENT_SRCS := $(wildcard libclient/*.c) $(COMMON_SRCS)
+SERVICE_SRCS := $(wildcard dataplane/*.c) $(COMMON_SRCS)
 TEST_SRCS := $(filter-out tests/fixture.c,$(wildcard tests/*.c))
 RING_TEST_SRCS := $(wildcard tests/ring_*.c)
 GPU_TEST_SRCS := $(wildcard tests/gpu_*.c)
@@ -218,9 +219,9 @@ FUZZ_CC ?= $(if $(shell command -v clang-14 2>/dev/null),clang-14,clang)
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_CFLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	-D_GNU_SOURCE -Iring -Ilibclient -Idataplane
+	-D_GNU_SOURCE -Iring -Ilibclient -Icommon -Idataplane
 FUZZ_LINK_fuzz_ring_attach := ring/ring.c
-FUZZ_LINK_fuzz_rpc_reply := dataplane/rpc.c
+FUZZ_LINK_fuzz_rpc_reply := dataplane/rpc.c common/net.c
 FUZZ_LINK_fuzz_desc := ring/ring.c dataplane/poller.c dataplane/stats.c dataplane/log.c
 FUZZ_LINK_fuzz_control := dataplane/ctlmsg.c
 deps-fuzz: deps

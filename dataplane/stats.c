@@ -235,14 +235,8 @@ int stats_init(void)
 	h.queues_off = off;
 	off += (size_t)h.nqueues * h.queue_size;
 	h.region_size = off;
-	{
-		struct timespec mono, real;
-
-		clock_gettime(CLOCK_MONOTONIC, &mono);
-		clock_gettime(CLOCK_REALTIME, &real);
-		h.start_mono_ns = (uint64_t)mono.tv_sec * 1000000000u + (uint64_t)mono.tv_nsec;
-		h.start_real_ns = (uint64_t)real.tv_sec * 1000000000u + (uint64_t)real.tv_nsec;
-	}
+	h.start_mono_ns = dp_now_ns();
+	h.start_real_ns = dp_clock_ns(CLOCK_REALTIME);
 	snprintf(h.name, sizeof(h.name), "%s", region_name);
 	snprintf(h.server_name, sizeof(h.server_name), "%s", cfg.server_name);
 	snprintf(h.socket_path, sizeof(h.socket_path), "%s", cfg.socket_path);
@@ -324,7 +318,6 @@ void stats_fini(void)
 void stats_queue_attach(struct queue *q)
 {
 	struct dp_stats_queue *s = NULL;
-	struct timespec ts;
 	uint32_t seq;
 
 	q->st = NULL;
@@ -360,13 +353,12 @@ void stats_queue_attach(struct queue *q)
 	__atomic_thread_fence(__ATOMIC_RELEASE);
 	memset((uint8_t *)s + offsetof(struct dp_stats_queue, submitted), 0,
 	       sizeof(*s) - offsetof(struct dp_stats_queue, submitted));
-	clock_gettime(CLOCK_MONOTONIC, &ts);
 	s->client_pid = q->client->pid;
 	s->client_id = q->client->id;
 	s->queue_id = q->id;
 	s->poller = q->poller->idx;
 	s->depth = q->depth;
-	s->created_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	s->created_ns = dp_now_ns();
 	memcpy(s->client_name, q->client->name, sizeof(s->client_name));
 	s->client_name[sizeof(s->client_name) - 1] = 0;
 	s->generation++;

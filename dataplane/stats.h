@@ -33,6 +33,7 @@
 #include <x86intrin.h>
 #endif
 
+#include "clock.h"
 #include "dp_internal.h"
 #include "dp_stats.h"
 
@@ -122,10 +123,7 @@ static inline void stats_set(uint64_t *c, uint64_t v)
 
 static inline uint64_t stats_clock(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	return dp_now_ns();
 }
 
 static inline uint64_t stats_tsc(void)

@@ -18,11 +18,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "cuda_export.h"
 #include "dataplane.h"
 #include "dp_client_pvt.h"
 #include "dp_proto.h"
 #include "dp_ring.h"
+#include "net.h"
 
 #define MAX_ALLOCS 1024
 #define RPC_TIMEOUT_S 10
@@ -63,14 +65,6 @@ struct dp_queue {
 	struct dp_queue_stats st;
 	struct dp_queue *next;
 };
-
-static uint64_t mono_ns(clockid_t clk)
-{
-	struct timespec ts;
-
-	clock_gettime(clk, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- errors: dp_last_error() ---- */
 
@@ -239,59 +233,26 @@ static int rpc(struct dp_client *c, uint16_t type, const void *req, size_t len, 
 				 .type = type,
 				 .len = (uint32_t)len};
 	_Alignas(8) char buf[DP_MSG_MAX];
-	union {
-		char buf[CMSG_SPACE(sizeof(int) * 4)];
-		struct cmsghdr align;
-	} u;
 	struct iovec iov[2] = {{&hdr, sizeof(hdr)}, {(void *)req, len}};
-	struct msghdr msg = {.msg_iov = iov, .msg_iovlen = 2};
 	int got[4], ngot = 0, rc;
 	ssize_t n;
 
 	if (c->dead)
 		return -ECONNRESET;
 	hdr.seq = ++c->seq;
-	if (fd_in >= 0) {
-		struct cmsghdr *cm;
-
-		msg.msg_control = u.buf;
-		msg.msg_controllen = CMSG_SPACE(sizeof(int));
-		cm = CMSG_FIRSTHDR(&msg);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &fd_in, sizeof(int));
-	}
-	if (sendmsg(c->fd, &msg, MSG_NOSIGNAL) < 0) {
+	if (dp_net_send_fds(c->fd, iov, 2, &fd_in, fd_in >= 0, 0)) {
 		c->dead = true;
 		return -ECONNRESET;
 	}
-
-	iov[0] = (struct iovec){buf, sizeof(buf)};
-	msg = (struct msghdr){.msg_iov = iov,
-			      .msg_iovlen = 1,
-			      .msg_control = u.buf,
-			      .msg_controllen = sizeof(u.buf)};
-	do
-		n = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC);
-	while (n < 0 && errno == EINTR);
+	n = dp_net_recv_fds(c->fd, buf, sizeof(buf), got, 4, &ngot, 0);
+	/* A reply longer than any the service sends, or with more fds. */
+	if (n == -EMSGSIZE)
+		return -EBADMSG;
 	if (n <= 0) {
 		/* EAGAIN here is the receive timeout: a service that stopped
 		 * answering is as good as gone. */
 		c->dead = true;
-		return n == 0 || errno != EAGAIN ? -ECONNRESET : -ETIMEDOUT;
-	}
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-			continue;
-		size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		int *fds = (int *)CMSG_DATA(cm);
-		for (size_t i = 0; i < k; i++) {
-			if (ngot < 4)
-				got[ngot++] = fds[i];
-			else
-				close(fds[i]);
-		}
+		return n == 0 || n != -EAGAIN ? -ECONNRESET : -ETIMEDOUT;
 	}
 	memcpy(&hdr, buf, sizeof(hdr) <= (size_t)n ? sizeof(hdr) : 0);
 	rc = -EBADMSG;
@@ -727,7 +688,7 @@ static bool service_alive(struct dp_client *c)
 /* Rate-limited liveness check for calls that made no progress. */
 static int idle_check(struct dp_queue *q)
 {
-	uint64_t t = mono_ns(CLOCK_MONOTONIC_COARSE);
+	uint64_t t = dp_clock_ns(CLOCK_MONOTONIC_COARSE);
 
 	if (t - q->last_check_ns < LIVENESS_EVERY_NS)
 		return 0;
@@ -753,7 +714,7 @@ int dp_submit(struct dp_queue *q, const struct dp_desc *descs, unsigned n)
 	k = dp_ring_reserve(&q->pair.sq, n, &idx);
 	if (k <= 0)
 		return fail(C_SUBMIT, k < 0 ? k : idle_check(q));
-	now = mono_ns(CLOCK_MONOTONIC);
+	now = dp_now_ns();
 	/* One pass: each slot is written once, stamp included. */
 	for (int i = 0; i < k; i++) {
 		struct dp_desc *slot = dp_ring_slot(&q->pair.sq, idx + (uint32_t)i);
@@ -791,9 +752,8 @@ int dp_poll(struct dp_queue *q, struct dp_cqe *cqes, unsigned max)
 
 int dp_wait(struct dp_queue *q, struct dp_cqe *cqes, unsigned max, int timeout_ms)
 {
-	uint64_t deadline = timeout_ms < 0
-				    ? UINT64_MAX
-				    : mono_ns(CLOCK_MONOTONIC) + (uint64_t)timeout_ms * 1000000u;
+	uint64_t deadline =
+		timeout_ms < 0 ? UINT64_MAX : dp_now_ns() + (uint64_t)timeout_ms * 1000000u;
 
 	for (;;) {
 		struct pollfd pfd[2] = {{.fd = q->cq_efd, .events = POLLIN},
@@ -805,7 +765,7 @@ int dp_wait(struct dp_queue *q, struct dp_cqe *cqes, unsigned max, int timeout_m
 			return k < 0 ? fail(C_WAIT, k) : k;
 		if (!service_alive(q->c))
 			return fail(C_WAIT, -ECONNRESET);
-		now = mono_ns(CLOCK_MONOTONIC);
+		now = dp_now_ns();
 		if (now >= deadline)
 			return 0;
 		wait_ms = deadline == UINT64_MAX ? -1 : (int)((deadline - now + 999999) / 1000000);

@@ -16,14 +16,7 @@
 #include <unistd.h>
 
 #include "bench-report.h"
-
-static uint64_t clock_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
+#include "clock.h"
 
 /* ---- placement ---- */
 
@@ -55,7 +48,7 @@ double runqueue_wait_ns(int fd)
 
 static double mono_ns(void)
 {
-	return (double)clock_ns();
+	return (double)dp_now_ns();
 }
 
 static void *pingpong_thread(struct pingpong_run *run, int side)
@@ -345,7 +338,7 @@ void progress_start(struct progress *p, const char *what, uint64_t total)
 	memset(p, 0, sizeof(*p));
 	p->what = what;
 	p->total = total;
-	p->t0 = p->last_draw = p->last_point = clock_ns();
+	p->t0 = p->last_draw = p->last_point = dp_now_ns();
 	p->t[0] = 0;
 	p->n[0] = 0;
 	p->npoints = 1;
@@ -390,7 +383,7 @@ void progress_update(struct progress *p, uint64_t done)
 	p->done = done;
 	if ((++p->calls & 63) && done != p->total)
 		return;
-	now = clock_ns();
+	now = dp_now_ns();
 	if (now - p->last_point >= POINT_NS && p->npoints < PROGRESS_MAX_POINTS) {
 		p->t[p->npoints] = (double)(now - p->t0) / 1e9;
 		p->n[p->npoints] = done;
@@ -404,7 +397,7 @@ void progress_update(struct progress *p, uint64_t done)
 
 void progress_end(struct progress *p)
 {
-	uint64_t now = clock_ns();
+	uint64_t now = dp_now_ns();
 
 	if (p->npoints < PROGRESS_MAX_POINTS && p->n[p->npoints - 1] != p->done) {
 		p->t[p->npoints] = (double)(now - p->t0) / 1e9;

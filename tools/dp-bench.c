@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "bench-report.h"
+#include "clock.h"
 #include "dataplane.h"
 #include "dp_version.h"
 
@@ -72,14 +73,6 @@ struct bench {
 	uint8_t *srcp, *dstp;
 	uint64_t len;
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void pin(int cpu)
 {
@@ -146,14 +139,14 @@ static uint64_t one_write(struct bench *b, uint64_t off, uint64_t len, uint64_t 
 	int rc;
 
 	dp_prep_write(&d, b->src, off, b->seg, off, len, ud);
-	t0 = now_ns();
+	t0 = dp_now_ns();
 	if ((rc = dp_submit(b->q, &d, 1)) != 1)
 		die("submit", rc < 0 ? rc : -EAGAIN);
 	while ((rc = dp_poll(b->q, &cqe, 1)) == 0)
 		;
 	if (rc < 0 || cqe.status || cqe.user_data != ud)
 		die("completion", rc < 0 ? rc : cqe.status ? cqe.status : -EBADMSG);
-	return now_ns() - t0;
+	return dp_now_ns() - t0;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -422,7 +415,7 @@ static double uring_nop_rate(unsigned batch, uint64_t total)
 
 	if (io_uring_queue_init(256, &ring, 0) < 0)
 		return -1;
-	t0 = now_ns();
+	t0 = dp_now_ns();
 	while (done < total) {
 		for (unsigned i = 0; i < batch; i++)
 			io_uring_prep_nop(io_uring_get_sqe(&ring));
@@ -433,7 +426,7 @@ static double uring_nop_rate(unsigned batch, uint64_t total)
 		}
 		done += batch;
 	}
-	t0 = now_ns() - t0;
+	t0 = dp_now_ns() - t0;
 	io_uring_queue_exit(&ring);
 	return (double)total / (double)t0 * 1e9;
 }
@@ -444,7 +437,7 @@ static double local_write_rate(struct bench *b, unsigned batch, uint64_t total, 
 	struct dp_cqe cqe[256];
 	uint64_t t0, sent = 0, done = 0;
 
-	t0 = now_ns();
+	t0 = dp_now_ns();
 	while (done < total) {
 		if (sent < total) {
 			unsigned n = total - sent < batch ? (unsigned)(total - sent) : batch;
@@ -467,7 +460,7 @@ static double local_write_rate(struct bench *b, unsigned batch, uint64_t total, 
 		if (pg && k)
 			progress_update(pg, done);
 	}
-	return (double)total / (double)(now_ns() - t0) * 1e9;
+	return (double)total / (double)(dp_now_ns() - t0) * 1e9;
 }
 
 static void bench_rate(void)
@@ -569,7 +562,7 @@ static void bench_bandwidth(void)
 	bench_open(&b, max_size);
 	for (k = 0, len = MiB; k < nsz; k++, len *= 4) {
 		for (unsigned r = 0; r < REPS; r++) {
-			uint64_t t0 = now_ns();
+			uint64_t t0 = dp_now_ns();
 			int rc;
 
 			dp_prep_write(&d, b.src, 0, b.seg, 0, len, r);
@@ -579,7 +572,7 @@ static void bench_bandwidth(void)
 				;
 			if (rc < 0 || cqe.status)
 				die("completion", rc < 0 ? rc : cqe.status);
-			ours[k][r] = (double)len / (double)(now_ns() - t0);
+			ours[k][r] = (double)len / (double)(dp_now_ns() - t0);
 			done += len;
 			progress_update(&pg, done);
 		}
@@ -604,10 +597,10 @@ static void bench_bandwidth(void)
 		memset(dst, 0, top);
 		for (k = 0, len = MiB; k < nsz; k++, len *= 4) {
 			for (unsigned r = 0; r < REPS; r++) {
-				uint64_t t0 = now_ns();
+				uint64_t t0 = dp_now_ns();
 
 				memcpy(dst, src, len);
-				peer[k][r] = (double)len / (double)(now_ns() - t0);
+				peer[k][r] = (double)len / (double)(dp_now_ns() - t0);
 				done += len;
 				progress_update(&pg, done);
 			}
@@ -790,7 +783,7 @@ static uint64_t fabric_one(struct bench *b, uint64_t off, uint64_t len, uint64_t
 	int rc;
 
 	dp_prep_write(&d, b->src, off, b->seg, off, len, ud);
-	t0 = now_ns();
+	t0 = dp_now_ns();
 	if ((rc = dp_submit(b->q, &d, 1)) != 1)
 		die("submit", rc < 0 ? rc : -EAGAIN);
 	rc = dp_wait(b->q, &cqe, 1, 10000);
@@ -799,7 +792,7 @@ static uint64_t fabric_one(struct bench *b, uint64_t off, uint64_t len, uint64_t
 				    : rc == 0	 ? -ETIMEDOUT
 				    : cqe.status ? cqe.status
 						 : -EBADMSG);
-	return now_ns() - t0;
+	return dp_now_ns() - t0;
 }
 
 /* Runs `total` 4 MiB WRITEs with up to `depth` in flight, rotating over the
@@ -808,7 +801,7 @@ static double fabric_stream(struct bench *b, unsigned depth, unsigned total, uin
 {
 	struct dp_cqe cqe[FABRIC_DEPTH];
 	unsigned sent = 0, done = 0;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = dp_now_ns();
 
 	while (done < total) {
 		while (sent < total && sent - done < depth) {
@@ -832,7 +825,7 @@ static double fabric_stream(struct bench *b, unsigned depth, unsigned total, uin
 		}
 		done += (unsigned)k;
 	}
-	return (double)total * FABRIC_XFER / (double)(now_ns() - t0);
+	return (double)total * FABRIC_XFER / (double)(dp_now_ns() - t0);
 }
 
 /* One measurement: the target exported by the other service and opened

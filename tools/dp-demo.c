@@ -12,18 +12,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "dataplane.h"
 #include "dp_tool.h"
 
 #define MiB (1u << 20)
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static int check(int rc, const char *what)
 {
@@ -139,18 +132,19 @@ int main(int argc, char **argv)
 	}
 	for (unsigned i = 0; i < 20000; i++) {
 		dp_prep_write(&d, buf_region, 0, seg, 0, 64, i);
-		t0 = now_ns();
+		t0 = dp_now_ns();
 		check(run1(q, &d), "write");
-		lat[i] = now_ns() - t0;
+		lat[i] = dp_now_ns() - t0;
 	}
 	qsort(lat, 20000, sizeof(lat[0]), cmp);
 	printf("latency, 64 B WRITE submit -> completion: p50 %.2f us, p99 %.2f us\n",
 	       lat[10000] / 1e3, lat[19800] / 1e3);
 	dp_prep_write(&d, buf_region, 0, seg, 0, 64 * MiB, 1);
-	t0 = now_ns();
+	t0 = dp_now_ns();
 	for (int i = 0; i < 8; i++)
 		check(run1(q, &d), "write");
-	printf("bandwidth, 64 MiB WRITEs: %.2f GB/s\n", 8.0 * 64 * MiB / (double)(now_ns() - t0));
+	printf("bandwidth, 64 MiB WRITEs: %.2f GB/s\n",
+	       8.0 * 64 * MiB / (double)(dp_now_ns() - t0));
 	dp_close(user);
 	dp_close(owner);
 	printf("demo ok\n");

@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "dataplane.h"
 #include "dp_tool.h"
 
@@ -44,14 +45,6 @@ static uint64_t size = 1024 * MiB, bs = MiB;
 static unsigned qd = 32, reps = 7;
 static int client_cpu = 0, fio_cpu = -1;
 static bool with_fio = true, reuse;
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void die(const char *what, int rc)
 {
@@ -147,7 +140,7 @@ static double ours_run(struct ours *o)
 	for (unsigned i = 0; i < qd; i++)
 		free_slots[i] = qd - 1 - i;
 	memset(o->mem, 0xff, reuse ? qd * bs : size);
-	t0 = now_ns();
+	t0 = dp_now_ns();
 	while (done < n) {
 		while (next < n && next - done < qd) {
 			uint64_t slot = reuse ? free_slots[nfree - 1] : next;
@@ -178,7 +171,7 @@ static double ours_run(struct ours *o)
 		}
 		done += (uint64_t)k;
 	}
-	t1 = now_ns();
+	t1 = dp_now_ns();
 	if (!reuse && !verify(o->mem, 0, size))
 		return 0;
 	for (unsigned i = 0; reuse && i < qd && i < n; i++)

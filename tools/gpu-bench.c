@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "dataplane.h"
 #include "dp_tool.h"
 
@@ -134,14 +135,6 @@ static struct dp_queue *q;
 static cudaStream_t raw_stream;
 static cudaEvent_t raw_ev;
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static void die(const char *what, int rc)
 {
 	fprintf(stderr, "gpu-bench: %s: %s\n", what, dp_strerror(rc));
@@ -239,12 +232,12 @@ static uint64_t ours(int region, uint64_t loff, int seg, uint64_t toff, uint64_t
 	int rc;
 
 	dp_prep_write(&d, region, loff, seg, toff, len, ++ud);
-	t0 = now_ns();
+	t0 = dp_now_ns();
 	if ((rc = dp_submit(q, &d, 1)) != 1)
 		die("dp_submit", rc < 0 ? rc : -EAGAIN);
 	while ((rc = dp_poll(q, &cqe, 1)) == 0)
 		;
-	t0 = now_ns() - t0;
+	t0 = dp_now_ns() - t0;
 	if (rc < 0 || cqe.status || cqe.user_data != ud)
 		die("completion", rc < 0 ? rc : cqe.status ? cqe.status : -EBADMSG);
 	if (cqe.flags != (DP_CQE_F_LOCAL | DP_CQE_F_GPU))
@@ -255,12 +248,12 @@ static uint64_t ours(int region, uint64_t loff, int seg, uint64_t toff, uint64_t
 /* The same copy by the CUDA runtime in this process; ns. */
 static uint64_t raw(void *dst, const void *src, uint64_t len)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = dp_now_ns();
 
 	ck(cudaMemcpyAsync(dst, src, len, cudaMemcpyDefault, raw_stream), "cudaMemcpyAsync");
 	ck(cudaEventRecord(raw_ev, raw_stream), "cudaEventRecord");
 	ck(cudaEventSynchronize(raw_ev), "cudaEventSynchronize");
-	return now_ns() - t0;
+	return dp_now_ns() - t0;
 }
 
 static void verify_gpu(const void *a, const void *b, size_t len, const char *what)
@@ -436,7 +429,7 @@ static uint64_t raw_file(int dfd, void *g, uint64_t len, uint8_t **bufs, cudaEve
 			 unsigned nb)
 {
 	const uint64_t slice = MiB;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = dp_now_ns();
 	unsigned i = 0;
 
 	for (uint64_t off = 0; off < len; off += slice, i = (i + 1) % nb) {
@@ -449,7 +442,7 @@ static uint64_t raw_file(int dfd, void *g, uint64_t len, uint8_t **bufs, cudaEve
 		ck(cudaEventRecord(ev[i], raw_stream), "cudaEventRecord");
 	}
 	ck(cudaStreamSynchronize(raw_stream), "cudaStreamSynchronize");
-	return now_ns() - t0;
+	return dp_now_ns() - t0;
 }
 
 static void bench_file_gpu(void)
@@ -496,12 +489,12 @@ static void bench_file_gpu(void)
 
 		drop_cache(fd);
 		dp_prep_read(&d, rg, 0, seg, 0, len, k + 1);
-		t_ours[k] = now_ns();
+		t_ours[k] = dp_now_ns();
 		if ((rc = dp_submit(q, &d, 1)) != 1)
 			die("dp_submit", rc < 0 ? rc : -EAGAIN);
 		while ((rc = dp_poll(q, &cqe, 1)) == 0)
 			;
-		t_ours[k] = now_ns() - t_ours[k];
+		t_ours[k] = dp_now_ns() - t_ours[k];
 		if (rc < 0 || cqe.status || cqe.bytes != len)
 			die("file -> GPU completion", rc < 0 ? rc : cqe.status ? cqe.status : -EIO);
 		drop_cache(fd);
@@ -615,23 +608,23 @@ static void bench_probe(void)
 		uint64_t t[9], tbig[9];
 
 		for (int r = 0; r < 9; r++) {
-			uint64_t t0, tb = now_ns(), end;
+			uint64_t t0, tb = dp_now_ns(), end;
 
 			if (mode) {
 				ck(cudaMemcpyAsync(bdst, bsrc, big, cudaMemcpyDefault, s_big),
 				   "big");
 				ck(cudaEventRecord(ev_big, s_big), "record");
-				end = now_ns() + 50000;
-				while (now_ns() < end)
+				end = dp_now_ns() + 50000;
+				while (dp_now_ns() < end)
 					;
 			}
-			t0 = now_ns();
+			t0 = dp_now_ns();
 			ck(cudaMemcpyAsync(sdst, ssrc, small, cudaMemcpyDefault, s), "small");
 			ck(cudaEventRecord(ev_small, s), "record");
 			ck(cudaEventSynchronize(ev_small), "sync");
-			t[r] = now_ns() - t0;
+			t[r] = dp_now_ns() - t0;
 			ck(cudaEventSynchronize(ev_big), "sync");
-			tbig[r] = now_ns() - tb;
+			tbig[r] = dp_now_ns() - tb;
 		}
 		qsort(t, 9, sizeof(t[0]), cmp_u64);
 		qsort(tbig, 9, sizeof(tbig[0]), cmp_u64);
@@ -657,12 +650,12 @@ static void bench_probe(void)
 
 			t[0][r] = raw((uint8_t *)bdst + off, (uint8_t *)bsrc + off, len);
 			t[1][r] = raw(bdst, bsrc, len);
-			t0 = now_ns();
+			t0 = dp_now_ns();
 			for (int k = 0; k < 10; k++)
 				ck(cudaMemcpyAsync(bdst, bsrc, len, cudaMemcpyDefault, raw_stream),
 				   "copy");
 			ck(cudaStreamSynchronize(raw_stream), "sync");
-			t[2][r] = (now_ns() - t0) / 10;
+			t[2][r] = (dp_now_ns() - t0) / 10;
 		}
 		ck(cudaMemset(bsrc, 0x5a, big), "cudaMemset");
 		ck(cudaDeviceSynchronize(), "sync");

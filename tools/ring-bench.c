@@ -55,6 +55,7 @@
 /* The ping-pong, the dataplaned check and --json (bench-report.c, shared
  * with dp-bench). */
 #include "bench-report.h"
+#include "clock.h"
 
 #define ENTRY_SIZE 64u
 #define MAX_BURST 32u
@@ -86,14 +87,6 @@ static struct {
 	.cpu = {0, 1},
 	.peers = true,
 };
-
-static double now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
 
 static void die(const char *what)
 {
@@ -303,7 +296,7 @@ static inline __attribute__((always_inline)) void p1_produce(struct p1_run *run,
 	struct run_thread t = run_start(&run->ctl, opt.cpu[0]);
 	uint64_t seq = 0;
 
-	run->ctl.t_start = now_ns();
+	run->ctl.t_start = (double)dp_now_ns();
 	while (seq < run->count) {
 		uint32_t n =
 			run->count - seq < run->burst ? (uint32_t)(run->count - seq) : run->burst;
@@ -342,7 +335,7 @@ static inline __attribute__((always_inline)) void p1_consume(struct p1_run *run,
 		if ((k == 0 && run_abandoned(&t)) || run_disturbed(&t))
 			break;
 	}
-	run->ctl.t_end = now_ns();
+	run->ctl.t_end = (double)dp_now_ns();
 	run->bad = bad;
 	run_finish(&t);
 }
@@ -422,7 +415,7 @@ static inline __attribute__((always_inline)) void p2_client(struct p2_run *run, 
 	uint64_t bad = 0;
 	int k = 0;
 
-	run->ctl.t_start = now_ns();
+	run->ctl.t_start = (double)dp_now_ns();
 	for (uint64_t i = 0; i < run->count; i++) {
 		e.seq = i;
 		while ((k = enq(run->sq.tx, &e, 1)) == 0)
@@ -439,7 +432,7 @@ static inline __attribute__((always_inline)) void p2_client(struct p2_run *run, 
 		if (run_disturbed(&t))
 			break;
 	}
-	run->ctl.t_end = now_ns();
+	run->ctl.t_end = (double)dp_now_ns();
 out:
 	if (k < 0)
 		run->client_err = k;
