@@ -73,7 +73,7 @@ RING_SRCS := ring/ring.c
 COMMON_SRCS := $(wildcard common/*.c)
 CLIENT_SRCS := $(wildcard libclient/*.c) $(COMMON_SRCS)
 SERVICE_SRCS := $(wildcard dataplane/*.c) $(COMMON_SRCS)
-TEST_SRCS := $(filter-out tests/fixture.c,$(wildcard tests/*.c))
+TEST_SRCS := $(filter-out tests/helpers.c,$(wildcard tests/*.c))
 RING_TEST_SRCS := $(wildcard tests/ring_*.c)
 GPU_TEST_SRCS := $(wildcard tests/gpu_*.c)
 
@@ -139,13 +139,13 @@ $(B)/%: $(B)/obj/examples/%.o $(LIBCLIENT_A)
 	$(CC) -o $@ $^ $(LDLIBS)
 
 # ---- tests ----
-$(B)/tests/dp-tests: $(call obj,$(TEST_SRCS) tests/fixture.c) $(LIBCLIENT_A)
+$(B)/tests/dp-tests: $(call obj,$(TEST_SRCS) tests/helpers.c) $(LIBCLIENT_A)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDLIBS) $(TEST_LIBS)
-$(B)/tests/ring-tests: $(call obj,$(RING_TEST_SRCS)) $(LIBRING)
+$(B)/tests/ring-tests: $(call obj,$(RING_TEST_SRCS) tests/helpers.c) $(LIBCLIENT_A)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDLIBS) $(TEST_LIBS)
-$(B)/tests/gpu_%: $(B)/obj/tests/gpu_%.o $(B)/obj/tests/fixture.o $(LIBCLIENT_A)
+$(B)/tests/gpu_%: $(B)/obj/tests/gpu_%.o $(B)/obj/tests/helpers.o $(LIBCLIENT_A)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDLIBS) $(TEST_LIBS)
 

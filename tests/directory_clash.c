@@ -3,7 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "directory_util.h"
+#include <hiredis/hiredis.h>
+
+#include "helpers.h"
 
 TestSuite(directory_clash, .fini = dir_teardown, .timeout = 60);
 
@@ -19,12 +21,12 @@ Test(directory_clash, export_of_a_held_name_is_eexist)
 	dir_svc_start(1, dir_redis.url, 5, NULL);
 	dir_server_name(0, name_a, sizeof(name_a));
 	dir_server_name(1, name_b, sizeof(name_b));
-	ca = fab_connect(&fab_svc[0], "a");
-	cb = fab_connect(&fab_svc[1], "b");
-	ra = fab_alloc(ca, MiB, &ma);
-	rb = fab_alloc(cb, MiB, &mb);
+	ca = connect_client(&fab_svc[0], "a");
+	cb = connect_client(&fab_svc[1], "b");
+	ra = alloc_region(ca, MiB, &ma);
+	rb = alloc_region(cb, MiB, &mb);
 
-	fab_export(ca, ra, "weights/0", DP_ACCESS_READ);
+	export_segment(ca, ra, "weights/0", DP_ACCESS_READ);
 	cr_assert_eq(dp_segment_export(cb, rb, "weights/0", DP_ACCESS_READ), -EEXIST,
 		     "a name held by a live service was exported again");
 	dir_hget(&dir_redis, DIR_KEY("weights/0"), "owner", owner, sizeof(owner));
@@ -35,10 +37,10 @@ Test(directory_clash, export_of_a_held_name_is_eexist)
 	/* A's client dies: its exports and their records go. */
 	dp_close(ca);
 	for (int i = 0; i < 200 && dir_int(&dir_redis, "EXISTS %s", DIR_KEY("weights/0")); i++)
-		fab_sleep_ms(10);
+		sleep_ms(10);
 	cr_assert_eq(dir_int(&dir_redis, "EXISTS %s", DIR_KEY("weights/0")), 0,
 		     "record of a dead client's export left behind");
-	fab_export(cb, rb, "weights/0", DP_ACCESS_READ);
+	export_segment(cb, rb, "weights/0", DP_ACCESS_READ);
 	dir_hget(&dir_redis, DIR_KEY("weights/0"), "owner", owner, sizeof(owner));
 	cr_assert_str_eq(owner, name_b);
 
@@ -53,13 +55,13 @@ Test(directory_clash, export_of_a_held_name_is_eexist)
 /* Reads `len` bytes of segment `seg` and checks them against `seed`. */
 static void read_check(struct dp_client *c, int seg, uint64_t seed)
 {
-	struct dp_queue *q = fab_queue(c, 4);
+	struct dp_queue *q = make_queue(c, 4);
 	struct dp_desc d;
 	uint8_t *loc;
-	int reg = fab_alloc(c, MiB, &loc);
+	int reg = alloc_region(c, MiB, &loc);
 
 	dp_prep_read(&d, reg, 0, seg, 0, MiB, seed);
-	fab_run_ok(q, &d, DP_CQE_F_FABRIC, 15000);
+	run_ok(q, &d, DP_CQE_F_FABRIC, 15000);
 	cr_assert_eq(pattern_check(loc, MiB, seed), -1, "bytes of the wrong owner");
 	dp_queue_destroy(q);
 	dp_free(c, reg);
@@ -77,18 +79,18 @@ Test(directory_clash, killed_owner_expires_and_a_new_owner_takes_the_name)
 	dir_redis_start(&dir_redis, 0, NULL);
 	dir_svc_start(0, dir_redis.url, 2, NULL);
 	dir_svc_start(1, dir_redis.url, 2, NULL);
-	ca = fab_connect(&fab_svc[0], "a");
-	cb = fab_connect(&fab_svc[1], "b");
-	ra = fab_alloc(ca, MiB, &ma);
+	ca = connect_client(&fab_svc[0], "a");
+	cb = connect_client(&fab_svc[1], "b");
+	ra = alloc_region(ca, MiB, &ma);
 	pattern_fill(ma, MiB, 1);
-	fab_export(ca, ra, "ckpt", DP_ACCESS_READ);
-	seg = fab_open(cb, NULL, "ckpt", DP_ACCESS_READ);
+	export_segment(ca, ra, "ckpt", DP_ACCESS_READ);
+	seg = open_segment(cb, NULL, "ckpt", DP_ACCESS_READ);
 	read_check(cb, seg, 1);
 
 	/* SIGKILL: nothing is withdrawn; the record outlives its owner
 	 * until the TTL runs out. */
 	svc_kill(&fab_svc[0]);
-	t0 = fab_now_ns();
+	t0 = now_ns();
 	dp_close(ca);
 	cr_assert_eq(dir_int(&dir_redis, "EXISTS %s", DIR_KEY("ckpt")), 1,
 		     "record gone before its TTL");
@@ -100,24 +102,24 @@ Test(directory_clash, killed_owner_expires_and_a_new_owner_takes_the_name)
 		cr_assert_geq(s, 0, "open during expiry: %s", dp_strerror(s));
 		dp_segment_close(cb, s);
 		cr_assert_lt(dir_ms_since(t0), 5000, "record of a killed owner alive after 5 s");
-		fab_sleep_ms(50);
+		sleep_ms(50);
 	}
 	ms = (long)dir_ms_since(t0);
 	/* Refreshed every TTL/3: it lived at least 2/3 of the TTL on. */
 	cr_assert_geq(ms, 1000, "record gone %ld ms after the kill, before its TTL", ms);
-	cr_assert(fab_log_has(&fab_svc[1], "record of 'ckpt' expired"),
+	cr_assert(svc_log_has(&fab_svc[1], "record of 'ckpt' expired"),
 		  "B was not told of the expiry (keyspace notification)");
 
 	/* A new owner takes the name; B finds it there. */
 	dir_svc_start(2, dir_redis.url, 2, NULL);
 	dir_server_name(2, name_c, sizeof(name_c));
-	cc = fab_connect(&fab_svc[2], "c");
-	rc = fab_alloc(cc, MiB, &mc);
+	cc = connect_client(&fab_svc[2], "c");
+	rc = alloc_region(cc, MiB, &mc);
 	pattern_fill(mc, MiB, 3);
-	fab_export(cc, rc, "ckpt", DP_ACCESS_READ);
+	export_segment(cc, rc, "ckpt", DP_ACCESS_READ);
 	dir_hget(&dir_redis, DIR_KEY("ckpt"), "owner", owner, sizeof(owner));
 	cr_assert_str_eq(owner, name_c);
-	seg = fab_open(cb, NULL, "ckpt", DP_ACCESS_READ);
+	seg = open_segment(cb, NULL, "ckpt", DP_ACCESS_READ);
 	read_check(cb, seg, 3);
 
 	dp_close(cb);
@@ -136,7 +138,7 @@ Test(directory_clash, malformed_records_are_refused)
 
 	dir_redis_start(&dir_redis, 0, NULL);
 	dir_svc_start(0, dir_redis.url, 5, NULL);
-	c = fab_connect(&fab_svc[0], "a");
+	c = connect_client(&fab_svc[0], "a");
 
 	rep = dir_cmd(&dir_redis, "HSET %s owner x:1 gen 1 rec short", DIR_KEY("short"));
 	freeReplyObject(rep);

@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "directory_util.h"
+#include <hiredis/hiredis.h>
+
+#include "helpers.h"
 
 TestSuite(directory_outage, .fini = dir_teardown, .timeout = 90);
 
@@ -97,40 +99,40 @@ Test(directory_outage, redis_restart_under_load)
 	dir_redis_start(&dir_redis, 0, NULL);
 	dir_svc_start(0, dir_redis.url, 2, NULL);
 	dir_svc_start(1, dir_redis.url, 2, NULL);
-	ca = fab_connect(&fab_svc[0], "owner");
-	cb = fab_connect(&fab_svc[1], "opener");
-	ra = fab_alloc(ca, 8 * CHUNK, &ma);
-	fab_export(ca, ra, "hot", DP_ACCESS_RW);
-	rb = fab_alloc(cb, MiB, &mb);
-	l.c = fab_connect(&fab_svc[1], "load");
-	l.seg = fab_open(l.c, NULL, "hot", DP_ACCESS_RW);
+	ca = connect_client(&fab_svc[0], "owner");
+	cb = connect_client(&fab_svc[1], "opener");
+	ra = alloc_region(ca, 8 * CHUNK, &ma);
+	export_segment(ca, ra, "hot", DP_ACCESS_RW);
+	rb = alloc_region(cb, MiB, &mb);
+	l.c = connect_client(&fab_svc[1], "load");
+	l.seg = open_segment(l.c, NULL, "hot", DP_ACCESS_RW);
 	cr_assert_eq(pthread_create(&l.thread, NULL, load_run, &l), 0);
-	fab_sleep_ms(300);
+	sleep_ms(300);
 	cr_assert_gt(atomic_load(&l.ok), 0, "no transfer before the outage");
 
 	/* Redis dies. */
 	dir_redis_kill(&dir_redis);
 	ok0 = atomic_load(&l.ok);
-	fab_sleep_ms(100);
-	t0 = fab_now_ns();
+	sleep_ms(100);
+	t0 = now_ns();
 	rc = dp_segment_open(cb, NULL, "not-cached", DP_ACCESS_READ);
 	assert_prompt_failure(rc, t0, "a lookup");
-	t0 = fab_now_ns();
+	t0 = now_ns();
 	rc = dp_segment_export(ca, ra, "new-name", DP_ACCESS_READ);
 	assert_prompt_failure(rc, t0, "an export");
 	cr_assert_eq(dp_segment_open(ca, NULL, "new-name", DP_ACCESS_READ), -EHOSTUNREACH,
 		     "the failed export was left behind");
-	fab_sleep_ms(1500);
+	sleep_ms(1500);
 	ok1 = atomic_load(&l.ok);
 	cr_assert_gt(ok1, ok0 + 10, "transfers stalled with Redis down (%ld -> %ld)", ok0, ok1);
-	cr_assert(fab_log_has(&fab_svc[1], "exports and lookups by name fail until it is back"));
+	cr_assert(svc_log_has(&fab_svc[1], "exports and lookups by name fail until it is back"));
 
 	/* Redis is back, empty: the owner republishes on its own. */
 	dir_redis_start(&dir_redis, dir_redis.port, NULL);
-	t0 = fab_now_ns();
+	t0 = now_ns();
 	while (dir_int(&dir_redis, "EXISTS %s", DIR_KEY("hot")) != 1) {
 		cr_assert_lt(dir_ms_since(t0), 10000, "record not republished 10 s after restart");
-		fab_sleep_ms(50);
+		sleep_ms(50);
 	}
 	/* Both services reconnected: a new export, and lookups on B, work. */
 	for (;;) {
@@ -139,7 +141,7 @@ Test(directory_outage, redis_restart_under_load)
 			break;
 		cr_assert_lt(dir_ms_since(t0), 10000, "export still failing after restart: %s",
 			     dp_strerror(rc));
-		fab_sleep_ms(50);
+		sleep_ms(50);
 	}
 	for (;;) {
 		seg = dp_segment_open(cb, NULL, "new-name", DP_ACCESS_READ);
@@ -147,23 +149,23 @@ Test(directory_outage, redis_restart_under_load)
 			break;
 		cr_assert_lt(dir_ms_since(t0), 10000, "lookup still failing after restart: %s",
 			     dp_strerror(seg));
-		fab_sleep_ms(50);
+		sleep_ms(50);
 	}
 	{
-		struct dp_queue *q = fab_queue(cb, 4);
+		struct dp_queue *q = make_queue(cb, 4);
 		struct dp_desc d;
 
 		atomic_store(&l.stop, 1); /* the load writes into ma too */
 		pthread_join(l.thread, NULL);
 		pattern_fill(ma, CHUNK, 99);
 		dp_prep_read(&d, rb, 0, seg, 0, CHUNK, 1);
-		fab_run_ok(q, &d, DP_CQE_F_FABRIC, 15000);
+		run_ok(q, &d, DP_CQE_F_FABRIC, 15000);
 		cr_assert_eq(pattern_check(mb, CHUNK, 99), -1, "READ after the restart");
 	}
 	cr_assert_eq(atomic_load(&l.bad), 0, "%ld transfer(s) failed, first: %s",
 		     atomic_load(&l.bad), dp_strerror(l.first_bad));
 	cr_assert_gt(atomic_load(&l.ok), ok1, "no transfer after the restart");
-	cr_assert(fab_log_has(&fab_svc[0], "record(s) published"));
+	cr_assert(svc_log_has(&fab_svc[0], "record(s) published"));
 
 	dp_close(l.c);
 	dp_close(cb);
@@ -186,18 +188,18 @@ Test(directory_outage, redis_down_at_start)
 		cr_skip_test("redis-server is not installed (make deps)");
 	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
 	dir_svc_start(0, url, 2, NULL);
-	c = fab_connect(&fab_svc[0], "a");
-	reg = fab_alloc(c, MiB, &m);
-	t0 = fab_now_ns();
+	c = connect_client(&fab_svc[0], "a");
+	reg = alloc_region(c, MiB, &m);
+	t0 = now_ns();
 	rc = dp_segment_export(c, reg, "early", DP_ACCESS_READ);
 	assert_prompt_failure(rc, t0, "an export");
 
 	dir_redis_start(&dir_redis, port, NULL);
-	t0 = fab_now_ns();
+	t0 = now_ns();
 	while ((rc = dp_segment_export(c, reg, "early", DP_ACCESS_READ))) {
 		cr_assert_lt(dir_ms_since(t0), 10000,
 			     "export still failing 10 s after Redis came: %s", dp_strerror(rc));
-		fab_sleep_ms(50);
+		sleep_ms(50);
 	}
 	cr_assert_eq(dir_int(&dir_redis, "EXISTS %s", DIR_KEY("early")), 1);
 	dp_close(c);
@@ -219,42 +221,42 @@ Test(directory_outage, hung_redis_times_out)
 	dir_redis_start(&dir_redis, 0, NULL);
 	dir_svc_start(0, dir_redis.url, 5, NULL);
 	dir_svc_start(1, dir_redis.url, 5, NULL);
-	ca = fab_connect(&fab_svc[0], "owner");
-	cb = fab_connect(&fab_svc[1], "opener");
-	ra = fab_alloc(ca, MiB, &ma);
-	fab_export(ca, ra, "stuck", DP_ACCESS_RW);
-	rb = fab_alloc(cb, MiB, &mb);
-	seg = fab_open(cb, NULL, "stuck", DP_ACCESS_RW);
-	q = fab_queue(cb, 4);
+	ca = connect_client(&fab_svc[0], "owner");
+	cb = connect_client(&fab_svc[1], "opener");
+	ra = alloc_region(ca, MiB, &ma);
+	export_segment(ca, ra, "stuck", DP_ACCESS_RW);
+	rb = alloc_region(cb, MiB, &mb);
+	seg = open_segment(cb, NULL, "stuck", DP_ACCESS_RW);
+	q = make_queue(cb, 4);
 
 	kill(dir_redis.pid, SIGSTOP);
-	t0 = fab_now_ns();
+	t0 = now_ns();
 	rc = dp_segment_export(ca, ra, "stuck-2", DP_ACCESS_READ);
 	ms = dir_ms_since(t0);
 	cr_assert(rc == -ETIMEDOUT || rc == -EHOSTUNREACH, "export: %s", dp_strerror(rc));
 	cr_assert_lt(ms, 2000, "export took %llu ms to fail", (unsigned long long)ms);
-	t0 = fab_now_ns();
+	t0 = now_ns();
 	rc = dp_segment_open(cb, NULL, "not-cached", DP_ACCESS_READ);
 	ms = dir_ms_since(t0);
 	cr_assert(rc == -ETIMEDOUT || rc == -EHOSTUNREACH, "lookup: %s", dp_strerror(rc));
 	cr_assert_lt(ms, 2000, "lookup took %llu ms to fail", (unsigned long long)ms);
 	pattern_fill(mb, MiB, 5);
 	dp_prep_write(&d, rb, 0, seg, 0, MiB, 1);
-	fab_run_ok(q, &d, DP_CQE_F_FABRIC, 15000);
+	run_ok(q, &d, DP_CQE_F_FABRIC, 15000);
 	cr_assert_eq(pattern_check(ma, MiB, 5), -1, "transfer while Redis hangs");
-	cr_assert(fab_log_has(&fab_svc[0], "timed out"), "A did not log the timeout");
+	cr_assert(svc_log_has(&fab_svc[0], "timed out"), "A did not log the timeout");
 
 	kill(dir_redis.pid, SIGCONT);
-	t0 = fab_now_ns();
+	t0 = now_ns();
 	while ((rc = dp_segment_export(ca, ra, "stuck-2", DP_ACCESS_READ))) {
 		cr_assert_lt(dir_ms_since(t0), 10000, "export failing 10 s after SIGCONT: %s",
 			     dp_strerror(rc));
-		fab_sleep_ms(50);
+		sleep_ms(50);
 	}
 	while ((seg = dp_segment_open(cb, NULL, "stuck-2", DP_ACCESS_READ)) < 0) {
 		cr_assert_lt(dir_ms_since(t0), 10000, "lookup failing 10 s after SIGCONT: %s",
 			     dp_strerror(seg));
-		fab_sleep_ms(50);
+		sleep_ms(50);
 	}
 	dp_close(cb);
 	dp_close(ca);

@@ -3,7 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "directory_util.h"
+#include <hiredis/hiredis.h>
+
+#include "helpers.h"
 
 TestSuite(directory_transfer, .fini = dir_teardown, .timeout = 60);
 
@@ -26,50 +28,50 @@ Test(directory_transfer, open_by_name_on_another_service)
 	dir_svc_start(0, dir_redis.url, 2, NULL);
 	dir_svc_start(1, dir_redis.url, 2, NULL);
 	dir_server_name(0, name_a, sizeof(name_a));
-	ca = fab_connect(&fab_svc[0], "owner");
-	cb = fab_connect(&fab_svc[1], "opener");
+	ca = connect_client(&fab_svc[0], "owner");
+	cb = connect_client(&fab_svc[1], "opener");
 
 	/* The record: owned by A, with a TTL of at most 2 s. */
-	treg = fab_alloc(ca, LEN, &tgt);
+	treg = alloc_region(ca, LEN, &tgt);
 	memset(tgt, 0x5a, LEN);
-	fab_export(ca, treg, SEG, DP_ACCESS_RW);
+	export_segment(ca, treg, SEG, DP_ACCESS_RW);
 	dir_hget(&dir_redis, DIR_KEY(SEG), "owner", owner, sizeof(owner));
 	cr_assert_str_eq(owner, name_a, "record owner '%s', want A (%s)", owner, name_a);
 	pttl = dir_int(&dir_redis, "PTTL %s", DIR_KEY(SEG));
 	cr_assert(pttl > 0 && pttl <= 2000, "record TTL %lld ms, want (0, 2000]", pttl);
 
 	/* B opens it by name alone and writes into A's memory. */
-	lreg = fab_alloc(cb, LEN, &loc);
-	seg = fab_open(cb, NULL, SEG, DP_ACCESS_RW);
-	qb = fab_queue(cb, 16);
+	lreg = alloc_region(cb, LEN, &loc);
+	seg = open_segment(cb, NULL, SEG, DP_ACCESS_RW);
+	qb = make_queue(cb, 16);
 	pattern_fill(loc, MiB, 1);
 	dp_prep_write(&d, lreg, 0, seg, 4096, MiB, 1);
-	fab_run_ok(qb, &d, DP_CQE_F_FABRIC, 15000);
+	run_ok(qb, &d, DP_CQE_F_FABRIC, 15000);
 	fab_check(tgt + 4096, MiB, 1, tgt, tgt + LEN, 0x5a, "WRITE by name");
 	/* ... and reads A's memory back. */
 	pattern_fill(tgt + 2 * MiB, MiB, 2);
 	memset(loc, 0, LEN);
 	dp_prep_read(&d, lreg, 8192, seg, 2 * MiB, MiB, 2);
-	fab_run_ok(qb, &d, DP_CQE_F_FABRIC, 15000);
+	run_ok(qb, &d, DP_CQE_F_FABRIC, 15000);
 	fab_check(loc + 8192, MiB, 2, loc, loc + LEN, 0, "READ by name");
 
 	/* A second open of the name on B is served from B's cache: Redis
 	 * sees no lookup (HMGET) for it. */
 	hmget0 = dir_calls(&dir_redis, "hmget");
-	cb2 = fab_connect(&fab_svc[1], "opener-2");
-	seg2 = fab_open(cb2, NULL, SEG, DP_ACCESS_READ);
+	cb2 = connect_client(&fab_svc[1], "opener-2");
+	seg2 = open_segment(cb2, NULL, SEG, DP_ACCESS_READ);
 	cr_assert_geq(seg2, 0);
 	cr_assert_eq(dir_calls(&dir_redis, "hmget"), hmget0, "a cached name was looked up again");
 
 	/* On A itself the name resolves to the local export: a local copy. */
-	self = fab_open(ca, NULL, SEG, DP_ACCESS_RW);
-	qa = fab_queue(ca, 16);
+	self = open_segment(ca, NULL, SEG, DP_ACCESS_RW);
+	qa = make_queue(ca, 16);
 	dp_prep_read(&d, treg, 3 * MiB, self, 2 * MiB, MiB, 3);
-	fab_run_ok(qa, &d, DP_CQE_F_LOCAL, 15000);
+	run_ok(qa, &d, DP_CQE_F_LOCAL, 15000);
 	cr_assert_eq(pattern_check(tgt + 3 * MiB, MiB, 2), -1, "local copy by name");
 
 	/* The heartbeat keeps the record past its TTL. */
-	fab_sleep_ms(3000);
+	sleep_ms(3000);
 	cr_assert_eq(dir_int(&dir_redis, "EXISTS %s", DIR_KEY(SEG)), 1,
 		     "record expired although its owner lives");
 
@@ -78,21 +80,21 @@ Test(directory_transfer, open_by_name_on_another_service)
 	dp_segment_close(ca, self);
 	cr_assert_eq(dp_segment_unexport(ca, SEG), 0);
 	cr_assert_eq(dir_int(&dir_redis, "EXISTS %s", DIR_KEY(SEG)), 0, "record left behind");
-	t0 = fab_now_ns();
+	t0 = now_ns();
 	for (;;) {
 		int st;
 
 		dp_prep_read(&d, lreg, 0, seg, 0, 4096, 4);
-		st = dir_run(qb, &d);
+		st = run_wait(qb, &d, 15000).status;
 		if (st == -ECONNRESET)
 			break;
 		cr_assert_lt(dir_ms_since(t0), 3000,
 			     "open segment still usable 3 s after unexport "
 			     "(last status %s)",
 			     dp_strerror(st));
-		fab_sleep_ms(20);
+		sleep_ms(20);
 	}
-	cr_assert(fab_log_has(&fab_svc[1], "record of '" SEG "' deleted"),
+	cr_assert(svc_log_has(&fab_svc[1], "record of '" SEG "' deleted"),
 		  "B did not log the invalidation");
 	cr_assert_eq(dp_segment_open(cb, NULL, SEG, DP_ACCESS_RW), -ENOENT);
 
@@ -118,19 +120,19 @@ Test(directory_transfer, without_directory_nothing_changes)
 	dir_svc_start(0, dir_redis.url, 2, NULL);
 	dir_svc_start(1, NULL, 0, NULL);
 	dir_server_name(0, peer_a, sizeof(peer_a));
-	ca = fab_connect(&fab_svc[0], "owner");
-	cb = fab_connect(&fab_svc[1], "opener");
-	treg = fab_alloc(ca, MiB, &tgt);
-	fab_export(ca, treg, "plain", DP_ACCESS_RW);
+	ca = connect_client(&fab_svc[0], "owner");
+	cb = connect_client(&fab_svc[1], "opener");
+	treg = alloc_region(ca, MiB, &tgt);
+	export_segment(ca, treg, "plain", DP_ACCESS_RW);
 	cr_assert_eq(dp_segment_open(cb, NULL, "plain", DP_ACCESS_RW), -ENOENT);
-	seg = fab_open(cb, peer_a, "plain", DP_ACCESS_RW);
-	lreg = fab_alloc(cb, MiB, &loc);
+	seg = open_segment(cb, peer_a, "plain", DP_ACCESS_RW);
+	lreg = alloc_region(cb, MiB, &loc);
 	pattern_fill(loc, MiB, 7);
-	q = fab_queue(cb, 16);
+	q = make_queue(cb, 16);
 	dp_prep_write(&d, lreg, 0, seg, 0, MiB, 1);
-	fab_run_ok(q, &d, DP_CQE_F_FABRIC, 15000);
+	run_ok(q, &d, DP_CQE_F_FABRIC, 15000);
 	cr_assert_eq(pattern_check(tgt, MiB, 7), -1);
-	cr_assert_not(fab_log_has(&fab_svc[1], "directory"), "B mentions a directory");
+	cr_assert_not(svc_log_has(&fab_svc[1], "directory"), "B mentions a directory");
 	dp_close(cb);
 	dp_close(ca);
 	cr_assert_eq(svc_stop(&fab_svc[0]), 0);
@@ -141,8 +143,8 @@ Test(directory_transfer, without_directory_nothing_changes)
 
 static void assert_log_clean(unsigned i)
 {
-	cr_assert_not(fab_log_has(&fab_svc[i], PASSWORD), "service %u logged the password", i);
-	cr_assert(fab_log_has(&fab_svc[i], ":***@127.0.0.1"), "service %u: no masked URL", i);
+	cr_assert_not(svc_log_has(&fab_svc[i], PASSWORD), "service %u logged the password", i);
+	cr_assert(svc_log_has(&fab_svc[i], ":***@127.0.0.1"), "service %u: no masked URL", i);
 }
 
 /* A password-protected Redis: the right password works (in the URL or in
@@ -166,22 +168,22 @@ Test(directory_transfer, password_never_logged)
 	dir_svc_start(2, bad, 5, NULL);
 	unsetenv("DP_DIRECTORY_PASSWORD");
 
-	c0 = fab_connect(&fab_svc[0], "a");
-	reg = fab_alloc(c0, MiB, &mem);
-	fab_export(c0, reg, "guarded", DP_ACCESS_READ);
+	c0 = connect_client(&fab_svc[0], "a");
+	reg = alloc_region(c0, MiB, &mem);
+	export_segment(c0, reg, "guarded", DP_ACCESS_READ);
 	dir_hget(&dir_redis, DIR_KEY("guarded"), "owner", owner, sizeof(owner));
 	cr_assert_neq(owner[0], 0, "no record published with the password");
 
-	c1 = fab_connect(&fab_svc[1], "b");
-	reg = fab_alloc(c1, MiB, &mem);
+	c1 = connect_client(&fab_svc[1], "b");
+	reg = alloc_region(c1, MiB, &mem);
 	cr_assert_eq(dp_segment_export(c1, reg, "guarded-2", DP_ACCESS_READ), -EHOSTUNREACH,
 		     "export with a wrong password");
 	cr_assert_eq(dp_segment_open(c1, NULL, "guarded", DP_ACCESS_READ), -EHOSTUNREACH);
-	cr_assert(fab_log_has(&fab_svc[1], "authentication refused"));
+	cr_assert(svc_log_has(&fab_svc[1], "authentication refused"));
 
-	c2 = fab_connect(&fab_svc[2], "c");
-	reg = fab_alloc(c2, MiB, &mem);
-	fab_export(c2, reg, "guarded-3", DP_ACCESS_READ);
+	c2 = connect_client(&fab_svc[2], "c");
+	reg = alloc_region(c2, MiB, &mem);
+	export_segment(c2, reg, "guarded-3", DP_ACCESS_READ);
 	cr_assert_geq(dp_segment_open(c2, NULL, "guarded", DP_ACCESS_READ), 0);
 
 	dp_close(c0);

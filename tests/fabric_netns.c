@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fabric_util.h"
+#include "helpers.h"
 
 /*
  * The "network": namespaces dpfA-PID and dpfB-PID, veth pair i named
@@ -113,7 +113,7 @@ static void ns_start(unsigned i, unsigned pairs, const char *slice)
 	snprintf(nics, sizeof(nics), "%s", net.veth[0][i]);
 	if (pairs > 1)
 		snprintf(nics + strlen(nics), sizeof(nics) - strlen(nics), ",%s", net.veth[1][i]);
-	fab_start_in(&fab_svc[i], prefix, args);
+	start_svc_in(&fab_svc[i], prefix, args);
 }
 
 struct ends {
@@ -130,16 +130,16 @@ static void ends_open(struct ends *e, uint64_t len)
 	char peer[64];
 
 	e->len = len;
-	e->ca = fab_connect(&fab_svc[0], "ns-a");
-	e->cb = fab_connect(&fab_svc[1], "ns-b");
-	e->treg = fab_alloc(e->cb, len, &e->tgt);
-	fab_export(e->cb, e->treg, "netns", DP_ACCESS_RW);
-	e->lreg = fab_alloc(e->ca, len, &e->loc);
+	e->ca = connect_client(&fab_svc[0], "ns-a");
+	e->cb = connect_client(&fab_svc[1], "ns-b");
+	e->treg = alloc_region(e->cb, len, &e->tgt);
+	export_segment(e->cb, e->treg, "netns", DP_ACCESS_RW);
+	e->lreg = alloc_region(e->ca, len, &e->loc);
 	snprintf(peer, sizeof(peer), "%s:%d", net.ip[0][1], fab_rpc_port(&fab_svc[1]));
 	cr_assert_str_eq(dp_server_name(e->cb), peer, "B's server name");
-	e->seg = fab_open(e->ca, peer, "netns", DP_ACCESS_RW);
-	e->q[0] = fab_queue(e->ca, 64);
-	e->q[1] = fab_queue(e->ca, 64);
+	e->seg = open_segment(e->ca, peer, "netns", DP_ACCESS_RW);
+	e->q[0] = make_queue(e->ca, 64);
+	e->q[1] = make_queue(e->ca, 64);
 }
 
 static void sizes_across(struct ends *e)
@@ -153,13 +153,13 @@ static void sizes_across(struct ends *e)
 		pattern_fill(e->loc, len, 300 + i);
 		memset(e->tgt + off, 0, len);
 		dp_prep_write(&d, e->lreg, 0, e->seg, off, len, i);
-		fab_run_ok(e->q[i & 1], &d, DP_CQE_F_FABRIC, 30000);
+		run_ok(e->q[i & 1], &d, DP_CQE_F_FABRIC, 30000);
 		cr_assert_eq(pattern_check(e->tgt + off, len, 300 + i), -1, "WRITE of %llu B",
 			     (unsigned long long)len);
 		pattern_fill(e->tgt + off, len, 400 + i);
 		memset(e->loc, 0, len);
 		dp_prep_read(&d, e->lreg, 0, e->seg, off, len, 100 + i);
-		fab_run_ok(e->q[i & 1], &d, DP_CQE_F_FABRIC, 30000);
+		run_ok(e->q[i & 1], &d, DP_CQE_F_FABRIC, 30000);
 		cr_assert_eq(pattern_check(e->loc, len, 400 + i), -1, "READ of %llu B",
 			     (unsigned long long)len);
 	}
@@ -185,9 +185,9 @@ static void in_flight_across(struct ends *e)
 				d[i & 1][i / 2].opcode = DP_OP_READ;
 		}
 		for (unsigned k = 0; k < 2; k++)
-			fab_submit_all(e->q[k], d[k], 16);
+			submit_all(e->q[k], d[k], 16, 10000);
 		for (unsigned k = 0; k < 2; k++) {
-			fab_reap(e->q[k], c[k], 16, 30000);
+			reap(e->q[k], c[k], 16, 30000);
 			for (unsigned i = 0; i < 16; i++) {
 				cr_assert_eq(c[k][i].status, 0, "%s %llu: %s",
 					     op ? "READ" : "WRITE",
@@ -219,14 +219,15 @@ static void ends_close(struct ends *e)
 Test(fabric_netns, tcp_across_a_veth_pair)
 {
 	struct ends e;
-	char self[64], line[128];
+	char self[64], prov[32], domain[64];
 
 	netns_setup(1);
 	ns_start(0, 1, "1048576");
 	ns_start(1, 1, "1048576");
 	/* The rail is the veth end (tcp names its domains after interfaces). */
-	snprintf(line, sizeof(line), "domain %s,", net.veth[0][0]);
-	cr_assert(fab_log_has(&fab_svc[0], line), "A's rail is not on %s", net.veth[0][0]);
+	svc_rail(&fab_svc[0], 0, prov, sizeof(prov), domain, sizeof(domain));
+	cr_assert_str_eq(domain, net.veth[0][0], "A's rail is on %s, not %s", domain,
+			 net.veth[0][0]);
 	ends_open(&e, 64 * MiB + 8192);
 	sizes_across(&e);
 	in_flight_across(&e);
@@ -234,14 +235,14 @@ Test(fabric_netns, tcp_across_a_veth_pair)
 	{
 		struct dp_desc d;
 		uint8_t *mine;
-		int mreg = fab_alloc(e.ca, 4096, &mine), seg;
+		int mreg = alloc_region(e.ca, 4096, &mine), seg;
 
-		fab_export(e.ca, mreg, "mine", DP_ACCESS_RW);
+		export_segment(e.ca, mreg, "mine", DP_ACCESS_RW);
 		snprintf(self, sizeof(self), "%s:%d", net.ip[0][0], fab_rpc_port(&fab_svc[0]));
-		seg = fab_open(e.ca, self, "mine", DP_ACCESS_RW);
+		seg = open_segment(e.ca, self, "mine", DP_ACCESS_RW);
 		pattern_fill(e.loc, 4096, 700);
 		dp_prep_write(&d, e.lreg, 0, seg, 0, 4096, 700);
-		fab_run_ok(e.q[0], &d, DP_CQE_F_LOCAL, 5000);
+		run_ok(e.q[0], &d, DP_CQE_F_LOCAL, 5000);
 		cr_assert_eq(pattern_check(mine, 4096, 700), -1);
 	}
 	ends_close(&e);
@@ -256,7 +257,15 @@ Test(fabric_netns, tcp_two_rails_striped)
 	netns_setup(2);
 	ns_start(0, 2, "65536");
 	ns_start(1, 2, "65536");
-	cr_assert(fab_log_has(&fab_svc[0], "rail 1: provider tcp"), "A opened one rail, not two");
+	{
+		char prov[32], domain[64];
+
+		cr_assert_eq(svc_rails(&fab_svc[0]), 2, "A opened %u rails, not two",
+			     svc_rails(&fab_svc[0]));
+		svc_rail(&fab_svc[0], 1, prov, sizeof(prov), domain, sizeof(domain));
+		/* "tcp" or layered, "tcp;ofi_rxm" */
+		cr_assert(!strncmp(prov, "tcp", 3), "A's rail 1: provider %s", prov);
+	}
 	ends_open(&e, 64 * MiB + 8192);
 	sizes_across(&e);
 	in_flight_across(&e);

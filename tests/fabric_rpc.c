@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fabric_util.h"
+#include "helpers.h"
 
 TestSuite(fabric_rpc, .fini = fab_teardown, .timeout = 60);
 
@@ -86,12 +86,12 @@ static void send_all(int fd, const void *buf, size_t len)
  * a reset connection. */
 static ssize_t recv_until_eof(int fd, void *buf, size_t len, int timeout_ms)
 {
-	uint64_t deadline = fab_now_ns() + (uint64_t)timeout_ms * 1000000u;
+	uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000u;
 	size_t got = 0;
 
 	for (;;) {
 		struct pollfd pfd = {.fd = fd, .events = POLLIN};
-		int left = (int)(((int64_t)deadline - (int64_t)fab_now_ns()) / 1000000);
+		int left = (int)(((int64_t)deadline - (int64_t)now_ns()) / 1000000);
 		ssize_t n;
 
 		if (left <= 0 || poll(&pfd, 1, left) <= 0)
@@ -153,29 +153,29 @@ static void target_start(struct svc *s, struct target *t, const char *const *mor
 	for (; more && *more; more++)
 		args[n++] = *more;
 	args[n] = NULL;
-	fab_start(s, args);
+	start_svc(s, args);
 	t->port = fab_rpc_port(s);
-	t->c = fab_connect(s, "target");
-	t->region = fab_alloc(t->c, EXPORT_LEN, &t->mem);
-	fab_export(t->c, t->region, "rpc-seg", DP_ACCESS_RW);
+	t->c = connect_client(s, "target");
+	t->region = alloc_region(t->c, EXPORT_LEN, &t->mem);
+	export_segment(t->c, t->region, "rpc-seg", DP_ACCESS_RW);
 }
 
 /* The service still answers a lookup and still moves bytes locally. */
 static void still_serving(const struct svc *s, struct target *t)
 {
 	struct rpc_req_msg m = lookup_msg("rpc-seg");
-	struct dp_queue *q = fab_queue(t->c, 8);
+	struct dp_queue *q = make_queue(t->c, 8);
 	int seg, src;
 	uint8_t *srcp;
 	struct dp_desc d;
 
 	cr_assert(kill(s->pid, 0) == 0, "the service died");
 	cr_assert_eq(request_status(t->port, &m, sizeof(m), NULL), 0, "lookup after the abuse");
-	src = fab_alloc(t->c, 4096, &srcp);
-	seg = fab_open(t->c, NULL, "rpc-seg", DP_ACCESS_RW);
+	src = alloc_region(t->c, 4096, &srcp);
+	seg = open_segment(t->c, NULL, "rpc-seg", DP_ACCESS_RW);
 	pattern_fill(srcp, 4096, 31);
 	dp_prep_write(&d, src, 0, seg, 0, 4096, 1);
-	fab_run_ok(q, &d, DP_CQE_F_LOCAL, 5000);
+	run_ok(q, &d, DP_CQE_F_LOCAL, 5000);
 	cr_assert_eq(pattern_check(t->mem, 4096, 31), -1);
 	dp_segment_close(t->c, seg);
 	dp_free(t->c, src);
@@ -244,13 +244,13 @@ Test(fabric_rpc, malformed_requests_get_an_error_reply)
 	{
 		int fd = rpc_connect(t.port);
 		char buf[sizeof(struct rpc_reply_msg)];
-		uint64_t t0 = fab_now_ns();
+		uint64_t t0 = now_ns();
 
 		m = lookup_msg("rpc-seg");
 		send_all(fd, &m, sizeof(m.h) + 10);
 		shutdown(fd, SHUT_WR);
 		recv_until_eof(fd, buf, sizeof(buf), 3000);
-		cr_assert_lt(fab_now_ns() - t0, 1000000000ull, "a truncated payload held for >1 s");
+		cr_assert_lt(now_ns() - t0, 1000000000ull, "a truncated payload held for >1 s");
 		close(fd);
 	}
 	/* Junk: 64 KiB of it. */
@@ -265,7 +265,7 @@ Test(fabric_rpc, malformed_requests_get_an_error_reply)
 		close(fd);
 	}
 	still_serving(&fab_svc[0], &t);
-	fab_sleep_ms(100);
+	sleep_ms(100);
 	cr_assert_eq(proc_fd_count(fab_svc[0].pid), fds_before, "the service leaked sockets");
 	dp_close(t.c);
 	cr_assert_eq(svc_stop(&fab_svc[0]), 0);
@@ -277,7 +277,7 @@ static double held_ms(int port, const void *prefix, size_t len, unsigned trickle
 		      const void *rest, size_t rest_len)
 {
 	int fd = rpc_connect(port);
-	uint64_t t0 = fab_now_ns();
+	uint64_t t0 = now_ns();
 	char buf[sizeof(struct rpc_reply_msg)];
 	size_t sent = 0;
 
@@ -297,11 +297,11 @@ static double held_ms(int port, const void *prefix, size_t len, unsigned trickle
 		    send(fd, (const char *)rest + sent, 1, MSG_NOSIGNAL) != 1)
 			break;
 		sent++;
-		if (fab_now_ns() - t0 > 10000000000ull)
+		if (now_ns() - t0 > 10000000000ull)
 			break;
 	}
 	close(fd);
-	return (double)(fab_now_ns() - t0) / 1e6;
+	return (double)(now_ns() - t0) / 1e6;
 }
 
 Test(fabric_rpc, silent_truncated_or_trickling_peers_are_dropped)
@@ -374,14 +374,14 @@ static void *fake_main(void *arg)
 			(void)!send(fd, &rep, trunc, MSG_NOSIGNAL);
 			break;
 		case FAKE_SILENT:
-			fab_sleep_ms(3000);
+			sleep_ms(3000);
 			break;
 		case FAKE_TRICKLE:
 			/* A byte per 50 ms: the whole reply would take a minute. */
 			for (size_t i = 0; i < sizeof(rep) && !atomic_load(&fake.stop); i++) {
 				if (send(fd, (char *)&rep + i, 1, MSG_NOSIGNAL) != 1)
 					break;
-				fab_sleep_ms(50);
+				sleep_ms(50);
 			}
 			break;
 		}
@@ -434,13 +434,13 @@ static int fake_open(struct dp_client *c, const struct rpc_reply_msg *rep, enum 
 
 	fake_set(mode, rep, trunc);
 	snprintf(peer, sizeof(peer), "127.0.0.1:%d", fake.port);
-	t0 = fab_now_ns();
+	t0 = now_ns();
 	/* A new name each time: a name once resolved is answered from the
 	 * cache, without asking the peer. */
 	snprintf(name, sizeof(name), "case-%u", fake_opens++);
 	rc = dp_segment_open(c, peer, name, DP_ACCESS_READ);
 	if (ms)
-		*ms = (double)(fab_now_ns() - t0) / 1e6;
+		*ms = (double)(now_ns() - t0) / 1e6;
 	return rc;
 }
 
@@ -571,9 +571,9 @@ Test(fabric_rpc, hostile_replies_are_rejected)
 			"--provider", "tcp", "--server-name", "127.0.0.1", "--fabric-timeout-ms",
 			"2000",	      NULL};
 
-		fab_start(&fab_svc[0], a_args);
+		start_svc(&fab_svc[0], a_args);
 	}
-	ca = fab_connect(&fab_svc[0], "asker");
+	ca = connect_client(&fab_svc[0], "asker");
 	fake_start();
 
 	/* The template itself is accepted (and says it is B). */
@@ -616,11 +616,11 @@ Test(fabric_rpc, hostile_replies_are_rejected)
 	/* A well-formed reply with a bogus key (B's real address): the open
 	 * succeeds, the transfer fails cleanly, both services live on. */
 	{
-		struct dp_queue *q = fab_queue(ca, 8);
+		struct dp_queue *q = make_queue(ca, 8);
 		struct dp_desc d;
 		struct dp_cqe cqe;
 		uint8_t *loc;
-		int lreg = fab_alloc(ca, 65536, &loc), seg;
+		int lreg = alloc_region(ca, 65536, &loc), seg;
 
 		fake_start();
 		r = real;
@@ -632,8 +632,8 @@ Test(fabric_rpc, hostile_replies_are_rejected)
 		pattern_fill(loc, 65536, 5);
 		memset(t.mem, 0, 65536);
 		dp_prep_write(&d, lreg, 0, seg, 0, 65536, 77);
-		fab_submit_all(q, &d, 1);
-		fab_reap(q, &cqe, 1, 5000);
+		submit_all(q, &d, 1, 10000);
+		reap(q, &cqe, 1, 5000);
 		cr_assert_neq(cqe.status, 0, "a WRITE with a bogus key succeeded");
 		for (unsigned k = 0; k < 65536; k++)
 			cr_assert_eq(t.mem[k], 0, "a WRITE with a bogus key changed byte %u", k);
@@ -643,9 +643,9 @@ Test(fabric_rpc, hostile_replies_are_rejected)
 			char peer[64];
 
 			snprintf(peer, sizeof(peer), "127.0.0.1:%d", t.port);
-			seg = fab_open(ca, peer, "rpc-seg", DP_ACCESS_RW);
+			seg = open_segment(ca, peer, "rpc-seg", DP_ACCESS_RW);
 			dp_prep_write(&d, lreg, 0, seg, 0, 65536, 78);
-			fab_run_ok(q, &d, DP_CQE_F_FABRIC, 5000);
+			run_ok(q, &d, DP_CQE_F_FABRIC, 5000);
 			cr_assert_eq(pattern_check(t.mem, 65536, 5), -1);
 		}
 	}

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fabric_util.h"
+#include "helpers.h"
 
 TestSuite(fabric_transfer, .fini = fab_teardown, .timeout = 60);
 
@@ -32,17 +32,17 @@ static void pair_start(struct pair *p, const char *prov, const char *const *a_mo
 	for (; b_more && *b_more; b_more++)
 		args[n++] = *b_more;
 	args[n] = NULL;
-	fab_start(&fab_svc[1], args);
+	start_svc(&fab_svc[1], args);
 	n = 2;
 	for (; a_more && *a_more; a_more++)
 		args[n++] = *a_more;
 	args[n] = NULL;
-	fab_start(&fab_svc[0], args);
+	start_svc(&fab_svc[0], args);
 	p->port_a = fab_rpc_port(&fab_svc[0]);
 	p->port_b = fab_rpc_port(&fab_svc[1]);
 	snprintf(p->peer_b, sizeof(p->peer_b), "127.0.0.1:%d", p->port_b);
-	p->ca = fab_connect(&fab_svc[0], "initiator");
-	p->cb = fab_connect(&fab_svc[1], "target");
+	p->ca = connect_client(&fab_svc[0], "initiator");
+	p->cb = connect_client(&fab_svc[1], "target");
 }
 
 static void pair_stop(struct pair *p)
@@ -81,11 +81,11 @@ static void sizes(const char *prov, uint64_t max)
 	struct dp_queue *q;
 
 	pair_start(&p, prov, NULL, NULL);
-	treg = fab_alloc(p.cb, tlen, &tgt);
-	fab_export(p.cb, treg, "fab-sizes", DP_ACCESS_RW);
-	lreg = fab_alloc(p.ca, llen, &loc);
-	seg = fab_open(p.ca, p.peer_b, "fab-sizes", DP_ACCESS_RW);
-	q = fab_queue(p.ca, 64);
+	treg = alloc_region(p.cb, tlen, &tgt);
+	export_segment(p.cb, treg, "fab-sizes", DP_ACCESS_RW);
+	lreg = alloc_region(p.ca, llen, &loc);
+	seg = open_segment(p.ca, p.peer_b, "fab-sizes", DP_ACCESS_RW);
+	q = make_queue(p.ca, 64);
 	/* A WRITE's completion means the bytes are in the target's memory,
 	 * not merely sent: each one is checked the moment it completes,
 	 * while the target may still be asleep. */
@@ -94,11 +94,11 @@ static void sizes(const char *prov, uint64_t max)
 
 		loc[0] = (uint8_t)(i + 1);
 		dp_prep_write(&d, lreg, 0, seg, i * 64, 1, i);
-		fab_run_ok(q, &d, DP_CQE_F_FABRIC, 5000);
+		run_ok(q, &d, DP_CQE_F_FABRIC, 5000);
 		cr_assert_eq(tgt[i * 64], (uint8_t)(i + 1), "WRITE %u completed before it landed",
 			     i);
 		if (i % 50 == 49)
-			fab_sleep_ms(5); /* let the target's poller fall asleep */
+			sleep_ms(5); /* let the target's poller fall asleep */
 	}
 	for (unsigned i = 0; i < sizeof(xs) / sizeof(xs[0]) && xs[i].len <= max; i++) {
 		uint64_t len = xs[i].len, lo = xs[i].loff, to = xs[i].toff;
@@ -108,13 +108,13 @@ static void sizes(const char *prov, uint64_t max)
 		guard_fill(tgt, tlen, to, len);
 		pattern_fill(loc + lo, len, 10 + i);
 		dp_prep_write(&d, lreg, lo, seg, to, len, 100 + i);
-		fab_run_ok(q, &d, DP_CQE_F_FABRIC, 30000);
+		run_ok(q, &d, DP_CQE_F_FABRIC, 30000);
 		fab_check(tgt + to, len, 10 + i, tgt, tgt + tlen, GUARD, "WRITE");
 		/* READ: another pattern in B's segment -> A's region. */
 		pattern_fill(tgt + to, len, 20 + i);
 		guard_fill(loc, llen, lo, len);
 		dp_prep_read(&d, lreg, lo, seg, to, len, 200 + i);
-		fab_run_ok(q, &d, DP_CQE_F_FABRIC, 30000);
+		run_ok(q, &d, DP_CQE_F_FABRIC, 30000);
 		fab_check(loc + lo, len, 20 + i, loc, loc + llen, GUARD, "READ");
 	}
 	pair_stop(&p);
@@ -172,12 +172,12 @@ static void many_outstanding(const char *prov)
 	struct pair p;
 
 	pair_start(&p, prov, a_more, NULL);
-	treg = fab_alloc(p.cb, len, &tgt);
-	fab_export(p.cb, treg, "fab-many", DP_ACCESS_RW);
-	lreg = fab_alloc(p.ca, len, &loc);
-	seg = fab_open(p.ca, p.peer_b, "fab-many", DP_ACCESS_RW);
+	treg = alloc_region(p.cb, len, &tgt);
+	export_segment(p.cb, treg, "fab-many", DP_ACCESS_RW);
+	lreg = alloc_region(p.ca, len, &loc);
+	seg = open_segment(p.ca, p.peer_b, "fab-many", DP_ACCESS_RW);
 	for (unsigned k = 0; k < NQ; k++)
-		q[k] = fab_queue(p.ca, 64);
+		q[k] = make_queue(p.ca, 64);
 
 	/* WRITEs: op i carries pattern 1000+i to target offset i MiB + 17. */
 	for (unsigned i = 0; i < NOPS; i++) {
@@ -185,9 +185,9 @@ static void many_outstanding(const char *prov)
 		dp_prep_write(&d[i % NQ][i / NQ], lreg, i * MiB, seg, i * MiB + 17, MiB, 5000 + i);
 	}
 	for (unsigned k = 0; k < NQ; k++)
-		fab_submit_all(q[k], d[k], NOPS / NQ);
+		submit_all(q[k], d[k], NOPS / NQ, 10000);
 	for (unsigned k = 0; k < NQ; k++) {
-		fab_reap(q[k], cqes[k], NOPS / NQ, 30000);
+		reap(q[k], cqes[k], NOPS / NQ, 30000);
 		check_batch(cqes[k], 5000);
 	}
 	for (unsigned i = 0; i < NOPS; i++)
@@ -201,9 +201,9 @@ static void many_outstanding(const char *prov)
 	for (unsigned i = 0; i < NOPS; i++)
 		dp_prep_read(&d[i % NQ][i / NQ], lreg, i * MiB, seg, i * MiB + 17, MiB, 9000 + i);
 	for (unsigned k = 0; k < NQ; k++)
-		fab_submit_all(q[k], d[k], NOPS / NQ);
+		submit_all(q[k], d[k], NOPS / NQ, 10000);
 	for (unsigned k = 0; k < NQ; k++) {
-		fab_reap(q[k], cqes[k], NOPS / NQ, 30000);
+		reap(q[k], cqes[k], NOPS / NQ, 30000);
 		check_batch(cqes[k], 9000);
 	}
 	for (unsigned i = 0; i < NOPS; i++)
@@ -247,12 +247,12 @@ Test(fabric_transfer, self_loopback_is_local)
 	int lreg, mreg, treg, port_a, port_b;
 	struct dp_desc d;
 
-	fab_start(&fab_svc[0], a_args);
-	fab_start(&fab_svc[1], b_args);
+	start_svc(&fab_svc[0], a_args);
+	start_svc(&fab_svc[1], b_args);
 	port_a = fab_rpc_port(&fab_svc[0]);
 	port_b = fab_rpc_port(&fab_svc[1]);
-	ca = fab_connect(&fab_svc[0], "self");
-	cb = fab_connect(&fab_svc[1], "other");
+	ca = connect_client(&fab_svc[0], "self");
+	cb = connect_client(&fab_svc[1], "other");
 	self_name = dp_server_name(ca);
 	snprintf(host, sizeof(host), "%s", self_name);
 	cr_assert_not_null(strrchr(host, ':'), "server name '%s' is not host:port", self_name);
@@ -260,12 +260,12 @@ Test(fabric_transfer, self_loopback_is_local)
 	cr_assert_eq(atoi(strrchr(self_name, ':') + 1), port_a, "server name %s, RPC port %d",
 		     self_name, port_a);
 
-	lreg = fab_alloc(ca, 65536, &loc);
-	mreg = fab_alloc(ca, 65536, &mine);
-	fab_export(ca, mreg, "fab-self", DP_ACCESS_RW);
-	treg = fab_alloc(cb, 65536, &theirs);
-	fab_export(cb, treg, "fab-other", DP_ACCESS_RW);
-	q = fab_queue(ca, 16);
+	lreg = alloc_region(ca, 65536, &loc);
+	mreg = alloc_region(ca, 65536, &mine);
+	export_segment(ca, mreg, "fab-self", DP_ACCESS_RW);
+	treg = alloc_region(cb, 65536, &theirs);
+	export_segment(cb, treg, "fab-other", DP_ACCESS_RW);
+	q = make_queue(ca, 16);
 
 	snprintf(names[0], sizeof(names[0]), "%s", self_name);
 	snprintf(names[1], sizeof(names[1]), "127.0.0.1:%d", port_a);
@@ -273,17 +273,17 @@ Test(fabric_transfer, self_loopback_is_local)
 	snprintf(names[3], sizeof(names[3]), "localhost:%d", port_a);
 	names[4][0] = 0; /* NULL: this service */
 	for (unsigned i = 0; i < 5; i++) {
-		int seg = fab_open(ca, names[i][0] ? names[i] : NULL, "fab-self", DP_ACCESS_RW);
+		int seg = open_segment(ca, names[i][0] ? names[i] : NULL, "fab-self", DP_ACCESS_RW);
 
 		memset(mine, 0, 65536);
 		pattern_fill(loc, 4096, 40 + i);
 		dp_prep_write(&d, lreg, 0, seg, 100, 4096, 40 + i);
-		fab_run_ok(q, &d, DP_CQE_F_LOCAL, 5000);
+		run_ok(q, &d, DP_CQE_F_LOCAL, 5000);
 		cr_assert_eq(pattern_check(mine + 100, 4096, 40 + i), -1, "via '%s'", names[i]);
 		cr_assert_eq(dp_segment_close(ca, seg), 0);
 	}
 	/* None of those asked anybody over the peer protocol. */
-	cr_assert_not(fab_log_has(&fab_svc[0], "segment 'fab-self' on"),
+	cr_assert_not(svc_log_has(&fab_svc[0], "segment 'fab-self' on"),
 		      "a name of this service was resolved through the peer RPC");
 
 	/* Another service on the same host: the fabric, by address or by the
@@ -292,22 +292,22 @@ Test(fabric_transfer, self_loopback_is_local)
 	snprintf(names[0], sizeof(names[0]), "%s:%d", host, port_b);
 	for (unsigned i = 0; i < 2; i++) {
 		const char *peer = i ? names[0] : other;
-		int seg = fab_open(ca, peer, "fab-other", DP_ACCESS_RW);
+		int seg = open_segment(ca, peer, "fab-other", DP_ACCESS_RW);
 
 		memset(theirs, 0, 65536);
 		pattern_fill(loc, 4096, 50 + i);
 		dp_prep_write(&d, lreg, 0, seg, 200, 4096, 50 + i);
-		fab_run_ok(q, &d, DP_CQE_F_FABRIC, 5000);
+		run_ok(q, &d, DP_CQE_F_FABRIC, 5000);
 		cr_assert_eq(pattern_check(theirs + 200, 4096, 50 + i), -1, "via '%s'", peer);
 	}
 	/* And B reaching A's segment by A's server name is the fabric too. */
 	{
-		struct dp_queue *qb = fab_queue(cb, 16);
-		int seg = fab_open(cb, self_name, "fab-self", DP_ACCESS_READ);
+		struct dp_queue *qb = make_queue(cb, 16);
+		int seg = open_segment(cb, self_name, "fab-self", DP_ACCESS_READ);
 
 		pattern_fill(mine, 4096, 60);
 		dp_prep_read(&d, treg, 0, seg, 0, 4096, 60);
-		fab_run_ok(qb, &d, DP_CQE_F_FABRIC, 5000);
+		run_ok(qb, &d, DP_CQE_F_FABRIC, 5000);
 		cr_assert_eq(pattern_check(theirs, 4096, 60), -1);
 	}
 	dp_close(ca);
@@ -329,10 +329,10 @@ Test(fabric_transfer, errors)
 	char peer[96];
 
 	pair_start(&p, "tcp", NULL, NULL);
-	treg = fab_alloc(p.cb, 65536, &tgt);
-	fab_export(p.cb, treg, "fab-ro", DP_ACCESS_READ);
-	lreg = fab_alloc(p.ca, 65536, &loc);
-	q = fab_queue(p.ca, 16);
+	treg = alloc_region(p.cb, 65536, &tgt);
+	export_segment(p.cb, treg, "fab-ro", DP_ACCESS_READ);
+	lreg = alloc_region(p.ca, 65536, &loc);
+	q = make_queue(p.ca, 16);
 
 	rc = dp_segment_open(p.ca, p.peer_b, "no-such-segment", DP_ACCESS_READ);
 	cr_assert_eq(rc, -ENOENT, "unknown name: %s", dp_strerror(rc));
@@ -344,24 +344,24 @@ Test(fabric_transfer, errors)
 	rc = dp_segment_open(p.ca, peer, "fab-ro", DP_ACCESS_READ);
 	cr_assert_eq(rc, -EHOSTUNREACH, "nobody on %s: %s", peer, dp_strerror(rc));
 
-	seg = fab_open(p.ca, p.peer_b, "fab-ro", DP_ACCESS_READ);
+	seg = open_segment(p.ca, p.peer_b, "fab-ro", DP_ACCESS_READ);
 	pattern_fill(tgt, 65536, 7);
 	dp_prep_read(&d, lreg, 0, seg, 0, 65536, 1);
-	fab_run_ok(q, &d, DP_CQE_F_FABRIC, 5000);
+	run_ok(q, &d, DP_CQE_F_FABRIC, 5000);
 	cr_assert_eq(pattern_check(loc, 65536, 7), -1);
 
 	/* A WRITE through a read handle, and ranges past the remote end. */
 	dp_prep_write(&d, lreg, 0, seg, 0, 16, 2);
-	fab_submit_all(q, &d, 1);
-	fab_reap(q, &cqe, 1, 5000);
+	submit_all(q, &d, 1, 10000);
+	reap(q, &cqe, 1, 5000);
 	cr_assert_eq(cqe.status, -EPERM, "WRITE via a read handle: %s", dp_strerror(cqe.status));
 	dp_prep_read(&d, lreg, 0, seg, 65536 - 15, 16, 3);
-	fab_submit_all(q, &d, 1);
-	fab_reap(q, &cqe, 1, 5000);
+	submit_all(q, &d, 1, 10000);
+	reap(q, &cqe, 1, 5000);
 	cr_assert_eq(cqe.status, -EFAULT, "READ past the end: %s", dp_strerror(cqe.status));
 	dp_prep_read(&d, lreg, 0, seg, UINT64_MAX - 7, 16, 4);
-	fab_submit_all(q, &d, 1);
-	fab_reap(q, &cqe, 1, 5000);
+	submit_all(q, &d, 1, 10000);
+	reap(q, &cqe, 1, 5000);
 	cr_assert_eq(cqe.status, -EFAULT, "offset overflow: %s", dp_strerror(cqe.status));
 	cr_assert_eq(pattern_check(tgt, 65536, 7), -1, "the read-only segment changed");
 	pair_stop(&p);
@@ -388,10 +388,10 @@ static struct dp_client *victim_start(const char *prov, const char *port, uint8_
 	struct dp_client *cb;
 	int treg;
 
-	fab_start(&fab_svc[1], args);
-	cb = fab_connect(&fab_svc[1], "victim");
-	treg = fab_alloc(cb, KILL_SEG, tgt);
-	fab_export(cb, treg, "victim", DP_ACCESS_RW);
+	start_svc(&fab_svc[1], args);
+	cb = connect_client(&fab_svc[1], "victim");
+	treg = alloc_region(cb, KILL_SEG, tgt);
+	export_segment(cb, treg, "victim", DP_ACCESS_RW);
 	return cb;
 }
 
@@ -414,36 +414,36 @@ static void peer_killed(const char *prov)
 	snprintf(port, sizeof(port), "%d", fab_free_port());
 	snprintf(peer, sizeof(peer), "127.0.0.1:%s", port);
 	cb = victim_start(prov, port, &tgt);
-	fab_start(&fab_svc[0], a_args);
-	ca = fab_connect(&fab_svc[0], "survivor");
-	lreg = fab_alloc(ca, KILL_SEG, &loc);
+	start_svc(&fab_svc[0], a_args);
+	ca = connect_client(&fab_svc[0], "survivor");
+	lreg = alloc_region(ca, KILL_SEG, &loc);
 	pattern_fill(loc, KILL_SEG, 77);
-	hreg = fab_alloc(ca, MiB, &home);
-	hseg = (fab_export(ca, hreg, "home", DP_ACCESS_RW),
-		fab_open(ca, NULL, "home", DP_ACCESS_RW));
-	seg = fab_open(ca, peer, "victim", DP_ACCESS_RW);
-	q = fab_queue(ca, 128);
+	hreg = alloc_region(ca, MiB, &home);
+	hseg = (export_segment(ca, hreg, "home", DP_ACCESS_RW),
+		open_segment(ca, NULL, "home", DP_ACCESS_RW));
+	seg = open_segment(ca, peer, "victim", DP_ACCESS_RW);
+	q = make_queue(ca, 128);
 
 	/* Keep up to 64 x 1 MiB in flight; kill B once 32 have landed, then
 	 * hand over 16 more for the dead peer. */
 	for (;;) {
-		uint64_t now = fab_now_ns();
+		uint64_t now = now_ns();
 		unsigned limit = t_kill ? 0 : 64;
 		int k;
 
 		while (sent - reaped < limit && sent < sizeof(done)) {
 			dp_prep_write(&d, lreg, (sent % 64) * MiB, seg, (sent % 64) * MiB, MiB,
 				      sent);
-			fab_submit_all(q, &d, 1);
+			submit_all(q, &d, 1, 10000);
 			sent++;
 		}
 		if (!t_kill && ok >= 32) {
 			dp_close(cb);
 			svc_kill(&fab_svc[1]);
-			t_kill = fab_now_ns();
+			t_kill = now_ns();
 			for (unsigned i = 0; i < 16; i++, sent++) {
 				dp_prep_write(&d, lreg, 0, seg, 0, MiB, sent);
-				fab_submit_all(q, &d, 1);
+				submit_all(q, &d, 1, 10000);
 			}
 		}
 		if (t_kill && reaped == sent)
@@ -471,7 +471,7 @@ static void peer_killed(const char *prov)
 				failed++;
 			}
 			cr_assert_eq(cqes[i].flags & DP_CQE_F_FABRIC, DP_CQE_F_FABRIC);
-			t_last = fab_now_ns();
+			t_last = now_ns();
 		}
 		reaped += (unsigned)k;
 	}
@@ -482,11 +482,11 @@ static void peer_killed(const char *prov)
 	/* The survivor still serves local transfers. */
 	pattern_fill(loc, 4096, 88);
 	dp_prep_write(&d, lreg, 0, hseg, 0, 4096, 1u << 20);
-	fab_run_ok(q, &d, DP_CQE_F_LOCAL, 5000);
+	run_ok(q, &d, DP_CQE_F_LOCAL, 5000);
 	cr_assert_eq(pattern_check(home, 4096, 88), -1);
 	/* Nothing of the dead peer's transfers is left spinning. */
 	{
-		double cpu = fab_cpu_share(fab_svc[0].pid, 500);
+		double cpu = cpu_share(fab_svc[0].pid, 500);
 
 		cr_assert_lt(cpu, 0.5, "the idle survivor uses %.0f%% of a CPU", cpu * 100);
 	}
@@ -495,22 +495,22 @@ static void peer_killed(const char *prov)
 	 * export: a new open reaches it, the old handle does not. */
 	cb = victim_start(prov, port, &tgt);
 	old_seg = seg;
-	seg = fab_open(ca, peer, "victim", DP_ACCESS_RW);
+	seg = open_segment(ca, peer, "victim", DP_ACCESS_RW);
 	memset(tgt, 0, KILL_SEG);
 	pattern_fill(loc, 8 * MiB, 99);
 	dp_prep_write(&d, lreg, 0, seg, 4096, 8 * MiB, 1u << 21);
-	fab_run_ok(q, &d, DP_CQE_F_FABRIC, 10000);
+	run_ok(q, &d, DP_CQE_F_FABRIC, 10000);
 	cr_assert_eq(pattern_check(tgt + 4096, 8 * MiB, 99), -1, "WRITE after the restart");
 	pattern_fill(tgt, MiB, 111);
 	dp_prep_read(&d, lreg, MiB, seg, 0, MiB, 1u << 22);
-	fab_run_ok(q, &d, DP_CQE_F_FABRIC, 10000);
+	run_ok(q, &d, DP_CQE_F_FABRIC, 10000);
 	cr_assert_eq(pattern_check(loc + MiB, MiB, 111), -1, "READ after the restart");
 	{
 		struct dp_cqe cqe;
 
 		dp_prep_write(&d, lreg, 0, old_seg, 0, 16, 1u << 23);
-		fab_submit_all(q, &d, 1);
-		fab_reap(q, &cqe, 1, KILL_TIMEOUT_MS + KILL_SLACK_MS);
+		submit_all(q, &d, 1, 10000);
+		reap(q, &cqe, 1, KILL_TIMEOUT_MS + KILL_SLACK_MS);
 		cr_assert_neq(cqe.status, 0, "a handle of the dead peer still works");
 	}
 	dp_close(ca);
@@ -570,30 +570,30 @@ Test(fabric_transfer, reopen_after_reexport_and_restart)
 
 	snprintf(port, sizeof(port), "%d", fab_free_port());
 	snprintf(peer, sizeof(peer), "127.0.0.1:%s", port);
-	fab_start(&fab_svc[1], b_args);
-	fab_start(&fab_svc[0], a_args);
-	ca = fab_connect(&fab_svc[0], "reopener");
-	lreg = fab_alloc(ca, MiB, &loc);
-	q = fab_queue(ca, 16);
+	start_svc(&fab_svc[1], b_args);
+	start_svc(&fab_svc[0], a_args);
+	ca = connect_client(&fab_svc[0], "reopener");
+	lreg = alloc_region(ca, MiB, &loc);
+	q = make_queue(ca, 16);
 	for (unsigned round = 0; round < 3; round++) {
 		/* Round 1: B's client left and a new one exports the name;
 		 * round 2: B itself was killed and restarted on its port. */
 		if (round == 2) {
 			svc_kill(&fab_svc[1]);
-			fab_start(&fab_svc[1], b_args);
+			start_svc(&fab_svc[1], b_args);
 		}
-		cb = fab_connect(&fab_svc[1], "exporter");
-		treg = fab_alloc(cb, MiB, &tgt);
-		fab_export(cb, treg, "again", DP_ACCESS_RW);
-		seg = fab_open(ca, peer, "again", DP_ACCESS_RW);
+		cb = connect_client(&fab_svc[1], "exporter");
+		treg = alloc_region(cb, MiB, &tgt);
+		export_segment(cb, treg, "again", DP_ACCESS_RW);
+		seg = open_segment(ca, peer, "again", DP_ACCESS_RW);
 		pattern_fill(loc, MiB, 70 + round);
 		dp_prep_write(&d, lreg, 0, seg, 0, MiB, round);
-		fab_run_ok(q, &d, DP_CQE_F_FABRIC, 5000);
+		run_ok(q, &d, DP_CQE_F_FABRIC, 5000);
 		cr_assert_eq(pattern_check(tgt, MiB, 70 + round), -1, "round %u: bytes", round);
 		if (round) {
 			dp_prep_write(&d, lreg, 0, old, 0, 16, 100 + round);
-			fab_submit_all(q, &d, 1);
-			fab_reap(q, &cqe, 1, 5000);
+			submit_all(q, &d, 1, 10000);
+			reap(q, &cqe, 1, 5000);
 			cr_assert_neq(cqe.status, 0, "round %u: the replaced handle still works",
 				      round);
 		}

@@ -7,9 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fabric_util.h"
-#include "fault_util.h"
-#include "file_util.h"
+#include "helpers.h"
 
 static void fault_teardown(void)
 {
@@ -26,24 +24,17 @@ TestSuite(fault_inject, .fini = fault_teardown, .timeout = 60);
 /* The test's own generator: the same descriptors on every run. */
 static uint64_t rnd_state = 0x243f6a8885a308d3ull;
 
-static uint64_t rnd(void)
-{
-	rnd_state ^= rnd_state >> 12;
-	rnd_state ^= rnd_state << 25;
-	rnd_state ^= rnd_state >> 27;
-	return rnd_state * 0x2545f4914f6cdd1dull;
-}
-
 /* A length and an offset inside a slot: a quarter small, the rest up to a
  * slot; half of them 4 KiB-aligned (the direct path of files). */
 static void shape(uint64_t *off, uint64_t *len)
 {
-	uint64_t l = rnd() % 4 ? 1 + rnd() % SLOT : 1 + rnd() % 4096;
-	uint64_t o = rnd() % (SLOT - l + 1);
+	uint64_t l = xorshift64s(&rnd_state) % 4 ? 1 + xorshift64s(&rnd_state) % SLOT
+						 : 1 + xorshift64s(&rnd_state) % 4096;
+	uint64_t o = xorshift64s(&rnd_state) % (SLOT - l + 1);
 
-	if (rnd() % 2) {
+	if (xorshift64s(&rnd_state) % 2) {
 		l = (l + 4095) & ~4095ull;
-		o = (rnd() % ((SLOT - l) / 4096 + 1)) * 4096;
+		o = (xorshift64s(&rnd_state) % ((SLOT - l) / 4096 + 1)) * 4096;
 	}
 	*off = o;
 	*len = l;
@@ -119,19 +110,6 @@ static const char *second_nic(void)
 	return name[0] ? name : NULL;
 }
 
-static unsigned log_count(const struct svc *s, const char *what)
-{
-	char line[1024];
-	unsigned n = 0;
-	FILE *f = fopen(s->log, "r");
-
-	while (f && fgets(line, sizeof(line), f))
-		n += strstr(line, what) != NULL;
-	if (f)
-		fclose(f);
-	return n;
-}
-
 static void fabric_run(const char *nics, const char *slice, const char *faults, unsigned ndesc)
 {
 	const char *args[] = {"--provider", "tcp",     "--server-name",
@@ -155,22 +133,22 @@ static void fabric_run(const char *nics, const char *slice, const char *faults, 
 		free_slots[i] = i;
 	if (!nics)
 		args[6] = NULL;
-	fab_start(&fab_svc[1], args);
+	start_svc(&fab_svc[1], args);
 	setenv("DP_FAULTS", faults, 1);
-	fab_start(&fab_svc[0], args);
+	start_svc(&fab_svc[0], args);
 	unsetenv("DP_FAULTS");
-	rails = log_count(&fab_svc[0], "dataplaned info: rail ");
+	rails = svc_rails(&fab_svc[0]);
 	if (nics && rails != 2)
 		cr_skip_test("the tcp provider offers %u of the rails %s", rails, nics);
 	cr_assert_eq(rails, nics ? 2 : 1, "%u rails, want %u", rails, nics ? 2 : 1);
 	snprintf(peer_b, sizeof(peer_b), "127.0.0.1:%d", fab_rpc_port(&fab_svc[1]));
-	ca = fab_connect(&fab_svc[0], "faulty");
-	cb = fab_connect(&fab_svc[1], "target");
-	treg = fab_alloc(cb, rlen, &tgt);
-	fab_export(cb, treg, "fault-tgt", DP_ACCESS_RW);
-	lreg = fab_alloc(ca, rlen, &loc);
-	seg = fab_open(ca, peer_b, "fault-tgt", DP_ACCESS_RW);
-	q = fab_queue(ca, 64);
+	ca = connect_client(&fab_svc[0], "faulty");
+	cb = connect_client(&fab_svc[1], "target");
+	treg = alloc_region(cb, rlen, &tgt);
+	export_segment(cb, treg, "fault-tgt", DP_ACCESS_RW);
+	lreg = alloc_region(ca, rlen, &loc);
+	seg = open_segment(ca, peer_b, "fault-tgt", DP_ACCESS_RW);
+	q = make_queue(ca, 64);
 
 	while (t.done < ndesc) {
 		struct dp_desc d[WINDOW];
@@ -183,7 +161,7 @@ static void fabric_run(const char *nics, const char *slice, const char *faults, 
 			uint64_t at;
 
 			o->slot = free_slots[--nfree];
-			o->opcode = rnd() % 2 ? DP_OP_WRITE : DP_OP_READ;
+			o->opcode = xorshift64s(&rnd_state) % 2 ? DP_OP_WRITE : DP_OP_READ;
 			o->seg = seg;
 			shape(&o->off, &o->len);
 			at = (uint64_t)o->slot * SLOT + o->off;
@@ -198,7 +176,7 @@ static void fabric_run(const char *nics, const char *slice, const char *faults, 
 			}
 			users[seg]++;
 		}
-		fab_submit_all(q, d, n);
+		submit_all(q, d, n, 10000);
 		k = wait_some(q, cqes, &t, ndesc);
 		for (int j = 0; j < k; j++) {
 			struct dp_cqe *c = &cqes[j];
@@ -247,7 +225,7 @@ static void fabric_run(const char *nics, const char *slice, const char *faults, 
 						(unsigned long long)c->user_data,
 						dp_strerror(c->status));
 				if (o->seg == seg && c->status != -ECONNRESET) {
-					seg = fab_open(ca, peer_b, "fault-tgt", DP_ACCESS_RW);
+					seg = open_segment(ca, peer_b, "fault-tgt", DP_ACCESS_RW);
 					t.reopens++;
 				}
 			}
@@ -259,7 +237,7 @@ static void fabric_run(const char *nics, const char *slice, const char *faults, 
 	no_more_completions(q);
 	/* Nothing left behind: an op kept after its completion would keep
 	 * the poller from ever sleeping. */
-	cpu = fab_cpu_share(fab_svc[0].pid, 300);
+	cpu = cpu_share(fab_svc[0].pid, 300);
 	cr_assert_lt(cpu, 0.5, "the idle service uses %.0f%% of a CPU", cpu * 100);
 	dp_close(ca);
 	dp_close(cb);
@@ -336,9 +314,9 @@ Test(fault_inject, file_io_uring)
 	file_dir();
 	fd = file_make("faulty", flen, 0, O_RDWR);
 	setenv("DP_FAULTS", faults, 1);
-	start_service(flags);
+	start_svc(&svc, flags);
 	unsetenv("DP_FAULTS");
-	c = connect_client("faulty-files");
+	c = connect_client(&svc, "faulty-files");
 	q = make_queue(c, 64);
 	rf = dp_register_file(c, fd, 0, flen, DP_ACCESS_RW);
 	cr_assert_geq(rf, 0, "dp_register_file: %s", dp_strerror(rf));
@@ -356,7 +334,7 @@ Test(fault_inject, file_io_uring)
 			uint64_t at;
 
 			o->slot = free_slots[--nfree];
-			o->opcode = rnd() % 2 ? DP_OP_WRITE : DP_OP_READ;
+			o->opcode = xorshift64s(&rnd_state) % 2 ? DP_OP_WRITE : DP_OP_READ;
 			shape(&o->off, &o->len);
 			at = (uint64_t)o->slot * SLOT + o->off;
 			if (o->opcode == DP_OP_WRITE) {
@@ -371,7 +349,7 @@ Test(fault_inject, file_io_uring)
 				dp_prep_read(&d[n], rh, at, seg, at, o->len, next);
 			}
 		}
-		submit_all(q, d, n);
+		submit_all(q, d, n, 5000);
 		k = wait_some(q, cqes, &t, ndesc);
 		for (int j = 0; j < k; j++) {
 			struct dp_cqe *e = &cqes[j];

@@ -3,7 +3,7 @@
 #include <criterion/logging.h>
 #include <sys/mount.h>
 
-#include "file_util.h"
+#include "helpers.h"
 
 static char mnt[128]; /* a tmpfs the test mounted, unmounted at teardown */
 
@@ -20,8 +20,6 @@ static void errors_teardown(void)
 
 TestSuite(file_errors, .fini = errors_teardown, .timeout = 60);
 
-#define MiB (1ull << 20)
-
 struct env {
 	struct dp_client *c;
 	struct dp_queue *q;
@@ -33,8 +31,8 @@ struct env {
 static void env_start(struct env *e, const char *const *flags, uint64_t host_len)
 {
 	memset(e, 0, sizeof(*e));
-	start_service(flags ? flags : local_only);
-	e->c = connect_client("file-errors");
+	start_svc(&svc, flags ? flags : local_only);
+	e->c = connect_client(&svc, "file-errors");
 	e->q = make_queue(e->c, 16);
 	e->host = alloc_region(e->c, host_len, &e->hp);
 }
@@ -50,7 +48,7 @@ static struct dp_cqe env_run(struct env *e, struct dp_desc d)
 static void env_finish(struct env *e)
 {
 	dp_close(e->c);
-	stop_service();
+	stop_svc(&svc);
 }
 
 static int reg_file(struct dp_client *c, int fd, uint64_t off, uint64_t len, unsigned access)
@@ -143,7 +141,7 @@ Test(file_errors, truncated_during_read_eio)
 	rf = reg_file(e.c, fd, 0, 64 * MiB, DP_ACCESS_READ);
 	seg = export_open(e.c, rf, "f", DP_ACCESS_READ, DP_ACCESS_READ);
 	dp_prep_read(&d, e.host, 0, seg, 0, 64 * MiB, 7);
-	submit_all(e.q, &d, 1);
+	submit_all(e.q, &d, 1, 5000);
 	cr_assert_eq(ftruncate(fd, 0), 0);
 	reap(e.q, &cqe, 1, 30000);
 	cr_assert_eq(cqe.user_data, 7);
@@ -370,7 +368,7 @@ Test(file_errors, shutdown_mid_transfer)
 	rf = reg_file(e.c, fd, 0, 64 * MiB, DP_ACCESS_READ);
 	seg = export_open(e.c, rf, "f", DP_ACCESS_READ, DP_ACCESS_READ);
 	dp_prep_read(&d, e.host, 0, seg, 0, 64 * MiB, 3);
-	submit_all(e.q, &d, 1);
+	submit_all(e.q, &d, 1, 5000);
 	sleep_ms(5);
 	rc = svc_stop(&svc);
 	cr_assert_eq(rc, 0, "dataplaned exit status %d", rc);
@@ -400,7 +398,7 @@ Test(file_errors, client_leaves_mid_transfer)
 
 	file_dir();
 	fd = file_make("f", 64 * MiB, 12, O_RDONLY);
-	start_service(flags);
+	start_svc(&svc, flags);
 	/* The fixture's readiness probe was a connection too: count once the
 	 * service has dropped it. */
 	for (int same = 0, last = -1; same < 5; sleep_ms(20)) {
@@ -408,14 +406,14 @@ Test(file_errors, client_leaves_mid_transfer)
 		same = base == last ? same + 1 : 0;
 		last = base;
 	}
-	c = connect_client("leaver");
+	c = connect_client(&svc, "leaver");
 	q = make_queue(c, 16);
 	rh = alloc_region(c, 64 * MiB, &h);
 	rf = reg_file(c, fd, 0, 64 * MiB, DP_ACCESS_READ);
 	seg = export_open(c, rf, "f", DP_ACCESS_READ, DP_ACCESS_READ);
 	cr_assert_gt(proc_fd_count(svc.pid), base);
 	dp_prep_read(&d, rh, 0, seg, 0, 64 * MiB, 1);
-	submit_all(q, &d, 1);
+	submit_all(q, &d, 1, 5000);
 	sleep_ms(5);
 	dp_close(c);
 	deadline = now_ns() + 5000000000ull;
@@ -423,5 +421,5 @@ Test(file_errors, client_leaves_mid_transfer)
 		sleep_ms(10);
 	cr_assert_eq(now, base, "service holds %d fds, %d before the client came", now, base);
 	close(fd);
-	stop_service();
+	stop_svc(&svc);
 }

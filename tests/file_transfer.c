@@ -2,11 +2,10 @@
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 
-#include "file_util.h"
+#include "helpers.h"
 
 TestSuite(file_transfer, .fini = file_teardown, .timeout = 120);
 
-#define MiB (1ull << 20)
 #define BIG (256 * MiB)
 #define GUARD 0x5a
 
@@ -20,15 +19,15 @@ Test(file_transfer, round_trip_256m)
 	struct dp_desc d;
 	struct io_counts n;
 	uint8_t *src, *dst;
-	unsigned seen = 0;
+	struct io_tally seen = {0};
 	int rs, rd, rf, seg, fd;
 	int64_t bad;
 	bool direct;
 
 	file_dir();
 	direct = odirect_works(fdir);
-	start_service(local_only);
-	c = connect_client("file-256m");
+	start_svc(&svc, local_only);
+	c = connect_client(&svc, "file-256m");
 	q = make_queue(c, 16);
 	rs = alloc_region(c, BIG, &src);
 	rd = alloc_region(c, BIG, &dst);
@@ -48,7 +47,7 @@ Test(file_transfer, round_trip_256m)
 	bad = pattern_check(dst, BIG, 11);
 	cr_assert_eq(bad, -1, "read back differs at byte %lld", (long long)bad);
 
-	n = free_and_count(c, rf, &seen);
+	n = free_and_count(c, rf, 2, &seen);
 	cr_assert_eq(n.direct_bytes + n.buffered_bytes, 2 * BIG, "%llu + %llu bytes counted",
 		     n.direct_bytes, n.buffered_bytes);
 	if (direct)
@@ -67,7 +66,7 @@ Test(file_transfer, round_trip_256m)
 		cr_log_warn("this kernel has no sparse buffer tables: fixed buffers not exercised");
 	close(fd);
 	dp_close(c);
-	stop_service();
+	stop_svc(&svc);
 }
 
 /*
@@ -106,15 +105,15 @@ Test(file_transfer, aligned_and_unaligned_shapes)
 	static const char *const flags[] = {"--provider", "none", "--io-slice", "65536", NULL};
 	struct dp_client *c;
 	struct dp_queue *q;
-	unsigned seen = 0;
+	struct io_tally seen = {0};
 	bool direct;
 
 	file_dir();
 	direct = odirect_works(fdir);
 	if (!direct)
 		cr_log_warn("%s does not take O_DIRECT: only the page-cache path is checked", fdir);
-	start_service(flags);
-	c = connect_client("file-shapes");
+	start_svc(&svc, flags);
+	c = connect_client(&svc, "file-shapes");
 	q = make_queue(c, 16);
 	for (unsigned i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
 		const struct shape *s = &shapes[i];
@@ -166,7 +165,7 @@ Test(file_transfer, aligned_and_unaligned_shapes)
 			cr_assert_eq(h[s->local_off - 1], GUARD, "shape %u: READ wrote before", i);
 		cr_assert_eq(h[s->local_off + s->len], GUARD, "shape %u: READ wrote past", i);
 
-		n = free_and_count(c, rf, &seen);
+		n = free_and_count(c, rf, 2, &seen);
 		cr_assert_eq(n.direct_bytes + n.buffered_bytes, 2 * s->len,
 			     "shape %u: %llu + %llu bytes counted", i, n.direct_bytes,
 			     n.buffered_bytes);
@@ -182,7 +181,7 @@ Test(file_transfer, aligned_and_unaligned_shapes)
 		close(fd);
 	}
 	dp_close(c);
-	stop_service();
+	stop_svc(&svc);
 }
 
 /* A file region as the local region, opened by path beneath --file-root
@@ -201,8 +200,8 @@ Test(file_transfer, file_as_local_region)
 
 	flags[3] = file_dir();
 	fd = file_make("local.bin", len, 21, O_RDONLY);
-	start_service(flags);
-	c = connect_client("file-local");
+	start_svc(&svc, flags);
+	c = connect_client(&svc, "file-local");
 	q = make_queue(c, 16);
 	rf = dp_open_file(c, "local.bin", 0, 0, DP_ACCESS_RW);
 	cr_assert_geq(rf, 0, "dp_open_file: %s", dp_strerror(rf));
@@ -231,7 +230,7 @@ Test(file_transfer, file_as_local_region)
 	}
 	close(fd);
 	dp_close(c);
-	stop_service();
+	stop_svc(&svc);
 }
 
 /* 64 descriptors of 1 MiB in flight at once against an io-depth of 8: the
@@ -251,8 +250,8 @@ Test(file_transfer, many_descriptors_at_once)
 	int64_t bad;
 
 	file_dir();
-	start_service(flags);
-	c = connect_client("file-many");
+	start_svc(&svc, flags);
+	c = connect_client(&svc, "file-many");
 	q = make_queue(c, N);
 	rs = alloc_region(c, N * MiB, &src);
 	rd = alloc_region(c, N * MiB, &dst);
@@ -272,7 +271,7 @@ Test(file_transfer, many_descriptors_at_once)
 			else
 				dp_prep_read(&d[i], rd, off, seg, off, MiB, i);
 		}
-		submit_all(q, d, N);
+		submit_all(q, d, N, 5000);
 		reap(q, cqe, N, 30000);
 		memset(seen, 0, sizeof(seen));
 		for (unsigned i = 0; i < N; i++) {
@@ -287,7 +286,7 @@ Test(file_transfer, many_descriptors_at_once)
 	cr_assert_eq(bad, -1, "read back wrong at %lld", (long long)bad);
 	close(fd);
 	dp_close(c);
-	stop_service();
+	stop_svc(&svc);
 }
 
 /* DP_FILE_BUFFERED: aligned transfers too go through the page cache. */
@@ -298,14 +297,14 @@ Test(file_transfer, buffered_flag_never_direct)
 	struct dp_queue *q;
 	struct dp_desc d;
 	struct io_counts n;
-	unsigned seen = 0;
+	struct io_tally seen = {0};
 	uint8_t *h;
 	int fd, rf, rh, seg;
 
 	file_dir();
 	fd = file_make("cached", len, 41, O_RDWR);
-	start_service(local_only);
-	c = connect_client("file-buffered");
+	start_svc(&svc, local_only);
+	c = connect_client(&svc, "file-buffered");
 	q = make_queue(c, 16);
 	rh = alloc_region(c, len, &h);
 	rf = dp_register_file(c, fd, 0, len, DP_ACCESS_RW | DP_FILE_BUFFERED);
@@ -318,10 +317,10 @@ Test(file_transfer, buffered_flag_never_direct)
 	dp_prep_write(&d, rh, 0, seg, 0, len, 2);
 	expect_cqe(run_wait(q, &d, 20000), 0, len, "WRITE");
 	cr_assert_eq(file_check(fd, 0, len, 42), -1);
-	n = free_and_count(c, rf, &seen);
+	n = free_and_count(c, rf, 2, &seen);
 	cr_assert_eq(n.direct_bytes, 0, "%llu bytes went direct", n.direct_bytes);
 	cr_assert_eq(n.buffered_bytes, 2 * len);
 	close(fd);
 	dp_close(c);
-	stop_service();
+	stop_svc(&svc);
 }

@@ -11,47 +11,11 @@
 
 #include "dataplane.h"
 #include "dp_proto.h"
-#include "fixture.h"
+#include "helpers.h"
 
-#ifdef DP_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
+TestSuite(gpu_api, .fini = svc_teardown, .timeout = 60);
 
-static struct svc asvc;
-static const char *const api_args[] = {"--provider", "none", NULL};
-
-static void api_teardown(void)
-{
-	svc_kill(&asvc);
-}
-
-TestSuite(gpu_api, .fini = api_teardown, .timeout = 60);
-
-#ifdef DP_HAVE_CUDA
-static int devices(void)
-{
-	int n = 0;
-
-	if (cudaGetDeviceCount(&n) != cudaSuccess)
-		n = 0;
-	return n;
-}
-#endif
-
-/* A bare control connection: one request, one status back. */
-static int raw_connect(void)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	struct timeval tv = {.tv_sec = 10};
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-	cr_assert_geq(fd, 0);
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", asvc.sock);
-	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	return fd;
-}
-
+/* One request on a bare control connection, one status back. */
 static int raw_call(int fd, uint16_t type, const void *payload, size_t len)
 {
 	static uint32_t seq;
@@ -100,10 +64,10 @@ Test(gpu_api, RegisterCudaWithoutGpuMemory)
 #ifndef DP_HAVE_CUDA
 	want = -ENOTSUP;
 #else
-	want = devices() > 0 ? -EINVAL : -ENODEV;
+	want = gpu_count() > 0 ? -EINVAL : -ENODEV;
 #endif
-	cr_assert_eq(svc_start(&asvc, api_args), 0);
-	cr_assert_eq(dp_connect(asvc.sock, "gpu-api", &c), 0);
+	cr_assert_eq(svc_start(&svc, local_only), 0);
+	cr_assert_eq(dp_connect(svc.sock, "gpu-api", &c), 0);
 	r = dp_register_cuda(c, host, sizeof(host));
 	cr_assert_eq(r, want, "dp_register_cuda: %d (%s), want %d", r, dp_strerror(r), want);
 	cr_assert_eq(dp_register_cuda(c, NULL, 4096), -EINVAL);
@@ -120,7 +84,7 @@ Test(gpu_api, RegisterCudaWithoutGpuMemory)
 	cr_assert_eq(cqe.status, 0);
 	cr_assert_eq(cqe.flags, DP_CQE_F_LOCAL, "a host copy does not take the GPU path");
 	dp_close(c);
-	cr_assert_eq(svc_stop(&asvc), 0);
+	cr_assert_eq(svc_stop(&svc), 0);
 }
 
 /* The service's checks: size, reserved field, zero length, a device it
@@ -132,8 +96,8 @@ Test(gpu_api, RegisterCudaMessageChecks)
 	struct dp_msg_id id = {.id = 999};
 	int fd, rc;
 
-	cr_assert_eq(svc_start(&asvc, api_args), 0);
-	fd = raw_connect();
+	cr_assert_eq(svc_start(&svc, local_only), 0);
+	fd = raw_connect(svc.sock, 10);
 	raw_hello(fd);
 	memset(&m, 0, sizeof(m));
 	m.len = 4096;
@@ -151,7 +115,7 @@ Test(gpu_api, RegisterCudaMessageChecks)
 	rc = raw_call(fd, DP_MSG_REGION_REGISTER_CUDA, &m, sizeof(m));
 	cr_assert_eq(rc, -ENODEV, "unknown device: %d", rc);
 #ifdef DP_HAVE_CUDA
-	if (devices() > 0) {
+	if (gpu_count() > 0) {
 		struct cudaDeviceProp prop;
 
 		cr_assert_eq(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
@@ -164,5 +128,5 @@ Test(gpu_api, RegisterCudaMessageChecks)
 	/* Still connected, one strike down: an ordinary error reply. */
 	cr_assert_eq(raw_call(fd, DP_MSG_QUEUE_DESTROY, &id, sizeof(id)), -EBADF);
 	close(fd);
-	cr_assert_eq(svc_stop(&asvc), 0);
+	cr_assert_eq(svc_stop(&svc), 0);
 }

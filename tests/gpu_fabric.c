@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* gpu_fabric.c - GPU memory over the fabric: two services on one host over the shm
  * provider with FI_HMEM, GPU -> GPU and GPU -> host, byte-accurate. */
-#include "fabric_util.h"
-#include "gpu_test.h"
+#include "helpers.h"
 
 #ifdef DP_HAVE_CUDA
 
@@ -25,14 +24,14 @@ Test(gpu_fabric, GpuFabricShmHmem)
 	int ra, rb, hreg, seg, rc;
 
 	GPU_REQUIRE();
-	fab_start(&fab_svc[0], shm_args);
-	fab_start(&fab_svc[1], shm_args);
-	if (!fab_log_has(&fab_svc[0], "FI_HMEM"))
+	start_svc(&fab_svc[0], shm_args);
+	start_svc(&fab_svc[1], shm_args);
+	if (!svc_log_has(&fab_svc[0], "FI_HMEM"))
 		cr_skip_test("this libfabric's shm provider does not offer FI_HMEM");
 	snprintf(peer, sizeof(peer), "127.0.0.1:%d", fab_rpc_port(&fab_svc[0]));
 
-	ca = fab_connect(&fab_svc[0], "gpu-owner");
-	cb = fab_connect(&fab_svc[1], "gpu-user");
+	ca = connect_client(&fab_svc[0], "gpu-owner");
+	cb = connect_client(&fab_svc[1], "gpu-user");
 	da = gpu_buf(len, -1);
 	db = gpu_buf(len, 7);
 	ra = gpu_register(ca, da, len);
@@ -41,21 +40,21 @@ Test(gpu_fabric, GpuFabricShmHmem)
 	 * but answers "Cannot register memory for uninitialized iface" for
 	 * FI_HMEM_CUDA (seen on the H200); the service then keeps the region
 	 * for local copies and says so. Nothing here can be tested then. */
-	if (fab_log_has(&fab_svc[0], "serves local copies only"))
+	if (svc_log_has(&fab_svc[0], "serves local copies only"))
 		cr_skip_test("this libfabric cannot register CUDA memory (built without CUDA)");
 	rc = dp_segment_export(ca, ra, "gpu-kv", DP_ACCESS_RW);
 	cr_assert_eq(rc, 0, "export: %s", dp_strerror(rc));
-	seg = fab_open(cb, peer, "gpu-kv", DP_ACCESS_RW);
-	q = fab_queue(cb, 16);
+	seg = open_segment(cb, peer, "gpu-kv", DP_ACCESS_RW);
+	q = make_queue(cb, 16);
 
 	dp_prep_write(&d, rb, 0, seg, 0, len, 1);
-	fab_run_ok(q, &d, DP_CQE_F_FABRIC, 30000);
+	run_ok(q, &d, DP_CQE_F_FABRIC, 30000);
 	gpu_expect(da, len, 7, 0, "GPU -> GPU over shm");
 
-	hreg = fab_alloc(cb, len, &host);
+	hreg = alloc_region(cb, len, &host);
 	memset(host, 0, len);
 	dp_prep_read(&d, hreg, 0, seg, 0, len, 2);
-	fab_run_ok(q, &d, DP_CQE_F_FABRIC, 30000);
+	run_ok(q, &d, DP_CQE_F_FABRIC, 30000);
 	cr_assert_eq(pattern_check(host, len, 7), -1, "GPU -> host over shm: mismatch");
 
 	dp_close(cb);

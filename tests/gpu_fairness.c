@@ -3,11 +3,11 @@
  * GPU copy on another queue of the same poller. */
 #include <stdio.h>
 
-#include "gpu_test.h"
+#include "helpers.h"
 
 #ifdef DP_HAVE_CUDA
 
-TestSuite(gpu_fair, .fini = gpu_teardown, .timeout = 180);
+TestSuite(gpu_fair, .fini = svc_teardown, .timeout = 180);
 
 #define SMALL 4096u
 #define ROUNDS 7
@@ -15,13 +15,6 @@ TestSuite(gpu_fair, .fini = gpu_teardown, .timeout = 180);
  * below the ~0.5 ms (device to device) or ~20 ms (host to device) that the
  * 1 GiB copy takes, which is what a 4 KiB copy queued behind it would see. */
 #define SLACK_NS 100000ull
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
 
 static struct dp_cqe poll_one(struct dp_queue *q)
 {
@@ -36,9 +29,9 @@ static struct dp_cqe poll_one(struct dp_queue *q)
 
 static void spin_ns(uint64_t ns)
 {
-	uint64_t end = gpu_now_ns() + ns;
+	uint64_t end = now_ns() + ns;
 
-	while (gpu_now_ns() < end)
+	while (now_ns() < end)
 		;
 }
 
@@ -57,10 +50,10 @@ static void fairness(const char *what, struct dp_queue *qa, const struct dp_desc
 
 	dp_prep_write(&d, rs, 0, seg, 0, SMALL, 1);
 	for (int i = 0; i < 201; i++) {
-		t0 = gpu_now_ns();
+		t0 = now_ns();
 		cr_assert_eq(dp_submit(qb, &d, 1), 1);
 		cqe = poll_one(qb);
-		alone[i] = gpu_now_ns() - t0;
+		alone[i] = now_ns() - t0;
 		cr_assert_eq(cqe.status, 0, "4 KiB copy: %s", dp_strerror(cqe.status));
 	}
 	qsort(alone, 201, sizeof(alone[0]), cmp_u64);
@@ -71,22 +64,22 @@ static void fairness(const char *what, struct dp_queue *qa, const struct dp_desc
 	cr_assert_eq(cqe.status, 0, "1 GiB copy: %s", dp_strerror(cqe.status));
 
 	for (int r = 0; r < ROUNDS; r++) {
-		uint64_t tb = gpu_now_ns(), small_done = 0, big_done = 0;
+		uint64_t tb = now_ns(), small_done = 0, big_done = 0;
 
 		cr_assert_eq(dp_submit(qa, big, 1), 1);
 		/* Let the poller start the big copy first. */
 		spin_ns(50000);
-		t0 = gpu_now_ns();
+		t0 = now_ns();
 		cr_assert_eq(dp_submit(qb, &d, 1), 1);
 		while (!small_done || !big_done) {
 			if (!small_done && dp_poll(qb, &cqe, 1) == 1) {
-				small_done = gpu_now_ns();
+				small_done = now_ns();
 				cr_assert_eq(cqe.status, 0);
 				if (!big_done)
 					small_first++;
 			}
 			if (!big_done && dp_poll(qa, &cqe, 1) == 1) {
-				big_done = gpu_now_ns();
+				big_done = now_ns();
 				cr_assert_eq(cqe.status, 0);
 				cr_assert_eq(cqe.bytes, big->len);
 			}
@@ -121,10 +114,10 @@ Test(gpu_fair, GpuBigCopyDoesNotDelaySmall)
 	int rbs, rbd, rss, rsd, segb, segs;
 
 	GPU_REQUIRE();
-	gpu_start_service();
-	c = gpu_connect("gpu-fair");
-	qa = gpu_queue(c, 0);
-	qb = gpu_queue(c, 0);
+	start_svc(&svc, local_only);
+	c = connect_client(&svc, "gpu-fair");
+	qa = make_queue(c, 0);
+	qb = make_queue(c, 0);
 	CK(cudaMalloc(&bsrc, big));
 	CK(cudaMalloc(&bdst, big));
 	gpu_memset(bsrc, 0x5a, big);
@@ -135,8 +128,8 @@ Test(gpu_fair, GpuBigCopyDoesNotDelaySmall)
 	rbd = gpu_register(c, bdst, big);
 	rss = gpu_register(c, ssrc, SMALL);
 	rsd = gpu_register(c, sdst, SMALL);
-	segb = gpu_segment(c, rbd, "big");
-	segs = gpu_segment(c, rsd, "small");
+	segb = export_open(c, rbd, "big", DP_ACCESS_RW, DP_ACCESS_RW);
+	segs = export_open(c, rsd, "small", DP_ACCESS_RW, DP_ACCESS_RW);
 	dp_prep_write(&d, rbs, 0, segb, 0, big, 2);
 	fairness("device to device", qa, &d, qb, rss, segs);
 	gpu_expect(sdst, SMALL, 11, 0, "4 KiB destination");
@@ -157,7 +150,7 @@ Test(gpu_fair, GpuBigCopyDoesNotDelaySmall)
 	CK(cudaFree(bdst));
 	CK(cudaFree(ssrc));
 	CK(cudaFree(sdst));
-	gpu_stop_service();
+	stop_svc(&svc);
 }
 
 /* The big copy host to device (pinned host memory), the small one device to
@@ -173,10 +166,10 @@ Test(gpu_fair, GpuBigHostCopyDoesNotDelaySmall)
 	int rbs, rbd, rss, rsd, segb, segs;
 
 	GPU_REQUIRE();
-	gpu_start_service();
-	c = gpu_connect("gpu-fair-host");
-	qa = gpu_queue(c, 0);
-	qb = gpu_queue(c, 0);
+	start_svc(&svc, local_only);
+	c = connect_client(&svc, "gpu-fair-host");
+	qa = make_queue(c, 0);
+	qb = make_queue(c, 0);
 	rbs = dp_alloc(c, big, DP_ALLOC_HUGE, (void **)&hsrc);
 	cr_assert_geq(rbs, 0, "dp_alloc: %s", dp_strerror(rbs));
 	memset(hsrc, 0xa5, big);
@@ -187,8 +180,8 @@ Test(gpu_fair, GpuBigHostCopyDoesNotDelaySmall)
 	rbd = gpu_register(c, bdst, big);
 	rss = gpu_register(c, ssrc, SMALL);
 	rsd = gpu_register(c, sdst, SMALL);
-	segb = gpu_segment(c, rbd, "big");
-	segs = gpu_segment(c, rsd, "small");
+	segb = export_open(c, rbd, "big", DP_ACCESS_RW, DP_ACCESS_RW);
+	segs = export_open(c, rsd, "small", DP_ACCESS_RW, DP_ACCESS_RW);
 	dp_prep_write(&d, rbs, 0, segb, 0, big, 2);
 	fairness("host to device", qa, &d, qb, rss, segs);
 	gpu_expect(sdst, SMALL, 12, 0, "4 KiB destination");
@@ -206,7 +199,7 @@ Test(gpu_fair, GpuBigHostCopyDoesNotDelaySmall)
 	CK(cudaFree(bdst));
 	CK(cudaFree(ssrc));
 	CK(cudaFree(sdst));
-	gpu_stop_service();
+	stop_svc(&svc);
 }
 
 #else

@@ -8,15 +8,14 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "gpu_test.h"
+#include "helpers.h"
 
 #ifdef DP_HAVE_CUDA
-#include "fault_util.h"
 
 static void gpu_faults_teardown(void)
 {
 	unsetenv("DP_FAULTS");
-	gpu_teardown();
+	svc_teardown();
 }
 
 TestSuite(gpu_faults, .fini = gpu_faults_teardown, .timeout = 120);
@@ -55,18 +54,18 @@ Test(gpu_faults, CudaFailuresEndAsEio)
 	need_fault_build();
 	GPU_REQUIRE();
 	setenv("DP_FAULTS", "cuda=0.1,seed=11", 1);
-	rc = svc_start(&gsvc, args);
+	rc = svc_start(&svc, args);
 	unsetenv("DP_FAULTS");
 	cr_assert_eq(rc, 0, "svc_start: %s", strerror(-rc));
-	c = gpu_connect("gpu-faults");
-	q = gpu_queue(c, 0);
+	c = connect_client(&svc, "gpu-faults");
+	q = make_queue(c, 0);
 
 	/* GPU -> GPU: 256 copies of 256 KiB, each to its own place. */
 	src = gpu_buf(NCOPY * piece, 61);
 	dst = gpu_buf(NCOPY * piece, -1);
 	rs = gpu_register(c, src, NCOPY * piece);
 	rd = gpu_register(c, dst, NCOPY * piece);
-	seg_d = gpu_segment(c, rd, "faults-dst");
+	seg_d = export_open(c, rd, "faults-dst", DP_ACCESS_RW, DP_ACCESS_RW);
 	for (unsigned i = 0; i < NCOPY; i++)
 		dp_prep_write(&d[i], rs, i * piece, seg_d, i * piece, piece, i);
 	gpu_run(q, d, NCOPY, cqe, 60000);
@@ -104,7 +103,7 @@ Test(gpu_faults, CudaFailuresEndAsEio)
 	}
 
 	dp_close(c);
-	n = stop_and_count(&gsvc);
+	n = stop_and_count(&svc);
 	cr_log_info("DP_FAULTS=cuda=0.1: %u GPU copies (%u ok, %u -EIO), %u file -> GPU (%u ok, "
 		    "%u -EIO); %llu CUDA faults injected",
 		    NCOPY, ok, eio, NFILE, fok, feio, n.cuda);

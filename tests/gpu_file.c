@@ -6,11 +6,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "gpu_test.h"
+#include "helpers.h"
 
 #ifdef DP_HAVE_CUDA
 
-TestSuite(gpu_file, .fini = gpu_teardown, .timeout = 120);
+TestSuite(gpu_file, .fini = svc_teardown, .timeout = 120);
 
 /* A scratch file in /var/tmp (often not tmpfs, so O_DIRECT works) holding
  * @len bytes of pattern @seed, or zeros when seed < 0; open O_RDWR. */
@@ -57,7 +57,7 @@ static void start_with(const char *slice, const char *staging)
 {
 	const char *args[] = {"--provider", "none",  "--io-slice", slice,
 			      "--staging",  staging, NULL};
-	int rc = svc_start(&gsvc, args);
+	int rc = svc_start(&svc, args);
 
 	cr_assert_eq(rc, 0, "svc_start: %s", strerror(-rc));
 }
@@ -106,8 +106,8 @@ Test(gpu_file, FileToGpuAndBack)
 
 	GPU_REQUIRE();
 	start_with("1048576", "16777216");
-	c = gpu_connect("gpu-file");
-	q = gpu_queue(c, 0);
+	c = connect_client(&svc, "gpu-file");
+	q = make_queue(c, 0);
 	fd = scratch_file(2 * len, 31);
 	seg = file_segment(c, fd, 2 * len, "gpu-file");
 	g = gpu_buf(len, -1);
@@ -128,7 +128,7 @@ Test(gpu_file, FileToGpuAndBack)
 	CK(cudaFree(g));
 	CK(cudaFree(src));
 	close(fd);
-	gpu_stop_service();
+	stop_svc(&svc);
 }
 
 /* Odd offsets and lengths (page-cache slices), 64 KiB slices through a
@@ -148,8 +148,8 @@ Test(gpu_file, UnalignedManySlicesFewBuffers)
 
 	GPU_REQUIRE();
 	start_with("65536", "262144");
-	c = gpu_connect("gpu-file-unaligned");
-	q = gpu_queue(c, 0);
+	c = connect_client(&svc, "gpu-file-unaligned");
+	q = make_queue(c, 0);
 	fd = scratch_file(flen, 41);
 	seg = file_segment(c, fd, flen, "gpu-file-u");
 	g = gpu_buf(glen, -1);
@@ -177,7 +177,7 @@ Test(gpu_file, UnalignedManySlicesFewBuffers)
 	dp_close(c);
 	CK(cudaFree(g));
 	close(fd);
-	gpu_stop_service();
+	stop_svc(&svc);
 }
 
 /* A file cut short under its region: the READ of the missing part fails
@@ -195,8 +195,8 @@ Test(gpu_file, FileShorterThanRegion)
 
 	GPU_REQUIRE();
 	start_with("1048576", "8388608");
-	c = gpu_connect("gpu-file-short");
-	q = gpu_queue(c, 0);
+	c = connect_client(&svc, "gpu-file-short");
+	q = make_queue(c, 0);
 	fd = scratch_file(len, 51);
 	seg = file_segment(c, fd, len, "gpu-file-s");
 	g = gpu_buf(len, -1);
@@ -216,7 +216,7 @@ Test(gpu_file, FileShorterThanRegion)
 	dp_close(c);
 	CK(cudaFree(g));
 	close(fd);
-	gpu_stop_service();
+	stop_svc(&svc);
 }
 
 #else

@@ -6,7 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "gpu_test.h"
+#include "helpers.h"
 
 #ifdef DP_HAVE_CUDA
 
@@ -21,7 +21,7 @@ static void ipc_teardown(void)
 		waitpid(peer_pid, &status, 0);
 		peer_pid = 0;
 	}
-	gpu_teardown();
+	svc_teardown();
 }
 
 TestSuite(gpu_ipc, .fini = ipc_teardown, .timeout = 120);
@@ -36,21 +36,6 @@ static int read_byte(int fd)
 static void write_byte(int fd, char b)
 {
 	cr_assert_eq(write(fd, &b, 1), 1);
-}
-
-/* Lines of the service's log that contain @needle. */
-static int log_count(const char *needle)
-{
-	char line[1024];
-	int n = 0;
-	FILE *f = fopen(gsvc.log, "r");
-
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		n += strstr(line, needle) != NULL;
-	fclose(f);
-	return n;
 }
 
 #define CLOSED_LINE "gpu: closed the IPC mapping"
@@ -70,7 +55,7 @@ static int peer_main(int go, int ready, size_t len, const char *name, uint64_t s
 
 	if (read_byte(go) != 'g')
 		return 0;
-	if (dp_connect(gsvc.sock, "gpu-peer", &c))
+	if (dp_connect(svc.sock, "gpu-peer", &c))
 		return 10;
 	if (cudaMalloc(&dst, len) != cudaSuccess || cudaMemset(dst, 0, len) != cudaSuccess ||
 	    cudaDeviceSynchronize() != cudaSuccess)
@@ -126,7 +111,7 @@ static void start_peer(size_t len, const char *name, uint64_t seed, int *go_w, i
 		close(go[1]);
 		waitpid(peer_pid, &status, 0);
 		peer_pid = 0;
-		gpu_stop_service();
+		stop_svc(&svc);
 		cr_skip_test("no CUDA device on this machine");
 	}
 }
@@ -153,12 +138,12 @@ Test(gpu_ipc, GpuTwoProcesses)
 	void *src, *back;
 	int go, ready, rs, rb, seg;
 
-	gpu_start_service();
+	start_svc(&svc, local_only);
 	start_peer(len, "ipc-dst", 8, &go, &ready);
 	write_byte(go, 'g');
 	cr_assert_eq(read_byte(ready), 'r', "peer failed before exporting (exit %d)", wait_peer());
-	c = gpu_connect("gpu-ipc");
-	q = gpu_queue(c, 0);
+	c = connect_client(&svc, "gpu-ipc");
+	q = make_queue(c, 0);
 	src = gpu_buf(len, 8);
 	back = gpu_buf(len, -1);
 	rs = gpu_register(c, src, len);
@@ -175,7 +160,7 @@ Test(gpu_ipc, GpuTwoProcesses)
 	dp_close(c);
 	CK(cudaFree(src));
 	CK(cudaFree(back));
-	gpu_stop_service();
+	stop_svc(&svc);
 }
 
 static size_t gpu_free_bytes(void)
@@ -201,15 +186,15 @@ Test(gpu_ipc, GpuClientDeathClosesHandles)
 	int go, ready, rs, seg;
 	uint64_t deadline;
 
-	gpu_start_service();
+	start_svc(&svc, local_only);
 	start_peer(len, "doomed", 9, &go, &ready);
 	/* The service's own context exists before the baseline. */
-	c = gpu_connect("gpu-survivor");
-	q = gpu_queue(c, 0);
+	c = connect_client(&svc, "gpu-survivor");
+	q = make_queue(c, 0);
 	src = gpu_buf(MiB, 9);
 	rs = gpu_register(c, src, MiB);
 	warm = gpu_buf(MiB, -1);
-	seg = gpu_segment(c, gpu_register(c, warm, MiB), "warm");
+	seg = export_open(c, gpu_register(c, warm, MiB), "warm", DP_ACCESS_RW, DP_ACCESS_RW);
 	dp_prep_write(&d, rs, 0, seg, 0, MiB, 0);
 	gpu_run_one_ok(q, &d);
 	free0 = gpu_free_bytes();
@@ -222,18 +207,19 @@ Test(gpu_ipc, GpuClientDeathClosesHandles)
 	cr_assert_geq(seg, 0, "dp_segment_open: %s", dp_strerror(seg));
 	dp_prep_write(&d, rs, 0, seg, len - MiB, MiB, 0);
 	gpu_run_one_ok(q, &d);
-	cr_assert_eq(log_count(CLOSED_LINE), 0);
+	cr_assert_eq(svc_log_count(&svc, CLOSED_LINE), 0);
 
 	write_byte(go, 'x');
 	cr_assert_eq(wait_peer(), 0);
-	deadline = gpu_now_ns() + 10000000000ull;
-	while (gpu_now_ns() < deadline) {
+	deadline = now_ns() + 10000000000ull;
+	while (now_ns() < deadline) {
 		now = gpu_free_bytes();
-		if (log_count(CLOSED_LINE) == 1 && now + 256 * MiB >= free0)
+		if (svc_log_count(&svc, CLOSED_LINE) == 1 && now + 256 * MiB >= free0)
 			break;
 		usleep(20000);
 	}
-	cr_assert_eq(log_count(CLOSED_LINE), 1, "the dead client's IPC mapping was not closed");
+	cr_assert_eq(svc_log_count(&svc, CLOSED_LINE), 1,
+		     "the dead client's IPC mapping was not closed");
 	cr_assert_geq(now + 256 * MiB, free0, "%zu MiB of GPU memory not returned",
 		      (free0 - now) >> 20);
 	dp_prep_write(&d, rs, 0, seg, 0, MiB, 0);
@@ -242,7 +228,7 @@ Test(gpu_ipc, GpuClientDeathClosesHandles)
 	dp_close(c);
 	CK(cudaFree(src));
 	CK(cudaFree(warm));
-	gpu_stop_service();
+	stop_svc(&svc);
 }
 
 /* Each dp_free closes its mapping; two regions of one allocation are two
@@ -257,9 +243,9 @@ Test(gpu_ipc, GpuDeregisterClosesHandle)
 	int rs, rd, rd2, seg, seg2;
 
 	GPU_REQUIRE();
-	gpu_start_service();
-	c = gpu_connect("gpu-dereg");
-	q = gpu_queue(c, 0);
+	start_svc(&svc, local_only);
+	c = connect_client(&svc, "gpu-dereg");
+	q = make_queue(c, 0);
 	src = gpu_buf(len, 10);
 	dst = gpu_buf(len, -1);
 	rs = gpu_register(c, src, len);
@@ -267,12 +253,12 @@ Test(gpu_ipc, GpuDeregisterClosesHandle)
 		rd = gpu_register(c, dst, len);
 		cr_assert_eq(dp_free(c, rd), 0);
 	}
-	cr_assert_eq(log_count(CLOSED_LINE), 100, "100 registrations, %d closes",
-		     log_count(CLOSED_LINE));
+	cr_assert_eq(svc_log_count(&svc, CLOSED_LINE), 100, "100 registrations, %u closes",
+		     svc_log_count(&svc, CLOSED_LINE));
 	rd = gpu_register(c, dst, len / 2);
 	rd2 = gpu_register(c, dst + len / 2, len / 2);
-	seg = gpu_segment(c, rd, "first-half");
-	seg2 = gpu_segment(c, rd2, "second-half");
+	seg = export_open(c, rd, "first-half", DP_ACCESS_RW, DP_ACCESS_RW);
+	seg2 = export_open(c, rd2, "second-half", DP_ACCESS_RW, DP_ACCESS_RW);
 	cr_assert_eq(dp_free(c, rd), 0);
 	dp_prep_write(&d, rs, len / 2, seg2, 0, len / 2, 0);
 	gpu_run_one_ok(q, &d);
@@ -288,7 +274,7 @@ Test(gpu_ipc, GpuDeregisterClosesHandle)
 	dp_close(c);
 	CK(cudaFree(src));
 	CK(cudaFree(dst));
-	gpu_stop_service();
+	stop_svc(&svc);
 }
 
 #else

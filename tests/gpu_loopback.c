@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* gpu_loopback.c - GPU memory through one service: GPU <-> GPU and host <-> GPU
  * local copies, both opcodes, batches, interior pointers, bounds. */
-#include "gpu_test.h"
+#include "helpers.h"
 
 #ifdef DP_HAVE_CUDA
 
-TestSuite(gpu, .fini = gpu_teardown, .timeout = 120);
+TestSuite(gpu, .fini = svc_teardown, .timeout = 120);
 
 /* Same-service GPU -> GPU WRITE of 4 MiB. */
 Test(gpu, GpuLoopbackWrite)
@@ -18,14 +18,14 @@ Test(gpu, GpuLoopbackWrite)
 	int rs, rd, seg;
 
 	GPU_REQUIRE();
-	gpu_start_service();
-	c = gpu_connect("gpu-write");
-	q = gpu_queue(c, 0);
+	start_svc(&svc, local_only);
+	c = connect_client(&svc, "gpu-write");
+	q = make_queue(c, 0);
 	src = gpu_buf(len, 1);
 	dst = gpu_buf(len, -1);
 	rs = gpu_register(c, src, len);
 	rd = gpu_register(c, dst, len);
-	seg = gpu_segment(c, rd, "gpu-dst");
+	seg = export_open(c, rd, "gpu-dst", DP_ACCESS_RW, DP_ACCESS_RW);
 	dp_prep_write(&d, rs, 0, seg, 0, len, 0);
 	gpu_run_one_ok(q, &d);
 	gpu_expect(dst, len, 1, 0, "destination after WRITE");
@@ -33,7 +33,7 @@ Test(gpu, GpuLoopbackWrite)
 	dp_close(c);
 	CK(cudaFree(src));
 	CK(cudaFree(dst));
-	gpu_stop_service();
+	stop_svc(&svc);
 }
 
 /* WRITE A -> B, then READ B -> C: both directions of the engine, three
@@ -48,16 +48,16 @@ Test(gpu, GpuLoopbackWriteThenRead)
 	int ra, rb, rc_, seg;
 
 	GPU_REQUIRE();
-	gpu_start_service();
-	c = gpu_connect("gpu-write-read");
-	q = gpu_queue(c, 0);
+	start_svc(&svc, local_only);
+	c = connect_client(&svc, "gpu-write-read");
+	q = make_queue(c, 0);
 	a = gpu_buf(len, 2);
 	b = gpu_buf(len, -1);
 	cbuf = gpu_buf(len, -1);
 	ra = gpu_register(c, a, len);
 	rb = gpu_register(c, b, len);
 	rc_ = gpu_register(c, cbuf, len);
-	seg = gpu_segment(c, rb, "gpu-b");
+	seg = export_open(c, rb, "gpu-b", DP_ACCESS_RW, DP_ACCESS_RW);
 
 	dp_prep_write(&d, ra, 1000, seg, 2 * MiB, n, 0);
 	gpu_run_one_ok(q, &d);
@@ -72,7 +72,7 @@ Test(gpu, GpuLoopbackWriteThenRead)
 	CK(cudaFree(a));
 	CK(cudaFree(b));
 	CK(cudaFree(cbuf));
-	gpu_stop_service();
+	stop_svc(&svc);
 }
 
 /* 64 WRITEs of 4 KiB .. 4 MiB (both of the poller's streams) in one
@@ -92,14 +92,14 @@ Test(gpu, GpuLoopbackMultiWrite)
 	off[0] = 0;
 	for (int i = 0; i < N; i++)
 		off[i + 1] = off[i] + (4096ull << (i % 11)) + 64;
-	gpu_start_service();
-	c = gpu_connect("gpu-multi");
-	q = gpu_queue(c, 128);
+	start_svc(&svc, local_only);
+	c = connect_client(&svc, "gpu-multi");
+	q = make_queue(c, 128);
 	src = gpu_buf(off[N], 3);
 	dst = gpu_buf(off[N], -1);
 	rs = gpu_register(c, src, off[N]);
 	rd = gpu_register(c, dst, off[N]);
-	seg = gpu_segment(c, rd, "gpu-multi");
+	seg = export_open(c, rd, "gpu-multi", DP_ACCESS_RW, DP_ACCESS_RW);
 	/* The 64-byte gaps between the ranges stay zero. */
 	for (int i = 0; i < N; i++)
 		dp_prep_write(&d[i], rs, off[i], seg, off[i], off[i + 1] - off[i] - 64,
@@ -109,7 +109,7 @@ Test(gpu, GpuLoopbackMultiWrite)
 		unsigned got = 0;
 		unsigned char seen[N] = {0};
 		struct dp_cqe cq[N];
-		uint64_t deadline = gpu_now_ns() + 30000000000ull;
+		uint64_t deadline = now_ns() + 30000000000ull;
 
 		while (got < N) {
 			int k = dp_wait(q, cq, N, 100);
@@ -122,7 +122,7 @@ Test(gpu, GpuLoopbackMultiWrite)
 				cqe[cq[i].user_data] = cq[i];
 			}
 			got += (unsigned)k;
-			cr_assert_lt(gpu_now_ns(), deadline, "%u of 64 completions", got);
+			cr_assert_lt(now_ns(), deadline, "%u of 64 completions", got);
 		}
 	}
 	for (int i = 0; i < N; i++) {
@@ -150,7 +150,7 @@ Test(gpu, GpuLoopbackMultiWrite)
 	dp_close(c);
 	CK(cudaFree(src));
 	CK(cudaFree(dst));
-	gpu_stop_service();
+	stop_svc(&svc);
 }
 
 /* Host <-> GPU, both directions, both opcodes: H2D and D2H WRITEs, H2D and
@@ -167,9 +167,9 @@ Test(gpu, GpuHostDeviceBothDirections)
 	int rhs, rhd, rgs, rgd, seg_hd, seg_gd;
 
 	GPU_REQUIRE();
-	gpu_start_service();
-	c = gpu_connect("gpu-host");
-	q = gpu_queue(c, 0);
+	start_svc(&svc, local_only);
+	c = connect_client(&svc, "gpu-host");
+	q = make_queue(c, 0);
 	rhs = dp_alloc(c, len, 0, (void **)&hsrc);
 	rhd = dp_alloc(c, len, 0, (void **)&hdst);
 	cr_assert_geq(rhs, 0);
@@ -180,8 +180,8 @@ Test(gpu, GpuHostDeviceBothDirections)
 	gdst = gpu_buf(len, -1);
 	rgs = gpu_register(c, gsrc, len);
 	rgd = gpu_register(c, gdst, len);
-	seg_hd = gpu_segment(c, rhd, "host-dst");
-	seg_gd = gpu_segment(c, rgd, "gpu-dst");
+	seg_hd = export_open(c, rhd, "host-dst", DP_ACCESS_RW, DP_ACCESS_RW);
+	seg_gd = export_open(c, rgd, "gpu-dst", DP_ACCESS_RW, DP_ACCESS_RW);
 
 	/* WRITE host -> GPU. */
 	dp_prep_write(&d, rhs, 0, seg_gd, 0, len, 0);
@@ -207,7 +207,7 @@ Test(gpu, GpuHostDeviceBothDirections)
 	dp_close(c);
 	CK(cudaFree(gsrc));
 	CK(cudaFree(gdst));
-	gpu_stop_service();
+	stop_svc(&svc);
 }
 
 /* A pointer inside an allocation: the service must honour its offset, and
@@ -222,14 +222,14 @@ Test(gpu, GpuInteriorPointer)
 	int rs, rd, seg, r;
 
 	GPU_REQUIRE();
-	gpu_start_service();
-	c = gpu_connect("gpu-interior");
-	q = gpu_queue(c, 0);
+	start_svc(&svc, local_only);
+	c = connect_client(&svc, "gpu-interior");
+	q = make_queue(c, 0);
 	src = gpu_buf(len, 6);
 	dst = gpu_buf(len, -1);
 	rs = gpu_register(c, src + off, n);
 	rd = gpu_register(c, dst + 2 * off, n);
-	seg = gpu_segment(c, rd, "gpu-interior");
+	seg = export_open(c, rd, "gpu-interior", DP_ACCESS_RW, DP_ACCESS_RW);
 	dp_prep_write(&d, rs, 0, seg, 0, n, 0);
 	gpu_run_one_ok(q, &d);
 	gpu_expect(dst + 2 * off, n, 6, off, "interior destination");
@@ -249,7 +249,7 @@ Test(gpu, GpuInteriorPointer)
 	dp_close(c);
 	CK(cudaFree(src));
 	CK(cudaFree(dst));
-	gpu_stop_service();
+	stop_svc(&svc);
 }
 
 /* What dp_register_cuda refuses, and a freed GPU region's handle. */
@@ -263,9 +263,9 @@ Test(gpu, GpuRegisterErrors)
 	int r, rg, seg;
 
 	GPU_REQUIRE();
-	gpu_start_service();
-	c = gpu_connect("gpu-errors");
-	q = gpu_queue(c, 0);
+	start_svc(&svc, local_only);
+	c = connect_client(&svc, "gpu-errors");
+	q = make_queue(c, 0);
 	host = malloc(4096);
 	CK(cudaMallocHost(&pinned, 4096));
 	CK(cudaMallocManaged(&managed, 4096, cudaMemAttachGlobal));
@@ -276,7 +276,7 @@ Test(gpu, GpuRegisterErrors)
 	g = gpu_buf(MiB, 7);
 	cr_assert_eq(dp_register_cuda(c, g, 0), -EINVAL, "zero length");
 	rg = gpu_register(c, g, MiB);
-	seg = gpu_segment(c, rg, "gpu-errors");
+	seg = export_open(c, rg, "gpu-errors", DP_ACCESS_RW, DP_ACCESS_RW);
 	/* Deregistered: the handle is gone and its export with it. */
 	cr_assert_eq(dp_free(c, rg), 0);
 	dp_prep_write(&d, rg, 0, seg, 0, 4096, 0);
@@ -290,7 +290,7 @@ Test(gpu, GpuRegisterErrors)
 	CK(cudaFree(managed));
 	CK(cudaFreeHost(pinned));
 	free(host);
-	gpu_stop_service();
+	stop_svc(&svc);
 }
 
 #else

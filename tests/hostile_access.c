@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "service_util.h"
+#include "helpers.h"
 
 TestSuite(hostile_access, .fini = svc_teardown);
 
@@ -22,7 +22,7 @@ static struct dp_cqe one(struct dp_queue *q, uint8_t op, int region, uint64_t lo
 
 	dp_prep_write(&d, region, loff, seg, toff, len, ud);
 	d.opcode = op;
-	return run_one(q, &d);
+	return run_wait(q, &d, 5000);
 }
 
 /* Handle tables are per client: the numbers another client holds (its
@@ -35,9 +35,9 @@ Test(hostile_access, another_clients_handles_are_ebadf, .timeout = 30)
 	uint8_t *op[8], *mp;
 	uint64_t ud = 0;
 
-	start_service(local_only);
-	owner = connect_client("owner");
-	thief = connect_client("thief");
+	start_svc(&svc, local_only);
+	owner = connect_client(&svc, "owner");
+	thief = connect_client(&svc, "thief");
 	for (int i = 0; i < 8; i++) {
 		char name[16];
 
@@ -84,7 +84,7 @@ Test(hostile_access, another_clients_handles_are_ebadf, .timeout = 30)
 	}
 	dp_close(thief);
 	dp_close(owner);
-	stop_service();
+	stop_svc(&svc);
 }
 
 /* A read-only export of another client: no handle with write access can
@@ -100,9 +100,9 @@ Test(hostile_access, read_only_export_of_another_client_stays_intact, .timeout =
 	uint8_t *op, *wp;
 	int oreg, wreg, seg;
 
-	start_service(local_only);
-	owner = connect_client("owner");
-	writer = connect_client("writer");
+	start_svc(&svc, local_only);
+	owner = connect_client(&svc, "owner");
+	writer = connect_client(&svc, "writer");
 	oreg = alloc_region(owner, RLEN, &op);
 	pattern_fill(op, RLEN, OWNER_SEED);
 	cr_assert_eq(dp_segment_export(owner, oreg, "weights", DP_ACCESS_READ), 0);
@@ -127,7 +127,7 @@ Test(hostile_access, read_only_export_of_another_client_stays_intact, .timeout =
 	cr_assert_eq(pattern_check(op, RLEN, OWNER_SEED), -1, "the read-only export was written");
 	dp_close(writer);
 	dp_close(owner);
-	stop_service();
+	stop_svc(&svc);
 }
 
 /* A million NOPs, pipelined at full depth: each completes exactly once,
@@ -143,8 +143,8 @@ Test(hostile_access, nop_flood_completes_each_exactly_once, .timeout = 60)
 	struct dp_queue_stats st;
 	uint64_t next = 0, done = 0, t0;
 
-	start_service(local_only);
-	c = connect_client("nops");
+	start_svc(&svc, local_only);
+	c = connect_client(&svc, "nops");
 	q = make_queue(c, DEPTH);
 	memset(seen, 0, sizeof(seen));
 	t0 = now_ns();
@@ -183,7 +183,7 @@ Test(hostile_access, nop_flood_completes_each_exactly_once, .timeout = 60)
 	cr_assert_eq(st.failed, 0);
 	cr_log_info("%d NOPs in %.2f s", N, (double)(now_ns() - t0) / 1e9);
 	dp_close(c);
-	stop_service();
+	stop_svc(&svc);
 }
 
 Test(hostile_access, unexported_names_cannot_be_opened, .timeout = 30)
@@ -192,9 +192,9 @@ Test(hostile_access, unexported_names_cannot_be_opened, .timeout = 30)
 	uint8_t *p;
 	int r;
 
-	start_service(local_only);
-	owner = connect_client("owner");
-	other = connect_client("other");
+	start_svc(&svc, local_only);
+	owner = connect_client(&svc, "owner");
+	other = connect_client(&svc, "other");
 	r = alloc_region(owner, RLEN, &p);
 	cr_assert_eq(dp_segment_open(other, NULL, "never-exported", DP_ACCESS_READ), -ENOENT);
 	/* A registered region is not reachable until it is exported ... */
@@ -210,7 +210,7 @@ Test(hostile_access, unexported_names_cannot_be_opened, .timeout = 30)
 	cr_assert_geq(dp_segment_open(other, NULL, "kv2", DP_ACCESS_READ), 0);
 	dp_close(other);
 	dp_close(owner);
-	stop_service();
+	stop_svc(&svc);
 }
 
 /* Runs dp_connect as uid/gid 65534 in a child; returns its result. */
@@ -251,7 +251,7 @@ Test(hostile_access, another_uid_cannot_attach, .timeout = 30)
 
 	if (geteuid() != 0)
 		cr_skip_test("needs root to drop to another uid");
-	start_service(local_only);
+	start_svc(&svc, local_only);
 	cr_assert_eq(stat(svc.sock, &st), 0);
 	cr_assert_eq(st.st_mode & 0777, 0660, "socket mode %o", st.st_mode & 0777);
 	/* The test's temp dir is 0700; open it so that only the socket's own
@@ -264,5 +264,5 @@ Test(hostile_access, another_uid_cannot_attach, .timeout = 30)
 	cr_assert_eq(rc, 0, "a member of the socket's group: %d (%s)", rc, dp_strerror(rc));
 	rc = connect_as_nobody(65533);
 	cr_assert_eq(rc, -EACCES, "gid 65533 connect: %d (%s)", rc, dp_strerror(rc));
-	stop_service();
+	stop_svc(&svc);
 }

@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "dp_client_pvt.h"
-#include "hostile_util.h"
+#include "helpers.h"
 
 TestSuite(hostile_ring, .fini = svc_teardown);
 
@@ -27,20 +27,12 @@ struct hostile {
 static void hostile_setup(struct hostile *h, const char *export_name)
 {
 	memset(h, 0, sizeof(*h));
-	h->c = connect_client("hostile");
+	h->c = connect_client(&svc, "hostile");
 	h->local = alloc_region(h->c, HLEN, &h->lp);
 	h->target = alloc_region(h->c, HLEN, &h->tp);
 	h->seg = export_open(h->c, h->target, export_name, DP_ACCESS_RW, DP_ACCESS_RW);
 	h->q = make_queue(h->c, DEPTH);
 	cr_assert_eq(dp__queue_ring(h->q, &h->pair, &h->sq_efd), 0);
-}
-
-static uint64_t rng_next(uint64_t *s)
-{
-	*s ^= *s << 13;
-	*s ^= *s >> 7;
-	*s ^= *s << 17;
-	return *s;
 }
 
 /* Publishes `n` slots exactly as given (no stamping, no credit check) and
@@ -59,7 +51,7 @@ static void raw_push(struct hostile *h, const struct dp_desc *d, unsigned n)
  * size, past it, and values whose sums wrap 64 bits. */
 static uint64_t edgy(uint64_t *s)
 {
-	uint64_t r = rng_next(s);
+	uint64_t r = xorshift64(s);
 
 	switch (r % 6) {
 	case 0:
@@ -93,7 +85,7 @@ Test(hostile_ring, garbage_in_sq_slots_gets_error_completions, .timeout = 60)
 	uint64_t s = 0x9e3779b97f4a7c15ull;
 	unsigned tried = 0, failed = 0, moved = 0;
 
-	start_service(local_only);
+	start_svc(&svc, local_only);
 	bystander_start(&b);
 	hostile_setup(&h, "h");
 	pattern_fill(h.lp, HLEN, 1);
@@ -105,18 +97,18 @@ Test(hostile_ring, garbage_in_sq_slots_gets_error_completions, .timeout = 60)
 			uint64_t *w = (uint64_t *)&d[i];
 
 			for (unsigned k = 0; k < 8; k++)
-				w[k] = rng_next(&s);
+				w[k] = xorshift64(&s);
 			if (structured) {
 				/* Reserved fields clear, so the checks behind
 				 * them run: opcodes, handles near the real
 				 * ones, offsets and lengths at the edges. */
-				d[i].opcode = (uint8_t)(rng_next(&s) % 5);
+				d[i].opcode = (uint8_t)(xorshift64(&s) % 5);
 				d[i].flags = 0;
 				d[i].reserved0 = 0;
 				d[i].reserved1 = 0;
 				d[i].reserved2 = 0;
-				d[i].region = (uint32_t)(rng_next(&s) % 4);
-				d[i].segment = (uint32_t)(rng_next(&s) % 3);
+				d[i].region = (uint32_t)(xorshift64(&s) % 4);
+				d[i].segment = (uint32_t)(xorshift64(&s) % 3);
 				d[i].local_off = edgy(&s);
 				d[i].target_off = edgy(&s);
 				d[i].len = edgy(&s);
@@ -173,7 +165,7 @@ Test(hostile_ring, garbage_in_sq_slots_gets_error_completions, .timeout = 60)
 
 		pattern_fill(h.lp, 4096, 99);
 		dp_prep_write(&ok, h.local, 0, h.seg, 0, 4096, 1u << 30);
-		c = run_one(h.q, &ok);
+		c = run_wait(h.q, &ok, 5000);
 		cr_assert_eq(c.status, 0, "%s", dp_strerror(c.status));
 		cr_assert_eq(pattern_check(h.tp, 4096, 99), -1);
 	}
@@ -234,7 +226,7 @@ Test(hostile_ring, corrupt_indices_disconnect_only_that_client, .timeout = 60)
 	struct bystander b;
 	int baseline;
 
-	start_service(local_only);
+	start_svc(&svc, local_only);
 	bystander_start(&b);
 	baseline = proc_fd_count(svc.pid);
 	for (int k = 0; k < NCORRUPTIONS; k++) {
@@ -249,7 +241,7 @@ Test(hostile_ring, corrupt_indices_disconnect_only_that_client, .timeout = 60)
 		for (unsigned i = 0; i < 4; i++)
 			d[i] = (struct dp_desc){.opcode = DP_OP_NOP, .user_data = i};
 		for (int r = 0; r < 3; r++) {
-			submit_all(h.q, d, 4);
+			submit_all(h.q, d, 4, 5000);
 			reap(h.q, cqe, 4, 5000);
 		}
 		corrupt(&h, (enum corruption)k);
@@ -264,8 +256,8 @@ Test(hostile_ring, corrupt_indices_disconnect_only_that_client, .timeout = 60)
 		cr_assert_eq(atomic_load(&b.errors), 0, "bystander, after %s: %s",
 			     corruption_name[k], b.what);
 	}
-	cr_assert(log_has("submission ring tail out of range"));
-	cr_assert(log_has("completion ring head"));
+	cr_assert(svc_log_has(&svc, "submission ring tail out of range"));
+	cr_assert(svc_log_has(&svc, "completion ring head"));
 	bystander_finish(&b);
 	service_still_serves();
 }
@@ -308,7 +300,7 @@ Test(hostile_ring, rewriting_published_descriptors_never_bypasses_checks, .timeo
 	unsigned long whole = 0, one = 0, efault = 0;
 	uint64_t end;
 
-	start_service(local_only);
+	start_svc(&svc, local_only);
 	bystander_start(&b);
 	hostile_setup(&h, "h");
 	memset(h.lp, 0xab, HLEN);
@@ -360,7 +352,7 @@ Test(hostile_ring, scribbled_header_is_never_reread, .timeout = 60)
 	struct hostile h;
 	struct dp_ring_hdr *hdrs[2];
 
-	start_service(local_only);
+	start_svc(&svc, local_only);
 	bystander_start(&b);
 	hostile_setup(&h, "h");
 	memset(h.pair->base, 0xa5, DP_RING_ALIGN);
@@ -382,7 +374,7 @@ Test(hostile_ring, scribbled_header_is_never_reread, .timeout = 60)
 
 		pattern_fill(h.lp + off, 4096, i);
 		dp_prep_write(&d, h.local, off, h.seg, off, 4096, i);
-		cqe = run_one(h.q, &d);
+		cqe = run_wait(h.q, &d, 5000);
 		cr_assert_eq(cqe.status, 0, "transfer %llu: %s", (unsigned long long)i,
 			     dp_strerror(cqe.status));
 		cr_assert_eq(pattern_check(h.tp + off, 4096, i), -1);
@@ -392,7 +384,7 @@ Test(hostile_ring, scribbled_header_is_never_reread, .timeout = 60)
 		struct dp_queue *q2 = make_queue(h.c, 8);
 		struct dp_desc nop = {.opcode = DP_OP_NOP, .user_data = 3};
 
-		cr_assert_eq(run_one(q2, &nop).status, 0);
+		cr_assert_eq(run_wait(q2, &nop, 5000).status, 0);
 	}
 	dp_close(h.c);
 	bystander_finish(&b);
@@ -426,7 +418,7 @@ Test(hostile_ring, doorbell_flood_is_harmless, .timeout = 60)
 	unsigned long before, during;
 	pthread_t t;
 
-	start_service(local_only);
+	start_svc(&svc, local_only);
 	bystander_start(&b);
 	hostile_setup(&h, "h");
 	before = atomic_load(&b.ops);
@@ -442,7 +434,7 @@ Test(hostile_ring, doorbell_flood_is_harmless, .timeout = 60)
 
 		pattern_fill(h.lp, 4096, i);
 		dp_prep_write(&d, h.local, 0, h.seg, 0, 4096, i);
-		cr_assert_eq(run_one(h.q, &d).status, 0);
+		cr_assert_eq(run_wait(h.q, &d, 5000).status, 0);
 		cr_assert_eq(pattern_check(h.tp, 4096, i), -1);
 	}
 	/* The bystander must progress while the flood goes on; on two cores

@@ -1,5 +1,5 @@
 /* ring_stress.c - two pinned threads, then two processes, stream stamped entries; nothing lost, duplicated or torn. */
-#include "ring_test.h"
+#include "helpers.h"
 
 #include <criterion/criterion.h>
 #include <signal.h>
@@ -84,7 +84,7 @@ static int tx_step(struct stream_tx *tx)
 		return 0;
 	if (tx->placed == tx->batch) {
 		tx->next += tx->batch;
-		uint64_t r = ring_test_rand(&tx->rng);
+		uint64_t r = xorshift64s(&tx->rng);
 		tx->batch = 1 + (uint32_t)(r % MAX_BURST);
 		if (tx->batch > tx->count - tx->next)
 			tx->batch = (uint32_t)(tx->count - tx->next);
@@ -158,7 +158,7 @@ static int rx_step(struct stream_rx *rx)
 
 	if (rx->received == rx->count)
 		return 0;
-	r = ring_test_rand(&rx->rng);
+	r = xorshift64s(&rx->rng);
 	n = 1 + (uint32_t)(r % MAX_BURST);
 	if (n > rx->count - rx->received)
 		n = (uint32_t)(rx->count - rx->received);

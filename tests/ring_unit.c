@@ -1,5 +1,5 @@
 /* ring_unit.c - single-threaded ring behaviour: capacity, wrap-around, batches, validation, corrupt peers. */
-#include "ring_test.h"
+#include "helpers.h"
 
 #include <criterion/criterion.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
 /* ring_wakeup.c - NEED_WAKEUP handshake: a consumer that sleeps on an eventfd after every entry never misses one. */
-#include "ring_test.h"
+#include "helpers.h"
 
 #include <criterion/criterion.h>
 #include <poll.h>
@@ -90,7 +90,7 @@ static void *producer(void *p)
 
 	ring_test_pin(0);
 	for (uint64_t i = 0; i < t->cycles; i++) {
-		enum publish_timing timing = ring_test_rand(&rng) % PUBLISH_MODES;
+		enum publish_timing timing = xorshift64s(&rng) % PUBLISH_MODES;
 		int rc;
 
 		if (!wait_until(t, consumer_acked, i)) {

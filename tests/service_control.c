@@ -11,25 +11,11 @@
 #include <unistd.h>
 
 #include "dp_proto.h"
-#include "service_util.h"
+#include "helpers.h"
 
 TestSuite(service_control, .fini = svc_teardown);
 
 /* ---- a raw control connection ---- */
-
-static int raw_connect(void)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	struct timeval tv = {.tv_sec = 3};
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-	cr_assert_geq(fd, 0);
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", svc.sock);
-	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0, "connect: %s",
-		     strerror(errno));
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	return fd;
-}
 
 /* Sends one packet of `len` bytes with `nfds` fds attached. */
 static void raw_send(int fd, const void *buf, size_t len, const int *fds, int nfds)
@@ -185,28 +171,8 @@ static void ping(int fd)
 
 /* ---- a well-behaved client beside the raw ones ---- */
 
-struct bystander {
-	struct dp_client *c;
-	struct dp_queue *q;
-	uint8_t *src, *dst;
-	int rs, seg;
-	uint64_t n;
-};
-
-static void bystander_start(struct bystander *b)
-{
-	int rd;
-
-	b->c = connect_client("bystander");
-	b->rs = alloc_region(b->c, 65536, &b->src);
-	rd = alloc_region(b->c, 65536, &b->dst);
-	b->seg = export_open(b->c, rd, "bystander", DP_ACCESS_RW, DP_ACCESS_RW);
-	b->q = make_queue(b->c, 8);
-	b->n = 0;
-}
-
 /* One verified round trip: the service is serving the bystander. */
-static void bystander_check(struct bystander *b)
+static void probe_check(struct probe *b)
 {
 	struct dp_desc d;
 	struct dp_cqe cqe;
@@ -214,14 +180,14 @@ static void bystander_check(struct bystander *b)
 
 	pattern_fill(b->src, 65536, seed);
 	dp_prep_write(&d, b->rs, 0, b->seg, 0, 65536, seed);
-	cqe = run_one(b->q, &d);
+	cqe = run_wait(b->q, &d, 5000);
 	cr_assert_eq(cqe.status, 0, "bystander: %s", dp_strerror(cqe.status));
 	cr_assert_eq(pattern_check(b->dst, 65536, seed), -1, "bystander's bytes");
 }
 
-static void bystander_stop(struct bystander *b)
+static void probe_stop(struct probe *b)
 {
-	bystander_check(b);
+	probe_check(b);
 	dp_close(b->c);
 }
 
@@ -245,12 +211,12 @@ Test(service_control, truncated_header, .timeout = 20)
 			       .version = DP_PROTO_VERSION,
 			       .type = DP_MSG_HELLO,
 			       .seq = 9};
-	struct bystander b;
+	struct probe b;
 	int fd;
 
-	start_service(local_only);
-	bystander_start(&b);
-	fd = raw_connect();
+	start_svc(&svc, local_only);
+	probe_start(&b, &svc, 65536);
+	fd = raw_connect(svc.sock, 3);
 	raw_hello(fd);
 	/* Too short to be a header: the reply can only say type 0, seq 0. */
 	raw_send(fd, &h, 8, NULL, 0);
@@ -260,19 +226,19 @@ Test(service_control, truncated_header, .timeout = 20)
 	expect_reply(fd, 0, 0, -EBADMSG, "15-byte packet");
 	ping(fd);
 	close(fd);
-	bystander_stop(&b);
-	stop_service();
+	probe_stop(&b);
+	stop_svc(&svc);
 }
 
 Test(service_control, wrong_magic, .timeout = 20)
 {
 	struct dp_msg_queue_create qc = {0};
-	struct bystander b;
+	struct probe b;
 	int fd;
 
-	start_service(local_only);
-	bystander_start(&b);
-	fd = raw_connect();
+	start_svc(&svc, local_only);
+	probe_start(&b, &svc, 65536);
+	fd = raw_connect(svc.sock, 3);
 	raw_hello(fd);
 	send_msg_ex(fd, 0x4c504445u, DP_PROTO_VERSION, DP_MSG_QUEUE_CREATE, 41, &qc, sizeof(qc), -1,
 		    NULL, 0);
@@ -280,10 +246,10 @@ Test(service_control, wrong_magic, .timeout = 20)
 	send_msg_ex(fd, 0, 0, 0, 0, NULL, 0, -1, NULL, 0);
 	expect_reply(fd, 0, 0, -EBADMSG, "all-zero header");
 	ping(fd);
-	bystander_check(&b);
+	probe_check(&b);
 	close(fd);
-	bystander_stop(&b);
-	stop_service();
+	probe_stop(&b);
+	stop_svc(&svc);
 }
 
 /* Another protocol version cannot be talked to: one reply, then hang-up. */
@@ -291,34 +257,34 @@ Test(service_control, wrong_protocol_version, .timeout = 20)
 {
 	struct dp_msg_hello h = {.abi_version = DP_ABI_VERSION};
 	struct dp_msg_queue_create qc = {0};
-	struct bystander b;
+	struct probe b;
 	int fd;
 
-	start_service(local_only);
-	bystander_start(&b);
-	fd = raw_connect();
+	start_svc(&svc, local_only);
+	probe_start(&b, &svc, 65536);
+	fd = raw_connect(svc.sock, 3);
 	send_msg_ex(fd, DP_PROTO_MAGIC, DP_PROTO_VERSION + 1, DP_MSG_HELLO, 3, &h, sizeof(h), -1,
 		    NULL, 0);
 	expect_reply(fd, DP_MSG_HELLO, 3, -EPROTONOSUPPORT, "version 2 HELLO");
 	expect_hangup(fd, "after a wrong version");
-	fd = raw_connect();
+	fd = raw_connect(svc.sock, 3);
 	raw_hello(fd);
 	send_msg_ex(fd, DP_PROTO_MAGIC, 0, DP_MSG_QUEUE_CREATE, 4, &qc, sizeof(qc), -1, NULL, 0);
 	expect_reply(fd, DP_MSG_QUEUE_CREATE, 4, -EPROTONOSUPPORT, "version 0 after HELLO");
 	expect_hangup(fd, "after a wrong version");
-	bystander_stop(&b);
-	stop_service();
+	probe_stop(&b);
+	stop_svc(&svc);
 }
 
 Test(service_control, length_field_not_matching, .timeout = 20)
 {
 	struct dp_msg_queue_create qc = {0};
-	struct bystander b;
+	struct probe b;
 	int fd;
 
-	start_service(local_only);
-	bystander_start(&b);
-	fd = raw_connect();
+	start_svc(&svc, local_only);
+	probe_start(&b, &svc, 65536);
+	fd = raw_connect(svc.sock, 3);
 	raw_hello(fd);
 	send_msg_ex(fd, DP_PROTO_MAGIC, DP_PROTO_VERSION, DP_MSG_QUEUE_CREATE, 5, &qc, sizeof(qc),
 		    sizeof(qc) + 4, NULL, 0);
@@ -328,19 +294,19 @@ Test(service_control, length_field_not_matching, .timeout = 20)
 	expect_reply(fd, DP_MSG_QUEUE_CREATE, 6, -EBADMSG, "len says less than sent");
 	ping(fd);
 	close(fd);
-	bystander_stop(&b);
-	stop_service();
+	probe_stop(&b);
+	stop_svc(&svc);
 }
 
 Test(service_control, unknown_type, .timeout = 20)
 {
 	struct dp_msg_id id = {0};
-	struct bystander b;
+	struct probe b;
 	int fd;
 
-	start_service(local_only);
-	bystander_start(&b);
-	fd = raw_connect();
+	start_svc(&svc, local_only);
+	probe_start(&b, &svc, 65536);
+	fd = raw_connect(svc.sock, 3);
 	raw_hello(fd);
 	send_msg(fd, 0x7fff, 7, &id, sizeof(id), NULL, 0);
 	expect_reply(fd, 0x7fff, 7, -EOPNOTSUPP, "type 0x7fff");
@@ -350,25 +316,25 @@ Test(service_control, unknown_type, .timeout = 20)
 	ping(fd);
 	close(fd);
 	/* Type 0 is nobody's, before HELLO too. */
-	fd = raw_connect();
+	fd = raw_connect(svc.sock, 3);
 	send_msg(fd, 0, 9, NULL, 0, NULL, 0);
 	expect_reply(fd, 0, 9, -EOPNOTSUPP, "type 0");
 	raw_hello(fd);
 	ping(fd);
 	close(fd);
-	bystander_stop(&b);
-	stop_service();
+	probe_stop(&b);
+	stop_svc(&svc);
 }
 
 Test(service_control, oversized_packet, .timeout = 20)
 {
 	static char big[4096];
-	struct bystander b;
+	struct probe b;
 	int fd;
 
-	start_service(local_only);
-	bystander_start(&b);
-	fd = raw_connect();
+	start_svc(&svc, local_only);
+	probe_start(&b, &svc, 65536);
+	fd = raw_connect(svc.sock, 3);
 	raw_hello(fd);
 	/* The header is fine; the packet is longer than any message may be. */
 	send_msg(fd, DP_MSG_SEGMENT_OPEN, 10, big, DP_MSG_MAX + 100 - sizeof(struct dp_msg_hdr),
@@ -378,20 +344,20 @@ Test(service_control, oversized_packet, .timeout = 20)
 	expect_reply(fd, 0, 0, -EMSGSIZE, "4 KiB packet");
 	ping(fd);
 	close(fd);
-	bystander_stop(&b);
-	stop_service();
+	probe_stop(&b);
+	stop_svc(&svc);
 }
 
 Test(service_control, request_before_hello, .timeout = 20)
 {
 	struct dp_msg_queue_create qc = {0};
 	struct dp_msg_id id = {.id = 1};
-	struct bystander b;
+	struct probe b;
 	int fd;
 
-	start_service(local_only);
-	bystander_start(&b);
-	fd = raw_connect();
+	start_svc(&svc, local_only);
+	probe_start(&b, &svc, 65536);
+	fd = raw_connect(svc.sock, 3);
 	send_msg(fd, DP_MSG_QUEUE_CREATE, 12, &qc, sizeof(qc), NULL, 0);
 	expect_reply(fd, DP_MSG_QUEUE_CREATE, 12, -EPROTO, "QUEUE_CREATE before HELLO");
 	send_msg(fd, DP_MSG_SEGMENT_CLOSE, 13, &id, sizeof(id), NULL, 0);
@@ -408,20 +374,20 @@ Test(service_control, request_before_hello, .timeout = 20)
 		cr_assert_eq(r.nfds, 3, "a queue comes with its memfd and two doorbells");
 	}
 	close(fd);
-	bystander_stop(&b);
-	stop_service();
+	probe_stop(&b);
+	stop_svc(&svc);
 }
 
 Test(service_control, payload_of_wrong_size, .timeout = 20)
 {
 	char pad[sizeof(struct dp_msg_segment_open) + 8] = {0};
 	struct dp_msg_hello h = {.abi_version = DP_ABI_VERSION};
-	struct bystander b;
+	struct probe b;
 	int fd;
 
-	start_service(local_only);
-	bystander_start(&b);
-	fd = raw_connect();
+	start_svc(&svc, local_only);
+	probe_start(&b, &svc, 65536);
+	fd = raw_connect(svc.sock, 3);
 	send_msg(fd, DP_MSG_HELLO, 15, &h, sizeof(h) - 1, NULL, 0);
 	expect_reply(fd, DP_MSG_HELLO, 15, -EBADMSG, "short HELLO");
 	raw_hello(fd);
@@ -429,7 +395,7 @@ Test(service_control, payload_of_wrong_size, .timeout = 20)
 	expect_reply(fd, DP_MSG_QUEUE_CREATE, 16, -EBADMSG, "4-byte QUEUE_CREATE");
 	ping(fd);
 	close(fd);
-	fd = raw_connect();
+	fd = raw_connect(svc.sock, 3);
 	raw_hello(fd);
 	send_msg(fd, DP_MSG_SEGMENT_OPEN, 17, pad, sizeof(pad), NULL, 0);
 	expect_reply(fd, DP_MSG_SEGMENT_OPEN, 17, -EBADMSG, "long SEGMENT_OPEN");
@@ -437,8 +403,8 @@ Test(service_control, payload_of_wrong_size, .timeout = 20)
 	expect_reply(fd, DP_MSG_REGION_FREE, 18, -EBADMSG, "empty REGION_FREE");
 	ping(fd);
 	close(fd);
-	bystander_stop(&b);
-	stop_service();
+	probe_stop(&b);
+	stop_svc(&svc);
 }
 
 /* A memfd of `len` bytes, sealable or not. */
@@ -464,14 +430,14 @@ static void register_with(int fd, uint32_t seq, uint64_t off, uint64_t len, cons
 Test(service_control, region_register_needs_one_sealable_memfd, .timeout = 20)
 {
 	char path[160];
-	struct bystander b;
+	struct probe b;
 	int fd, base, m1, m2, pfd[2], sv[2], devnull, file, shm = -1, unsealable;
 	int five[5];
 
-	start_service(local_only);
-	bystander_start(&b);
+	start_svc(&svc, local_only);
+	probe_start(&b, &svc, 65536);
 	base = proc_fd_count(svc.pid);
-	fd = raw_connect();
+	fd = raw_connect(svc.sock, 3);
 	raw_hello(fd);
 	m1 = make_memfd(65536, true);
 	m2 = make_memfd(65536, true);
@@ -528,7 +494,7 @@ Test(service_control, region_register_needs_one_sealable_memfd, .timeout = 20)
 		 sizeof(struct dp_msg_region_register), &m1, 1);
 	expect_reply_len(fd, DP_MSG_REGION_REGISTER, 34, 0, sizeof(struct dp_msg_id_reply),
 			 "a sealable memfd");
-	bystander_check(&b);
+	probe_check(&b);
 	close(fd);
 	expect_fds_back(base);
 	close(m1);
@@ -542,8 +508,8 @@ Test(service_control, region_register_needs_one_sealable_memfd, .timeout = 20)
 	close(unsealable);
 	if (shm >= 0)
 		close(shm);
-	bystander_stop(&b);
-	stop_service();
+	probe_stop(&b);
+	stop_svc(&svc);
 }
 
 /* Strings are checked inside their fixed-size fields. */
@@ -553,14 +519,14 @@ Test(service_control, unterminated_names, .timeout = 20)
 	struct dp_msg_segment_open op = {.access = DP_ACCESS_READ};
 	struct dp_msg_segment_name un;
 	struct dp_msg_id_reply idr;
-	struct bystander b;
+	struct probe b;
 	struct reply r;
 	char name63[64];
 	int fd, m;
 
-	start_service(local_only);
-	bystander_start(&b);
-	fd = raw_connect();
+	start_svc(&svc, local_only);
+	probe_start(&b, &svc, 65536);
+	fd = raw_connect(svc.sock, 3);
 	raw_hello(fd);
 	m = make_memfd(65536, true);
 	send_msg(fd, DP_MSG_REGION_REGISTER, 40,
@@ -598,31 +564,31 @@ Test(service_control, unterminated_names, .timeout = 20)
 	cr_assert_geq(dp_segment_open(b.c, NULL, name63, DP_ACCESS_READ), 0);
 	close(m);
 	close(fd);
-	bystander_stop(&b);
-	stop_service();
+	probe_stop(&b);
+	stop_svc(&svc);
 }
 
 Test(service_control, hello_with_wrong_abi, .timeout = 20)
 {
 	struct dp_msg_hello h = {.abi_version = DP_ABI_VERSION + 1, .pid = (uint32_t)getpid()};
-	struct bystander b;
+	struct probe b;
 	int fd;
 
-	start_service(local_only);
-	bystander_start(&b);
-	fd = raw_connect();
+	start_svc(&svc, local_only);
+	probe_start(&b, &svc, 65536);
+	fd = raw_connect(svc.sock, 3);
 	send_msg(fd, DP_MSG_HELLO, 50, &h, sizeof(h), NULL, 0);
 	expect_reply_len(fd, DP_MSG_HELLO, 50, -EPROTONOSUPPORT, sizeof(struct dp_msg_hello_reply),
 			 "HELLO with ABI 2");
 	expect_hangup(fd, "after an ABI mismatch");
-	fd = raw_connect();
+	fd = raw_connect(svc.sock, 3);
 	h.abi_version = 0;
 	send_msg(fd, DP_MSG_HELLO, 51, &h, sizeof(h), NULL, 0);
 	expect_reply_len(fd, DP_MSG_HELLO, 51, -EPROTONOSUPPORT, sizeof(struct dp_msg_hello_reply),
 			 "HELLO with ABI 0");
 	expect_hangup(fd, "after an ABI mismatch");
-	bystander_stop(&b);
-	stop_service();
+	probe_stop(&b);
+	stop_svc(&svc);
 }
 
 /* Three malformed messages, of any kinds, and the client is gone; the
@@ -631,35 +597,35 @@ Test(service_control, third_malformed_message_disconnects, .timeout = 20)
 {
 	struct dp_msg_hdr h = {.magic = DP_PROTO_MAGIC};
 	struct dp_msg_queue_create qc = {0};
-	struct bystander b;
+	struct probe b;
 	int fd;
 
-	start_service(local_only);
-	bystander_start(&b);
-	fd = raw_connect();
+	start_svc(&svc, local_only);
+	probe_start(&b, &svc, 65536);
+	fd = raw_connect(svc.sock, 3);
 	raw_hello(fd);
 	raw_send(fd, &h, 4, NULL, 0);
 	expect_reply(fd, 0, 0, -EBADMSG, "strike 1: truncated");
 	ping(fd);
-	bystander_check(&b);
+	probe_check(&b);
 	send_msg(fd, 0x7ffe, 60, NULL, 0, NULL, 0);
 	expect_reply(fd, 0x7ffe, 60, -EOPNOTSUPP, "strike 2: unknown type");
 	ping(fd);
-	bystander_check(&b);
+	probe_check(&b);
 	send_msg(fd, DP_MSG_QUEUE_CREATE, 61, &qc, 2, NULL, 0);
 	expect_reply(fd, DP_MSG_QUEUE_CREATE, 61, -EBADMSG, "strike 3: short payload");
 	expect_hangup(fd, "after the third strike");
-	bystander_check(&b);
+	probe_check(&b);
 
 	/* Strikes before HELLO count the same. */
-	fd = raw_connect();
+	fd = raw_connect(svc.sock, 3);
 	for (uint32_t i = 0; i < 3; i++) {
 		send_msg(fd, DP_MSG_QUEUE_CREATE, 70 + i, &qc, sizeof(qc), NULL, 0);
 		expect_reply(fd, DP_MSG_QUEUE_CREATE, 70 + i, -EPROTO, "before HELLO");
 	}
 	expect_hangup(fd, "after three requests before HELLO");
-	bystander_stop(&b);
-	stop_service();
+	probe_stop(&b);
+	stop_svc(&svc);
 }
 
 /* Well-formed requests that fail are not strikes, however many. */
@@ -667,12 +633,12 @@ Test(service_control, failed_requests_are_not_strikes, .timeout = 20)
 {
 	struct dp_msg_hello h = {.abi_version = DP_ABI_VERSION};
 	struct dp_msg_queue_create qc = {.depth = 3};
-	struct bystander b;
+	struct probe b;
 	int fd;
 
-	start_service(local_only);
-	bystander_start(&b);
-	fd = raw_connect();
+	start_svc(&svc, local_only);
+	probe_start(&b, &svc, 65536);
+	fd = raw_connect(svc.sock, 3);
 	raw_hello(fd);
 	for (int i = 0; i < 10; i++) {
 		ping(fd);
@@ -683,17 +649,8 @@ Test(service_control, failed_requests_are_not_strikes, .timeout = 20)
 	}
 	ping(fd);
 	close(fd);
-	bystander_stop(&b);
-	stop_service();
-}
-
-/* xorshift64*: deterministic garbage. */
-static uint64_t rnd(uint64_t *s)
-{
-	*s ^= *s >> 12;
-	*s ^= *s << 25;
-	*s ^= *s >> 27;
-	return *s * 0x2545f4914f6cdd1dull;
+	probe_stop(&b);
+	stop_svc(&svc);
 }
 
 /*
@@ -705,32 +662,32 @@ static uint64_t rnd(uint64_t *s)
 Test(service_control, garbage_from_many_clients, .timeout = 40)
 {
 	enum { CONNS = 40 };
-	struct bystander b;
+	struct probe b;
 	uint64_t s = 0x1234567;
 	int base, m, status;
 
-	start_service(local_only);
-	bystander_start(&b);
+	start_svc(&svc, local_only);
+	probe_start(&b, &svc, 65536);
 	base = proc_fd_count(svc.pid);
 	m = make_memfd(4096, true);
 	for (int c = 0; c < CONNS; c++) {
-		int fd = raw_connect(), strikes = 0;
+		int fd = raw_connect(svc.sock, 3), strikes = 0;
 
 		if (c & 1)
 			raw_hello(fd);
 		while (strikes < 3) {
 			_Alignas(8) char buf[700];
-			size_t len = 1 + rnd(&s) % sizeof(buf);
+			size_t len = 1 + xorshift64s(&s) % sizeof(buf);
 			struct reply r;
 			ssize_t n;
 
 			for (size_t i = 0; i < len; i++)
-				buf[i] = (char)rnd(&s);
-			if (len >= sizeof(struct dp_msg_hdr) && rnd(&s) % 2) {
+				buf[i] = (char)xorshift64s(&s);
+			if (len >= sizeof(struct dp_msg_hdr) && xorshift64s(&s) % 2) {
 				/* A valid header around a random type and payload. */
 				struct dp_msg_hdr h = {.magic = DP_PROTO_MAGIC,
 						       .version = DP_PROTO_VERSION,
-						       .type = (uint16_t)(rnd(&s) % 16),
+						       .type = (uint16_t)(xorshift64s(&s) % 16),
 						       .len = (uint32_t)(len - sizeof(h)),
 						       .seq = (uint32_t)c};
 
@@ -738,7 +695,7 @@ Test(service_control, garbage_from_many_clients, .timeout = 40)
 					h.type = 0x7fff;
 				memcpy(buf, &h, sizeof(h));
 			}
-			raw_send(fd, buf, len, &m, rnd(&s) % 4 == 0);
+			raw_send(fd, buf, len, &m, xorshift64s(&s) % 4 == 0);
 			n = raw_recv(fd, &r);
 			cr_assert_gt(n, 0, "connection %d: no reply to garbage (%s)", c,
 				     n ? strerror((int)-n) : "EOF");
@@ -755,10 +712,10 @@ Test(service_control, garbage_from_many_clients, .timeout = 40)
 		expect_hangup(fd, "garbage, third strike");
 		cr_assert_eq(waitpid(svc.pid, &status, WNOHANG), 0, "dataplaned died");
 		if (c % 8 == 7)
-			bystander_check(&b);
+			probe_check(&b);
 	}
 	close(m);
 	expect_fds_back(base);
-	bystander_stop(&b);
-	stop_service();
+	probe_stop(&b);
+	stop_svc(&svc);
 }

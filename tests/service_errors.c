@@ -4,7 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "service_util.h"
+#include "helpers.h"
 
 TestSuite(service_errors, .fini = svc_teardown);
 
@@ -33,8 +33,8 @@ struct env {
 static void env_setup(struct env *e)
 {
 	memset(e, 0, sizeof(*e));
-	start_service(local_only);
-	e->c = connect_client("errors");
+	start_svc(&svc, local_only);
+	e->c = connect_client(&svc, "errors");
 	e->local = alloc_region(e->c, RLEN, &e->lp);
 	e->target = alloc_region(e->c, RLEN, &e->tp);
 	e->ro = alloc_region(e->c, RLEN, &e->rp);
@@ -57,7 +57,7 @@ static void expect(struct env *e, struct dp_desc d, int status, uint64_t bytes, 
 	struct dp_cqe cqe;
 
 	d.user_data = ++e->ud;
-	cqe = run_one(e->q, &d);
+	cqe = run_wait(e->q, &d, 5000);
 	cr_assert_eq(cqe.status, status, "%s: status %d (%s), want %d (%s)", what, cqe.status,
 		     dp_strerror(cqe.status), status, dp_strerror(status));
 	cr_assert_eq(cqe.bytes, bytes, "%s: %llu bytes, want %llu", what,
@@ -102,7 +102,7 @@ static void env_done(struct env *e)
 {
 	env_check_untouched(e);
 	dp_close(e->c);
-	stop_service();
+	stop_svc(&svc);
 }
 
 Test(service_errors, bad_opcode_is_einval, .timeout = 20)
@@ -311,7 +311,7 @@ static void wait_for_econnreset(struct env *e, int seg)
 		struct dp_desc d = desc(DP_OP_WRITE, e->local, 0, (uint32_t)seg, 0, 64);
 
 		d.user_data = ++e->ud;
-		cqe = run_one(e->q, &d);
+		cqe = run_wait(e->q, &d, 5000);
 		if (cqe.status)
 			break;
 		cr_assert_lt(now_ns(), deadline, "the owner died 3 s ago, WRITEs still succeed");

@@ -8,36 +8,16 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "service_util.h"
+#include "helpers.h"
 
 TestSuite(service_lifecycle, .fini = svc_teardown);
 
 /* ---- a client that keeps checking that it is served ---- */
 
-struct bystander {
-	struct dp_client *c;
-	struct dp_queue *q;
-	uint8_t *src, *dst;
-	int rs, seg;
-	uint64_t n;
-};
-
 #define BY_LEN (1u << 20)
 
-static void bystander_start(struct bystander *b)
-{
-	int rd;
-
-	b->c = connect_client("bystander");
-	b->rs = alloc_region(b->c, BY_LEN, &b->src);
-	rd = alloc_region(b->c, BY_LEN, &b->dst);
-	b->seg = export_open(b->c, rd, "bystander", DP_ACCESS_RW, DP_ACCESS_RW);
-	b->q = make_queue(b->c, 8);
-	b->n = 0;
-}
-
 /* A verified 512 KiB WRITE (the chunked copy path) and a 4 KiB READ (inline). */
-static void bystander_check(struct bystander *b)
+static void probe_check(struct probe *b)
 {
 	uint64_t seed = 7000 + ++b->n;
 	struct dp_desc d;
@@ -45,11 +25,11 @@ static void bystander_check(struct bystander *b)
 
 	pattern_fill(b->src, BY_LEN / 2, seed);
 	dp_prep_write(&d, b->rs, 0, b->seg, 0, BY_LEN / 2, seed);
-	cqe = run_one(b->q, &d);
+	cqe = run_wait(b->q, &d, 5000);
 	cr_assert_eq(cqe.status, 0, "bystander WRITE: %s", dp_strerror(cqe.status));
 	cr_assert_eq(pattern_check(b->dst, BY_LEN / 2, seed), -1, "bystander WRITE bytes");
 	dp_prep_read(&d, b->rs, BY_LEN / 2, b->seg, 4096, 4096, seed + 1);
-	cqe = run_one(b->q, &d);
+	cqe = run_wait(b->q, &d, 5000);
 	cr_assert_eq(cqe.status, 0, "bystander READ: %s", dp_strerror(cqe.status));
 	cr_assert_eq(memcmp(b->src + BY_LEN / 2, b->dst + 4096, 4096), 0, "bystander READ bytes");
 }
@@ -114,21 +94,21 @@ static void doomed_main(int to_parent)
 Test(service_lifecycle, sigkill_with_1000_in_flight_leaks_nothing, .timeout = 60)
 {
 	struct doomed_report rep;
-	struct bystander b;
+	struct probe b;
 	uint8_t *shared;
 	int p[2], fd_base, fd_during, fd_now = -1, checks = 0;
 	long mem_base, mem_during, mem_now = -1;
 	uint64_t t_kill, deadline;
 
-	start_service(NULL);
-	bystander_start(&b);
+	start_svc(&svc, NULL);
+	probe_start(&b, &svc, BY_LEN);
 	/* Its own region for the doomed client to write into: the bystander's
 	 * checks use other memory. */
 	export_open(b.c, alloc_region(b.c, K_SZ, &shared), "shared", DP_ACCESS_RW, DP_ACCESS_READ);
 	/* Warm up the paths the doomed client will use (the copy engine's
 	 * allocations), so that the baseline is the service's steady state. */
 	for (int i = 0; i < 3; i++)
-		bystander_check(&b);
+		probe_check(&b);
 	sleep_ms(100);
 	fd_base = proc_fd_count(svc.pid);
 	mem_base = proc_mapped_kib(svc.pid);
@@ -148,7 +128,7 @@ Test(service_lifecycle, sigkill_with_1000_in_flight_leaks_nothing, .timeout = 60
 	close(p[0]);
 	fd_during = proc_fd_count(svc.pid);
 	mem_during = proc_mapped_kib(svc.pid);
-	bystander_check(&b); /* served beside a thousand 1 MiB copies */
+	probe_check(&b); /* served beside a thousand 1 MiB copies */
 	kill(child_pid, SIGKILL);
 	t_kill = now_ns();
 	wait_child(child_pid);
@@ -165,7 +145,7 @@ Test(service_lifecycle, sigkill_with_1000_in_flight_leaks_nothing, .timeout = 60
 	/* The bystander keeps working while the service cleans up. */
 	deadline = t_kill + 10000000000ull;
 	for (;;) {
-		bystander_check(&b);
+		probe_check(&b);
 		checks++;
 		fd_now = proc_fd_count(svc.pid);
 		mem_now = proc_mapped_kib(svc.pid);
@@ -185,9 +165,9 @@ Test(service_lifecycle, sigkill_with_1000_in_flight_leaks_nothing, .timeout = 60
 		      mem_now);
 	cr_assert_eq(dp_segment_open(b.c, NULL, "doomed", DP_ACCESS_READ), -ENOENT,
 		     "the dead client's export is gone");
-	bystander_check(&b);
+	probe_check(&b);
 	dp_close(b.c);
-	stop_service();
+	stop_svc(&svc);
 }
 
 /* ---- SIGTERM with work in flight ---- */
@@ -206,8 +186,8 @@ Test(service_lifecycle, sigterm_answers_every_accepted_descriptor, .timeout = 60
 	uint8_t *src, *dst;
 	int rs, rd, seg;
 
-	start_service(args);
-	c = connect_client("sigterm");
+	start_svc(&svc, args);
+	c = connect_client(&svc, "sigterm");
 	rs = alloc_region(c, REGION, &src);
 	rd = alloc_region(c, REGION, &dst);
 	seg = export_open(c, rd, "sigterm", DP_ACCESS_RW, DP_ACCESS_RW);
@@ -264,7 +244,7 @@ Test(service_lifecycle, sigterm_answers_every_accepted_descriptor, .timeout = 60
 	cr_log_info("SIGTERM: %u descriptors completed, %u cancelled", ok, cancelled);
 	cr_assert_eq(ok + cancelled, NQ * DEPTH, "%u of %u descriptors answered", ok + cancelled,
 		     NQ * DEPTH);
-	stop_service();
+	stop_svc(&svc);
 	/* Nothing arrives after the exit either. */
 	for (int i = 0; i < NQ; i++) {
 		struct dp_queue_stats st;
@@ -293,7 +273,7 @@ static void victim_start(struct victim *v, const char *name, uint32_t depth)
 	uint8_t *a;
 	int rd;
 
-	v->c = connect_client(name);
+	v->c = connect_client(&svc, name);
 	v->rs = alloc_region(v->c, 4 << 20, &a);
 	rd = alloc_region(v->c, 4 << 20, &a);
 	v->seg = export_open(v->c, rd, name, DP_ACCESS_RW, DP_ACCESS_RW);
@@ -308,7 +288,7 @@ static void victim_load(struct victim *v, unsigned n)
 
 	for (unsigned i = 0; i < n; i++) {
 		dp_prep_write(&d, v->rs, 0, v->seg, 0, 4 << 20, i);
-		submit_all(v->q, &d, 1);
+		submit_all(v->q, &d, 1, 5000);
 	}
 }
 
@@ -363,7 +343,7 @@ Test(service_lifecycle, killed_service_fails_calls_within_1s, .timeout = 60)
 	siginfo_t info;
 	void *addr;
 
-	start_service(NULL);
+	start_svc(&svc, NULL);
 	victim_start(&vw, "waiter", 64);
 	victim_start(&vp, "poller", 64);
 	victim_start(&vs, "submitter", 4096);
@@ -430,7 +410,7 @@ Test(service_lifecycle, killed_service_fails_calls_within_1s, .timeout = 60)
 		seg = export_open(fresh.c, rdst, "fresh-dst", DP_ACCESS_RW, DP_ACCESS_RW);
 		pattern_fill(src, 65536, 3);
 		dp_prep_write(&d, rsrc, 0, seg, 0, 65536, 99);
-		cqe[0] = run_one(fresh.q, &d);
+		cqe[0] = run_wait(fresh.q, &d, 5000);
 		cr_assert_eq(cqe[0].status, 0);
 		cr_assert_eq(pattern_check(dst, 65536, 3), -1);
 	}
@@ -439,7 +419,7 @@ Test(service_lifecycle, killed_service_fails_calls_within_1s, .timeout = 60)
 	dp_close(vs.c);
 	dp_close(vc.c);
 	dp_close(fresh.c);
-	stop_service();
+	stop_svc(&svc);
 }
 
 /* ---- flags ---- */
@@ -593,16 +573,16 @@ Test(service_lifecycle, second_service_on_a_live_socket_exits_1, .timeout = 30)
 {
 	const char *args[] = {"--socket", svc.sock, NULL};
 	static struct run r;
-	struct bystander b;
+	struct probe b;
 
-	start_service(NULL);
-	bystander_start(&b);
+	start_svc(&svc, NULL);
+	probe_start(&b, &svc, BY_LEN);
 	run_dataplaned(args, &r);
 	cr_assert_eq(r.status, 1, "exit %d, want 1; stderr: %s", r.status, r.err);
 	cr_assert_not_null(strstr(r.err, "dataplaned error"), "no error message: '%s'", r.err);
-	bystander_check(&b);
+	probe_check(&b);
 	dp_close(b.c);
-	b.c = connect_client("after");
+	b.c = connect_client(&svc, "after");
 	dp_close(b.c);
-	stop_service();
+	stop_svc(&svc);
 }

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "dp_proto.h"
-#include "service_util.h"
+#include "helpers.h"
 
 TestSuite(service_names, .fini = svc_teardown);
 
@@ -77,8 +77,8 @@ Test(service_names, library_refuses_names_outside_the_set, .timeout = 20)
 	uint8_t *p;
 	int r, rc;
 
-	start_service(local_only);
-	c = connect_client("names");
+	start_svc(&svc, local_only);
+	c = connect_client(&svc, "names");
 	r = alloc_region(c, 4096, &p);
 	for (unsigned i = 0; i < sizeof(bad_names) / sizeof(bad_names[0]); i++) {
 		printable(bad_names[i], shown, sizeof(shown));
@@ -107,8 +107,8 @@ Test(service_names, edge_names_inside_the_set_work, .timeout = 20)
 	uint8_t *p;
 	int r, rc, h;
 
-	start_service(local_only);
-	c = connect_client("names");
+	start_svc(&svc, local_only);
+	c = connect_client(&svc, "names");
 	r = alloc_region(c, 4096, &p);
 	for (unsigned i = 0; i < sizeof(good_names) / sizeof(good_names[0]); i++) {
 		cr_assert_leq(strlen(good_names[i]), DP_SEGMENT_NAME_MAX);
@@ -128,20 +128,6 @@ Test(service_names, edge_names_inside_the_set_work, .timeout = 20)
 }
 
 /* ---- the service checks names itself (a client need not use libclient) ---- */
-
-static int raw_connect(void)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	struct timeval tv = {.tv_sec = 3};
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-	cr_assert_geq(fd, 0);
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", svc.sock);
-	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0, "connect: %s",
-		     strerror(errno));
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	return fd;
-}
 
 /* One request, one reply: returns the reply's status. */
 static int32_t raw_call(int fd, uint16_t type, uint32_t seq, const void *payload, size_t len)
@@ -177,8 +163,8 @@ Test(service_names, service_refuses_raw_names_outside_the_set, .timeout = 20)
 	uint32_t seq = 1;
 	int fd;
 
-	start_service(local_only);
-	fd = raw_connect();
+	start_svc(&svc, local_only);
+	fd = raw_connect(svc.sock, 3);
 	snprintf(hello.name, sizeof(hello.name), "raw-names");
 	cr_assert_eq(raw_call(fd, DP_MSG_HELLO, seq++, &hello, sizeof(hello)), 0);
 	for (unsigned i = 0; i < sizeof(bad_names) / sizeof(bad_names[0]); i++) {
@@ -224,8 +210,8 @@ Test(service_errtext, memfd_without_sealing_is_eperm, .timeout = 20)
 	struct dp_client *c;
 	int fd, rc, ok;
 
-	start_service(local_only);
-	c = connect_client("errtext");
+	start_svc(&svc, local_only);
+	c = connect_client(&svc, "errtext");
 	fd = memfd_create("no-seals", MFD_CLOEXEC);
 	cr_assert_geq(fd, 0);
 	cr_assert_eq(ftruncate(fd, 65536), 0);
@@ -275,8 +261,8 @@ Test(service_errtext, open_file_outside_file_root_says_so, .timeout = 30)
 	int fd, rc;
 
 	/* Without --file-root every path is outside. */
-	start_service(local_only);
-	c = connect_client("errtext");
+	start_svc(&svc, local_only);
+	c = connect_client(&svc, "errtext");
 	expect_outside_root(c, "anything");
 	dp_close(c);
 	cr_assert_eq(svc_stop(&svc), 0);
@@ -288,8 +274,8 @@ Test(service_errtext, open_file_outside_file_root_says_so, .timeout = 30)
 	cr_assert_eq(ftruncate(fd, 4096), 0);
 	close(fd);
 	flags[3] = root;
-	start_service(flags);
-	c = connect_client("errtext");
+	start_svc(&svc, flags);
+	c = connect_client(&svc, "errtext");
 	expect_outside_root(c, "../outside");
 	expect_outside_root(c, "/etc/passwd");
 	rc = dp_open_file(c, "missing", 0, 0, DP_ACCESS_READ);

@@ -12,9 +12,7 @@
 #include <unistd.h>
 
 #include "dataplane.h"
-#include "fixture.h"
-
-static struct svc svc;
+#include "helpers.h"
 
 static void teardown(void)
 {

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "service_util.h"
+#include "helpers.h"
 
 TestSuite(service_transfer, .fini = svc_teardown);
 
@@ -115,8 +115,8 @@ Test(service_transfer, two_processes_1b_4k_1m_256m, .timeout = 60)
 	uint8_t *seg;
 	int region;
 
-	start_service(local_only);
-	c = connect_client("exporter");
+	start_svc(&svc, local_only);
+	c = connect_client(&svc, "exporter");
 	region = alloc_region(c, SEG_LEN, &seg);
 	memset(seg, GUARD, SEG_LEN);
 	cr_assert_eq(dp_segment_export(c, region, "xfer", DP_ACCESS_RW), 0);
@@ -159,7 +159,7 @@ Test(service_transfer, two_processes_1b_4k_1m_256m, .timeout = 60)
 	}
 	cr_assert_eq(wait_child(child_pid), 0);
 	dp_close(c);
-	stop_service();
+	stop_svc(&svc);
 }
 
 /* A full queue of 4 KiB WRITEs, each slot its own pattern, then the same
@@ -176,8 +176,8 @@ Test(service_transfer, full_queue_of_4k_writes, .timeout = 30)
 	int rs, rd, rb, seg;
 	bool seen[2 * DEPTH] = {false};
 
-	start_service(local_only);
-	c = connect_client("full-queue");
+	start_svc(&svc, local_only);
+	c = connect_client(&svc, "full-queue");
 	rs = alloc_region(c, DEPTH * SZ, &src);
 	rd = alloc_region(c, DEPTH * SZ, &dst);
 	rb = alloc_region(c, DEPTH * SZ, &back);
@@ -206,7 +206,7 @@ Test(service_transfer, full_queue_of_4k_writes, .timeout = 30)
 	/* Slot i of the segment comes back into slot DEPTH-1-i. */
 	for (unsigned i = 0; i < DEPTH; i++)
 		dp_prep_read(&d[i], rb, (DEPTH - 1 - i) * SZ, seg, i * SZ, SZ, DEPTH + i);
-	submit_all(q, d, DEPTH);
+	submit_all(q, d, DEPTH, 5000);
 	reap(q, cqe, DEPTH, 10000);
 	for (unsigned i = 0; i < DEPTH; i++) {
 		uint64_t u = cqe[i].user_data;
@@ -226,7 +226,7 @@ Test(service_transfer, full_queue_of_4k_writes, .timeout = 30)
 	cr_assert_eq(st.bytes, 2ull * DEPTH * SZ);
 	cr_assert_eq(st.in_flight, 0);
 	dp_close(c);
-	stop_service();
+	stop_svc(&svc);
 }
 
 /* Eight queues over two pollers, each filled to its depth with 16 KiB
@@ -246,8 +246,8 @@ Test(service_transfer, several_queues_at_once, .timeout = 30)
 	int rs, rd, seg;
 	uint64_t deadline;
 
-	start_service(args);
-	c = connect_client("queues");
+	start_svc(&svc, args);
+	c = connect_client(&svc, "queues");
 	rs = alloc_region(c, NQ * DEPTH * slot, &src);
 	rd = alloc_region(c, NQ * DEPTH * slot, &dst);
 	seg = export_open(c, rd, "queues", DP_ACCESS_RW, DP_ACCESS_WRITE);
@@ -263,7 +263,7 @@ Test(service_transfer, several_queues_at_once, .timeout = 30)
 	/* Interleaved submission: a burst of 8 on each queue in turn. */
 	for (unsigned j = 0; j < DEPTH; j += 8)
 		for (unsigned i = 0; i < NQ; i++)
-			submit_all(q[i], &d[i][j], 8);
+			submit_all(q[i], &d[i][j], 8, 5000);
 	deadline = now_ns() + 20000000000ull;
 	while (total < NQ * DEPTH) {
 		cr_assert_lt(now_ns(), deadline, "%u of %u completions", total, NQ * DEPTH);
@@ -302,7 +302,7 @@ Test(service_transfer, several_queues_at_once, .timeout = 30)
 		}
 	}
 	dp_close(c);
-	stop_service();
+	stop_svc(&svc);
 }
 
 /* Word i of the big buffers: position-dependent, so a misplaced chunk shows. */
@@ -355,13 +355,6 @@ static int64_t big_check(int fd, uint64_t len)
 	return -1;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 /*
  * A 1 GiB copy on one queue must not stall 64-byte WRITEs on another queue
  * of the same poller: the copy engine works in bounded chunks. Small writes
@@ -384,8 +377,8 @@ Test(service_transfer, small_write_not_stalled_by_1gib_copy, .timeout = 60)
 	int64_t bad;
 	unsigned n = 0;
 
-	start_service(local_only);
-	c = connect_client("fairness");
+	start_svc(&svc, local_only);
+	c = connect_client(&svc, "fairness");
 	rbs = unmapped_region(c, big, &fsrc);
 	rbd = unmapped_region(c, big, &fdst);
 	rss = alloc_region(c, 1 << 20, &ssrc);
@@ -399,7 +392,7 @@ Test(service_transfer, small_write_not_stalled_by_1gib_copy, .timeout = 60)
 
 	dp_prep_write(&d, rbs, 0, bseg, 0, big, 1);
 	t0 = now_ns();
-	submit_all(qbig, &d, 1);
+	submit_all(qbig, &d, 1, 5000);
 	while (!tbig) {
 		uint64_t off = (uint64_t)(n % 16384) * SMALL, t1;
 		int k;
@@ -407,7 +400,7 @@ Test(service_transfer, small_write_not_stalled_by_1gib_copy, .timeout = 60)
 		cr_assert_lt(n, MAXSMALL);
 		dp_prep_write(&d, rss, off, sseg, off, SMALL, 1000 + n);
 		t1 = now_ns();
-		cqe = run_one(qsmall, &d);
+		cqe = run_wait(qsmall, &d, 5000);
 		lat[n] = now_ns() - t1;
 		cr_assert_eq(cqe.status, 0);
 		cr_assert_eq(cqe.bytes, SMALL);
@@ -439,5 +432,5 @@ Test(service_transfer, small_write_not_stalled_by_1gib_copy, .timeout = 60)
 	close(fsrc);
 	close(fdst);
 	dp_close(c);
-	stop_service();
+	stop_svc(&svc);
 }

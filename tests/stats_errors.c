@@ -10,13 +10,11 @@
 #include <unistd.h>
 
 #include "dp_stats.h"
-#include "fixture.h"
-#include "stats_util.h"
+#include "helpers.h"
 
 enum { EX_NOSERVICE = 3, EX_ABI = 4, EX_TRUNC = 5 };
 
 static char name[64];
-static struct svc svc;
 
 static void teardown(void)
 {

@@ -3,8 +3,7 @@
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 
-#include "file_util.h"
-#include "stats_util.h"
+#include "helpers.h"
 
 TestSuite(stats_file, .fini = file_teardown, .timeout = 120);
 
@@ -139,9 +138,9 @@ Test(stats_file, direct_and_buffered_slices)
 	direct = odirect_works(fdir);
 	if (!direct)
 		cr_log_warn("%s does not take O_DIRECT: only buffered counts are checked", fdir);
-	start_service(flags);
+	start_svc(&svc, flags);
 	json[1] = prom[1] = wide[1] = svc.sock;
-	c = connect_client("stats-file");
+	c = connect_client(&svc, "stats-file");
 	q = make_queue(c, 16);
 	rh = alloc_region(c, ALIGNED_LEN, &h);
 	rh2 = alloc_region(c, 256 * KiB, &h2);
@@ -248,5 +247,5 @@ Test(stats_file, direct_and_buffered_slices)
 	close(fd);
 	close(fdc);
 	dp_close(c);
-	stop_service();
+	stop_svc(&svc);
 }

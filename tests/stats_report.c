@@ -10,8 +10,7 @@
 
 #include "dataplane.h"
 #include "dp_stats.h"
-#include "fixture.h"
-#include "stats_util.h"
+#include "helpers.h"
 
 #define BUF (64u * 1024)
 #define N_WRITE 1000u /* queue 0: 64 B WRITEs */
@@ -21,20 +20,17 @@
 #define N_FAULT 3u    /* queue 1: past the segment's end -> EFAULT */
 #define N_NOP 10u
 
-static struct svc svc;
 static char region[64];
 static int sidx; /* index of "--stats" in the flags, for tests that need the name */
 
 static void start(void)
 {
 	const char *args[] = {"--provider", "none", "--stats", NULL, NULL};
-	int rc;
 
 	snprintf(region, sizeof(region), "%s", test_region_name());
 	args[3] = region;
 	sidx = 2;
-	rc = svc_start(&svc, args);
-	cr_assert_eq(rc, 0, "svc_start: %s", strerror(-rc));
+	start_svc(&svc, args);
 }
 
 static void teardown(void)

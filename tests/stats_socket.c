@@ -11,8 +11,7 @@
 
 #include "dataplane.h"
 #include "dp_stats.h"
-#include "fixture.h"
-#include "stats_util.h"
+#include "helpers.h"
 
 enum { EX_USAGE = 2, EX_NOSERVICE = 3 };
 

@@ -8,7 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "hostile_util.h"
+#include "helpers.h"
 
 TestSuite(stress_chaos, .fini = svc_teardown);
 
@@ -41,20 +41,12 @@ struct wq {
 	uint8_t op[SLOTS];
 };
 
-static uint64_t rnd(uint64_t *s)
-{
-	*s ^= *s << 13;
-	*s ^= *s >> 7;
-	*s ^= *s << 17;
-	return *s;
-}
-
 /* Log-uniform 1 B .. 1 MiB. */
 static uint64_t rnd_len(uint64_t *s)
 {
-	unsigned bits = (unsigned)(rnd(s) % 21);
+	unsigned bits = (unsigned)(xorshift64(s) % 21);
 
-	return 1 + rnd(s) % (1ull << bits);
+	return 1 + xorshift64(s) % (1ull << bits);
 }
 
 /* Reaps what is there; checks each completion against its slot. Returns
@@ -117,7 +109,7 @@ static int worker(unsigned id, uint64_t seed)
 
 				if (w[i].ud[s])
 					continue;
-				w[i].op[s] = rnd(&seed) & 1 ? DP_OP_WRITE : DP_OP_READ;
+				w[i].op[s] = xorshift64(&seed) & 1 ? DP_OP_WRITE : DP_OP_READ;
 				w[i].len[s] = len;
 				/* The source holds the pattern of this user_data. */
 				if (w[i].op[s] == DP_OP_WRITE) {
@@ -197,26 +189,26 @@ Test(stress_chaos, killed_and_stopped_clients_lose_nothing, .timeout = 900)
 	tallies = mmap(NULL, sizeof(*tallies) * WORKERS, PROT_READ | PROT_WRITE,
 		       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	cr_assert_neq(tallies, MAP_FAILED);
-	start_service(local_only);
+	start_svc(&svc, local_only);
 	/* Baseline after one client has come and gone: the service's threads
 	 * have their malloc arenas by then (64 MiB of address space each). */
 	{
-		struct dp_client *c = connect_client("warm-up");
+		struct dp_client *c = connect_client(&svc, "warm-up");
 		struct dp_queue *q = make_queue(c, 16);
 		struct dp_desc nop = {.opcode = DP_OP_NOP, .user_data = 1};
 		uint8_t *a;
 
 		alloc_region(c, SLOT_LEN, &a);
-		cr_assert_eq(run_one(q, &nop).status, 0);
+		cr_assert_eq(run_wait(q, &nop, 5000).status, 0);
 		dp_close(c);
 		sleep_ms(100);
 	}
 	fd0 = proc_fd_count(svc.pid);
 	vm0 = proc_mapped_kib(svc.pid);
 	for (unsigned i = 0; i < WORKERS; i++)
-		pids[i] = spawn(i, rnd(&seed));
+		pids[i] = spawn(i, xorshift64(&seed));
 	for (unsigned sec = 0; sec < seconds; sec++) {
-		unsigned victim = (unsigned)(rnd(&seed) % WORKERS);
+		unsigned victim = (unsigned)(xorshift64(&seed) % WORKERS);
 		int status;
 
 		sleep_ms(1000);
@@ -232,9 +224,9 @@ Test(stress_chaos, killed_and_stopped_clients_lose_nothing, .timeout = 900)
 		submitted += atomic_load(&tallies[victim].submitted);
 		completed += atomic_load(&tallies[victim].completed);
 		bytes += atomic_load(&tallies[victim].bytes);
-		pids[victim] = spawn(victim, rnd(&seed));
+		pids[victim] = spawn(victim, xorshift64(&seed));
 		kills++;
-		stopped = (int)((victim + 1 + rnd(&seed) % (WORKERS - 1)) % WORKERS);
+		stopped = (int)((victim + 1 + xorshift64(&seed) % (WORKERS - 1)) % WORKERS);
 		kill(pids[stopped], SIGSTOP);
 		stops++;
 	}

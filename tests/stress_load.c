@@ -10,8 +10,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
-#include "fabric_util.h"
-#include "stats_util.h"
+#include "helpers.h"
 
 #define WORKERS 8
 #define QUEUES 4
@@ -85,20 +84,12 @@ static void load_teardown(void)
 
 TestSuite(stress_load, .fini = load_teardown);
 
-static uint64_t rnd(uint64_t *s)
-{
-	*s ^= *s << 13;
-	*s ^= *s >> 7;
-	*s ^= *s << 17;
-	return *s;
-}
-
 /* Log-uniform 1 B .. max (a power of two). */
 static uint64_t rnd_len(uint64_t *s, uint64_t max)
 {
-	unsigned bits = (unsigned)(rnd(s) % (unsigned)(__builtin_ctzll(max) + 1));
+	unsigned bits = (unsigned)(xorshift64(s) % (unsigned)(__builtin_ctzll(max) + 1));
 
-	return 1 + rnd(s) % (1ull << bits);
+	return 1 + xorshift64(s) % (1ull << bits);
 }
 
 /* ---- a worker: one client process, QUEUES queues ---- */
@@ -172,10 +163,10 @@ static void prep(struct worker *wk, struct wq *w, unsigned s, uint64_t off, uint
 {
 	struct slot *sl = &w->s[s];
 	uint64_t ud = ++wk->seq * DEPTH + s, len = rnd_len(&wk->rng, max);
-	bool write = rnd(&wk->rng) & 1;
+	bool write = xorshift64(&wk->rng) & 1;
 	uint8_t *src = write ? w->local : w->target, *dst = write ? w->target : w->local;
 
-	sl->fab = wk->seg_fab >= 0 && (rnd(&wk->rng) & 1);
+	sl->fab = wk->seg_fab >= 0 && (xorshift64(&wk->rng) & 1);
 	sl->seg = sl->fab ? wk->seg_fab : wk->seg_local;
 	if (sl->fab)
 		wk->seg_users[sl->seg]++;
@@ -184,7 +175,7 @@ static void prep(struct worker *wk, struct wq *w, unsigned s, uint64_t off, uint
 	sl->off = off;
 	sl->len = len;
 	sl->ud = ud;
-	sl->t_ns = fab_now_ns();
+	sl->t_ns = now_ns();
 	pattern_fill(src + off, len, ud);
 	if (len <= 65536)
 		for (uint64_t i = 0; i < len; i++)
@@ -207,7 +198,7 @@ static int submit(struct worker *wk, unsigned qi, const struct dp_desc *d, unsig
 
 /* Reaps what queue qi has (waiting up to timeout_ms for the first) and
  * checks every completion against its slot. */
-static int reap(struct worker *wk, unsigned qi, int timeout_ms)
+static int reap_worker(struct worker *wk, unsigned qi, int timeout_ms)
 {
 	struct wq *w = &wk->w[qi];
 	struct tally *t = wk->t;
@@ -249,7 +240,7 @@ static int reap(struct worker *wk, unsigned qi, int timeout_ms)
 			atomic_fetch_add(&t->q_ok[qi], 1);
 			atomic_fetch_add(&t->q_bytes[qi], sl->len);
 			if (sl->fab) {
-				uint64_t ns = fab_now_ns() - sl->t_ns;
+				uint64_t ns = now_ns() - sl->t_ns;
 
 				if (ns > atomic_load(&t->fab_max_ns))
 					atomic_store(&t->fab_max_ns, ns);
@@ -301,13 +292,13 @@ static bool queue_busy(const struct wq *w)
  * within the fabric timeout). */
 static int drain(struct worker *wk, unsigned qi)
 {
-	uint64_t deadline = fab_now_ns() + 30000000000ull;
+	uint64_t deadline = now_ns() + 30000000000ull;
 	int rc;
 
 	while (queue_busy(&wk->w[qi])) {
-		if (fab_now_ns() > deadline)
+		if (now_ns() > deadline)
 			return fail(wk, 20, "queue %u: completions missing after 30 s", qi);
-		if ((rc = reap(wk, qi, 100)))
+		if ((rc = reap_worker(wk, qi, 100)))
 			return rc;
 	}
 	return 0;
@@ -320,7 +311,7 @@ static int reopen(struct worker *wk)
 	unsigned gen;
 	int up, seg;
 
-	if (wk->seg_fab >= 0 || fab_now_ns() < wk->next_open_ns)
+	if (wk->seg_fab >= 0 || now_ns() < wk->next_open_ns)
 		return 0;
 	gen = atomic_load(&sh->peer_gen);
 	up = atomic_load(&sh->peer_up);
@@ -340,7 +331,7 @@ static int reopen(struct worker *wk)
 				  (seg != -EHOSTUNREACH && seg != -ENOENT && seg != -ECONNREFUSED)))
 		return fail(wk, 17, "dp_segment_open(%s): %s with the peer up", wk->peer,
 			    dp_strerror(seg));
-	wk->next_open_ns = fab_now_ns() + 50000000ull;
+	wk->next_open_ns = now_ns() + 50000000ull;
 	return 0;
 }
 
@@ -352,7 +343,7 @@ static int reopen(struct worker *wk)
  */
 static int credit_round(struct worker *wk)
 {
-	unsigned qi = (unsigned)(rnd(&wk->rng) % QUEUES);
+	unsigned qi = (unsigned)(xorshift64(&wk->rng) % QUEUES);
 	struct wq *w = &wk->w[qi];
 	struct dp_desc d[2 * DEPTH];
 	int rc, k;
@@ -371,7 +362,7 @@ static int credit_round(struct worker *wk)
 	atomic_fetch_add(&wk->t->q_sub[qi], DEPTH);
 	if ((k = dp_submit(w->q, d + DEPTH, DEPTH)) != 0)
 		return fail(wk, 31, "dp_submit with no credit took %d", k);
-	fab_sleep_ms(CREDIT_HOLD_MS);
+	sleep_ms(CREDIT_HOLD_MS);
 	if ((k = dp_submit(w->q, d + DEPTH, 1)) != 0)
 		return fail(wk, 32, "dp_submit with a full, unreaped queue took %d", k);
 	if ((rc = drain(wk, qi)))
@@ -399,7 +390,7 @@ static int worker_run(struct worker *wk)
 					prep(wk, w, s, s * MAX_LEN, MAX_LEN, &d[n++]);
 			if (n && (rc = submit(wk, qi, d, n)))
 				return rc;
-			if ((rc = reap(wk, qi, qi == QUEUES - 1 ? 20 : 0)))
+			if ((rc = reap_worker(wk, qi, qi == QUEUES - 1 ? 20 : 0)))
 				return rc;
 		}
 	}
@@ -449,7 +440,7 @@ static int worker(unsigned id, unsigned area, const char *peer, uint64_t seed)
 	 * while the queues are still open. */
 	atomic_store(&wk.t->state, DRAINED);
 	for (int i = 0; i < 120000 && !atomic_load(&sh->release); i++)
-		fab_sleep_ms(1);
+		sleep_ms(1);
 	dp_close(wk.c);
 	return DRAINED;
 }
@@ -537,7 +528,7 @@ static void wait_stopped(pid_t pid)
 			fclose(f);
 		if (p && p[1] == ' ' && p[2] == 'T')
 			return;
-		fab_sleep_ms(1);
+		sleep_ms(1);
 	}
 	cr_assert_fail("worker %d not stopped 1 s after SIGSTOP", (int)pid);
 }
@@ -550,13 +541,13 @@ static void export_target(struct dp_client *c)
 	int region = dp_register_fd(c, tfd, 0, tlen);
 
 	cr_assert_geq(region, 0, "dp_register_fd: %s", dp_strerror(region));
-	fab_export(c, region, SEG, DP_ACCESS_RW);
+	export_segment(c, region, SEG, DP_ACCESS_RW);
 }
 
 static void peer_up(void)
 {
-	fab_start(&fab_svc[1], peer_args);
-	peer_client = fab_connect(&fab_svc[1], "load-peer");
+	start_svc(&fab_svc[1], peer_args);
+	peer_client = connect_client(&fab_svc[1], "load-peer");
 	export_target(peer_client);
 	atomic_store(&sh->peer_up, 1);
 }
@@ -577,15 +568,15 @@ static void round_trip(struct dp_client *c, struct dp_queue *q, int seg, uint32_
 		       uint64_t seed)
 {
 	uint8_t *buf;
-	int region = fab_alloc(c, 2 * MiB, &buf);
+	int region = alloc_region(c, 2 * MiB, &buf);
 	struct dp_desc d;
 
 	pattern_fill(buf, MiB, seed);
 	dp_prep_write(&d, region, 0, seg, tlen - MiB, MiB, seed);
-	fab_run_ok(q, &d, flag, 30000);
+	run_ok(q, &d, flag, 30000);
 	cr_assert_eq(pattern_check(tmap + tlen - MiB, MiB, seed), -1, "round trip: WRITE");
 	dp_prep_read(&d, region, MiB, seg, tlen - MiB, MiB, seed + 1);
-	fab_run_ok(q, &d, flag, 30000);
+	run_ok(q, &d, flag, 30000);
 	cr_assert_eq(pattern_check(buf + MiB, MiB, seed), -1, "round trip: READ");
 	cr_assert_eq(dp_free(c, region), 0);
 }
@@ -594,12 +585,12 @@ static void round_trip(struct dp_client *c, struct dp_queue *q, int seg, uint32_
  * each of the service's pollers. */
 static void fresh_client_works(const char *peer, uint64_t seed)
 {
-	struct dp_client *c = fab_connect(&fab_svc[0], "load-probe");
-	int local = fab_open(c, NULL, SEG, DP_ACCESS_RW),
-	    remote = fab_open(c, peer, SEG, DP_ACCESS_RW);
+	struct dp_client *c = connect_client(&fab_svc[0], "load-probe");
+	int local = open_segment(c, NULL, SEG, DP_ACCESS_RW),
+	    remote = open_segment(c, peer, SEG, DP_ACCESS_RW);
 
 	for (unsigned i = 0; i < 2; i++) {
-		struct dp_queue *q = fab_queue(c, DEPTH);
+		struct dp_queue *q = make_queue(c, DEPTH);
 
 		round_trip(c, q, local, DP_CQE_F_LOCAL, seed + 4 * i);
 		round_trip(c, q, remote, DP_CQE_F_FABRIC, seed + 4 * i + 2);
@@ -697,7 +688,7 @@ Test(stress_load, chaos_under_load_loses_nothing, .timeout = 900)
 	long scale = scale_env && atol(scale_env) > 0 ? atol(scale_env) : 1;
 	unsigned seconds = env && atoi(env) > 0 ? (unsigned)atoi(env) : (unsigned)(60 / scale);
 	unsigned long kills = 0, stops = 0, peer_kills = 0, credit_asks = 0;
-	uint64_t seed = 0x9e3779b97f4a7c15ull, t0 = fab_now_ns(), t_loop;
+	uint64_t seed = 0x9e3779b97f4a7c15ull, t0 = now_ns(), t_loop;
 	unsigned area[WORKERS], rest[NAREA], rest_head = 0, rest_n = 0;
 	char port[16], peer[64], why[200];
 	/* A fabric timeout well above the slowest transfer a loaded 2-core
@@ -735,37 +726,37 @@ Test(stress_load, chaos_under_load_loses_nothing, .timeout = 900)
 	peer_up();
 	snprintf(stats, sizeof(stats), "%s", test_region_name());
 	local_args[9] = stats;
-	fab_start(&fab_svc[0], local_args);
-	exporter = fab_connect(&fab_svc[0], "load-exporter");
+	start_svc(&fab_svc[0], local_args);
+	exporter = connect_client(&fab_svc[0], "load-exporter");
 	export_target(exporter);
 
 	/* Baseline after a client has moved bytes both ways on both pollers
 	 * and left: the fabric connections to the peer and the threads'
 	 * malloc arenas exist by then. */
 	fresh_client_works(peer, 1);
-	fab_sleep_ms(200);
+	sleep_ms(200);
 	base = svc_state();
 
 	for (unsigned i = 0; i < WORKERS; i++) {
 		area[i] = i;
-		pids[i] = spawn(i, area[i], peer, rnd(&seed));
+		pids[i] = spawn(i, area[i], peer, xorshift64(&seed));
 	}
 	for (unsigned a = WORKERS; a < NAREA; a++)
 		rest[rest_n++] = a;
 
-	t_loop = fab_now_ns();
+	t_loop = now_ns();
 	for (unsigned tick = 1; tick <= seconds; tick++) {
-		uint64_t due = t_loop + tick * 1000000000ull, now = fab_now_ns();
+		uint64_t due = t_loop + tick * 1000000000ull, now = now_ns();
 
 		/* One tick a second of wall time, whatever the chaos costs. */
 		if (now < due)
-			fab_sleep_ms((unsigned)((due - now) / 1000000));
+			sleep_ms((unsigned)((due - now) / 1000000));
 		check_workers();
 		/* A stopped client stalls alone: the others completed
 		 * descriptors while it was stopped. */
 		if (stopped >= 0) {
 			for (int i = 0; i < 100 && atomic_load(&sh->done) == done_at_stop; i++)
-				fab_sleep_ms(100);
+				sleep_ms(100);
 			cr_assert_gt(atomic_load(&sh->done), done_at_stop,
 				     "nothing completed for 10 s while worker %d was stopped",
 				     stopped);
@@ -773,7 +764,7 @@ Test(stress_load, chaos_under_load_loses_nothing, .timeout = 900)
 			stopped = -1;
 		}
 		if (tick % 2 == 0) {
-			unsigned v = (unsigned)(rnd(&seed) % WORKERS);
+			unsigned v = (unsigned)(xorshift64(&seed) % WORKERS);
 			int status;
 
 			kill(pids[v], SIGKILL);
@@ -785,17 +776,17 @@ Test(stress_load, chaos_under_load_loses_nothing, .timeout = 900)
 			area[v] = rest[rest_head];
 			rest_head = (rest_head + 1) % NAREA;
 			rest_n--;
-			pids[v] = spawn(v, area[v], peer, rnd(&seed));
+			pids[v] = spawn(v, area[v], peer, xorshift64(&seed));
 			kills++;
 		} else {
-			stopped = (int)(rnd(&seed) % WORKERS);
+			stopped = (int)(xorshift64(&seed) % WORKERS);
 			kill(pids[stopped], SIGSTOP);
 			wait_stopped(pids[stopped]);
 			done_at_stop = atomic_load(&sh->done);
 			stops++;
 		}
 		if (tick % 3 == 0) {
-			atomic_store(&sh->t[rnd(&seed) % WORKERS].credit_req, 1);
+			atomic_store(&sh->t[xorshift64(&seed) % WORKERS].credit_req, 1);
 			credit_asks++;
 		}
 		/* The peer dies for a second every 8; never in the last 3. */
@@ -813,7 +804,7 @@ Test(stress_load, chaos_under_load_loses_nothing, .timeout = 900)
 	/* After the last restart fabric transfers succeed again. */
 	for (int i = 0; i < 300 && !atomic_load(&sh->fab_ok_gen[peer_kills % MAX_GEN]); i++) {
 		check_workers();
-		fab_sleep_ms(100);
+		sleep_ms(100);
 	}
 	for (unsigned g = 0; g <= peer_kills; g++)
 		cr_assert_gt(atomic_load(&sh->fab_ok_gen[g % MAX_GEN]), 0,
@@ -825,12 +816,12 @@ Test(stress_load, chaos_under_load_loses_nothing, .timeout = 900)
 		kill(pids[i], SIGTERM);
 	for (unsigned i = 0; i < WORKERS; i++) {
 		for (int k = 0; k < 6000 && atomic_load(&sh->t[i].state) == RUNNING; k++)
-			fab_sleep_ms(10);
+			sleep_ms(10);
 		cr_assert_eq(atomic_load(&sh->t[i].state), DRAINED, "worker %u: step %d: %s", i,
 			     atomic_load(&sh->t[i].state), sh->t[i].what);
 	}
 	for (int k = 0; k < 50 && stats_disagree(why, sizeof(why)); k++)
-		fab_sleep_ms(100);
+		sleep_ms(100);
 	cr_assert_null(stats_disagree(why, sizeof(why)), "stats region: %s", why);
 	atomic_store(&sh->release, 1);
 	for (unsigned i = 0; i < WORKERS; i++) {
@@ -857,7 +848,7 @@ Test(stress_load, chaos_under_load_loses_nothing, .timeout = 900)
 		if (end.fds == base.fds && end.clients == base.clients &&
 		    end.regions == base.regions && end.map_kib == base.map_kib)
 			break;
-		fab_sleep_ms(100);
+		sleep_ms(100);
 	}
 	fprintf(stderr,
 		"stress_load: %u s, %u clients x %u queues, 1 B..8 MiB: %llu descriptors, %llu "
@@ -872,7 +863,7 @@ Test(stress_load, chaos_under_load_loses_nothing, .timeout = 900)
 		(unsigned long long)f.fab_err[0], (unsigned long long)f.fab_err[1],
 		(unsigned long long)f.fab_err[2], (unsigned long long)f.fab_err[3],
 		(unsigned long long)f.reopens, base.fds, end.fds, base.map_kib, end.map_kib,
-		base.heap_kib, end.heap_kib, (double)(fab_now_ns() - t0) / 1e9);
+		base.heap_kib, end.heap_kib, (double)(now_ns() - t0) / 1e9);
 	cr_assert_eq(end.clients, base.clients, "clients %llu, baseline %llu",
 		     (unsigned long long)end.clients, (unsigned long long)base.clients);
 	cr_assert_eq(end.regions, base.regions, "regions %llu, baseline %llu",

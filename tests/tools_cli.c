@@ -10,60 +10,16 @@
 #include <unistd.h>
 
 #include "dp_version.h"
-#include "fixture.h"
-#include "stats_util.h"
+#include "helpers.h"
 
 static const char *const bins[] = {"dataplaned",  "ring-stat",	"dp-demo",
 				   "api-example", "file-bench", "gpu-bench"};
-
-/* Runs build/<bin> with args (NULL-terminated), at most 30 s. */
-static struct tool_run run_bin(const char *bin, const char *const *args)
-{
-	char out_path[] = "/tmp/dp-tool-out-XXXXXX", err_path[] = "/tmp/dp-tool-err-XXXXXX";
-	int out = mkstemp(out_path), err = mkstemp(err_path), status = 0;
-	struct tool_run r = {.status = -1};
-	const char *argv[16];
-	int argc = 0;
-	pid_t pid;
-
-	cr_assert(out >= 0 && err >= 0, "mkstemp");
-	unlink(out_path);
-	unlink(err_path);
-	argv[argc++] = build_path(bin);
-	for (; args && *args && argc < 15; args++)
-		argv[argc++] = *args;
-	argv[argc] = NULL;
-	pid = fork();
-	cr_assert(pid >= 0, "fork");
-	if (pid == 0) {
-		dup2(out, 1);
-		dup2(err, 2);
-		execv(argv[0], (char *const *)argv);
-		_exit(127);
-	}
-	for (int i = 0; i < 3000; i++) {
-		if (waitpid(pid, &status, WNOHANG) == pid) {
-			r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-			break;
-		}
-		struct timespec ts = {0, 10000000};
-		nanosleep(&ts, NULL);
-	}
-	if (r.status == -1) {
-		kill(pid, SIGKILL);
-		waitpid(pid, &status, 0);
-		cr_assert_fail("%s did not finish within 30 s", bin);
-	}
-	r.out = slurp_fd(out);
-	r.err = slurp_fd(err);
-	return r;
-}
 
 Test(tools_cli, help_is_usage_on_stdout, .timeout = 60)
 {
 	for (unsigned i = 0; i < sizeof(bins) / sizeof(bins[0]); i++) {
 		const char *args[] = {"--help", NULL};
-		struct tool_run r = run_bin(bins[i], args);
+		struct tool_run r = run_tool(bins[i], args);
 		char want[64];
 
 		snprintf(want, sizeof(want), "usage: %s", bins[i]);
@@ -81,7 +37,7 @@ Test(tools_cli, version_is_one_line, .timeout = 60)
 {
 	for (unsigned i = 0; i < sizeof(bins) / sizeof(bins[0]); i++) {
 		const char *args[] = {"--version", NULL};
-		struct tool_run r = run_bin(bins[i], args);
+		struct tool_run r = run_tool(bins[i], args);
 		char want[64];
 
 		snprintf(want, sizeof(want), "%s (dataplane) %s\n", bins[i], DP_VERSION_STRING);
@@ -96,7 +52,7 @@ Test(tools_cli, unknown_option_exits_2_with_a_hint, .timeout = 60)
 {
 	for (unsigned i = 0; i < sizeof(bins) / sizeof(bins[0]); i++) {
 		const char *args[] = {"--no-such-flag", NULL};
-		struct tool_run r = run_bin(bins[i], args);
+		struct tool_run r = run_tool(bins[i], args);
 
 		cr_assert_eq(r.status, 2, "%s --no-such-flag: exit %d, stderr: %s", bins[i],
 			     r.status, r.err);
@@ -134,7 +90,7 @@ Test(tools_cli, no_service_names_the_socket, .timeout = 120)
 				     strerror(errno));
 		}
 		for (unsigned i = 0; i < 3; i++) {
-			struct tool_run r = run_bin(tools[i], args[i]);
+			struct tool_run r = run_tool(tools[i], args[i]);
 
 			snprintf(want, sizeof(want),
 				 "%s: cannot connect to %s: no dataplaned is listening there (%s)",

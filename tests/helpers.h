@@ -1,0 +1,409 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * helpers.h - the one helper library of the test suites (helpers.c): real
+ * dataplaned processes and what they tell through the API and the stats
+ * region, clients, queues, regions and descriptors run to completion,
+ * patterned bytes, scratch files, a redis-server for the directory suites,
+ * ring-stat and the other tools, a bystander client, GPU buffers, private
+ * rings. Every helper is declared here once and defined in helpers.c once.
+ *
+ * Helpers named for a check fail the running Criterion test (cr_assert) when
+ * a step fails; the rest return an error the caller checks.
+ */
+#ifndef DP_TEST_HELPERS_H
+#define DP_TEST_HELPERS_H
+
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dataplane.h"
+#include "dp_ring.h"
+
+#define MiB (1ull << 20)
+
+/* ---- service processes ---- */
+
+struct svc {
+	pid_t pid;
+	char dir[64];	/* private temp dir, removed by svc_stop */
+	char sock[108]; /* control socket path */
+	char log[128];	/* the service's stderr */
+};
+
+#define FAB_NSVC 3
+
+/*
+ * The services and the helper process of the running test (each test is a
+ * process of its own). A test that fails half-way leaves them to its suite's
+ * .fini (svc_teardown, fab_teardown, ...), so that no dataplaned or child
+ * outlives the test process.
+ */
+extern struct svc svc;
+extern struct svc fab_svc[FAB_NSVC];
+extern pid_t child_pid;
+
+/* Flags for suites that exercise the local path only: without a fabric
+ * provider the service starts in a fraction of the time. */
+extern const char *const local_only[];
+
+/* Starts build/dataplaned (found through $DP_BUILD) with a private socket and
+ * the extra flags given (NULL-terminated), and waits until it accepts
+ * clients. Returns 0 or -errno; on failure the log is printed. */
+int svc_start(struct svc *s, const char *const *extra_args);
+/* The same, run under a command prefix (NULL-terminated, at most 16 words),
+ * e.g. {"ip", "netns", "exec", "ns1", NULL}; the prefix must exec the
+ * service in place (same pid). */
+int svc_start_in(struct svc *s, const char *const *prefix, const char *const *extra_args);
+/* SIGTERM, waits up to 10 s; returns the exit status (or -1 if it had to be
+ * killed, 128+sig if it died by a signal). Removes the temp dir. */
+int svc_stop(struct svc *s);
+/* SIGKILL and reap, for crash tests. */
+void svc_kill(struct svc *s);
+/* svc_start/svc_start_in that fail the test when the service does not come
+ * up; stop_svc: SIGTERM, and the service must exit 0. */
+void start_svc(struct svc *s, const char *const *args);
+void start_svc_in(struct svc *s, const char *const *prefix, const char *const *args);
+void stop_svc(struct svc *s);
+/* .fini of the suites with one service (and a child): kills what is left. */
+void svc_teardown(void);
+/* .fini of the suites with fab_svc[]; FAB_LOGS=1 prints the services' logs. */
+void fab_teardown(void);
+/* Path of a binary in the build tree ($DP_BUILD/name). */
+const char *build_path(const char *name);
+/* Whether the service's log (so far) has a line containing @what; how many. */
+bool svc_log_has(const struct svc *s, const char *what);
+unsigned svc_log_count(const struct svc *s, const char *what);
+/* Open fds and mapped bytes of a process, from /proc. */
+int proc_fd_count(pid_t pid);
+long proc_mapped_kib(pid_t pid);
+/* CPU time (user + system) the process has used, in clock ticks; its share
+ * of one CPU over `ms`. */
+long cpu_ticks(pid_t pid);
+double cpu_share(pid_t pid, unsigned ms);
+/* Child processes report through their exit status: 0, or the failed step. */
+int wait_child(pid_t pid);
+
+/* ---- what a service tells through the API and its stats region ---- */
+
+/* The service's stats region (its default name), mapped read-only; fails the
+ * test when it has none. Unmap with stats_unmap. */
+const struct dp_stats_header *stats_map(const struct svc *s);
+void stats_unmap(const struct dp_stats_header *h);
+/* The TCP port of the service's peer RPC: the port of its server name
+ * ("host:port", dp_server_name()). */
+int fab_rpc_port(const struct svc *s);
+/* The fabric rails the service opened (from its stats region), and rail i's
+ * provider and domain (copied into out). */
+unsigned svc_rails(const struct svc *s);
+void svc_rail(const struct svc *s, unsigned i, char *provider, size_t plen, char *domain,
+	      size_t dlen);
+/* A TCP port nobody listens on now, for a service that must keep its port
+ * across a restart. */
+int fab_free_port(void);
+
+/* ---- time ---- */
+
+uint64_t now_ns(void);
+void sleep_ms(unsigned ms);
+
+/* ---- patterned bytes ---- */
+
+/* Deterministic pattern byte for (seed, offset). */
+uint8_t pattern_byte(uint64_t seed, uint64_t off);
+void pattern_fill(void *buf, uint64_t len, uint64_t seed);
+/* Offset of the first mismatch, or -1 when buf holds the pattern. */
+int64_t pattern_check(const void *buf, uint64_t len, uint64_t seed);
+/* The pattern of `seed` must be at p[0..len), and the `guard` bytes just
+ * outside it (within [lo, hi)) must be untouched. */
+void fab_check(const uint8_t *p, uint64_t len, uint64_t seed, const uint8_t *lo, const uint8_t *hi,
+	       uint8_t guard, const char *what);
+/* xorshift64* and xorshift64 (13, 7, 17): cheap deterministic numbers. */
+uint64_t xorshift64s(uint64_t *state);
+uint64_t xorshift64(uint64_t *state);
+/* qsort order of uint64_t. */
+int cmp_u64(const void *a, const void *b);
+
+/* ---- clients, regions, segments, descriptors ---- */
+
+struct dp_client *connect_client(const struct svc *s, const char *name);
+struct dp_queue *make_queue(struct dp_client *c, uint32_t depth);
+/* dp_alloc; `addr` is a pointer to the caller's pointer. */
+int alloc_region(struct dp_client *c, size_t len, void *addr);
+void export_segment(struct dp_client *c, int region, const char *name, unsigned access);
+/* Opens `name` of server `peer` (NULL: this service). */
+int open_segment(struct dp_client *c, const char *peer, const char *name, unsigned access);
+/* Exports `region` as `name` with `access` and opens it with `open_access`. */
+int export_open(struct dp_client *c, int region, const char *name, unsigned access,
+		unsigned open_access);
+/* A control connection of our own, no libclient: SO_RCVTIMEO timeout_s. */
+int raw_connect(const char *sock, int timeout_s);
+/* Submits all `n` descriptors (the caller keeps within the queue's credit),
+ * retrying while the ring is short; fails after timeout_ms of no progress. */
+void submit_all(struct dp_queue *q, const struct dp_desc *d, unsigned n, int timeout_ms);
+/* Reaps exactly `n` completions into `out`, in arrival order. */
+void reap(struct dp_queue *q, struct dp_cqe *out, unsigned n, int timeout_ms);
+/* One descriptor on an otherwise idle queue; its completion, waited for up
+ * to `ms`. */
+struct dp_cqe run_wait(struct dp_queue *q, const struct dp_desc *d, int ms);
+/* The same, which must succeed, move d->len bytes and report the path
+ * `flag` (DP_CQE_F_FABRIC or DP_CQE_F_LOCAL). */
+void run_ok(struct dp_queue *q, const struct dp_desc *d, uint32_t flag, int timeout_ms);
+
+/* A client of its own with a source region and an exported destination
+ * (each `len` bytes) and a queue of 8: probes whether the service serves. */
+struct probe {
+	struct dp_client *c;
+	struct dp_queue *q;
+	uint8_t *src, *dst;
+	int rs, seg;
+	uint64_t n;
+};
+void probe_start(struct probe *p, const struct svc *s, size_t len);
+
+/* ---- a bystander in a thread, and the service's health ---- */
+
+#define GOOD_LEN (64u * 1024)
+
+/* A bystander: WRITEs a fresh pattern into its own export, READs it back,
+ * checks both, over and over, until told to stop. */
+struct bystander {
+	pthread_t thread;
+	atomic_int stop, ready;
+	atomic_ulong ops; /* verified round trips */
+	atomic_ulong errors;
+	char what[160]; /* the first error */
+};
+void bystander_start(struct bystander *b);
+/* Stops it; it must have kept moving verified bytes the whole time. */
+void bystander_finish(struct bystander *b);
+/* The service lives, a new client moves bytes through it, and SIGTERM
+ * still ends it with status 0. */
+void service_still_serves(void);
+/* Waits until the service has hung up on `c`: its control calls then fail
+ * with -ECONNRESET (a probe that is harmless while it is connected). */
+void wait_disconnected(struct dp_client *c, int timeout_ms);
+/* Waits until the service holds `want` fds (back to a baseline). */
+void wait_fds(int want, int timeout_ms);
+
+/* ---- files ---- */
+
+/* The scratch directory of the running test (file_dir() makes it,
+ * file_teardown removes it). /var/tmp rather than /tmp: the latter is often
+ * tmpfs, which may refuse O_DIRECT. */
+extern char fdir[64];
+void file_dir_remove(void);
+/* svc_teardown and file_dir_remove. */
+void file_teardown(void);
+const char *file_dir(void);
+/* fdir/name, in one of a few rotating buffers. */
+const char *fpath(const char *name);
+/* Creates fdir/name with `len` bytes of pattern `seed` (empty when len is
+ * 0); returns it open with `flags`. */
+int file_make(const char *name, uint64_t len, uint64_t seed, int flags);
+/* Offset of the first byte of [off, off + len) of fd that is not pattern
+ * `seed` (counted from off), or -1. */
+int64_t file_check(int fd, uint64_t off, uint64_t len, uint64_t seed);
+/* Whether files in `dir` take O_DIRECT: an aligned 4 KiB write and read. */
+bool odirect_works(const char *dir);
+/* A file completion: its status, bytes and DP_CQE_F_FILE. */
+void expect_cqe(struct dp_cqe cqe, int status, uint64_t bytes, const char *what);
+
+/* How the service moved file bytes: O_DIRECT or page-cache slices (from the
+ * stats region), and slices through a fixed buffer (from the line the
+ * service logs when a file region closes: the stats region has no count). */
+struct io_counts {
+	unsigned long long direct, direct_bytes, buffered, buffered_bytes;
+	unsigned long long fixed;
+};
+/* What the caller counted so far: regions closed, and the totals. */
+struct io_tally {
+	unsigned closed;
+	uint64_t file_ops; /* file-path completions */
+	struct io_counts total;
+};
+/* Frees file region `region` of `c` (a client of svc), after `completions`
+ * more file-path completions than the tally has, and returns the counts
+ * since the tally's. */
+struct io_counts free_and_count(struct dp_client *c, int region, unsigned completions,
+				struct io_tally *t);
+
+/* ---- fault-injection builds (make faults; docs/reliability.md) ---- */
+
+/* Skips the test unless dataplaned is one (its --help documents DP_FAULTS). */
+void need_fault_build(void);
+/* The exit report of a fault-injection build ("faults injected: site=N ..."). */
+struct injected {
+	unsigned long long eagain, post_fail, cq_err, submit, eio, uring_eagain, cuda;
+};
+/* Stops the service (it must exit 0) and returns what it injected, read from
+ * its exit report, the only place that tells. */
+struct injected stop_and_count(struct svc *s);
+
+/* ---- a redis-server as the cluster directory ---- */
+
+#define DIR_KEY(name) "dataplane:seg:" name
+
+struct redis_srv {
+	pid_t pid;
+	int port;
+	char dir[64];
+	char url[128]; /* redis://127.0.0.1:PORT */
+	char password[64];
+};
+/* The redis-server of the running test; dir_teardown() kills it with the
+ * services. */
+extern struct redis_srv dir_redis;
+
+/* One command on a fresh connection; the reply (freeReplyObject it) or
+ * NULL. A struct redisReply *, declared void * to keep hiredis out of the
+ * suites that do not use it. */
+void *dir_cmd(const struct redis_srv *r, const char *fmt, ...);
+/* An integer command's result, or -1000 when it failed. */
+long long dir_int(const struct redis_srv *r, const char *fmt, ...);
+/* A string field of a record ("" when absent). */
+void dir_hget(const struct redis_srv *r, const char *key, const char *field, char *out, size_t len);
+/* Whether redis-server is installed. */
+bool dir_have_redis(void);
+/* Calls of one command so far (INFO commandstats), -1 when unknown. */
+long dir_calls(const struct redis_srv *r, const char *cmd);
+/* Starts redis-server on `port` (0: a free one) with nothing persisted, and
+ * waits until it answers PING. Skips the test where redis-server is not
+ * installed (`make deps` installs it). */
+void dir_redis_start(struct redis_srv *r, int port, const char *password);
+void dir_redis_kill(struct redis_srv *r);
+void dir_teardown(void);
+/* Starts service i with the tcp provider and `url` as its directory (NULL:
+ * none), records TTL `ttl` seconds, and the extra flags given. */
+void dir_svc_start(unsigned i, const char *url, unsigned ttl, const char *const *more);
+/* "127.0.0.1:PORT", the server name of service i. */
+void dir_server_name(unsigned i, char *out, size_t len);
+uint64_t dir_ms_since(uint64_t t0_ns);
+
+/* ---- JSON: a strict little parser (RFC 8259, no extensions) for ring-stat --json ---- */
+
+enum jtype { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ };
+
+struct jv {
+	enum jtype t;
+	bool b;
+	double num;
+	uint64_t u; /* exact value of a non-negative integer literal */
+	bool is_uint;
+	char *str;
+	size_t n; /* items of an array or object */
+	struct jv **items;
+	char **keys; /* an object's keys */
+};
+
+/* Parses one value; *end points past it (and trailing spaces). NULL on any
+ * syntax error. */
+struct jv *json_parse(const char *text, const char **end);
+void json_free(struct jv *v);
+/* Member of an object (NULL when absent or not an object). */
+const struct jv *json_get(const struct jv *o, const char *key);
+/* "a.b.c" through nested objects. */
+const struct jv *json_path(const struct jv *o, const char *path);
+/* The integer at path; fails the running Criterion test when it is absent
+ * or not a non-negative integer. */
+uint64_t json_u64(const struct jv *o, const char *path);
+
+/* ---- ring-stat and the other tools ---- */
+
+struct tool_run {
+	int status; /* exit code, 128 + signal when killed */
+	char *out;  /* stdout, NUL-terminated */
+	char *err;  /* stderr */
+};
+/* Runs build/<bin> with args (NULL-terminated), at most 30 s. */
+struct tool_run run_tool(const char *bin, const char *const *args);
+struct tool_run ring_stat(const char *const *args);
+void tool_run_free(struct tool_run *r);
+/* ring-stat --json for one sample, parsed; fails the test unless it exits 0
+ * with exactly one valid JSON object. */
+struct jv *ring_stat_json(const char *const *args);
+/* The queue of client pid with queue id qid in a sample, or NULL. */
+const struct jv *json_queue(const struct jv *sample, int pid, unsigned qid);
+/* A stats region name private to this test process. */
+const char *test_region_name(void);
+
+/* ---- GPUs (the gpu_* suites) ---- */
+
+#ifdef DP_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#define GPU_FLAGS (DP_CQE_F_LOCAL | DP_CQE_F_GPU)
+
+int gpu_count(void);
+
+/* Every GPU test starts with it: skips where the machine has no device. */
+#define GPU_REQUIRE()                                                                              \
+	do {                                                                                       \
+		if (gpu_count() <= 0)                                                              \
+			cr_skip_test("no CUDA device on this machine");                            \
+	} while (0)
+
+#define CK(call)                                                                                   \
+	do {                                                                                       \
+		cudaError_t e_ = (call);                                                           \
+		cr_assert_eq(e_, cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_));            \
+	} while (0)
+
+/* cudaMemset, finished: the service's copies run in another process, so
+ * GPU work of ours must be complete before a descriptor names its memory. */
+void gpu_memset(void *d, int v, size_t len);
+/* cudaMalloc'ed and filled: the pattern of @seed, or zeros when seed < 0. */
+void *gpu_buf(size_t len, int64_t seed);
+/* Reads @len bytes of GPU memory at @d and checks that byte i holds the
+ * pattern byte (seed, src_off + i); zeros when seed < 0. */
+void gpu_expect(const void *d, size_t len, int64_t seed, uint64_t src_off, const char *what);
+int gpu_register(struct dp_client *c, void *ptr, size_t len);
+/* Submits @n descriptors (user_data must be 0..n-1) and reaps their
+ * completions into out[user_data]; each must come exactly once, within
+ * @timeout_ms overall. */
+void gpu_run(struct dp_queue *q, const struct dp_desc *d, unsigned n, struct dp_cqe *out,
+	     int timeout_ms);
+/* One descriptor, which must succeed through the GPU path. */
+void gpu_run_one_ok(struct dp_queue *q, const struct dp_desc *d);
+#endif
+
+/* ---- private rings (the ring_* suites) ---- */
+
+/* A ring formatted in private heap memory, allocated exactly
+ * dp_ring_bytes() long so that ASan reports any access past its end. Binds
+ * a producer and a consumer view; returns the memory (free() it) or NULL. */
+void *ring_test_new(uint32_t entries, uint32_t entry_size, uint32_t start, struct dp_ring *prod,
+		    struct dp_ring *cons);
+/* DP_STRESS_SCALE divides the long runs (the TSan build uses 50). */
+uint64_t ring_test_scaled(uint64_t n);
+/* Pins the calling thread to the `nth` CPU it may run on. With fewer than
+ * two CPUs there is nothing to separate the threads with, so it leaves the
+ * thread alone and returns 0; 1 when pinned, -1 on error. */
+int ring_test_pin(int nth);
+void ring_test_relax(void);
+/* One round of a spin-wait. After many empty rounds it yields: on a noisy
+ * two-core machine (or one core) the thread we wait for may need our CPU. */
+void ring_test_spin(uint32_t *rounds);
+/* CLOCK_MONOTONIC in seconds. */
+double ring_test_now(void);
+
+#endif /* DP_TEST_HELPERS_H */
