@@ -7,6 +7,9 @@
  * poller owns its own endpoint and CQ on every rail, so posting and reaping
  * take no lock of ours. Peers target the endpoint of poller 0, whose CQs
  * therefore also drive target-side progress for providers that need it.
+ *
+ * Code: fabric_rail.c (rails, endpoints, registrations), fabric_peer.c
+ * (peers), fabric.c (the data path); fabric_internal.h between them.
  */
 #ifndef DP_FABRIC_H
 #define DP_FABRIC_H

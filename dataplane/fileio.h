@@ -17,6 +17,9 @@
  * control thread (fileio_region_close also on a poller, through the last
  * region_put); fileio_submit/progress/busy/cancel_all on the poller that
  * owns the state.
+ *
+ * Code: file_region.c (file regions), fileio.c (the io_uring engine);
+ * fileio_internal.h between them.
  */
 #ifndef DP_FILEIO_H
 #define DP_FILEIO_H

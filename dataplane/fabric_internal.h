@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fabric_internal.h - what the fabric engine's files share, and nothing
+ * else includes (fabric.h is the public side: control thread, rpc.c).
+ *
+ *   fabric_rail.c  rails (one fabric, domain and AV per NIC), every poller's
+ *                  endpoints and CQs, registration of regions and exports
+ *   fabric_peer.c  peers: their addresses into the AVs, a peer marked lost
+ *   fabric.c       the data path (the engine: submit, progress, slices,
+ *                  retries, timeouts, sleeping, cancel at shutdown)
+ *
+ * Threads as in fabric.h: rails and endpoints are set up and torn down on
+ * the main thread and read by the pollers; registrations run on the control
+ * thread; a poller's struct fab_poller is its own.
+ */
+#ifndef DP_FABRIC_INTERNAL_H
+#define DP_FABRIC_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+
+#include "dp_internal.h"
+#include "fabric.h"
+
+/* Hidden: -fPIC code reaches these directly, as when they were static. */
+#pragma GCC visibility push(hidden)
+
+struct rail {
+	struct fi_info *info;
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fid_av *av;
+	uint64_t next_key; /* requested keys, when the provider does not pick */
+	size_t tx_depth;   /* operations in flight per endpoint */
+	bool wait_fd;	   /* CQs have wait fds (providers needing target progress) */
+	bool poke;	   /* needs target progress but has no usable wait fd */
+};
+
+/* One poller's endpoint on one rail. */
+struct rail_ep {
+	struct dp_stats_rail *st; /* this poller's counters for the rail, or NULL */
+	struct fid_ep *ep;
+	struct fid_cq *cq;
+	int wait_fd;
+	size_t inflight;
+};
+
+struct fab_op; /* a descriptor's transfer (fabric.c) */
+
+/* A poller's fabric state (poller->eng[ENGINE_fabric]): made with its
+ * endpoints at start-up (fabric_rail.c), driven by the data path. */
+struct fab_poller {
+	struct rail_ep ep[DP_MAX_RAILS];
+	struct fab_op *head, *tail; /* ops with slices to post or out */
+	unsigned nops;
+	uint64_t last_timeout_scan;
+};
+
+/* A region's or an export's registration on every rail
+ * (region->eng[ENGINE_fabric], segment->eng[ENGINE_fabric]). */
+struct region_mrs {
+	struct fid_mr *mr[DP_MAX_RAILS];
+};
+
+/* fabric_rail.c: the rails, set at start-up. virt_addr: some rail's
+ * provider addresses remote memory by virtual address, not offset. */
+extern struct rail rails[DP_MAX_RAILS];
+extern unsigned nrails;
+extern bool virt_addr;
+
+/* fabric_rail.c: the engine's start-up and exit (main thread), and its
+ * region and export hooks (control thread). */
+int fabric_init(void);
+void fabric_fini(void);
+int fabric_region_register(struct region *reg);
+void fabric_region_deregister(struct region *reg);
+int fabric_export_register(struct segment *s);
+void fabric_export_deregister(struct segment *s);
+
+/* fabric_peer.c: marks @pr gone (logged once); the control thread drops
+ * its cached segments (rpc.c checks `dead` on the next open). Any poller. */
+void fabric_peer_lost(struct peer *pr);
+
+#pragma GCC visibility pop
+
+#endif /* DP_FABRIC_INTERNAL_H */

@@ -1,0 +1,427 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fabric_rail.c - the fabric engine's rails: a provider's domains chosen
+ * and opened (one fabric, domain and AV per NIC), every poller's endpoint
+ * and CQ on each, and the registrations of regions and exports on every
+ * rail. The data path is fabric.c; see fabric.h for the threading model.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+
+#include "fabric.h"
+#include "fabric_internal.h"
+#include "stats.h"
+
+struct fabric_config fab_cfg = {
+	.provider = "auto", .nics = "auto", .slice = 1u << 20, .timeout_ms = 5000};
+
+struct rail rails[DP_MAX_RAILS];
+unsigned nrails;
+bool virt_addr;
+
+unsigned fabric_nrails(void)
+{
+	return nrails;
+}
+
+bool fabric_virt_addr(void)
+{
+	return virt_addr;
+}
+
+static const char *mr_mode_str(uint64_t m, char *buf, size_t len)
+{
+	static const struct {
+		uint64_t bit;
+		const char *name;
+	} bits[] = {{FI_MR_LOCAL, "local"},
+		    {FI_MR_VIRT_ADDR, "virt_addr"},
+		    {FI_MR_ALLOCATED, "allocated"},
+		    {FI_MR_PROV_KEY, "prov_key"},
+		    {FI_MR_HMEM, "hmem"},
+		    {FI_MR_ENDPOINT, "endpoint"},
+		    {FI_MR_RAW, "raw"}};
+	size_t n = 0;
+
+	buf[0] = 0;
+	for (unsigned i = 0; i < sizeof(bits) / sizeof(bits[0]); i++)
+		if (m & bits[i].bit)
+			n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? "," : "", bits[i].name);
+	if (!n)
+		snprintf(buf, len, "none");
+	return buf;
+}
+
+static const char *prov_name(void)
+{
+	if (!strcmp(fab_cfg.provider, "tcp"))
+		return "tcp;ofi_rxm";
+	return fab_cfg.provider;
+}
+
+static struct fi_info *rail_hints(const char *prov, bool hmem, bool delivery)
+{
+	struct fi_info *h = fi_allocinfo();
+
+	if (!h)
+		return NULL;
+	h->caps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+	if (hmem)
+		h->caps |= FI_HMEM;
+	h->ep_attr->type = FI_EP_RDM;
+	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
+				  (hmem ? FI_MR_HMEM : 0);
+	h->domain_attr->threading = FI_THREAD_SAFE;
+	h->domain_attr->av_type = FI_AV_TABLE;
+	h->mode = FI_CONTEXT | FI_CONTEXT2;
+	/* A WRITE completes when its bytes are in the target's memory: tcp
+	 * and shm otherwise report a write done once it is sent. */
+	if (delivery)
+		h->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
+	if (prov)
+		h->fabric_attr->prov_name = strdup(prov);
+	return h;
+}
+
+/* Candidates for the configured provider; "auto" tries efa, then tcp. */
+static int get_infos(struct fi_info **out)
+{
+	static const char *const order[] = {"efa", "tcp;ofi_rxm"};
+	bool hmem = false;
+	int rc = -FI_ENODATA;
+
+#ifdef DP_HAVE_CUDA
+	hmem = true;
+#endif
+	for (unsigned i = 0; i < 2; i++) {
+		const char *p = strcmp(fab_cfg.provider, "auto") ? prov_name() : order[i];
+
+		/* FI_HMEM first where GPU memory can exist; a provider without
+		 * it still serves host memory. Delivery-complete writes first;
+		 * a provider that lacks them is logged (rail_open). */
+		for (int h = hmem; h >= 0; h--) {
+			for (int dc = 1; dc >= 0; dc--) {
+				struct fi_info *hints = rail_hints(p, h, dc);
+
+				rc = fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, out);
+				fi_freeinfo(hints);
+				if (!rc)
+					return 0;
+			}
+		}
+		if (strcmp(fab_cfg.provider, "auto"))
+			break;
+	}
+	return rc;
+}
+
+static bool nic_wanted(const char *domain, unsigned have)
+{
+	char list[sizeof(fab_cfg.nics)], *save, *tok;
+
+	if (!strcmp(fab_cfg.nics, "auto")) {
+		/* EFA: every device is a rail. Others: the first domain. */
+		return !strcmp(fab_cfg.provider, "efa") || !have;
+	}
+	snprintf(list, sizeof(list), "%s", fab_cfg.nics);
+	for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+		if (!strcmp(tok, domain))
+			return true;
+	return false;
+}
+
+static int rail_open(struct rail *r, struct fi_info *fi)
+{
+	struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
+	char mm[128];
+	int rc;
+
+	r->info = fi_dupinfo(fi);
+	if (!r->info)
+		return -ENOMEM;
+	if ((rc = fi_fabric(fi->fabric_attr, &r->fabric, NULL)) ||
+	    (rc = fi_domain(r->fabric, r->info, &r->domain, NULL)) ||
+	    (rc = fi_av_open(r->domain, &av_attr, &r->av, NULL)))
+		return rc;
+	r->tx_depth = fi->tx_attr->size ? fi->tx_attr->size : 64;
+	r->next_key = 1;
+	/* Providers whose target side progresses only when its CQ is read
+	 * get CQ wait fds, so a sleeping poller 0 still wakes for them. */
+	r->wait_fd = fi->domain_attr->data_progress == FI_PROGRESS_MANUAL;
+	/* shm's CQ fd does not signal incoming RMA (checked with 1.17): a
+	 * sleeping target would stall its peers. Such rails cap the sleep. */
+	if (r->wait_fd && !strstr(fi->fabric_attr->prov_name, "tcp") &&
+	    strcmp(fi->fabric_attr->prov_name, "sockets")) {
+		r->wait_fd = false;
+		r->poke = true;
+	}
+	log_info("rail %ld: provider %s, fabric %s, domain %s, max msg %zu, tx depth %zu, "
+		 "inject %zu, mr_mode %s%s",
+		 (long)(r - rails), fi->fabric_attr->prov_name, fi->fabric_attr->name,
+		 fi->domain_attr->name, fi->ep_attr->max_msg_size, fi->tx_attr->size,
+		 fi->tx_attr->inject_size, mr_mode_str(fi->domain_attr->mr_mode, mm, sizeof(mm)),
+		 fi->caps & FI_HMEM ? ", FI_HMEM" : "");
+	if (!(fi->tx_attr->op_flags & FI_DELIVERY_COMPLETE))
+		log_warn("rail %ld: no FI_DELIVERY_COMPLETE; a WRITE completes when the provider "
+			 "says it is sent",
+			 (long)(r - rails));
+	return 0;
+}
+
+static int ep_open(struct rail *r, struct rail_ep *e)
+{
+	struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_CONTEXT,
+				     .size = r->tx_depth * 2,
+				     .wait_obj = r->wait_fd ? FI_WAIT_FD : FI_WAIT_NONE};
+	int rc;
+
+	e->wait_fd = -1;
+	rc = fi_cq_open(r->domain, &cq_attr, &e->cq, NULL);
+	if (rc && r->wait_fd) {
+		/* No wait fds here: poll without them (the poller then caps
+		 * its sleep; see poller_sleep). */
+		r->wait_fd = false;
+		r->poke = true;
+		cq_attr.wait_obj = FI_WAIT_NONE;
+		rc = fi_cq_open(r->domain, &cq_attr, &e->cq, NULL);
+	}
+	if (rc)
+		return rc;
+	if ((rc = fi_endpoint(r->domain, r->info, &e->ep, NULL)) ||
+	    (rc = fi_ep_bind(e->ep, &r->av->fid, 0)) ||
+	    (rc = fi_ep_bind(e->ep, &e->cq->fid, FI_TRANSMIT | FI_RECV)) || (rc = fi_enable(e->ep)))
+		return rc;
+	if (r->wait_fd && fi_control(&e->cq->fid, FI_GETWAIT, &e->wait_fd))
+		e->wait_fd = -1;
+	return 0;
+}
+
+static int fabric_start(void)
+{
+	struct fi_info *infos = NULL, *fi;
+	int rc;
+
+	if (!strcmp(fab_cfg.provider, "none")) {
+		log_info("fabric: off (--provider none); local transfers only");
+		return 0;
+	}
+	rc = get_infos(&infos);
+	if (rc) {
+		log_err("fabric: no %s provider with RDM endpoints and RMA: %s", fab_cfg.provider,
+			fi_strerror(-rc));
+		return -ENODEV;
+	}
+	for (fi = infos; fi && nrails < DP_MAX_RAILS; fi = fi->next) {
+		bool dup = false;
+
+		/* One rail per domain: providers list a domain once per
+		 * address format or capability set. */
+		for (unsigned i = 0; i < nrails; i++)
+			if (!strcmp(rails[i].info->domain_attr->name, fi->domain_attr->name))
+				dup = true;
+		if (dup || !nic_wanted(fi->domain_attr->name, nrails))
+			continue;
+		rc = rail_open(&rails[nrails], fi);
+		if (rc) {
+			log_err("fabric: rail %s: %s", fi->domain_attr->name, fi_strerror(-rc));
+			fi_freeinfo(infos);
+			return -EIO;
+		}
+		if (rails[nrails].info->domain_attr->mr_mode & FI_MR_VIRT_ADDR)
+			virt_addr = true;
+		stats_rail_name(nrails, fi->fabric_attr->prov_name, fi->fabric_attr->name,
+				fi->domain_attr->name);
+		nrails++;
+	}
+	fi_freeinfo(infos);
+	if (!nrails) {
+		log_err("fabric: --nics %s matches no domain of provider %s", fab_cfg.nics,
+			fab_cfg.provider);
+		return -ENODEV;
+	}
+	for (unsigned p = 0; p < cfg.pollers; p++) {
+		struct fab_poller *fp = calloc(1, sizeof(*fp));
+
+		if (!fp)
+			return -ENOMEM;
+		pollers[p].eng[ENGINE_fabric] = fp;
+		pollers[p].idx = p;
+		for (unsigned r = 0; r < nrails; r++) {
+			fp->ep[r].st = stats_rail(r, &pollers[p]);
+			rc = ep_open(&rails[r], &fp->ep[r]);
+			if (rc) {
+				log_err("fabric: endpoint on rail %u: %s", r, fi_strerror(-rc));
+				return -EIO;
+			}
+		}
+	}
+	return 0;
+}
+
+/* Start-up failures say how to run without the fabric. */
+int fabric_init(void)
+{
+	int rc = fabric_start();
+
+	if (rc)
+		log_err("fabric: %s (use --provider none for local transfers only)", strerror(-rc));
+	return rc;
+}
+
+void fabric_fini(void)
+{
+	for (unsigned p = 0; p < cfg.pollers; p++) {
+		struct fab_poller *fp = pollers[p].eng[ENGINE_fabric];
+
+		if (!fp)
+			continue;
+		for (unsigned r = 0; r < nrails; r++) {
+			if (fp->ep[r].ep)
+				fi_close(&fp->ep[r].ep->fid);
+			if (fp->ep[r].cq)
+				fi_close(&fp->ep[r].cq->fid);
+		}
+		free(fp);
+		pollers[p].eng[ENGINE_fabric] = NULL;
+	}
+	for (unsigned r = 0; r < nrails; r++) {
+		fi_close(&rails[r].av->fid);
+		fi_close(&rails[r].domain->fid);
+		fi_close(&rails[r].fabric->fid);
+		fi_freeinfo(rails[r].info);
+	}
+	nrails = 0;
+}
+
+int fabric_rail_addr(unsigned rail, void *buf, size_t *len)
+{
+	struct fab_poller *fp = pollers[0].eng[ENGINE_fabric];
+
+	if (rail >= nrails || !fp)
+		return -EINVAL;
+	return fi_getname(&fp->ep[rail].ep->fid, buf, len) ? -EIO : 0;
+}
+
+/* ---- registrations (control thread) ---- */
+
+/* Regions a rail can register: host memory always; GPU memory only where
+ * the provider took FI_HMEM (without it a provider would treat a device
+ * pointer as host memory: the crash of libfabric issue 12328). */
+static bool rail_takes(const struct rail *r, const struct region *reg)
+{
+	return reg->kind == REGION_HOST || (reg->kind == REGION_CUDA && r->info->caps & FI_HMEM);
+}
+
+static int mr_reg(struct rail *r, struct region *reg, uint64_t access, struct fid_mr **mr)
+{
+	struct iovec iov = {.iov_base = reg->base, .iov_len = reg->len};
+	struct fi_mr_attr attr = {.mr_iov = &iov,
+				  .iov_count = 1,
+				  .access = access,
+				  .requested_key = r->next_key++,
+				  .iface = FI_HMEM_SYSTEM};
+
+	if (reg->kind == REGION_CUDA) {
+		attr.iface = FI_HMEM_CUDA;
+		attr.device.cuda = reg->device;
+	}
+	return fi_mr_regattr(r->domain, &attr, 0, mr);
+}
+
+static bool rails_take(const struct region *reg)
+{
+	for (unsigned r = 0; r < nrails; r++)
+		if (!rail_takes(&rails[r], reg))
+			return false;
+	return nrails > 0;
+}
+
+int fabric_region_register(struct region *reg)
+{
+	struct region_mrs *m;
+
+	if (!rails_take(reg))
+		return 0;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	for (unsigned r = 0; r < nrails; r++) {
+		int rc = mr_reg(&rails[r], reg, FI_READ | FI_WRITE, &m->mr[r]);
+
+		if (rc) {
+			log_warn("fabric: registering %llu bytes of %s memory on rail %u: %s%s",
+				 (unsigned long long)reg->len,
+				 reg->kind == REGION_CUDA ? "GPU" : "host", r, fi_strerror(-rc),
+				 reg->kind == REGION_CUDA ? "; the region serves local copies only"
+							  : "");
+			reg->eng[ENGINE_fabric] = m;
+			fabric_region_deregister(reg);
+			/* GPU memory the provider cannot register still works
+			 * for local copies; its fabric transfers fail with
+			 * -EHOSTUNREACH (no registration). */
+			return reg->kind == REGION_CUDA ? 0 : -ENOMEM;
+		}
+	}
+	reg->eng[ENGINE_fabric] = m;
+	return 0;
+}
+
+void fabric_region_deregister(struct region *reg)
+{
+	struct region_mrs *m = reg->eng[ENGINE_fabric];
+
+	if (!m)
+		return;
+	for (unsigned r = 0; r < nrails; r++)
+		if (m->mr[r])
+			fi_close(&m->mr[r]->fid);
+	free(m);
+	reg->eng[ENGINE_fabric] = NULL;
+}
+
+int fabric_export_register(struct segment *s)
+{
+	uint64_t *keys = s->fab_keys;
+	uint64_t access = FI_REMOTE_READ | (s->access & DP_ACCESS_WRITE ? FI_REMOTE_WRITE : 0);
+	struct region_mrs *m;
+
+	if (!rails_take(s->region))
+		return 0;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	for (unsigned r = 0; r < nrails; r++) {
+		int rc = mr_reg(&rails[r], s->region, access, &m->mr[r]);
+
+		if (rc) {
+			s->eng[ENGINE_fabric] = m;
+			fabric_export_deregister(s);
+			/* As above: a GPU export the provider cannot register
+			 * is reachable by this service's clients only. */
+			return s->region->kind == REGION_CUDA ? 0 : -ENOMEM;
+		}
+		keys[r] = fi_mr_key(m->mr[r]);
+	}
+	s->eng[ENGINE_fabric] = m;
+	return 0;
+}
+
+void fabric_export_deregister(struct segment *s)
+{
+	struct region_mrs *m = s->eng[ENGINE_fabric];
+
+	if (!m)
+		return;
+	for (unsigned r = 0; r < nrails; r++)
+		if (m->mr[r])
+			fi_close(&m->mr[r]->fid);
+	free(m);
+	s->eng[ENGINE_fabric] = NULL;
+}
