@@ -6,13 +6,19 @@
  * Every message is checked before it is believed (ctlmsg.c): the packet
  * length must equal header + the type's payload, strings must be
  * NUL-terminated inside their field, fds must come exactly where a type
- * expects them (any other fd is closed). A malformed message gets an error
- * reply; the third one disconnects the client. Table changes are published
- * with release stores and reclaimed only after qsbr_synchronize().
+ * expects them (any other fd is closed). A message those checks call
+ * malformed (ctl_msg_strike()) gets an error reply and a strike; the third
+ * strike disconnects the client. A message that passed goes to its
+ * handler, which returns a status (0 or -errno) and fills the reply; the
+ * dispatcher sends it. A failed request is never a strike. Table changes
+ * are published with release stores and reclaimed only after
+ * qsbr_synchronize(). Exports, the remote-segment cache and peers are
+ * segments.c's; the fds of the loop (event.h) each carry their handler.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,21 +35,33 @@
 #include "directory.h"
 #include "dp_internal.h"
 #include "engine.h"
-#include "fabric.h"
+#include "event.h"
 #include "fileio.h"
 #include "gpu.h"
+#include "net.h"
 #include "rpc.h"
+#include "segments.h"
 #include "stats.h"
 
 #define MAX_STRIKES 3
 #define MAX_FDS 4
 
-static struct client *clients;
+/* A client's connection: its socket's handler in the epoll set. */
+struct conn {
+	struct ev_handler ev; /* ev.fd is c->fd */
+	struct client *c;
+	struct conn *next;
+};
+
+static struct {
+	int epfd;
+	struct ev_handler listen, rpc, signals, wake;
+	bool reap_broken; /* a poller found a client's queue corrupt */
+} ctl = {.epfd = -1};
+
+static struct conn *conns;
 static unsigned nclients;
 static uint32_t next_client_id = 1;
-static struct segment *exports;
-static struct segment *remotes; /* segments of other services, cached */
-static struct peer *peers;
 
 struct msg_in {
 	struct dp_msg_hdr hdr;
@@ -52,42 +70,49 @@ struct msg_in {
 	int nfds;
 };
 
-static int send_reply(struct client *c, const struct dp_msg_hdr *req, uint16_t type,
-		      const void *payload, size_t len, const int *fds, int nfds)
+/* A handler's reply: a payload whose first field is the status, and fds
+ * that go with it; or, len 0, a bare status (the handler's return). */
+struct msg_out {
+	_Alignas(8) char payload[DP_MSG_MAX - sizeof(struct dp_msg_hdr)];
+	size_t len;
+	int fds[3];
+	int nfds;
+	bool hang_up; /* disconnect the client once the reply is sent */
+};
+
+static int send_reply(struct client *c, const struct dp_msg_hdr *req, const void *payload,
+		      size_t len, const int *fds, int nfds)
 {
 	struct dp_msg_hdr hdr = {.magic = DP_PROTO_MAGIC,
 				 .version = DP_PROTO_VERSION,
-				 .type = (uint16_t)(type | DP_MSG_REPLY),
+				 .type = (uint16_t)(req->type | DP_MSG_REPLY),
 				 .len = (uint32_t)len,
-				 .seq = req ? req->seq : 0};
+				 .seq = req->seq};
 	struct iovec iov[2] = {{&hdr, sizeof(hdr)}, {(void *)payload, len}};
-	union {
-		char buf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
-		struct cmsghdr align;
-	} u;
-	struct msghdr msg = {.msg_iov = iov, .msg_iovlen = 2};
 
-	if (nfds) {
-		struct cmsghdr *cm;
-
-		msg.msg_control = u.buf;
-		msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-		cm = CMSG_FIRSTHDR(&msg);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
-	}
-	if (sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
-		return -errno;
-	return 0;
+	return dp_net_send_fds(c->fd, iov, 2, fds, nfds, MSG_DONTWAIT);
 }
 
-static void reply_status(struct client *c, const struct dp_msg_hdr *req, int status)
+/* The reply to a request (`req` all zero when no whole header came). A
+ * reply that cannot be sent is dropped: the client is gone or does not
+ * read, and its socket's hang-up or the next request settles it. */
+static void reply(struct client *c, const struct dp_msg_hdr *req, int status,
+		  const struct msg_out *o)
 {
 	struct dp_msg_status st = {.status = status};
 
-	send_reply(c, req, req ? req->type : 0, &st, sizeof(st), NULL, 0);
+	if (o && o->len)
+		send_reply(c, req, o->payload, o->len, o->fds, o->nfds);
+	else
+		send_reply(c, req, &st, sizeof(st), NULL, 0);
+}
+
+/* Sets a handler's reply payload; returns `status` for the handler to. */
+static int reply_with(struct msg_out *o, const void *payload, size_t len, int status)
+{
+	memcpy(o->payload, payload, len);
+	o->len = len;
+	return status;
 }
 
 /* The one fd of a type that carries one (ctl_msg_check_payload() saw it
@@ -99,10 +124,10 @@ static int take_fd(struct msg_in *m)
 }
 
 /* ---- handlers: each runs on a message ctl_msg_check_payload() accepted
- * (length, fds, fields), and checks what needs state. Each returns 0 after
- * replying itself, or -errno to have the caller send a status reply. ---- */
+ * (length, fds, fields), checks what needs state, and returns 0 or
+ * -errno; a reply with a payload goes in `o`. ---- */
 
-static int on_hello(struct client *c, struct msg_in *m)
+static int on_hello(struct client *c, struct msg_in *m, struct msg_out *o)
 {
 	const struct dp_msg_hello *h = m->payload;
 	struct dp_msg_hello_reply r = {.abi_version = DP_ABI_VERSION,
@@ -114,9 +139,10 @@ static int on_hello(struct client *c, struct msg_in *m)
 	if (h->abi_version != DP_ABI_VERSION) {
 		log_warn("client %u (pid %d): ABI %u, we speak %u", c->id, (int)c->pid,
 			 h->abi_version, DP_ABI_VERSION);
+		/* Answered in a HELLO reply, then disconnected; no strike. */
 		r.status = -EPROTONOSUPPORT;
-		send_reply(c, &m->hdr, DP_MSG_HELLO, &r, sizeof(r), NULL, 0);
-		return 1;
+		o->hang_up = true;
+		return reply_with(o, &r, sizeof(r), r.status);
 	}
 	memcpy(c->name, h->name, sizeof(c->name));
 	c->name[sizeof(c->name) - 1] = 0;
@@ -127,18 +153,46 @@ static int on_hello(struct client *c, struct msg_in *m)
 	memcpy(r.server_name, cfg.server_name, sizeof(r.server_name));
 	log_info("client %u: hello from '%s' (pid %d uid %d)", c->id, c->name, (int)c->pid,
 		 (int)c->uid);
-	send_reply(c, &m->hdr, DP_MSG_HELLO, &r, sizeof(r), NULL, 0);
-	return 0;
+	return reply_with(o, &r, sizeof(r), 0);
 }
 
-static int on_queue_create(struct client *c, struct msg_in *m)
+/* A new queue pair with its two doorbells, or NULL (*rc). */
+static struct queue *queue_new(uint32_t depth, int *rc)
+{
+	struct queue *q = calloc(1, sizeof(*q));
+
+	*rc = -ENOMEM;
+	if (!q)
+		return NULL;
+	*rc = dp_ring_pair_create(&q->pair, "dataplane-queue", depth, sizeof(struct dp_desc), depth,
+				  sizeof(struct dp_cqe), 0);
+	if (*rc) {
+		free(q);
+		return NULL;
+	}
+	q->sq_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	q->cq_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (q->sq_efd < 0 || q->cq_efd < 0) {
+		*rc = -errno;
+		if (q->sq_efd >= 0)
+			close(q->sq_efd);
+		if (q->cq_efd >= 0)
+			close(q->cq_efd);
+		dp_ring_pair_close(&q->pair);
+		free(q);
+		return NULL;
+	}
+	return q;
+}
+
+static int on_queue_create(struct client *c, struct msg_in *m, struct msg_out *o)
 {
 	const struct dp_msg_queue_create *req = m->payload;
 	struct dp_msg_queue_create_reply r = {0};
 	struct queue *q;
 	unsigned slot, used = 0;
 	uint32_t depth;
-	int rc, fds[3];
+	int rc;
 
 	depth = req->depth ? req->depth : cfg.queue_depth;
 	if (depth > cfg.max_depth)
@@ -151,27 +205,9 @@ static int on_queue_create(struct client *c, struct msg_in *m)
 		used += c->queues[i] != NULL;
 	if (slot == DP_MAX_QUEUES || used >= cfg.max_queues)
 		return -EMFILE;
-	q = calloc(1, sizeof(*q));
+	q = queue_new(depth, &rc);
 	if (!q)
-		return -ENOMEM;
-	rc = dp_ring_pair_create(&q->pair, "dataplane-queue", depth, sizeof(struct dp_desc), depth,
-				 sizeof(struct dp_cqe), 0);
-	if (rc) {
-		free(q);
 		return rc;
-	}
-	q->sq_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	q->cq_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (q->sq_efd < 0 || q->cq_efd < 0) {
-		rc = -errno;
-		if (q->sq_efd >= 0)
-			close(q->sq_efd);
-		if (q->cq_efd >= 0)
-			close(q->cq_efd);
-		dp_ring_pair_close(&q->pair);
-		free(q);
-		return rc;
-	}
 	q->id = slot;
 	q->depth = depth;
 	q->client = c;
@@ -179,15 +215,16 @@ static int on_queue_create(struct client *c, struct msg_in *m)
 	c->queues[slot] = q;
 	r.queue_id = slot;
 	r.depth = depth;
-	fds[0] = q->pair.fd;
-	fds[1] = q->sq_efd;
-	fds[2] = q->cq_efd;
-	rc = send_reply(c, &m->hdr, DP_MSG_QUEUE_CREATE, &r, sizeof(r), fds, 3);
-	/* Handed to a poller even if the reply failed: the client is gone
-	 * then, and the normal teardown frees the queue. */
+	o->fds[0] = q->pair.fd;
+	o->fds[1] = q->sq_efd;
+	o->fds[2] = q->cq_efd;
+	o->nfds = 3;
+	/* Handed to a poller before the reply goes (the queue keeps its
+	 * fds): if the reply fails, the client is gone, and the normal
+	 * teardown frees the queue. */
 	poller_add_queue(q);
 	log_debug("client %u: queue %u, depth %u, poller %u", c->id, slot, depth, q->poller->idx);
-	return 0;
+	return reply_with(o, &r, sizeof(r), 0);
 }
 
 static void queue_close(struct queue *q)
@@ -200,23 +237,22 @@ static void queue_close(struct queue *q)
 	stats_queue_closed();
 }
 
-static int on_queue_destroy(struct client *c, struct msg_in *m)
+static int on_queue_destroy(struct client *c, struct msg_in *m, struct msg_out *o)
 {
 	const struct dp_msg_id *req = m->payload;
 
+	(void)o;
 	if (!c->queues[req->id])
 		return -EBADF;
 	queue_close(c->queues[req->id]);
 	c->queues[req->id] = NULL;
-	reply_status(c, &m->hdr, 0);
 	return 0;
 }
 
 /* Lets every engine add its state to a new memory region (the fabric
  * registers it, the GPU engine pins host memory), publishes it in the client's
- * table at `slot` and replies with its id; on failure drops it. */
-static int region_publish(struct client *c, const struct msg_in *m, struct region *reg,
-			  unsigned slot)
+ * table at `slot` and fills the reply with its id; on failure drops it. */
+static int region_publish(struct client *c, struct region *reg, unsigned slot, struct msg_out *o)
 {
 	struct dp_msg_id_reply r = {0};
 	int rc = engines_region_open(reg);
@@ -231,11 +267,10 @@ static int region_publish(struct client *c, const struct msg_in *m, struct regio
 	r.id = slot;
 	r.len = reg->len;
 	r.access = DP_ACCESS_RW;
-	send_reply(c, &m->hdr, m->hdr.type, &r, sizeof(r), NULL, 0);
-	return 0;
+	return reply_with(o, &r, sizeof(r), 0);
 }
 
-static int on_region_register(struct client *c, struct msg_in *m)
+static int on_region_register(struct client *c, struct msg_in *m, struct msg_out *o)
 {
 	const struct dp_msg_region_register *req = m->payload;
 	long page = sysconf(_SC_PAGESIZE);
@@ -298,7 +333,7 @@ static int on_region_register(struct client *c, struct msg_in *m)
 	reg->base = (uint8_t *)map + (req->offset - aligned);
 	reg->len = req->len;
 	reg->owner_pid = c->pid;
-	rc = region_publish(c, m, reg, slot);
+	rc = region_publish(c, reg, slot, o);
 	if (rc)
 		return rc;
 	log_debug("client %u: region %u, %llu bytes", c->id, slot, (unsigned long long)reg->len);
@@ -309,7 +344,7 @@ out_fd:
 }
 
 /* GPU memory: a CUDA IPC handle plus the range in its allocation (gpu.c). */
-static int on_region_register_cuda(struct client *c, struct msg_in *m)
+static int on_region_register_cuda(struct client *c, struct msg_in *m, struct msg_out *o)
 {
 	const struct dp_msg_region_register_cuda *req = m->payload;
 	struct region *reg;
@@ -332,7 +367,7 @@ static int on_region_register_cuda(struct client *c, struct msg_in *m)
 	atomic_init(&reg->refs, 1);
 	reg->id = slot;
 	reg->owner_pid = c->pid;
-	rc = region_publish(c, m, reg, slot);
+	rc = region_publish(c, reg, slot, o);
 	if (rc)
 		return rc;
 	log_debug("client %u: GPU region %u, %llu bytes on device %d", c->id, slot,
@@ -342,7 +377,7 @@ static int on_region_register_cuda(struct client *c, struct msg_in *m)
 
 /* Files (fileio.c): an fd the client passed, or a path the service opens
  * beneath --file-root. */
-static int on_region_file(struct client *c, struct msg_in *m)
+static int on_region_file(struct client *c, struct msg_in *m, struct msg_out *o)
 {
 	const struct dp_msg_region_path *req = m->payload;
 	bool by_path = m->hdr.type == DP_MSG_REGION_OPEN_PATH;
@@ -379,308 +414,49 @@ static int on_region_file(struct client *c, struct msg_in *m)
 	r.id = slot;
 	r.len = reg->len;
 	r.access = req->file.access & DP_ACCESS_RW;
-	send_reply(c, &m->hdr, m->hdr.type, &r, sizeof(r), NULL, 0);
 	log_debug("client %u: file region %u, %llu bytes", c->id, slot,
 		  (unsigned long long)reg->len);
-	return 0;
+	return reply_with(o, &r, sizeof(r), 0);
 out_fd:
 	if (fd >= 0)
 		close(fd);
 	return rc;
 }
 
-struct segment *export_find(const char *name)
-{
-	for (struct segment *s = exports; s; s = s->next)
-		if (!strcmp(s->name, name))
-			return s;
-	return NULL;
-}
-
-/* Unlinks and marks dead; the caller synchronizes, then export_release(). */
-static void export_kill(struct segment *s)
-{
-	for (struct segment **pp = &exports; *pp; pp = &(*pp)->next)
-		if (*pp == s) {
-			*pp = s->next;
-			break;
-		}
-	atomic_store_explicit(&s->dead, 1, memory_order_release);
-	stats_segment_removed();
-	directory_withdraw(s->name);
-}
-
-static void export_release(struct segment *s)
-{
-	engines_segment_unexport(s);
-	region_put(s->region);
-	segment_put(s);
-}
-
-static int on_segment_export(struct client *c, struct msg_in *m)
+static int on_segment_export(struct client *c, struct msg_in *m, struct msg_out *o)
 {
 	const struct dp_msg_segment_export *req = m->payload;
 	struct region *reg;
-	struct segment *s;
-	int rc;
 
+	(void)o;
 	reg = atomic_load_explicit(&c->regions[req->region], memory_order_relaxed);
 	if (!reg)
 		return -EBADF;
-	if (!fileio_access_ok(reg, req->access))
-		return -EPERM;
-	if (export_find(req->name))
-		return -EEXIST;
-	s = calloc(1, sizeof(*s));
-	if (!s)
-		return -ENOMEM;
-	atomic_init(&s->refs, 1); /* the export list's */
-	atomic_fetch_add(&reg->refs, 1);
-	s->region = reg;
-	s->access = req->access;
-	s->owner = c;
-	memcpy(s->name, req->name, sizeof(s->name));
-	if (engines_segment_export(s)) {
-		region_put(reg);
-		free(s);
-		return -ENOMEM;
-	}
-	/* -EEXIST when another live service holds the name fleet-wide. */
-	rc = directory_publish(s);
-	if (rc) {
-		engines_segment_unexport(s);
-		region_put(reg);
-		free(s);
-		return rc;
-	}
-	s->next = exports;
-	exports = s;
-	stats_segment_added();
-	log_info("client %u: exported '%s' (%llu bytes, %s)", c->id, s->name,
-		 (unsigned long long)reg->len, s->access == DP_ACCESS_RW ? "rw" : "ro");
-	reply_status(c, &m->hdr, 0);
-	return 0;
+	return export_add(c, reg, req->name, req->access);
 }
 
-static int on_segment_unexport(struct client *c, struct msg_in *m)
+static int on_segment_unexport(struct client *c, struct msg_in *m, struct msg_out *o)
 {
 	const struct dp_msg_segment_name *req = m->payload;
-	struct segment *s;
 
-	s = export_find(req->name);
-	if (!s)
-		return -ENOENT;
-	if (s->owner != c)
-		return -EPERM;
-	export_kill(s);
-	qsbr_synchronize();
-	export_release(s);
-	reply_status(c, &m->hdr, 0);
-	return 0;
+	(void)o;
+	return export_remove(c, req->name);
 }
 
-/* ---- segments of other services ---- */
-
-/* Drops cached segments of peers found dead, so the next open asks again. */
-static void remotes_prune(void)
-{
-	struct segment **pp = &remotes;
-
-	while (*pp) {
-		struct segment *s = *pp;
-
-		if (atomic_load(&s->remote->peer->dead) || atomic_load(&s->dead)) {
-			*pp = s->next;
-			atomic_store(&s->dead, 1);
-			segment_put(s); /* the cache's reference */
-			continue;
-		}
-		pp = &s->next;
-	}
-}
-
-static struct peer *peer_get(const struct dp_rpc_lookup_reply *r)
-{
-	uint8_t addrs[DP_MAX_RAILS][DP_FABRIC_ADDR_MAX];
-	uint32_t lens[DP_MAX_RAILS];
-	struct peer *p;
-
-	for (p = peers; p; p = p->next) {
-		bool same = p->nsent == r->nrails;
-
-		if (strcmp(p->name, r->server_name) || atomic_load(&p->dead))
-			continue;
-		for (unsigned i = 0; same && i < r->nrails; i++)
-			same = p->sent_len[i] == r->rail[i].addr_len &&
-			       !memcmp(p->sent[i], r->rail[i].addr, r->rail[i].addr_len);
-		if (same)
-			return p;
-		/* Restarted under the same name: the old process is gone. */
-		log_info("peer %s: new fabric addresses; the old ones are dropped", p->name);
-		atomic_store(&p->dead, 1);
-	}
-	p = calloc(1, sizeof(*p));
-	if (!p)
-		return NULL;
-	memcpy(p->name, r->server_name, sizeof(p->name));
-	for (unsigned i = 0; i < r->nrails; i++) {
-		memcpy(addrs[i], r->rail[i].addr, DP_FABRIC_ADDR_MAX);
-		lens[i] = r->rail[i].addr_len;
-		memcpy(p->sent[i], r->rail[i].addr, DP_FABRIC_ADDR_MAX);
-		p->sent_len[i] = r->rail[i].addr_len;
-	}
-	p->nsent = r->nrails;
-	if (fabric_peer_insert(p, addrs, lens, r->nrails)) {
-		log_warn("peer %s: fabric addresses rejected", p->name);
-		free(p);
-		return NULL;
-	}
-	/* Peers are kept for the life of the service: segments and in-flight
-	 * slices point at them, and their AV entries are few. */
-	p->next = peers;
-	peers = p;
-	return p;
-}
-
-/* Does a cached description still match what the peer answered? */
-static bool remote_same(const struct remote_seg *rs, const struct peer *pr,
-			const struct dp_rpc_lookup_reply *r)
-{
-	if (rs->peer != pr || rs->base != r->base || rs->len != r->len || rs->access != r->access)
-		return false;
-	for (unsigned i = 0; i < rs->nrails; i++)
-		if (rs->key[i] != r->rail[i].key)
-			return false;
-	return true;
-}
-
-/* Resolves a segment of another service through its RPC port (peer
- * "host:port") or the cluster directory (peer ""), or the cache. A peer
- * string or a record that turns out to name this service resolves locally. */
-static int remote_open(const char *peer, const char *name, struct segment **out)
-{
-	struct dp_rpc_lookup_reply r;
-	struct remote_seg *rs;
-	struct segment *s;
-	struct peer *pr;
-	int rc;
-
-	if (!fabric_nrails())
-		return -EHOSTUNREACH;
-	remotes_prune();
-	/* The directory keeps its records fresh (remotes_invalidate). A
-	 * host:port is asked again at every open: its export may have been
-	 * replaced (new keys), or the peer restarted on the same port (new
-	 * addresses), without a transfer failing in between. */
-	for (s = remotes; s && !peer[0]; s = s->next)
-		if (!strcmp(s->name, name) && !s->owner_name[0]) {
-			*out = s;
-			return 0;
-		}
-	rc = peer[0] ? rpc_lookup(peer, name, &r) : directory_lookup(name, &r);
-	if (rc) {
-		log_info("segment '%s' on %s: %s", name, peer[0] ? peer : "the directory",
-			 strerror(-rc));
-		return rc;
-	}
-	if (!strcmp(r.server_name, cfg.server_name)) {
-		s = export_find(name);
-		if (!s)
-			return -ENOENT;
-		*out = s;
-		return 0;
-	}
-	pr = peer_get(&r);
-	if (!pr)
-		return -EHOSTUNREACH;
-	for (struct segment **pp = &remotes; *pp; pp = &(*pp)->next) {
-		s = *pp;
-		if (strcmp(s->name, name) || strcmp(s->owner_name, peer))
-			continue;
-		if (remote_same(s->remote, pr, &r)) {
-			*out = s;
-			return 0;
-		}
-		/* Replaced: handles to the old one fail as after an unexport. */
-		*pp = s->next;
-		atomic_store(&s->dead, 1);
-		segment_put(s); /* the cache's reference */
-		break;
-	}
-	s = calloc(1, sizeof(*s));
-	rs = calloc(1, sizeof(*rs));
-	if (!s || !rs) {
-		free(s);
-		free(rs);
-		return -ENOMEM;
-	}
-	rs->peer = pr;
-	rs->base = r.base;
-	rs->len = r.len;
-	rs->access = r.access;
-	rs->nrails = rs->peer->nrails;
-	for (unsigned i = 0; i < rs->nrails; i++)
-		rs->key[i] = r.rail[i].key;
-	atomic_init(&s->refs, 1); /* the cache's */
-	s->remote = rs;
-	s->access = r.access;
-	snprintf(s->name, sizeof(s->name), "%s", name);
-	snprintf(s->owner_name, sizeof(s->owner_name), "%s", peer);
-	s->next = remotes;
-	remotes = s;
-	log_info("segment '%s' on %s (%s): %llu bytes, %s, %u rail(s)", name,
-		 peer[0] ? peer : "the directory", rs->peer->name, (unsigned long long)rs->len,
-		 rs->access == DP_ACCESS_RW ? "rw" : "ro", rs->nrails);
-	*out = s;
-	return 0;
-}
-
-/* The directory's word on a name (directory.h): a record gone or replaced
- * kills the segment opened from it, as an unexport kills a local one; a
- * reconnect only empties the cache (name NULL), open handles keep theirs. */
-static void remotes_invalidate(const char *name, bool kill)
-{
-	struct segment **pp = &remotes;
-
-	while (*pp) {
-		struct segment *s = *pp;
-
-		if (s->owner_name[0] || (name && strcmp(s->name, name))) {
-			pp = &s->next;
-			continue;
-		}
-		*pp = s->next;
-		if (kill)
-			atomic_store(&s->dead, 1);
-		segment_put(s); /* the cache's reference */
-	}
-}
-
-static int on_segment_open(struct client *c, struct msg_in *m)
+static int on_segment_open(struct client *c, struct msg_in *m, struct msg_out *o)
 {
 	const struct dp_msg_segment_open *req = m->payload;
 	struct dp_msg_id_reply r = {0};
 	struct seg_handle *h;
 	struct segment *s;
 	unsigned slot;
+	int rc;
 
-	/* Another service's: by its RPC port, or (no peer, not exported
-	 * here) wherever the cluster directory says. */
-	if ((req->peer[0] && !rpc_is_self(req->peer)) ||
-	    (!req->peer[0] && directory_enabled() && !export_find(req->name))) {
-		int rc = remote_open(req->peer, req->name, &s);
-
-		/* Replied here: -EBADMSG (or any status) that a peer sent
-		 * is no malformed message of this client's, no strike. */
-		if (rc) {
-			reply_status(c, &m->hdr, rc);
-			return 0;
-		}
-	} else {
-		s = export_find(req->name);
-		if (!s)
-			return -ENOENT;
-	}
+	/* Whatever a peer or the directory answered (-EBADMSG too) is the
+	 * status: only the message checks make strikes. */
+	rc = segment_resolve(req->peer, req->name, &s);
+	if (rc)
+		return rc;
 	if ((req->access & s->access) != req->access)
 		return -EPERM;
 	for (slot = 0; slot < DP_MAX_SEGS; slot++)
@@ -699,155 +475,44 @@ static int on_segment_open(struct client *c, struct msg_in *m)
 	r.id = slot;
 	r.len = s->remote ? s->remote->len : s->region->len;
 	r.access = req->access;
-	send_reply(c, &m->hdr, DP_MSG_SEGMENT_OPEN, &r, sizeof(r), NULL, 0);
-	return 0;
+	return reply_with(o, &r, sizeof(r), 0);
 }
 
-static int on_segment_close(struct client *c, struct msg_in *m)
+static int on_segment_close(struct client *c, struct msg_in *m, struct msg_out *o)
 {
 	const struct dp_msg_id *req = m->payload;
 	struct seg_handle *h;
 
+	(void)o;
 	h = atomic_exchange(&c->segs[req->id], NULL);
 	if (!h)
 		return -EBADF;
 	qsbr_synchronize();
 	segment_put(h->seg);
 	free(h);
-	reply_status(c, &m->hdr, 0);
 	return 0;
 }
 
-static int on_region_free(struct client *c, struct msg_in *m)
+static int on_region_free(struct client *c, struct msg_in *m, struct msg_out *o)
 {
 	const struct dp_msg_id *req = m->payload;
-	struct segment *s, *next, *dead = NULL;
+	struct segment *dead;
 	struct region *reg;
 
+	(void)o;
 	reg = atomic_exchange(&c->regions[req->id], NULL);
 	if (!reg)
 		return -EBADF;
 	/* Exports of the region go with it. */
-	for (s = exports; s; s = next) {
-		next = s->next;
-		if (s->region == reg) {
-			export_kill(s);
-			s->next = dead;
-			dead = s;
-		}
-	}
+	dead = exports_kill(NULL, reg);
 	qsbr_synchronize();
-	for (; dead; dead = next) {
-		next = dead->next;
-		export_release(dead);
-	}
+	exports_release(dead);
 	stats_region_removed(reg->len);
 	region_put(reg);
-	reply_status(c, &m->hdr, 0);
 	return 0;
 }
 
-/* ---- client lifetime ---- */
-
-static void client_drop(int epfd, struct client *c)
-{
-	struct segment *s, *next, *dead = NULL;
-
-	for (struct client **pp = &clients; *pp; pp = &(*pp)->next)
-		if (*pp == c) {
-			*pp = c->next;
-			break;
-		}
-	nclients--;
-	stats_client_removed();
-	epoll_ctl(epfd, EPOLL_CTL_DEL, c->fd, NULL);
-	close(c->fd);
-	for (unsigned i = 0; i < DP_MAX_QUEUES; i++)
-		if (c->queues[i]) {
-			queue_close(c->queues[i]);
-			c->queues[i] = NULL;
-		}
-	for (s = exports; s; s = next) {
-		next = s->next;
-		if (s->owner == c) {
-			export_kill(s);
-			s->next = dead;
-			dead = s;
-		}
-	}
-	struct region *regs[DP_MAX_REGIONS];
-	struct seg_handle *hs[DP_MAX_SEGS];
-	for (unsigned i = 0; i < DP_MAX_REGIONS; i++)
-		regs[i] = atomic_exchange(&c->regions[i], NULL);
-	for (unsigned i = 0; i < DP_MAX_SEGS; i++)
-		hs[i] = atomic_exchange(&c->segs[i], NULL);
-	/* One grace period for everything the client had. */
-	qsbr_synchronize();
-	for (; dead; dead = next) {
-		next = dead->next;
-		export_release(dead);
-	}
-	for (unsigned i = 0; i < DP_MAX_REGIONS; i++)
-		if (regs[i]) {
-			stats_region_removed(regs[i]->len);
-			region_put(regs[i]);
-		}
-	for (unsigned i = 0; i < DP_MAX_SEGS; i++)
-		if (hs[i]) {
-			segment_put(hs[i]->seg);
-			free(hs[i]);
-		}
-	log_info("client %u (pid %d '%s') left", c->id, (int)c->pid, c->name);
-	client_put(c);
-}
-
-static void client_accept(int epfd, int lfd)
-{
-	struct epoll_event ev = {.events = EPOLLIN};
-	struct ucred cred;
-	socklen_t clen = sizeof(cred);
-	struct client *c;
-	int fd;
-
-	fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-	if (fd < 0)
-		return;
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0) {
-		close(fd);
-		return;
-	}
-	if (nclients >= cfg.max_clients) {
-		log_warn("refusing pid %d: %u clients already (--max-clients)", (int)cred.pid,
-			 nclients);
-		close(fd);
-		return;
-	}
-	c = calloc(1, sizeof(*c));
-	if (!c) {
-		close(fd);
-		return;
-	}
-	atomic_init(&c->refs, 1);
-	c->fd = fd;
-	c->id = next_client_id++;
-	c->pid = cred.pid;
-	c->uid = cred.uid;
-	c->gid = cred.gid;
-	ev.data.ptr = c;
-	if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-		close(fd);
-		free(c);
-		return;
-	}
-	c->next = clients;
-	clients = c;
-	nclients++;
-	stats_client_added();
-	log_info("client %u: connected, pid %d uid %d gid %d", c->id, (int)cred.pid, (int)cred.uid,
-		 (int)cred.gid);
-}
-
-typedef int (*handler_fn)(struct client *, struct msg_in *);
+typedef int (*handler_fn)(struct client *, struct msg_in *, struct msg_out *);
 
 /* Indexed by a type ctl_msg_check_hdr() accepted: one handler for each. */
 static const handler_fn handlers[CTL_MSG_NTYPES] = {
@@ -865,70 +530,221 @@ static const handler_fn handlers[CTL_MSG_NTYPES] = {
 	[DP_MSG_REGION_OPEN_PATH] = on_region_file,
 };
 
-/* Returns false when the client must be dropped. */
+/* ---- the dispatcher ---- */
+
+/* Everything that can be known of a packet of n bytes (or n = -EMSGSIZE:
+ * truncated) before a handler runs: 0, or the error a strike is made of
+ * when ctl_msg_strike() says so. m->hdr stays all zero unless a whole
+ * header came: the error reply then carries type 0 and seq 0. */
+static int msg_check(const struct client *c, const char *buf, ssize_t n, struct msg_in *m)
+{
+	int rc;
+
+	if (n < 0)
+		return (int)n;
+	rc = ctl_msg_check_hdr(buf, (size_t)n, &m->hdr);
+	if (!rc && !c->hello && m->hdr.type != DP_MSG_HELLO)
+		rc = -EPROTO;
+	if (!rc)
+		rc = ctl_msg_check_payload(&m->hdr, m->payload, (unsigned)m->nfds);
+	return rc;
+}
+
+/* A message the checks refused: its reply, and a strike when it was
+ * malformed. Returns false when the client must be dropped. */
+static bool msg_refused(struct client *c, const struct msg_in *m, int rc)
+{
+	reply(c, &m->hdr, rc, NULL);
+	if (!ctl_msg_strike(rc))
+		return true;
+	log_warn("client %u (pid %d): malformed message (%s), strike %u", c->id, (int)c->pid,
+		 strerror(-rc), c->strikes + 1);
+	return ++c->strikes < MAX_STRIKES && rc != -EPROTONOSUPPORT;
+}
+
+/* One message off the client's socket. Returns false when the client must
+ * be dropped. */
 static bool client_read(struct client *c)
 {
 	_Alignas(8) char buf[DP_MSG_MAX];
-	union {
-		char buf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = {buf, sizeof(buf)};
-	struct msghdr msg = {.msg_iov = &iov,
-			     .msg_iovlen = 1,
-			     .msg_control = u.buf,
-			     .msg_controllen = sizeof(u.buf)};
-	struct msg_in m = {.payload = buf + sizeof(struct dp_msg_hdr), .nfds = 0};
+	struct msg_in m = {.payload = buf + sizeof(struct dp_msg_hdr)};
+	struct msg_out o;
 	ssize_t n;
 	int rc;
 
-	n = recvmsg(c->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-	if (n < 0)
-		return errno == EAGAIN || errno == EINTR;
-	if (n == 0)
+	n = dp_net_recv_fds(c->fd, buf, sizeof(buf), m.fds, MAX_FDS, &m.nfds, MSG_DONTWAIT);
+	if (n == -EAGAIN || n == -EINTR)
+		return true;
+	if (n == 0 || (n < 0 && n != -EMSGSIZE))
 		return false;
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-			continue;
-		size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		int *fds = (int *)CMSG_DATA(cm);
-		for (size_t i = 0; i < k; i++) {
-			if (m.nfds < MAX_FDS)
-				m.fds[m.nfds++] = fds[i];
-			else
-				close(fds[i]);
-		}
+	rc = msg_check(c, buf, n, &m);
+	if (rc) {
+		for (int i = 0; i < m.nfds; i++)
+			close(m.fds[i]);
+		return msg_refused(c, &m, rc);
 	}
-	/* m.hdr stays all zero unless a whole header came: the error reply
-	 * then carries type 0 and seq 0. */
-	if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
-		rc = -EMSGSIZE;
-	else
-		rc = ctl_msg_check_hdr(buf, (size_t)n, &m.hdr);
-	if (!rc && !c->hello && m.hdr.type != DP_MSG_HELLO)
-		rc = -EPROTO;
-	if (!rc)
-		rc = ctl_msg_check_payload(&m.hdr, m.payload, (unsigned)m.nfds);
-	if (!rc)
-		rc = handlers[m.hdr.type](c, &m);
+	o.len = 0;
+	o.nfds = 0;
+	o.hang_up = false;
+	rc = handlers[m.hdr.type](c, &m, &o);
+	/* Fds the handler did not take: none of the type's, or left over. */
 	for (int i = 0; i < m.nfds; i++)
 		close(m.fds[i]);
-	if (rc == 1)
-		return false; /* handler replied and wants the client gone */
-	if (rc < 0) {
-		struct dp_msg_status st = {.status = rc};
-		bool malformed = rc == -EBADMSG || rc == -EMSGSIZE || rc == -EOPNOTSUPP ||
-				 rc == -EPROTONOSUPPORT || rc == -EPROTO;
+	reply(c, &m.hdr, rc, &o);
+	return !o.hang_up;
+}
 
-		send_reply(c, &m.hdr, m.hdr.type, &st, sizeof(st), NULL, 0);
-		if (malformed) {
-			log_warn("client %u (pid %d): malformed message (%s), strike %u", c->id,
-				 (int)c->pid, strerror(-rc), c->strikes + 1);
-			if (++c->strikes >= MAX_STRIKES || rc == -EPROTONOSUPPORT)
-				return false;
+/* ---- client lifetime ---- */
+
+static void client_drop(struct conn *k)
+{
+	struct client *c = k->c;
+	struct region *regs[DP_MAX_REGIONS];
+	struct seg_handle *hs[DP_MAX_SEGS];
+	struct segment *dead;
+
+	for (struct conn **pp = &conns; *pp; pp = &(*pp)->next)
+		if (*pp == k) {
+			*pp = k->next;
+			break;
 		}
+	nclients--;
+	stats_client_removed();
+	/* Closing the fd would take it out of the set anyway. */
+	ev_del(ctl.epfd, &k->ev, "a client socket");
+	close(c->fd);
+	free(k);
+	for (unsigned i = 0; i < DP_MAX_QUEUES; i++)
+		if (c->queues[i]) {
+			queue_close(c->queues[i]);
+			c->queues[i] = NULL;
+		}
+	dead = exports_kill(c, NULL);
+	for (unsigned i = 0; i < DP_MAX_REGIONS; i++)
+		regs[i] = atomic_exchange(&c->regions[i], NULL);
+	for (unsigned i = 0; i < DP_MAX_SEGS; i++)
+		hs[i] = atomic_exchange(&c->segs[i], NULL);
+	/* One grace period for everything the client had. */
+	qsbr_synchronize();
+	exports_release(dead);
+	for (unsigned i = 0; i < DP_MAX_REGIONS; i++)
+		if (regs[i]) {
+			stats_region_removed(regs[i]->len);
+			region_put(regs[i]);
+		}
+	for (unsigned i = 0; i < DP_MAX_SEGS; i++)
+		if (hs[i]) {
+			segment_put(hs[i]->seg);
+			free(hs[i]);
+		}
+	log_info("client %u (pid %d '%s') left", c->id, (int)c->pid, c->name);
+	client_put(c);
+}
+
+static void on_client_event(struct ev_handler *h, uint32_t events)
+{
+	struct conn *k = (struct conn *)((char *)h - offsetof(struct conn, ev));
+
+	(void)events; /* a hang-up reads as EOF */
+	if (!client_read(k->c))
+		client_drop(k);
+}
+
+static void client_accept(int lfd)
+{
+	struct ucred cred;
+	socklen_t clen = sizeof(cred);
+	struct client *c;
+	struct conn *k;
+	int fd;
+
+	fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+	if (fd < 0)
+		return;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0) {
+		close(fd);
+		return;
 	}
-	return true;
+	if (nclients >= cfg.max_clients) {
+		log_warn("refusing pid %d: %u clients already (--max-clients)", (int)cred.pid,
+			 nclients);
+		close(fd);
+		return;
+	}
+	c = calloc(1, sizeof(*c));
+	k = calloc(1, sizeof(*k));
+	if (!c || !k) {
+		free(c);
+		free(k);
+		close(fd);
+		return;
+	}
+	atomic_init(&c->refs, 1);
+	c->fd = fd;
+	c->id = next_client_id++;
+	c->pid = cred.pid;
+	c->uid = cred.uid;
+	c->gid = cred.gid;
+	k->c = c;
+	k->ev = (struct ev_handler){.fd = fd, .on_event = on_client_event};
+	if (ev_add(ctl.epfd, &k->ev, EPOLLIN, "a client socket")) {
+		close(fd);
+		free(k);
+		free(c);
+		return;
+	}
+	k->next = conns;
+	conns = k;
+	nclients++;
+	stats_client_added();
+	log_info("client %u: connected, pid %d uid %d gid %d", c->id, (int)cred.pid, (int)cred.uid,
+		 (int)cred.gid);
+}
+
+/* Broken clients go after the batch: a client dropped here may still have
+ * an event of its own later in the batch, and its fd number may already
+ * belong to a client accepted in it. */
+static void reap_broken(void)
+{
+	struct conn *k, *next;
+
+	ctl.reap_broken = false;
+	for (k = conns; k; k = next) {
+		next = k->next;
+		if (atomic_load(&k->c->broken))
+			client_drop(k);
+	}
+}
+
+/* ---- the loop's other fds ---- */
+
+static void on_listen_event(struct ev_handler *h, uint32_t events)
+{
+	(void)events;
+	client_accept(h->fd);
+}
+
+static void on_rpc_event(struct ev_handler *h, uint32_t events)
+{
+	(void)events;
+	rpc_serve(h->fd);
+}
+
+static void on_signal_event(struct ev_handler *h, uint32_t events)
+{
+	struct signalfd_siginfo si;
+
+	(void)events;
+	if (read(h->fd, &si, sizeof(si)) == sizeof(si))
+		log_info("signal %u: shutting down", si.ssi_signo);
+	atomic_store_explicit(&dp_stopping, 1, memory_order_release);
+}
+
+static void on_wake_event(struct ev_handler *h, uint32_t events)
+{
+	(void)events;
+	dp_doorbell_drain(h->fd);
+	ctl.reap_broken = true;
 }
 
 /* ---- the socket and the loop ---- */
@@ -986,59 +802,72 @@ static int listen_socket(void)
 	return fd;
 }
 
-static void control_cleanup(int epfd)
+static void control_cleanup(void)
 {
-	while (clients)
-		client_drop(epfd, clients);
-	while (remotes) {
-		struct segment *s = remotes;
-
-		remotes = s->next;
-		segment_put(s);
-	}
-	while (peers) {
-		struct peer *p = peers;
-
-		peers = p->next;
-		free(p);
-	}
+	while (conns)
+		client_drop(conns);
+	segments_cleanup();
 }
 
-int control_run(int rpc_fd)
+/* The signals, the wake-up eventfd, the control socket and the peer RPC
+ * port into a new epoll set: 0 or -errno (logged). */
+static int loop_open(int lfd, int rpc_fd)
 {
-	struct epoll_event ev = {.events = EPOLLIN}, evs[64];
 	sigset_t sigs;
-	int lfd, sfd, epfd, rc = 0;
+	int sfd;
 
-	lfd = listen_socket();
-	if (lfd < 0) {
-		log_err("control socket %s: %s", cfg.socket_path, strerror(-lfd));
-		atomic_store(&dp_stopping, 1);
-		pollers_stop();
-		return lfd;
-	}
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGTERM);
 	sigaddset(&sigs, SIGINT);
 	sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
-	epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (sfd < 0 || epfd < 0) {
-		rc = -errno;
-		atomic_store(&dp_stopping, 1);
-		pollers_stop();
-		return rc;
+	if (sfd < 0)
+		return -errno;
+	ctl.signals = (struct ev_handler){.fd = sfd, .on_event = on_signal_event};
+	ctl.epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (ctl.epfd < 0)
+		return -errno;
+	ctl.listen = (struct ev_handler){.fd = lfd, .on_event = on_listen_event};
+	ctl.wake = (struct ev_handler){.fd = control_wake_efd, .on_event = on_wake_event};
+	ctl.rpc = (struct ev_handler){.fd = rpc_fd, .on_event = on_rpc_event};
+	if (ev_add(ctl.epfd, &ctl.listen, EPOLLIN, "the control socket") ||
+	    ev_add(ctl.epfd, &ctl.signals, EPOLLIN, "the signalfd") ||
+	    ev_add(ctl.epfd, &ctl.wake, EPOLLIN, "the wake-up eventfd") ||
+	    (rpc_fd >= 0 && ev_add(ctl.epfd, &ctl.rpc, EPOLLIN, "the peer RPC port")))
+		return -EIO;
+	return 0;
+}
+
+/* Stops the pollers when the loop cannot start. */
+static int loop_fail(int rc)
+{
+	atomic_store(&dp_stopping, 1);
+	pollers_stop();
+	return rc;
+}
+
+int control_run(int rpc_fd)
+{
+	struct epoll_event evs[64];
+	int lfd, rc;
+
+	ctl.signals.fd = -1;
+	lfd = listen_socket();
+	if (lfd < 0) {
+		log_err("control socket %s: %s", cfg.socket_path, strerror(-lfd));
+		return loop_fail(lfd);
 	}
-	ev.data.ptr = &lfd;
-	epoll_ctl(epfd, EPOLL_CTL_ADD, lfd, &ev);
-	ev.data.ptr = &sfd;
-	epoll_ctl(epfd, EPOLL_CTL_ADD, sfd, &ev);
-	ev.data.ptr = &control_wake_efd;
-	epoll_ctl(epfd, EPOLL_CTL_ADD, control_wake_efd, &ev);
-	if (rpc_fd >= 0) {
-		ev.data.ptr = &rpc_fd;
-		epoll_ctl(epfd, EPOLL_CTL_ADD, rpc_fd, &ev);
+	rc = loop_open(lfd, rpc_fd);
+	if (rc) {
+		log_err("control loop: %s", strerror(-rc));
+		close(lfd);
+		unlink(cfg.socket_path);
+		if (ctl.epfd >= 0)
+			close(ctl.epfd);
+		if (ctl.signals.fd >= 0)
+			close(ctl.signals.fd);
+		return loop_fail(rc);
 	}
-	rc = directory_start(epfd, remotes_invalidate);
+	rc = directory_start(ctl.epfd, remotes_invalidate);
 	if (rc) {
 		log_err("directory: %s", strerror(-rc));
 		atomic_store(&dp_stopping, 1);
@@ -1047,49 +876,16 @@ int control_run(int rpc_fd)
 	if (!atomic_load(&dp_stopping))
 		service_notify("READY=1\nSTATUS=accepting clients");
 
-	bool reap_broken = false;
-
 	while (!atomic_load(&dp_stopping)) {
-		int n = epoll_wait(epfd, evs, 64, -1);
+		int n = epoll_wait(ctl.epfd, evs, 64, -1);
 
 		for (int i = 0; i < n; i++) {
-			void *tag = evs[i].data.ptr;
+			struct ev_handler *h = evs[i].data.ptr;
 
-			if (tag == &lfd) {
-				client_accept(epfd, lfd);
-			} else if (tag == &rpc_fd) {
-				rpc_serve(rpc_fd);
-			} else if (directory_owns(tag)) {
-				directory_event(tag, evs[i].events);
-			} else if (tag == &sfd) {
-				struct signalfd_siginfo si;
-
-				if (read(sfd, &si, sizeof(si)) == sizeof(si))
-					log_info("signal %u: shutting down", si.ssi_signo);
-				atomic_store_explicit(&dp_stopping, 1, memory_order_release);
-			} else if (tag == &control_wake_efd) {
-				dp_doorbell_drain(control_wake_efd);
-				reap_broken = true;
-			} else {
-				struct client *c = tag;
-
-				if (!client_read(c))
-					client_drop(epfd, c);
-			}
+			h->on_event(h, evs[i].events);
 		}
-		/* Broken clients go after the batch: a client dropped here
-		 * may still have an event of its own later in `evs`, and its
-		 * fd number may already belong to a client accepted above. */
-		if (reap_broken) {
-			struct client *c, *next;
-
-			reap_broken = false;
-			for (c = clients; c; c = next) {
-				next = c->next;
-				if (atomic_load(&c->broken))
-					client_drop(epfd, c);
-			}
-		}
+		if (ctl.reap_broken)
+			reap_broken();
 	}
 	service_notify("STOPPING=1");
 	/* Stop accepting at once; clients stay connected until the pollers
@@ -1099,9 +895,9 @@ int control_run(int rpc_fd)
 		close(rpc_fd);
 	unlink(cfg.socket_path);
 	pollers_stop();
-	control_cleanup(epfd);
+	control_cleanup();
 	directory_stop();
-	close(epfd);
-	close(sfd);
+	close(ctl.epfd);
+	close(ctl.signals.fd);
 	return rc;
 }

@@ -13,6 +13,8 @@
 #ifndef DP_CTLMSG_H
 #define DP_CTLMSG_H
 
+#include <errno.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "dp_proto.h"
@@ -47,5 +49,19 @@ int ctl_msg_check_payload(const struct dp_msg_hdr *hdr, const void *payload, uns
 
 /* Both, in that order, on a whole packet: 0 or the first error. */
 int ctl_msg_check(const void *buf, size_t len, unsigned nfds);
+
+/*
+ * Whether an error of these checks makes the message malformed, a strike
+ * (docs/api.md): -EBADMSG, -EOPNOTSUPP, -EPROTONOSUPPORT from the checks
+ * above, and the two control.c adds before them: -EMSGSIZE (a packet over
+ * DP_MSG_MAX bytes, or too many fds) and -EPROTO (anything before HELLO).
+ * -EBADF and -EINVAL are well-formed requests that fail, as is any error
+ * of a handler: strikes come from the checks alone.
+ */
+static inline bool ctl_msg_strike(int err)
+{
+	return err == -EBADMSG || err == -EMSGSIZE || err == -EOPNOTSUPP ||
+	       err == -EPROTONOSUPPORT || err == -EPROTO;
+}
 
 #endif /* DP_CTLMSG_H */

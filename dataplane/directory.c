@@ -28,7 +28,6 @@
  */
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -44,7 +43,10 @@
 
 #include <hiredis/hiredis.h>
 
+#include "clock.h"
 #include "directory.h"
+#include "event.h"
+#include "net.h"
 
 #define KEY_PREFIX "dataplane:seg:"
 #define BACKOFF_MIN_MS 100u
@@ -122,8 +124,8 @@ static struct {
 static struct {
 	enum dir_state state;
 	int epfd;
-	int tfd;
-	int fd[2]; /* CONNECTING: the sockets; UP: the contexts' */
+	struct ev_handler timer;   /* the timerfd */
+	struct ev_handler sock[2]; /* CONNECTING: the sockets; UP: the contexts' */
 	bool connected[2];
 	redisContext *ctx[2];
 	uint64_t due_ms; /* DOWN: next attempt; CONNECTING: give up; UP: heartbeat */
@@ -136,7 +138,7 @@ static struct {
 	struct watch *watches;
 	uint64_t last_gen;
 	unsigned seed;
-} dir = {.tfd = -1, .fd = {-1, -1}};
+} dir = {.timer.fd = -1, .sock = {{.fd = -1}, {.fd = -1}}};
 
 /* ---- configuration ---- */
 
@@ -268,22 +270,14 @@ bool directory_enabled(void)
 
 /* ---- connection ---- */
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static void arm_timer(void)
 {
 	struct itimerspec its = {{0, 0}, {0, 0}};
-	uint64_t now = now_ms(), d = dir.due_ms > now ? dir.due_ms - now : 1;
+	uint64_t now = dp_now_ms(), d = dir.due_ms > now ? dir.due_ms - now : 1;
 
 	its.it_value.tv_sec = (time_t)(d / 1000);
 	its.it_value.tv_nsec = (long)(d % 1000) * 1000000;
-	timerfd_settime(dir.tfd, 0, &its, NULL);
+	timerfd_settime(dir.timer.fd, 0, &its, NULL);
 }
 
 static void watches_free(void)
@@ -299,14 +293,15 @@ static void watches_free(void)
 static void conn_close(void)
 {
 	for (int i = 0; i < 2; i++) {
-		if (dir.fd[i] >= 0)
-			epoll_ctl(dir.epfd, EPOLL_CTL_DEL, dir.fd[i], NULL);
+		/* Failures are logged; the fd is closed right after. */
+		if (dir.sock[i].fd >= 0)
+			ev_del(dir.epfd, &dir.sock[i], "a directory socket");
 		if (dir.ctx[i])
 			redisFree(dir.ctx[i]); /* closes the fd */
-		else if (dir.fd[i] >= 0)
-			close(dir.fd[i]);
+		else if (dir.sock[i].fd >= 0)
+			close(dir.sock[i].fd);
 		dir.ctx[i] = NULL;
-		dir.fd[i] = -1;
+		dir.sock[i].fd = -1;
 		dir.connected[i] = false;
 	}
 	/* Subscriptions die with the connection. */
@@ -329,7 +324,7 @@ static void conn_down(const char *why)
 	conn_close();
 	dir.state = DIR_DOWN;
 	/* Jitter: a fleet that lost its Redis does not come back in step. */
-	dir.due_ms = now_ms() + b / 2 + (unsigned)rand_r(&dir.seed) % (b / 2 + 1);
+	dir.due_ms = dp_now_ms() + b / 2 + (unsigned)rand_r(&dir.seed) % (b / 2 + 1);
 	dir.backoff_ms = b * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : b * 2;
 	arm_timer();
 }
@@ -355,7 +350,6 @@ static int conn_lost(int which)
 static void conn_start(void)
 {
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
-	struct epoll_event ev = {.events = EPOLLOUT};
 	int one = 1, rc;
 
 	rc = getaddrinfo(conf.host, conf.port, &hints, &ai);
@@ -367,27 +361,34 @@ static void conn_start(void)
 		return;
 	}
 	for (int i = 0; i < 2; i++) {
-		int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-		int err = errno;
+		int fd = dp_net_socket(ai->ai_family, SOCK_STREAM);
 
-		if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 &&
-		    (err = errno) != EINPROGRESS) {
-			close(fd);
-			fd = -1;
+		rc = fd;
+		if (fd >= 0) {
+			rc = dp_net_connect_start(fd, ai->ai_addr, ai->ai_addrlen);
+			if (rc && rc != -EINPROGRESS) {
+				close(fd);
+				fd = -1;
+			}
 		}
 		if (fd < 0) {
 			freeaddrinfo(ai);
-			conn_down(strerror(err));
+			conn_down(strerror(-rc));
 			return;
 		}
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		dir.fd[i] = fd;
-		ev.data.ptr = &dir.fd[i];
-		epoll_ctl(dir.epfd, EPOLL_CTL_ADD, fd, &ev);
+		dir.sock[i].fd = fd;
+		if (ev_add(dir.epfd, &dir.sock[i], EPOLLOUT, "a directory socket")) {
+			close(fd);
+			dir.sock[i].fd = -1;
+			freeaddrinfo(ai);
+			conn_down("cannot watch the socket (epoll)");
+			return;
+		}
 	}
 	freeaddrinfo(ai);
 	dir.state = DIR_CONNECTING;
-	dir.due_ms = now_ms() + DP_DIRECTORY_TIMEOUT_MS;
+	dir.due_ms = dp_now_ms() + DP_DIRECTORY_TIMEOUT_MS;
 	arm_timer();
 }
 
@@ -555,7 +556,7 @@ static void heartbeat(void)
 static void bury_graves(void)
 {
 	struct own_rec *o, **pp = &dir.graves;
-	uint64_t now = now_ms();
+	uint64_t now = dp_now_ms();
 
 	while ((o = *pp)) {
 		if (now - o->withdrawn_ms > conf.ttl_s * 1000ull) {
@@ -622,11 +623,14 @@ static void handshake(void)
 	int err;
 
 	for (int i = 0; i < 2; i++) {
-		int fl = fcntl(dir.fd[i], F_GETFL);
-
 		/* Blocking with timeouts: hiredis's synchronous API. */
-		fcntl(dir.fd[i], F_SETFL, fl & ~O_NONBLOCK);
-		dir.ctx[i] = redisConnectFd(dir.fd[i]);
+		int rc = dp_net_set_nonblock(dir.sock[i].fd, false);
+
+		if (rc) {
+			conn_down(strerror(-rc));
+			return;
+		}
+		dir.ctx[i] = redisConnectFd(dir.sock[i].fd);
 		if (!dir.ctx[i] || dir.ctx[i]->err) {
 			conn_down("out of memory");
 			return;
@@ -671,23 +675,24 @@ static void handshake(void)
 	bury_graves();
 	if (dir.state != DIR_UP || republish())
 		return;
-	dir.due_ms = now_ms() + conf.ttl_s * 1000u / 3;
+	dir.due_ms = dp_now_ms() + conf.ttl_s * 1000u / 3;
 	arm_timer();
 }
 
 static void connect_done(int i, uint32_t events)
 {
-	struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = &dir.fd[i]};
-	socklen_t len = sizeof(int);
-	int err = 0;
+	int rc = dp_net_connect_result(dir.sock[i].fd);
 
 	(void)events; /* SO_ERROR says what happened */
-	if (getsockopt(dir.fd[i], SOL_SOCKET, SO_ERROR, &err, &len) || err) {
-		conn_down(strerror(err ? err : errno));
+	if (rc) {
+		conn_down(strerror(-rc));
 		return;
 	}
 	dir.connected[i] = true;
-	epoll_ctl(dir.epfd, EPOLL_CTL_MOD, dir.fd[i], &ev);
+	if (ev_mod(dir.epfd, &dir.sock[i], EPOLLIN | EPOLLRDHUP, "a directory socket")) {
+		conn_down("cannot watch the socket (epoll)");
+		return;
+	}
 	if (dir.connected[CMD] && dir.connected[SUB])
 		handshake();
 }
@@ -839,21 +844,31 @@ static int watch(const char *name)
 
 /* ---- the interface ---- */
 
+static void on_timer_event(struct ev_handler *h, uint32_t events);
+static void on_sock_event(struct ev_handler *h, uint32_t events);
+
 int directory_start(int epfd, directory_invalidate_fn invalidate)
 {
-	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &dir.tfd};
+	int rc;
 
 	if (!conf.on)
 		return 0;
 	dir.epfd = epfd;
 	dir.invalidate = invalidate;
 	dir.backoff_ms = BACKOFF_MIN_MS;
-	dir.seed = (unsigned)getpid() ^ (unsigned)now_ms();
-	dir.tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-	if (dir.tfd < 0)
+	dir.seed = (unsigned)getpid() ^ (unsigned)dp_now_ms();
+	dir.timer.fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (dir.timer.fd < 0)
 		return -errno;
-	if (epoll_ctl(epfd, EPOLL_CTL_ADD, dir.tfd, &ev) < 0)
-		return -errno;
+	dir.timer.on_event = on_timer_event;
+	dir.sock[CMD].on_event = on_sock_event;
+	dir.sock[SUB].on_event = on_sock_event;
+	rc = ev_add(epfd, &dir.timer, EPOLLIN, "the directory's timer");
+	if (rc) {
+		close(dir.timer.fd);
+		dir.timer.fd = -1;
+		return rc;
+	}
 	log_info("directory %s: records \"%s<name>\", TTL %u s, refreshed every %u ms", conf.shown,
 		 KEY_PREFIX, conf.ttl_s, conf.ttl_s * 1000u / 3);
 	conn_start();
@@ -862,11 +877,11 @@ int directory_start(int epfd, directory_invalidate_fn invalidate)
 	while (dir.state == DIR_CONNECTING) {
 		struct pollfd pfd[2];
 		int map[2], n = 0, k;
-		uint64_t now = now_ms();
+		uint64_t now = dp_now_ms();
 
 		for (int i = 0; i < 2; i++)
 			if (!dir.connected[i]) {
-				pfd[n] = (struct pollfd){.fd = dir.fd[i], .events = POLLOUT};
+				pfd[n] = (struct pollfd){.fd = dir.sock[i].fd, .events = POLLOUT};
 				map[n++] = i;
 			}
 		k = now < dir.due_ms ? poll(pfd, (nfds_t)n, (int)(dir.due_ms - now)) : 0;
@@ -901,79 +916,77 @@ void directory_stop(void)
 		free(o);
 	}
 	conn_close();
-	if (dir.tfd >= 0) {
-		epoll_ctl(dir.epfd, EPOLL_CTL_DEL, dir.tfd, NULL);
-		close(dir.tfd);
-		dir.tfd = -1;
+	if (dir.timer.fd >= 0) {
+		ev_del(dir.epfd, &dir.timer, "the directory's timer");
+		close(dir.timer.fd);
+		dir.timer.fd = -1;
 	}
 }
 
-bool directory_owns(const void *tag)
+/* The timer: the next connect attempt, a connect that took too long, or
+ * the heartbeat. */
+static void on_timer_event(struct ev_handler *h, uint32_t events)
 {
-	return conf.on && (tag == &dir.tfd || tag == &dir.fd[CMD] || tag == &dir.fd[SUB]);
-}
+	uint64_t ticks;
 
-void directory_event(const void *tag, uint32_t events)
-{
-	if (tag == &dir.tfd) {
-		uint64_t ticks;
-
-		if (read(dir.tfd, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN)
-			return;
-		if (now_ms() < dir.due_ms) {
-			arm_timer();
-			return;
-		}
-		switch (dir.state) {
-		case DIR_DOWN:
-			conn_start();
-			break;
-		case DIR_CONNECTING:
-			conn_down("connect timed out");
-			break;
-		case DIR_UP:
-			heartbeat();
-			if (dir.state == DIR_UP) {
-				dir.due_ms = now_ms() + conf.ttl_s * 1000u / 3;
-				arm_timer();
-			}
-			break;
-		}
+	(void)events;
+	if (read(h->fd, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN)
+		return;
+	if (dp_now_ms() < dir.due_ms) {
+		arm_timer();
 		return;
 	}
-	/* Events of sockets closed earlier in the same epoll batch find the
-	 * state changed and are ignored. */
-	if (dir.state == DIR_CONNECTING) {
-		int i = tag == &dir.fd[CMD] ? CMD : SUB;
+	switch (dir.state) {
+	case DIR_DOWN:
+		conn_start();
+		break;
+	case DIR_CONNECTING:
+		conn_down("connect timed out");
+		break;
+	case DIR_UP:
+		heartbeat();
+		if (dir.state == DIR_UP) {
+			dir.due_ms = dp_now_ms() + conf.ttl_s * 1000u / 3;
+			arm_timer();
+		}
+		break;
+	}
+}
 
+/* Either socket. Events of sockets closed earlier in the same epoll batch
+ * find the state changed and are ignored. */
+static void on_sock_event(struct ev_handler *h, uint32_t events)
+{
+	int i = h == &dir.sock[CMD] ? CMD : SUB;
+	char b;
+
+	if (dir.state == DIR_CONNECTING) {
 		if (!dir.connected[i])
 			connect_done(i, events);
-	} else if (dir.state == DIR_UP) {
-		int i = tag == &dir.fd[CMD] ? CMD : SUB;
-		char b;
-
-		/* The sockets block (with timeouts): an event whose bytes a
-		 * lookup earlier in this epoll batch has read already must
-		 * not become a 500 ms wait and a dropped connection. */
-		if (recv(dir.fd[i], &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0 &&
-		    (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-			return;
-		if (i == CMD) {
-			/* `cmd` is only read inside a command: readable now
-			 * means closed (or bytes nobody asked for). */
-			conn_down("the server closed the connection");
-		} else if (redisBufferRead(dir.ctx[SUB]) != REDIS_OK) {
-			conn_lost(SUB);
-		} else {
-			sub_drain();
-		}
+		return;
+	}
+	if (dir.state != DIR_UP)
+		return;
+	/* The sockets block (with timeouts): an event whose bytes a lookup
+	 * earlier in this epoll batch has read already must not become a
+	 * 500 ms wait and a dropped connection. */
+	if (recv(dir.sock[i].fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0 &&
+	    (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		return;
+	if (i == CMD) {
+		/* `cmd` is only read inside a command: readable now means
+		 * closed (or bytes nobody asked for). */
+		conn_down("the server closed the connection");
+	} else if (redisBufferRead(dir.ctx[SUB]) != REDIS_OK) {
+		conn_lost(SUB);
+	} else {
+		sub_drain();
 	}
 }
 
 int directory_publish(const struct segment *s)
 {
 	struct own_rec *o;
-	struct timespec ts;
 	uint64_t gen;
 	int rc;
 
@@ -988,8 +1001,7 @@ int directory_publish(const struct segment *s)
 	/* The export's generation: microseconds since the epoch, rising
 	 * within this process, so that a restarted service (same server
 	 * name) replaces its old records visibly. */
-	clock_gettime(CLOCK_REALTIME, &ts);
-	gen = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+	gen = dp_clock_ns(CLOCK_REALTIME) / 1000u;
 	if (gen <= dir.last_gen)
 		gen = dir.last_gen + 1;
 	dir.last_gen = gen;
@@ -1043,7 +1055,7 @@ void directory_withdraw(const char *name)
 		return;
 	}
 	/* Unreachable: deleted on reconnect, unless it expires first. */
-	o->withdrawn_ms = now_ms();
+	o->withdrawn_ms = dp_now_ms();
 	o->next = dir.graves;
 	dir.graves = o;
 }

@@ -34,14 +34,13 @@ bool directory_enabled(void);
  */
 typedef void (*directory_invalidate_fn)(const char *name, bool kill);
 
-/* Start and stop, with the control thread's epoll set. Start tries to
- * connect at once (an unreachable Redis is no start-up failure: the
- * service retries with backoff); stop forgets everything. */
+/* Start and stop, with the control thread's epoll set, into which the
+ * directory registers its timer and sockets with handlers of its own
+ * (event.h). Start tries to connect at once (an unreachable Redis is no
+ * start-up failure: the service retries with backoff); stop forgets
+ * everything. */
 int directory_start(int epfd, directory_invalidate_fn invalidate);
 void directory_stop(void);
-/* Whether an epoll tag is one of the directory's, and its event. */
-bool directory_owns(const void *tag);
-void directory_event(const void *tag, uint32_t events);
 
 /* Publishes the record of a new export (nothing for one the fabric does
  * not reach): 0, -EEXIST another live service holds the name,

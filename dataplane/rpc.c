@@ -6,24 +6,22 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+#include "net.h"
 #include "rpc.h"
+#include "segments.h"
 
 #define SERVE_TIMEOUT_MS 200
-
-struct segment *export_find(const char *name);
 
 int rpc_listen(void)
 {
@@ -49,70 +47,6 @@ int rpc_listen(void)
 		 cfg.rpc_port);
 	log_info("peer RPC on TCP port %d; server name %s", cfg.rpc_port, cfg.server_name);
 	return fd;
-}
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-/* Waits for `events` until the deadline (CLOCK_MONOTONIC ms): one limit for
- * a whole exchange, so a peer that trickles bytes gets no more time than
- * one that sends nothing. */
-static int wait_until(int fd, short events, uint64_t deadline)
-{
-	struct pollfd pfd = {.fd = fd, .events = events};
-	uint64_t t = now_ms();
-
-	if (t >= deadline || poll(&pfd, 1, (int)(deadline - t)) <= 0)
-		return -ETIMEDOUT;
-	return 0;
-}
-
-/* Reads exactly len bytes before the deadline. */
-static int read_full(int fd, void *buf, size_t len, uint64_t deadline)
-{
-	size_t got = 0;
-
-	while (got < len) {
-		ssize_t n;
-
-		if (wait_until(fd, POLLIN, deadline))
-			return -ETIMEDOUT;
-		n = recv(fd, (char *)buf + got, len - got, MSG_DONTWAIT);
-		if (n == 0)
-			return -ECONNRESET;
-		if (n < 0) {
-			if (errno == EAGAIN || errno == EINTR)
-				continue;
-			return -errno;
-		}
-		got += (size_t)n;
-	}
-	return 0;
-}
-
-static int write_full(int fd, const void *buf, size_t len, uint64_t deadline)
-{
-	size_t put = 0;
-
-	while (put < len) {
-		ssize_t n;
-
-		if (wait_until(fd, POLLOUT, deadline))
-			return -ETIMEDOUT;
-		n = send(fd, (const char *)buf + put, len - put, MSG_DONTWAIT | MSG_NOSIGNAL);
-		if (n < 0) {
-			if (errno == EAGAIN || errno == EINTR)
-				continue;
-			return -errno;
-		}
-		put += (size_t)n;
-	}
-	return 0;
 }
 
 int rpc_segment_record(const struct segment *s, struct dp_rpc_lookup_reply *r)
@@ -166,7 +100,7 @@ void rpc_serve(int lfd)
 		struct dp_rpc_lookup_reply r;
 	} out;
 	int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-	uint64_t deadline = now_ms() + SERVE_TIMEOUT_MS;
+	uint64_t deadline = dp_now_ns() + SERVE_TIMEOUT_MS * 1000000ull;
 
 	if (fd < 0)
 		return;
@@ -175,7 +109,7 @@ void rpc_serve(int lfd)
 				    .version = DP_RPC_VERSION,
 				    .type = DP_RPC_LOOKUP | DP_RPC_REPLY,
 				    .len = sizeof(out.r)};
-	if (read_full(fd, &in.h, sizeof(in.h), deadline)) {
+	if (dp_net_read_full(fd, &in.h, sizeof(in.h), deadline)) {
 		close(fd);
 		return;
 	}
@@ -185,13 +119,13 @@ void rpc_serve(int lfd)
 		out.r.status = -EPROTONOSUPPORT;
 	else if (in.h.type != DP_RPC_LOOKUP || in.h.len != sizeof(in.req))
 		out.r.status = -EBADMSG;
-	else if (read_full(fd, &in.req, sizeof(in.req), deadline))
+	else if (dp_net_read_full(fd, &in.req, sizeof(in.req), deadline))
 		out.r.status = -EBADMSG;
 	else
 		fill_reply(&in.req, &out.r);
 	if (out.r.status)
 		log_debug("peer RPC: request refused: %s", strerror(-out.r.status));
-	write_full(fd, &out, sizeof(out), deadline);
+	dp_net_write_full(fd, &out, sizeof(out), deadline);
 	close(fd);
 }
 
@@ -287,29 +221,23 @@ int rpc_lookup(const char *peer, const char *name, struct dp_rpc_lookup_reply *o
 	} msg;
 	struct dp_rpc_hdr h;
 	char host[DP_NAME_MAX], port[16];
-	uint64_t deadline = now_ms() + DP_RPC_TIMEOUT_MS;
-	int fd, rc, err = 0;
-	socklen_t elen = sizeof(err);
+	uint64_t deadline = dp_now_ns() + DP_RPC_TIMEOUT_MS * 1000000ull;
+	int fd, rc;
 
 	if (split_peer(peer, host, sizeof(host), port, sizeof(port)))
 		return -EINVAL;
 	if (getaddrinfo(host, port, &hints, &ai))
 		return -EHOSTUNREACH;
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	fd = dp_net_socket(AF_INET, SOCK_STREAM);
 	if (fd < 0) {
 		freeaddrinfo(ai);
-		return -errno;
+		return fd;
 	}
-	rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+	rc = dp_net_connect(fd, ai->ai_addr, ai->ai_addrlen, deadline);
 	freeaddrinfo(ai);
-	if (rc < 0 && errno != EINPROGRESS) {
+	if (rc) {
 		close(fd);
-		return -EHOSTUNREACH;
-	}
-	if (rc < 0 && (wait_until(fd, POLLOUT, deadline) ||
-		       getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) || err)) {
-		close(fd);
-		return err ? -EHOSTUNREACH : -ETIMEDOUT;
+		return rc == -ETIMEDOUT ? rc : -EHOSTUNREACH;
 	}
 	memset(&msg, 0, sizeof(msg));
 	msg.h = (struct dp_rpc_hdr){.magic = DP_RPC_MAGIC,
@@ -317,13 +245,13 @@ int rpc_lookup(const char *peer, const char *name, struct dp_rpc_lookup_reply *o
 				    .type = DP_RPC_LOOKUP,
 				    .len = sizeof(msg.req)};
 	snprintf(msg.req.name, sizeof(msg.req.name), "%s", name);
-	rc = write_full(fd, &msg, sizeof(msg), deadline);
+	rc = dp_net_write_full(fd, &msg, sizeof(msg), deadline);
 	if (!rc)
-		rc = read_full(fd, &h, sizeof(h), deadline);
+		rc = dp_net_read_full(fd, &h, sizeof(h), deadline);
 	if (!rc && h.len != sizeof(*out))
 		rc = -EBADMSG;
 	if (!rc)
-		rc = read_full(fd, out, sizeof(*out), deadline);
+		rc = dp_net_read_full(fd, out, sizeof(*out), deadline);
 	close(fd);
 	if (rc == -ECONNRESET)
 		return -EHOSTUNREACH;

@@ -1,0 +1,334 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * segments.c - exports, the remote-segment cache and peers (segments.h).
+ * Control thread only; the pollers see these objects through the handles
+ * in client tables (dp_internal.h) and the `dead` flag.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "directory.h"
+#include "engine.h"
+#include "fabric.h"
+#include "fileio.h"
+#include "rpc.h"
+#include "segments.h"
+#include "stats.h"
+
+static struct segment *exports;
+static struct segment *remotes; /* segments of other services, cached */
+static struct peer *peers;
+
+/* ---- exports ---- */
+
+struct segment *export_find(const char *name)
+{
+	for (struct segment *s = exports; s; s = s->next)
+		if (!strcmp(s->name, name))
+			return s;
+	return NULL;
+}
+
+/* Unlinks and marks dead; the caller synchronizes, then export_release(). */
+static void export_kill(struct segment *s)
+{
+	for (struct segment **pp = &exports; *pp; pp = &(*pp)->next)
+		if (*pp == s) {
+			*pp = s->next;
+			break;
+		}
+	atomic_store_explicit(&s->dead, 1, memory_order_release);
+	stats_segment_removed();
+	directory_withdraw(s->name);
+}
+
+static void export_release(struct segment *s)
+{
+	engines_segment_unexport(s);
+	region_put(s->region);
+	segment_put(s);
+}
+
+int export_add(struct client *owner, struct region *reg, const char *name, unsigned access)
+{
+	struct segment *s;
+	int rc;
+
+	if (!fileio_access_ok(reg, access))
+		return -EPERM;
+	if (export_find(name))
+		return -EEXIST;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	atomic_init(&s->refs, 1); /* the export list's */
+	atomic_fetch_add(&reg->refs, 1);
+	s->region = reg;
+	s->access = access;
+	s->owner = owner;
+	memcpy(s->name, name, sizeof(s->name));
+	if (engines_segment_export(s)) {
+		region_put(reg);
+		free(s);
+		return -ENOMEM;
+	}
+	/* -EEXIST when another live service holds the name fleet-wide. */
+	rc = directory_publish(s);
+	if (rc) {
+		engines_segment_unexport(s);
+		region_put(reg);
+		free(s);
+		return rc;
+	}
+	s->next = exports;
+	exports = s;
+	stats_segment_added();
+	log_info("client %u: exported '%s' (%llu bytes, %s)", owner->id, s->name,
+		 (unsigned long long)reg->len, s->access == DP_ACCESS_RW ? "rw" : "ro");
+	return 0;
+}
+
+int export_remove(struct client *c, const char *name)
+{
+	struct segment *s = export_find(name);
+
+	if (!s)
+		return -ENOENT;
+	if (s->owner != c)
+		return -EPERM;
+	export_kill(s);
+	qsbr_synchronize();
+	export_release(s);
+	return 0;
+}
+
+struct segment *exports_kill(const struct client *owner, const struct region *reg)
+{
+	struct segment *s, *next, *dead = NULL;
+
+	for (s = exports; s; s = next) {
+		next = s->next;
+		if ((owner && s->owner == owner) || (reg && s->region == reg)) {
+			export_kill(s);
+			s->next = dead;
+			dead = s;
+		}
+	}
+	return dead;
+}
+
+void exports_release(struct segment *dead)
+{
+	struct segment *next;
+
+	for (; dead; dead = next) {
+		next = dead->next;
+		export_release(dead);
+	}
+}
+
+/* ---- segments of other services ---- */
+
+/* Drops cached segments of peers found dead, so the next open asks again. */
+static void remotes_prune(void)
+{
+	struct segment **pp = &remotes;
+
+	while (*pp) {
+		struct segment *s = *pp;
+
+		if (atomic_load(&s->remote->peer->dead) || atomic_load(&s->dead)) {
+			*pp = s->next;
+			atomic_store(&s->dead, 1);
+			segment_put(s); /* the cache's reference */
+			continue;
+		}
+		pp = &s->next;
+	}
+}
+
+static struct peer *peer_get(const struct dp_rpc_lookup_reply *r)
+{
+	uint8_t addrs[DP_MAX_RAILS][DP_FABRIC_ADDR_MAX];
+	uint32_t lens[DP_MAX_RAILS];
+	struct peer *p;
+
+	for (p = peers; p; p = p->next) {
+		bool same = p->nsent == r->nrails;
+
+		if (strcmp(p->name, r->server_name) || atomic_load(&p->dead))
+			continue;
+		for (unsigned i = 0; same && i < r->nrails; i++)
+			same = p->sent_len[i] == r->rail[i].addr_len &&
+			       !memcmp(p->sent[i], r->rail[i].addr, r->rail[i].addr_len);
+		if (same)
+			return p;
+		/* Restarted under the same name: the old process is gone. */
+		log_info("peer %s: new fabric addresses; the old ones are dropped", p->name);
+		atomic_store(&p->dead, 1);
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return NULL;
+	memcpy(p->name, r->server_name, sizeof(p->name));
+	for (unsigned i = 0; i < r->nrails; i++) {
+		memcpy(addrs[i], r->rail[i].addr, DP_FABRIC_ADDR_MAX);
+		lens[i] = r->rail[i].addr_len;
+		memcpy(p->sent[i], r->rail[i].addr, DP_FABRIC_ADDR_MAX);
+		p->sent_len[i] = r->rail[i].addr_len;
+	}
+	p->nsent = r->nrails;
+	if (fabric_peer_insert(p, addrs, lens, r->nrails)) {
+		log_warn("peer %s: fabric addresses rejected", p->name);
+		free(p);
+		return NULL;
+	}
+	/* Peers are kept for the life of the service: segments and in-flight
+	 * slices point at them, and their AV entries are few. */
+	p->next = peers;
+	peers = p;
+	return p;
+}
+
+/* Does a cached description still match what the peer answered? */
+static bool remote_same(const struct remote_seg *rs, const struct peer *pr,
+			const struct dp_rpc_lookup_reply *r)
+{
+	if (rs->peer != pr || rs->base != r->base || rs->len != r->len || rs->access != r->access)
+		return false;
+	for (unsigned i = 0; i < rs->nrails; i++)
+		if (rs->key[i] != r->rail[i].key)
+			return false;
+	return true;
+}
+
+/* Resolves a segment of another service through its RPC port (peer
+ * "host:port") or the cluster directory (peer ""), or the cache. A peer
+ * string or a record that turns out to name this service resolves locally. */
+static int remote_open(const char *peer, const char *name, struct segment **out)
+{
+	struct dp_rpc_lookup_reply r;
+	struct remote_seg *rs;
+	struct segment *s;
+	struct peer *pr;
+	int rc;
+
+	if (!fabric_nrails())
+		return -EHOSTUNREACH;
+	remotes_prune();
+	/* The directory keeps its records fresh (remotes_invalidate). A
+	 * host:port is asked again at every open: its export may have been
+	 * replaced (new keys), or the peer restarted on the same port (new
+	 * addresses), without a transfer failing in between. */
+	for (s = remotes; s && !peer[0]; s = s->next)
+		if (!strcmp(s->name, name) && !s->owner_name[0]) {
+			*out = s;
+			return 0;
+		}
+	rc = peer[0] ? rpc_lookup(peer, name, &r) : directory_lookup(name, &r);
+	if (rc) {
+		log_info("segment '%s' on %s: %s", name, peer[0] ? peer : "the directory",
+			 strerror(-rc));
+		return rc;
+	}
+	if (!strcmp(r.server_name, cfg.server_name)) {
+		s = export_find(name);
+		if (!s)
+			return -ENOENT;
+		*out = s;
+		return 0;
+	}
+	pr = peer_get(&r);
+	if (!pr)
+		return -EHOSTUNREACH;
+	for (struct segment **pp = &remotes; *pp; pp = &(*pp)->next) {
+		s = *pp;
+		if (strcmp(s->name, name) || strcmp(s->owner_name, peer))
+			continue;
+		if (remote_same(s->remote, pr, &r)) {
+			*out = s;
+			return 0;
+		}
+		/* Replaced: handles to the old one fail as after an unexport. */
+		*pp = s->next;
+		atomic_store(&s->dead, 1);
+		segment_put(s); /* the cache's reference */
+		break;
+	}
+	s = calloc(1, sizeof(*s));
+	rs = calloc(1, sizeof(*rs));
+	if (!s || !rs) {
+		free(s);
+		free(rs);
+		return -ENOMEM;
+	}
+	rs->peer = pr;
+	rs->base = r.base;
+	rs->len = r.len;
+	rs->access = r.access;
+	rs->nrails = rs->peer->nrails;
+	for (unsigned i = 0; i < rs->nrails; i++)
+		rs->key[i] = r.rail[i].key;
+	atomic_init(&s->refs, 1); /* the cache's */
+	s->remote = rs;
+	s->access = r.access;
+	snprintf(s->name, sizeof(s->name), "%s", name);
+	snprintf(s->owner_name, sizeof(s->owner_name), "%s", peer);
+	s->next = remotes;
+	remotes = s;
+	log_info("segment '%s' on %s (%s): %llu bytes, %s, %u rail(s)", name,
+		 peer[0] ? peer : "the directory", rs->peer->name, (unsigned long long)rs->len,
+		 rs->access == DP_ACCESS_RW ? "rw" : "ro", rs->nrails);
+	*out = s;
+	return 0;
+}
+
+/* The directory's word on a name (directory.h): a record gone or replaced
+ * kills the segment opened from it, as an unexport kills a local one; a
+ * reconnect only empties the cache (name NULL), open handles keep theirs. */
+void remotes_invalidate(const char *name, bool kill)
+{
+	struct segment **pp = &remotes;
+
+	while (*pp) {
+		struct segment *s = *pp;
+
+		if (s->owner_name[0] || (name && strcmp(s->name, name))) {
+			pp = &s->next;
+			continue;
+		}
+		*pp = s->next;
+		if (kill)
+			atomic_store(&s->dead, 1);
+		segment_put(s); /* the cache's reference */
+	}
+}
+
+int segment_resolve(const char *peer, const char *name, struct segment **out)
+{
+	/* Another service's: by its RPC port, or (no peer, not exported
+	 * here) wherever the cluster directory says. */
+	if ((peer[0] && !rpc_is_self(peer)) ||
+	    (!peer[0] && directory_enabled() && !export_find(name)))
+		return remote_open(peer, name, out);
+	*out = export_find(name);
+	return *out ? 0 : -ENOENT;
+}
+
+void segments_cleanup(void)
+{
+	while (remotes) {
+		struct segment *s = remotes;
+
+		remotes = s->next;
+		segment_put(s);
+	}
+	while (peers) {
+		struct peer *p = peers;
+
+		peers = p->next;
+		free(p);
+	}
+}

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * segments.h - the service's segments, all on the control thread:
+ *
+ *  - exports: regions of this service's clients, published under a name
+ *    (and in the cluster directory, directory.h);
+ *  - the remote-segment cache: segments of other services, resolved
+ *    through their RPC port (rpc.h) or the directory, kept until the peer
+ *    is found dead, the export is replaced, or the directory says so;
+ *  - peers: the other services those segments live on, with their fabric
+ *    addresses (fabric.h), kept for the life of the service.
+ *
+ * Killing an export is two steps around a grace period: exports_kill()
+ * unlinks and marks dead, the caller runs qsbr_synchronize(), then
+ * exports_release() drops the references (docs/architecture.md).
+ */
+#ifndef DP_SEGMENTS_H
+#define DP_SEGMENTS_H
+
+#include <stdbool.h>
+
+#include "dp_internal.h"
+
+/* The export of that name, or NULL. */
+struct segment *export_find(const char *name);
+
+/* Exports `reg` of client `owner` as `name`: 0, -EPERM (access beyond a
+ * file region's), -EEXIST (the name is taken here, or fleet-wide in the
+ * directory), -ENOMEM, or the directory's error (-EHOSTUNREACH, ...). */
+int export_add(struct client *owner, struct region *reg, const char *name, unsigned access);
+
+/* Unexports `name` for client `c` (kill, grace period, release): 0,
+ * -ENOENT, or -EPERM (another client's export). */
+int export_remove(struct client *c, const char *name);
+
+/* Unlinks and marks dead every export of `owner` (when not NULL) or of
+ * region `reg` (when not NULL); returns them as a list for
+ * exports_release() after the caller's qsbr_synchronize(). */
+struct segment *exports_kill(const struct client *owner, const struct region *reg);
+void exports_release(struct segment *dead);
+
+/*
+ * The segment a client opens: `peer` "" and `name` exported here, or
+ * another service's (peer "host:port", or "" and not exported here while
+ * the directory is on), from the cache or resolved now. A peer string or a
+ * record that names this service resolves locally. 0 with *out (no
+ * reference taken), or -ENOENT, -EHOSTUNREACH, -ETIMEDOUT, -EBADMSG (what a
+ * peer or the directory answered), -ENOMEM, or the peer's status.
+ */
+int segment_resolve(const char *peer, const char *name, struct segment **out);
+
+/* The directory's word on a name (directory_invalidate_fn, directory.h). */
+void remotes_invalidate(const char *name, bool kill);
+
+/* At exit: drops the remote-segment cache and frees the peers. */
+void segments_cleanup(void);
+
+#endif /* DP_SEGMENTS_H */
