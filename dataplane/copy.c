@@ -127,6 +127,7 @@ static void host_submit(struct poller *p, const struct xfer *x)
 	else
 		h->head = op;
 	h->tail = op;
+	engine_kick(p, ENGINE_host);
 }
 
 /* Round robin over the pending copies, one chunk each. */

@@ -196,6 +196,8 @@ struct poller {
 	struct queue *queues; /* owned list */
 	uint64_t loops, busy_loops, sleeps;
 	int sleep_cap_ms;	    /* the longest sleep the engines allow */
+	uint32_t active;	    /* engines with work, bit = enum engine_id (engine.h) */
+	uint32_t always;	    /* engines whose progress runs every loop */
 	void *eng[DP_ENGINES];	    /* each engine's per-poller state (engine.h) */
 	struct stats_poller *stats; /* stats.c; NULL without a stats region */
 };

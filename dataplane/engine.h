@@ -18,7 +18,8 @@
  * Threads: submit/progress/busy/trywait/cancel_all/poller_free run on the
  * poller that owns `p` (no locks: per-poller state lives in p->eng[]);
  * init/fini on the main thread; region and segment hooks on the control
- * thread. Every operation is optional (NULL).
+ * thread. Every operation is optional (NULL), except that an engine with
+ * submit has progress and busy.
  */
 #ifndef DP_ENGINE_H
 #define DP_ENGINE_H
@@ -28,15 +29,17 @@
 #include "dp_internal.h"
 
 /*
- * A descriptor resolved by the poller: validated, its regions found (alive
- * for this loop by QSBR; an engine that keeps them takes references). For a
- * transfer between two memory regions, dst/src/len are the resolved bytes.
+ * A descriptor resolved by the poller: validated (offsets and length inside
+ * both ends), its regions found (alive for this loop by QSBR; an engine that
+ * keeps them takes references).
  */
 struct xfer {
 	struct queue *q;
 	const struct dp_desc *d; /* the private copy; valid during submit only */
 	uint64_t user_data;
 	uint64_t submit_ns; /* the descriptor's stamp, for queue_complete_ns() */
+	/* Between two memory regions of this service (host and gpu engines):
+	 * the bytes to move, WRITE local -> target, READ target -> local. */
 	uint8_t *dst;
 	const uint8_t *src;
 	uint64_t len;
@@ -57,6 +60,10 @@ struct engine {
 	void (*submit)(struct poller *p, const struct xfer *x);
 	int (*progress)(struct poller *p);
 	bool (*busy)(const struct poller *p);
+	/* progress runs only while the engine is busy after an engine_kick;
+	 * with poll_always, every loop on pollers where the engine has state
+	 * (p->eng[id] set by init). */
+	bool poll_always;
 	/* Sleeping: fds whose readiness means progress is due (added to the
 	 * poller's epoll set once), a last check that may veto the sleep
 	 * (nonzero: do not sleep), and a cap on the sleep in ms (0: none). */
@@ -83,6 +90,16 @@ struct engine {
 #include "engines.def"
 #undef ENGINE
 extern const struct engine *const engines[DP_ENGINES];
+
+/* Engine @id has work in flight on poller @p (a submit that queued work
+ * instead of completing it, or a slice handed over by another engine): its
+ * progress runs from the next loop until it is idle. An engine that keeps
+ * nothing (an inline copy) never calls it, and costs no call per loop.
+ * Poller thread. */
+static inline void engine_kick(struct poller *p, enum engine_id id)
+{
+	p->active |= 1u << id;
+}
 
 /* engine.c: every engine's hook in turn (region_close, unexport and fini
  * in reverse order). */

@@ -130,6 +130,7 @@ static void fabric_submit(struct poller *p, const struct xfer *x)
 		fp->head = op;
 	fp->tail = op;
 	fp->nops++;
+	engine_kick(p, ENGINE_fabric);
 }
 
 /* Posts one slice; 0, -FI_EAGAIN (try later), or another error. */
@@ -446,6 +447,7 @@ const struct engine fabric_engine = {
 	.submit = fabric_submit,
 	.progress = fabric_progress,
 	.busy = fabric_busy,
+	.poll_always = true,
 	.wait_fds = fabric_wait_fds,
 	.trywait = fabric_trywait,
 	.sleep_cap_ms = fabric_sleep_cap_ms,

@@ -341,6 +341,7 @@ static void fileio_submit(struct poller *p, const struct xfer *x)
 	};
 	q->inflight++;
 	op_enqueue(fp, op);
+	engine_kick(p, ENGINE_file);
 }
 
 /*

@@ -68,10 +68,24 @@ int gpu_stage_poll(struct poller *p, struct gpu_ticket *t)
 	return -EIO;
 }
 
+static int gpu_progress(struct poller *p)
+{
+	(void)p;
+	return 0;
+}
+
+static bool gpu_busy(const struct poller *p)
+{
+	(void)p;
+	return false;
+}
+
 const struct engine gpu_engine = {
 	.name = "gpu",
 	.init = gpu_init,
 	.submit = gpu_submit,
+	.progress = gpu_progress,
+	.busy = gpu_busy,
 };
 
 #else /* DP_HAVE_CUDA */
@@ -360,11 +374,6 @@ static void lane_reset(struct gpu_lane *l)
 	cudaGetLastError();
 }
 
-static bool holds(const struct region *r, const uint8_t *p, uint64_t len)
-{
-	return p >= r->base && (uint64_t)(p - r->base) <= r->len - len;
-}
-
 static void op_finish(struct gpu_poller *g, struct gpu_op *op, int status)
 {
 	struct queue *q = op->q;
@@ -405,9 +414,8 @@ static void gpu_submit(struct poller *p, const struct xfer *req)
 		queue_complete_ns(req->q, req->user_data, req->submit_ns, -ENOMEM, 0, flags);
 		return;
 	}
-	/* Which region is the destination: regions never overlap in this
-	 * process's (unified) address space, so the address tells. */
-	rdst = holds(req->ra, req->dst, req->len) ? req->ra : req->rb;
+	/* WRITE copies local -> target, READ target -> local. */
+	rdst = req->d->opcode == DP_OP_WRITE ? req->rb : req->ra;
 	rsrc = rdst == req->ra ? req->rb : req->ra;
 	dev = rdst->kind == REGION_CUDA ? rdst->device : rsrc->device;
 	d = &g->dev[dev];
@@ -467,6 +475,7 @@ static void gpu_submit(struct poller *p, const struct xfer *req)
 		l->head = op;
 	l->tail = op;
 	g->pending++;
+	engine_kick(p, ENGINE_gpu);
 }
 
 static int gpu_progress(struct poller *p)

@@ -97,12 +97,30 @@ void queue_complete_ns(struct queue *q, uint64_t user_data, uint64_t submit_ns, 
 }
 
 /*
- * Validates a descriptor already copied to private memory and resolves it
- * into an xfer. Returns 0 or the errno the descriptor completes with. The
- * order of checks is the documented one (docs/api.md): EINVAL, EBADF,
- * ECONNRESET, EPERM, EFAULT.
+ * The routing rule (docs/architecture.md): a segment of another service
+ * goes to the fabric; on this service, a file on either side goes to the
+ * file engine, GPU memory on either side to the GPU engine, and host
+ * memory to host memory is a memcpy.
  */
-static int desc_resolve(struct queue *q, const struct dp_desc *d, struct xfer *x)
+static inline enum engine_id route(const struct xfer *x)
+{
+	if (!x->rb)
+		return ENGINE_fabric;
+	if (x->ra->kind == REGION_FILE || x->rb->kind == REGION_FILE)
+		return ENGINE_file;
+	if (x->ra->kind == REGION_CUDA || x->rb->kind == REGION_CUDA)
+		return ENGINE_gpu;
+	return ENGINE_host;
+}
+
+/*
+ * Validates a descriptor already copied to private memory, resolves it into
+ * an xfer and routes it (*engine). Returns 0 or the errno the descriptor
+ * completes with. The order of checks is the documented one (docs/api.md):
+ * EINVAL, EBADF, ECONNRESET, EPERM, EFAULT.
+ */
+static int desc_resolve(struct queue *q, const struct dp_desc *d, struct xfer *x,
+			enum engine_id *engine)
 {
 	struct client *c = q->client;
 	struct seg_handle *h;
@@ -144,44 +162,27 @@ static int desc_resolve(struct queue *q, const struct dp_desc *d, struct xfer *x
 		if (d->len > seg->remote->len || d->target_off > seg->remote->len - d->len)
 			return -EFAULT;
 		x->rb = NULL;
+		*engine = route(x);
 		return 0;
 	}
 	target = seg->region;
 	if (d->len > target->len || d->target_off > target->len - d->len)
 		return -EFAULT;
 	x->rb = target;
-	/* A file has no address: the file engine works from the offsets. */
-	if (local->kind == REGION_FILE || target->kind == REGION_FILE)
-		return 0;
-	if (d->opcode == DP_OP_WRITE) {
-		x->dst = target->base + d->target_off;
-		x->src = local->base + d->local_off;
-	} else {
-		x->dst = local->base + d->local_off;
-		x->src = target->base + d->target_off;
+	*engine = route(x);
+	/* Memory on both sides: the bytes. A file has no address. */
+	if (*engine == ENGINE_host || *engine == ENGINE_gpu) {
+		uint8_t *l = local->base + d->local_off, *t = target->base + d->target_off;
+
+		x->dst = d->opcode == DP_OP_WRITE ? t : l;
+		x->src = d->opcode == DP_OP_WRITE ? l : t;
 	}
 	return 0;
 }
 
-/*
- * The routing rule (docs/architecture.md): a segment of another service
- * goes to the fabric; on this service, a file on either side goes to the
- * file engine, GPU memory on either side to the GPU engine, and host
- * memory to host memory is a memcpy.
- */
-static const struct engine *route(const struct xfer *x)
-{
-	if (!x->rb)
-		return &fabric_engine;
-	if (x->ra->kind == REGION_FILE || x->rb->kind == REGION_FILE)
-		return &file_engine;
-	if (x->ra->kind == REGION_CUDA || x->rb->kind == REGION_CUDA)
-		return &gpu_engine;
-	return &host_engine;
-}
-
 static void desc_process(struct poller *p, struct queue *q, const struct dp_desc *d)
 {
+	enum engine_id e = ENGINE_host;
 	struct xfer x;
 	int rc;
 
@@ -191,12 +192,12 @@ static void desc_process(struct poller *p, struct queue *q, const struct dp_desc
 	else if (d->opcode == DP_OP_NOP)
 		rc = 0;
 	else
-		rc = desc_resolve(q, d, &x);
+		rc = desc_resolve(q, d, &x, &e);
 	if (rc || d->opcode == DP_OP_NOP) {
 		queue_complete_ns(q, d->user_data, d->submit_ns, rc, 0, 0);
 		return;
 	}
-	route(&x)->submit(p, &x);
+	engines[e]->submit(p, &x);
 }
 
 /* Drains up to one burst from q's SQ, never more than its credit allows:
@@ -381,6 +382,28 @@ static void poller_shutdown(struct poller *p)
 		queue_flush_cq(q);
 }
 
+/*
+ * Progress for the engines that have work: those given some since they were
+ * last idle (p->active, set by engine_kick) and those that poll always (the
+ * fabric, whose target side moves only when its CQs are read). An engine
+ * leaves p->active once it is no longer busy; a poller with nothing in
+ * flight calls no engine at all.
+ */
+static int engines_progress(struct poller *p)
+{
+	int work = 0;
+
+	for (uint32_t m = p->active | p->always; m; m &= m - 1) {
+		unsigned id = (unsigned)__builtin_ctz(m);
+		const struct engine *e = engines[id];
+
+		work += e->progress(p);
+		if (!e->busy(p))
+			p->active &= ~(1u << id);
+	}
+	return work;
+}
+
 int poller_run_once(struct poller *p)
 {
 	int work = 0;
@@ -392,9 +415,7 @@ int poller_run_once(struct poller *p)
 		poller_take_inbox(p);
 	for (struct queue *q = p->queues; q; q = q->next)
 		work += queue_drain_sq(p, q);
-	for (unsigned i = 0; i < DP_ENGINES; i++)
-		if (engines[i]->progress)
-			work += engines[i]->progress(p);
+	work += engines_progress(p);
 	poller_flush(p);
 	p->loops++;
 	return work;
@@ -436,7 +457,8 @@ static void *poller_main(void *arg)
 
 /* The engines' fds join the poller's epoll set: their readiness means
  * progress is due. They are never read here, only waited on. The sleep is
- * capped by the engine that asks for the shortest one (default 200 ms). */
+ * capped by the engine that asks for the shortest one (default 200 ms).
+ * Engines that poll always, and have state on this poller, are marked. */
 static int poller_engine_fds(struct poller *p)
 {
 	p->sleep_cap_ms = 200;
@@ -456,6 +478,8 @@ static int poller_engine_fds(struct poller *p)
 		}
 		if (cap > 0 && cap < p->sleep_cap_ms)
 			p->sleep_cap_ms = cap;
+		if (e->poll_always && p->eng[i])
+			p->always |= 1u << i;
 	}
 	return 0;
 }
