@@ -1,10 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fabric.c - the fabric engine's data path: RMA slices striped over rails,
- * bounded in flight, -FI_EAGAIN retried after progress, errors and timeouts
- * retried on another rail, then reported. Rails, endpoints and
- * registrations are fabric_rail.c, peers fabric_peer.c (fabric_internal.h).
- * See fabric.h for the threading model.
+ * bounded in flight, -FI_EAGAIN retried after progress, errors retried on
+ * another rail, then reported. Rails, endpoints and registrations are
+ * fabric_rail.c, peers fabric_peer.c (fabric_internal.h). See fabric.h for
+ * the threading model.
+ *
+ * Timeouts follow progress, not size: a transfer fails with -ETIMEDOUT when
+ * none of its slices has completed for --fabric-timeout-ms (its clock is
+ * reset at every completed slice), and its peer is taken for lost only when
+ * no slice to that peer, on any poller or rail, has completed for that long
+ * while this transfer had slices out. A 64 MiB transfer over a slow link
+ * thus takes as long as it takes, and one transfer stuck behind others to
+ * a live peer fails alone.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -16,6 +24,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
+#include "clock.h"
 #include "engine.h"
 #include "fabric.h"
 #include "fabric_internal.h"
@@ -44,17 +53,20 @@ struct fab_op {
 	unsigned out;	   /* slices posted, not yet returned */
 	unsigned next_rail;
 	int status;
-	uint64_t deadline_ns;
+	uint64_t progress_ns;	 /* submitted, or its last slice completed */
+	uint64_t out_since_ns;	 /* `out` went from 0 to 1 (valid while out) */
 	struct fab_slice *retry; /* slices to post again */
 	struct fab_op *next;
 };
 
 static uint64_t now_ns(void)
 {
-	struct timespec ts;
+	return dp_now_ns();
+}
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+static uint64_t timeout_ns(void)
+{
+	return (uint64_t)fab_cfg.timeout_ms * 1000000u;
 }
 
 /* ---- data path (poller thread) ---- */
@@ -117,7 +129,7 @@ static void fabric_submit(struct poller *p, const struct xfer *x)
 			      .tgt_off = d->target_off,
 			      .len = d->len,
 			      .next_rail = (unsigned)(d->user_data % rs->peer->nrails),
-			      .deadline_ns = now_ns() + (uint64_t)fab_cfg.timeout_ms * 1000000u};
+			      .progress_ns = now_ns()};
 	q->inflight++;
 	if (!op->len) {
 		op_complete(op, 0);
@@ -167,7 +179,8 @@ static int slice_post(struct fab_poller *fp, struct fab_slice *s)
 			stats_add(&e->st->retries, 1);
 	}
 	e->inflight++;
-	op->out++;
+	if (!op->out++)
+		op->out_since_ns = now_ns();
 	return 0;
 }
 
@@ -237,6 +250,7 @@ static void slice_cq_error(struct rail_ep *e, unsigned rail, struct fab_slice *s
 static int reap(struct poller *p, struct fab_poller *fp)
 {
 	struct fi_cq_entry ents[32];
+	uint64_t t = 0;
 	int done = 0;
 
 	for (unsigned r = 0; r < nrails; r++) {
@@ -251,8 +265,14 @@ static int reap(struct poller *p, struct fab_poller *fp)
 					slice_cq_error(e, r, s, FI_EIO);
 					continue;
 				}
+				/* Progress: the op's and its peer's timeout
+				 * clocks start again. */
+				if (!t)
+					t = now_ns();
 				e->inflight--;
 				s->op->out--;
+				s->op->progress_ns = t;
+				fabric_peer_progress(s->op->seg->remote->peer, t);
 				if (e->st) {
 					stats_add(&e->st->completed, 1);
 					stats_add(&e->st->bytes, s->len);
@@ -333,6 +353,35 @@ static bool op_finished_posting(const struct fab_op *op)
 	return op->status || !op->q || (!op->retry && op->next_off == op->len);
 }
 
+/*
+ * None of op's slices has completed for the timeout: it fails with
+ * -ETIMEDOUT. Its peer is lost only on evidence: op had slices out for the
+ * whole timeout and no slice to the peer completed anywhere meanwhile. A
+ * peer that keeps completing other slices (other transfers, other pollers,
+ * other rails) is slow or busy, not gone: only this transfer fails, and the
+ * next ones are still sent.
+ */
+static void op_timed_out(struct fab_op *op, uint64_t t)
+{
+	struct peer *peer = op->seg->remote->peer;
+	uint64_t to = timeout_ns();
+
+	if (op->out && op->out_since_ns + to <= t && fabric_peer_stalled(peer, t, to)) {
+		/* Once per peer, not once per transfer. */
+		if (!atomic_load(&peer->dead))
+			log_warn("fabric: no slice to %s completed for %u ms; transfer timed out",
+				 peer->name, fab_cfg.timeout_ms);
+		fabric_peer_lost(peer);
+	} else {
+		/* Slices to it completed meanwhile (other transfers, pollers
+		 * or rails), or this one had nothing out long enough to tell. */
+		log_debug("fabric: transfer to %s made no progress for %u ms; no evidence that "
+			  "the peer is lost, it is kept",
+			  peer->name, fab_cfg.timeout_ms);
+	}
+	op_complete(op, -ETIMEDOUT);
+}
+
 static int fabric_progress(struct poller *p)
 {
 	struct fab_poller *fp = p->eng[ENGINE_fabric];
@@ -358,14 +407,8 @@ static int fabric_progress(struct poller *p)
 
 		if (op->q && !op->status)
 			work += op_post(fp, op);
-		if (t && op->q && t > op->deadline_ns) {
-			/* Once per peer, not once per transfer. */
-			if (!atomic_load(&op->seg->remote->peer->dead))
-				log_warn("fabric: transfer to %s timed out after %u ms",
-					 op->seg->remote->peer->name, fab_cfg.timeout_ms);
-			fabric_peer_lost(op->seg->remote->peer);
-			op_complete(op, -ETIMEDOUT);
-		}
+		if (t && op->q && op->progress_ns + timeout_ns() < t)
+			op_timed_out(op, t);
 		if (op_finished_posting(op) && !op->out) {
 			op_complete(op, op->status);
 			*pp = op->next;

@@ -31,12 +31,17 @@ struct remote_seg {
 };
 
 /* Another service, known by its server name. Control thread only, except
- * `addr` (read by pollers; immutable once published) and `dead`. */
+ * `addr` (read by pollers; immutable once published), `dead` and
+ * `progress_ns`. */
 struct peer {
 	char name[DP_NAME_MAX];
 	unsigned nrails;
 	fi_addr_t addr[DP_MAX_RAILS];
 	atomic_int dead;
+	/* When a slice to this peer last completed, on any poller and rail
+	 * (CLOCK_MONOTONIC ns, 0: never; ~1 ms resolution). A peer is taken
+	 * for lost by a timeout only when this is older than the timeout. */
+	_Atomic uint64_t progress_ns;
 	/* The addresses as the peer sent them: the same name with other
 	 * addresses is a restarted peer. */
 	unsigned nsent;

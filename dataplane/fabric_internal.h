@@ -82,8 +82,27 @@ int fabric_export_register(struct segment *s);
 void fabric_export_deregister(struct segment *s);
 
 /* fabric_peer.c: marks @pr gone (logged once); the control thread drops
- * its cached segments (rpc.c checks `dead` on the next open). Any poller. */
+ * its cached segments (rpc.c checks `dead` on the next open). Any poller.
+ * The data path calls it on evidence of loss only: a slice that failed on
+ * every rail, an error that says the peer went away, or a timeout with no
+ * slice to the peer completed for the timeout (fabric_peer_stalled). */
 void fabric_peer_lost(struct peer *pr);
+
+/* A slice to @pr completed at @now (ns): the peer lives. Any poller, hot
+ * path: stored only when it moves the stamp by a millisecond or more, so
+ * pollers streaming to one peer do not bounce its cache line per slice. */
+static inline void fabric_peer_progress(struct peer *pr, uint64_t now)
+{
+	if (now - atomic_load_explicit(&pr->progress_ns, memory_order_relaxed) >= 1000000u)
+		atomic_store_explicit(&pr->progress_ns, now, memory_order_relaxed);
+}
+
+/* No slice to @pr has completed, on any poller or rail, for @timeout_ns
+ * up to @now (a stamp taken on another poller after @now counts). */
+static inline bool fabric_peer_stalled(const struct peer *pr, uint64_t now, uint64_t timeout_ns)
+{
+	return atomic_load_explicit(&pr->progress_ns, memory_order_relaxed) + timeout_ns <= now;
+}
 
 #pragma GCC visibility pop
 

@@ -10,6 +10,7 @@
 
 #include <rdma/fi_domain.h>
 
+#include "clock.h"
 #include "fabric.h"
 #include "fabric_internal.h"
 
@@ -45,11 +46,14 @@ int fabric_peer_insert(struct peer *p, const uint8_t addrs[][DP_FABRIC_ADDR_MAX]
 			return -EINVAL;
 	}
 	p->nrails = n;
+	/* It just answered its RPC port: alive now. */
+	atomic_store_explicit(&p->progress_ns, dp_now_ns(), memory_order_relaxed);
 	return 0;
 }
 
 /* Marks a peer gone: its cached segments are dropped by the control thread
- * (rpc.c), which checks `dead` on the next open. */
+ * (rpc.c), which checks `dead` on the next open. Callers have evidence of
+ * loss (fabric_internal.h); one slow transfer is none. */
 void fabric_peer_lost(struct peer *pr)
 {
 	if (!atomic_exchange(&pr->dead, 1))

@@ -1,4 +1,4 @@
-/* fabric_netns.c - two dataplaned in two network namespaces joined by veth pairs move bytes over the tcp provider, one rail and two; skipped where namespaces cannot be made. */
+/* fabric_netns.c - two dataplaned in two network namespaces joined by veth pairs move bytes over the tcp provider, one rail and two; on a link shaped to 100 Mbit/s transfers that outlast --fabric-timeout-ms still succeed, and a stopped peer times out and is lost; skipped where namespaces cannot be made. */
 #include <criterion/criterion.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -102,13 +102,16 @@ static uint64_t link_bytes(const char *ns, const char *dev)
 	return rx + tx;
 }
 
-/* dataplaned in namespace i, tcp provider on that side's veth ends. */
-static void ns_start(unsigned i, unsigned pairs, const char *slice)
+/* dataplaned in namespace i, tcp provider on that side's veth ends;
+ * `timeout_ms` is its --fabric-timeout-ms (NULL: the default). */
+static void ns_start(unsigned i, unsigned pairs, const char *slice, const char *timeout_ms)
 {
 	const char *prefix[] = {"ip", "netns", "exec", net.ns[i], NULL};
 	char nics[64];
-	const char *args[] = {"--provider", "tcp",     "--server-name", net.ip[0][i], "--nics",
-			      nics,	    "--slice", slice,		NULL};
+	const char *args[] = {"--provider", "tcp",    "--server-name",
+			      net.ip[0][i], "--nics", nics,
+			      "--slice",    slice,    timeout_ms ? "--fabric-timeout-ms" : NULL,
+			      timeout_ms,   NULL};
 
 	snprintf(nics, sizeof(nics), "%s", net.veth[0][i]);
 	if (pairs > 1)
@@ -122,12 +125,13 @@ struct ends {
 	uint8_t *loc, *tgt;
 	int lreg, treg, seg;
 	uint64_t len;
+	char peer[64]; /* B's server name */
 };
 
 /* A (in dpfA) opens B's (in dpfB) export "netns" through B's address. */
 static void ends_open(struct ends *e, uint64_t len)
 {
-	char peer[64];
+	char *peer = e->peer;
 
 	e->len = len;
 	e->ca = connect_client(&fab_svc[0], "ns-a");
@@ -135,7 +139,7 @@ static void ends_open(struct ends *e, uint64_t len)
 	e->treg = alloc_region(e->cb, len, &e->tgt);
 	export_segment(e->cb, e->treg, "netns", DP_ACCESS_RW);
 	e->lreg = alloc_region(e->ca, len, &e->loc);
-	snprintf(peer, sizeof(peer), "%s:%d", net.ip[0][1], fab_rpc_port(&fab_svc[1]));
+	snprintf(peer, sizeof(e->peer), "%s:%d", net.ip[0][1], fab_rpc_port(&fab_svc[1]));
 	cr_assert_str_eq(dp_server_name(e->cb), peer, "B's server name");
 	e->seg = open_segment(e->ca, peer, "netns", DP_ACCESS_RW);
 	e->q[0] = make_queue(e->ca, 64);
@@ -222,8 +226,8 @@ Test(fabric_netns, tcp_across_a_veth_pair)
 	char self[64], prov[32], domain[64];
 
 	netns_setup(1);
-	ns_start(0, 1, "1048576");
-	ns_start(1, 1, "1048576");
+	ns_start(0, 1, "1048576", NULL);
+	ns_start(1, 1, "1048576", NULL);
 	/* The rail is the veth end (tcp names its domains after interfaces). */
 	svc_rail(&fab_svc[0], 0, prov, sizeof(prov), domain, sizeof(domain));
 	cr_assert_str_eq(domain, net.veth[0][0], "A's rail is on %s, not %s", domain,
@@ -255,8 +259,8 @@ Test(fabric_netns, tcp_two_rails_striped)
 	struct ends e;
 
 	netns_setup(2);
-	ns_start(0, 2, "65536");
-	ns_start(1, 2, "65536");
+	ns_start(0, 2, "65536", NULL);
+	ns_start(1, 2, "65536", NULL);
 	{
 		char prov[32], domain[64];
 
@@ -277,5 +281,163 @@ Test(fabric_netns, tcp_two_rails_striped)
 		cr_assert_gt(b, 40 * MiB, "rail %u (%s) carried only %llu bytes", p, net.veth[p][0],
 			     (unsigned long long)b);
 	}
+	ends_close(&e);
+}
+
+/* ---- the fabric timeout follows progress, not size (issue 15, item 7) ---- */
+
+#define SLOW_TIMEOUT_MS 2000
+#define SLOW_LEN (64 * MiB)
+
+/* Shapes both ends of veth pair `pair` to `rate` (tc tbf), or skips. */
+static void shape(unsigned pair, const char *rate)
+{
+	if (sh("command -v tc"))
+		cr_skip_test("fabric_netns: no 'tc' command (iproute2)");
+	for (unsigned i = 0; i < 2; i++)
+		if (sh("ip netns exec %s tc qdisc add dev %s root tbf rate %s burst 256kb "
+		       "latency 400ms",
+		       net.ns[i], net.veth[pair][i], rate))
+			cr_skip_test("fabric_netns: cannot shape %s (no sch_tbf?)",
+				     net.veth[pair][i]);
+}
+
+/* One descriptor on queue q; its completion and how long it took (ms). */
+static struct dp_cqe timed(struct dp_queue *q, const struct dp_desc *d, double *ms)
+{
+	uint64_t t0 = now_ns();
+	struct dp_cqe c = run_wait(q, d, 30000);
+
+	*ms = (double)(now_ns() - t0) / 1e6;
+	return c;
+}
+
+/*
+ * On a link shaped to 100 Mbit/s a 64 MiB WRITE and READ take ~5.4 s each,
+ * well past a 2 s --fabric-timeout-ms: they must succeed all the same
+ * (every 1 MiB slice completes within ~90 ms), and the peer must not be
+ * taken for lost, so the next transfer through the same handle succeeds
+ * without a re-open. Then three 16 MiB WRITEs submitted at once: the last
+ * may wait behind the others for longer than the timeout (it may fail
+ * -ETIMEDOUT) but the peer, making progress all along, is still not lost.
+ */
+Test(fabric_netns, slow_link_outlasts_the_timeout)
+{
+	char to[16];
+	struct ends e;
+	struct dp_desc d, dd[3];
+	struct dp_cqe c, cc[3];
+	unsigned timedout = 0;
+	double ms;
+
+	snprintf(to, sizeof(to), "%d", SLOW_TIMEOUT_MS);
+	netns_setup(1);
+	shape(0, "100mbit");
+	ns_start(0, 1, "1048576", to);
+	ns_start(1, 1, "1048576", to);
+	ends_open(&e, SLOW_LEN);
+
+	pattern_fill(e.loc, SLOW_LEN, 910);
+	memset(e.tgt, 0, SLOW_LEN);
+	dp_prep_write(&d, e.lreg, 0, e.seg, 0, SLOW_LEN, 1);
+	c = timed(e.q[0], &d, &ms);
+	cr_assert_eq(c.status, 0, "64 MiB WRITE at 100 Mbit/s, timeout %d ms: %s after %.0f ms",
+		     SLOW_TIMEOUT_MS, dp_strerror(c.status), ms);
+	cr_assert_eq(c.bytes, SLOW_LEN);
+	cr_assert_eq(pattern_check(e.tgt, SLOW_LEN, 910), -1, "WRITE: bytes");
+	/* Else the link was not slow and the test proves nothing. */
+	cr_assert_gt(ms, 1.5 * SLOW_TIMEOUT_MS, "64 MiB WRITE took only %.0f ms: not shaped?", ms);
+	cr_log_info("64 MiB WRITE at 100 Mbit/s: %.0f ms", ms);
+
+	pattern_fill(e.tgt, SLOW_LEN, 920);
+	memset(e.loc, 0, SLOW_LEN);
+	dp_prep_read(&d, e.lreg, 0, e.seg, 0, SLOW_LEN, 2);
+	c = timed(e.q[1], &d, &ms);
+	cr_assert_eq(c.status, 0, "64 MiB READ at 100 Mbit/s, timeout %d ms: %s after %.0f ms",
+		     SLOW_TIMEOUT_MS, dp_strerror(c.status), ms);
+	cr_assert_eq(c.bytes, SLOW_LEN);
+	cr_assert_eq(pattern_check(e.loc, SLOW_LEN, 920), -1, "READ: bytes");
+	cr_assert_gt(ms, 1.5 * SLOW_TIMEOUT_MS, "64 MiB READ took only %.0f ms: not shaped?", ms);
+	cr_log_info("64 MiB READ at 100 Mbit/s: %.0f ms", ms);
+
+	/* The peer was never lost: the same handle still works. */
+	pattern_fill(e.loc, 4096, 930);
+	dp_prep_write(&d, e.lreg, 0, e.seg, SLOW_LEN - 4096, 4096, 3);
+	run_ok(e.q[0], &d, DP_CQE_F_FABRIC, 5000);
+	cr_assert_eq(pattern_check(e.tgt + SLOW_LEN - 4096, 4096, 930), -1);
+
+	/* Transfers queued behind each other to a live peer. */
+	for (unsigned i = 0; i < 3; i++) {
+		pattern_fill(e.loc + i * 16 * MiB, 16 * MiB, 940 + i);
+		dp_prep_write(&dd[i], e.lreg, i * 16 * MiB, e.seg, i * 16 * MiB, 16 * MiB, 10 + i);
+	}
+	submit_all(e.q[0], dd, 3, 5000);
+	reap(e.q[0], cc, 3, 30000);
+	for (unsigned i = 0; i < 3; i++) {
+		unsigned k = (unsigned)cc[i].user_data - 10;
+
+		cr_assert_lt(k, 3u);
+		if (cc[i].status == -ETIMEDOUT) {
+			timedout++;
+			continue;
+		}
+		cr_assert_eq(cc[i].status, 0, "queued WRITE %u: %s (a live peer)", k,
+			     dp_strerror(cc[i].status));
+		cr_assert_eq(pattern_check(e.tgt + k * 16 * MiB, 16 * MiB, 940 + k), -1,
+			     "queued WRITE %u: bytes", k);
+	}
+	cr_log_info("3 x 16 MiB queued: %u timed out", timedout);
+	pattern_fill(e.loc, 4096, 950);
+	dp_prep_write(&d, e.lreg, 0, e.seg, SLOW_LEN - 4096, 4096, 4);
+	run_ok(e.q[0], &d, DP_CQE_F_FABRIC, 30000);
+	cr_assert_eq(pattern_check(e.tgt + SLOW_LEN - 4096, 4096, 950), -1);
+	ends_close(&e);
+}
+
+/*
+ * A peer that stops answering (SIGSTOP): a READ (which needs the peer's
+ * reply) fails with -ETIMEDOUT about the timeout after it was sent, the
+ * peer is taken for lost (the next descriptor fails -EHOSTUNREACH at
+ * once), and a re-open after it resumes reaches it again.
+ */
+Test(fabric_netns, stopped_peer_times_out_and_is_lost)
+{
+	char to[16];
+	struct ends e;
+	struct dp_desc d;
+	struct dp_cqe c;
+	double ms;
+	int seg;
+
+	snprintf(to, sizeof(to), "%d", SLOW_TIMEOUT_MS);
+	netns_setup(1);
+	ns_start(0, 1, "1048576", to);
+	ns_start(1, 1, "1048576", to);
+	ends_open(&e, 4 * MiB);
+	pattern_fill(e.tgt, MiB, 960);
+	dp_prep_read(&d, e.lreg, 0, e.seg, 0, MiB, 1);
+	run_ok(e.q[0], &d, DP_CQE_F_FABRIC, 5000);
+	cr_assert_eq(pattern_check(e.loc, MiB, 960), -1);
+
+	cr_assert_eq(kill(fab_svc[1].pid, SIGSTOP), 0);
+	dp_prep_read(&d, e.lreg, MiB, e.seg, MiB, MiB, 2);
+	c = timed(e.q[0], &d, &ms);
+	cr_assert_eq(c.status, -ETIMEDOUT, "READ from a stopped peer: %s after %.0f ms",
+		     dp_strerror(c.status), ms);
+	cr_assert(ms > SLOW_TIMEOUT_MS - 100 && ms < SLOW_TIMEOUT_MS + 2000,
+		  "READ from a stopped peer failed after %.0f ms, timeout %d ms", ms,
+		  SLOW_TIMEOUT_MS);
+	dp_prep_write(&d, e.lreg, 0, e.seg, 0, 4096, 3);
+	c = timed(e.q[0], &d, &ms);
+	cr_assert_eq(c.status, -EHOSTUNREACH, "after the timeout: %s (the peer is not lost?)",
+		     dp_strerror(c.status));
+	cr_assert_lt(ms, 1000.0, "a lost peer's descriptor took %.0f ms", ms);
+
+	cr_assert_eq(kill(fab_svc[1].pid, SIGCONT), 0);
+	seg = open_segment(e.ca, e.peer, "netns", DP_ACCESS_RW);
+	pattern_fill(e.loc, 4096, 970);
+	dp_prep_write(&d, e.lreg, 0, seg, 0, 4096, 4);
+	run_ok(e.q[0], &d, DP_CQE_F_FABRIC, 5000);
+	cr_assert_eq(pattern_check(e.tgt, 4096, 970), -1, "WRITE after the re-open");
 	ends_close(&e);
 }
