@@ -12,6 +12,7 @@
 #   make bench-fabric    two services in two netns over veth vs fi_pingpong tcp, ucx_perftest (P6, P7)
 #   make bench-gpu       GPU copies vs raw cudaMemcpyAsync on this GPU (P8-P10)
 #   make bench-file      1 GiB file read through the service vs fio, O_DIRECT and buffered (P11)
+#   make bench-instr     instructions per 64 B local WRITE in the poller (callgrind)
 #   make format-check    clang-format --dry-run over the sources
 #   CUDA=0|1             force CUDA off/on (default: detected)
 #   FAULTS=1             compile in fault injection (DP_FAULTS; docs/reliability.md)
@@ -91,7 +92,7 @@ TESTS := $(B)/tests/dp-tests $(B)/tests/ring-tests
 
 .SECONDARY:
 .PHONY: stress all deps deps-bench run test test-ring asan tsan bench-ring bench-local \
-	bench-gpu bench-file bench-fabric format format-check gpu-tests clean \
+	bench-gpu bench-file bench-fabric bench-instr format format-check gpu-tests clean \
 	deps-fuzz fuzz fuzz-regress stress faults install uninstall check-package
 all: $(LIBRING) $(LIBCLIENT_A) $(LIBCLIENT_SO) $(if $(SERVICE_SRCS),$(SERVICE)) \
 	$(foreach t,$(TOOLS),$(if $(wildcard tools/$(notdir $(t)).c examples/$(notdir $(t)).c),$(t)))
@@ -312,6 +313,13 @@ bench-fabric: deps-bench
 	@tools/deps.sh bin:ucx_perftest=ucx-utils bin:ip=iproute2
 	@$(MAKE) --no-print-directory all
 	tools/bench-fabric.sh $(B)
+
+# The deterministic cost figure: instructions per 64 B local WRITE in the
+# poller (callgrind); every change to the hot path reports it.
+bench-instr: deps
+	@tools/deps.sh bin:valgrind=valgrind
+	@$(MAKE) --no-print-directory all
+	tools/bench-instr.sh $(B)
 
 # P11: the peer is fio (io_uring engine) on the same file in the same run.
 bench-file: deps

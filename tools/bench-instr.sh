@@ -7,7 +7,7 @@ set -eu
 B=${1:-build}
 command -v valgrind >/dev/null || { echo "bench-instr: needs valgrind" >&2; exit 1; }
 dir=$(mktemp -d /tmp/dp-instr-XXXXXX)
-trap 'kill $svc 2>/dev/null; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
+trap 'kill $svc 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$dir"; true' EXIT
 valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$dir/cg.%p" \
 	"$B/dataplaned" --socket "$dir/dp.sock" --pollers 1 --provider none --spin-us 0 \
 	--no-stats --log-level warn 2>"$dir/vg.log" &
@@ -24,3 +24,4 @@ f=$(ls "$dir"/cg.*-02 | head -1)
 ir=$(sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$f")
 echo "service poller: $ir instructions for ${n:-?} descriptors"
 [ -n "$n" ] && awk -v ir="$ir" -v n="$n" 'BEGIN { printf "service: %.1f instructions per 64 B WRITE (poller thread, batch 32, --no-stats)\n", ir / n }'
+exit 0
