@@ -36,7 +36,8 @@ int dp_net_send_fds(int fd, const struct iovec *iov, int iovcnt, const int *fds,
  * Receives one packet into buf[0..len) and up to `max_fds` (<=
  * DP_NET_MAX_FDS) fds into fds[], their count in *nfds; received fds are
  * close-on-exec. `flags` are added to MSG_CMSG_CLOEXEC (e.g. MSG_DONTWAIT).
- * Retries EINTR. Returns the packet's size (0: the peer closed), or
+ * Retries EINTR. Returns the packet's size (0: the peer closed, or a 0-byte
+ * packet, which reads the same: any fds it carried are closed), or
  * -EMSGSIZE when the packet was longer than `len` (MSG_TRUNC) or came
  * with more than `max_fds` fds (MSG_CTRUNC), or -errno (-EAGAIN). On every
  * error, *nfds is 0 and each fd that did arrive is closed.

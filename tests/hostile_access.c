@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -265,4 +266,100 @@ Test(hostile_access, another_uid_cannot_attach, .timeout = 30)
 	rc = connect_as_nobody(65533);
 	cr_assert_eq(rc, -EACCES, "gid 65533 connect: %d (%s)", rc, dp_strerror(rc));
 	stop_svc(&svc);
+}
+
+/* Issue 15: a 0-byte packet reads like EOF, and the service dropped the
+ * connection keeping the fds the packet carried (up to 4 each: 4994
+ * connections took it to 19994 fds). Every fd received is closed or owned,
+ * whatever the packet. */
+Test(hostile_access, empty_packets_with_fds_leak_nothing, .timeout = 30)
+{
+	int base, fds[4], keep[16], nkeep = 0;
+
+	start_svc(&svc, local_only);
+	base = proc_fd_count(svc.pid);
+	cr_assert_gt(base, 0);
+	for (int i = 0; i < 4; i++) {
+		fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		cr_assert_geq(fds[i], 0);
+	}
+	for (int conn = 0; conn < 16; conn++) {
+		int s = raw_connect(svc.sock, 5);
+
+		/* Several per connection: the first ends it, the rest may or
+		 * may not reach the service; none may stay there. */
+		for (int k = 0; k < 3; k++) {
+			union {
+				char buf[CMSG_SPACE(sizeof(fds))];
+				struct cmsghdr align;
+			} u;
+			char none;
+			struct iovec iov = {&none, 0};
+			struct msghdr msg = {.msg_iov = &iov,
+					     .msg_iovlen = conn & 1 ? 1 : 0, /* empty or no iovec */
+					     .msg_control = u.buf,
+					     .msg_controllen = sizeof(u.buf)};
+			struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+			ssize_t n;
+
+			memset(u.buf, 0, sizeof(u.buf));
+			cm->cmsg_level = SOL_SOCKET;
+			cm->cmsg_type = SCM_RIGHTS;
+			cm->cmsg_len = CMSG_LEN(sizeof(fds));
+			memcpy(CMSG_DATA(cm), fds, sizeof(fds));
+			n = sendmsg(s, &msg, MSG_NOSIGNAL);
+			if (k == 0)
+				cr_assert_eq(n, 0, "sendmsg: %s", strerror(errno));
+		}
+		keep[nkeep++] = s;
+	}
+	/* The service hangs up on each (a 0-byte packet reads as EOF): then
+	 * it has taken every packet, and must hold what it held before. */
+	for (int i = 0; i < nkeep; i++) {
+		char b;
+		ssize_t n = recv(keep[i], &b, 1, 0);
+
+		/* ECONNRESET: it hung up with our later packets unread. */
+		cr_assert(n == 0 || (n < 0 && errno == ECONNRESET),
+			  "connection %d: no hang-up (%s)", i, n < 0 ? strerror(errno) : "data");
+		close(keep[i]);
+	}
+	wait_fds(base, 5000);
+	for (int i = 0; i < 4; i++)
+		close(fds[i]);
+	service_still_serves();
+}
+
+/* Issue 15: strings from clients and peers (segment and peer names, paths)
+ * reach the log only escaped: a newline or an ESC sequence in one cannot
+ * forge a log line or drive the operator's terminal. This is a test of the
+ * log itself, so it reads the log. */
+#define FORGED "00:00:00.000 dataplaned error: FORGED"
+
+static void no_raw_forgery(void)
+{
+	unsigned all = svc_log_count(&svc, "FORGED");
+
+	cr_assert_gt(all, 0, "the hostile strings were never logged");
+	cr_assert_eq(svc_log_count(&svc, "\\x0a" FORGED "\\x1b[2J"), all,
+		     "a hostile string reached the log unescaped");
+	cr_assert_not(svc_log_has(&svc, "\x1b"), "an ESC byte in the log");
+}
+
+Test(hostile_access, hostile_strings_reach_the_log_escaped, .timeout = 60)
+{
+	const char *const args[] = {
+		"--provider", "tcp", "--server-name", "127.0.0.1", "--log-level", "debug", NULL};
+	const char *evil = "p\n" FORGED "\x1b[2J:1";
+	struct dp_client *c;
+
+	start_svc(&svc, args);
+	/* A peer name: the service tries it and logs the failure. */
+	c = connect_client(&svc, "x\n" FORGED "\x1b[2J");
+	cr_assert_lt(dp_segment_open(c, evil, "name", DP_ACCESS_READ), 0);
+	/* A path for dp_open_file, under no --file-root: refused, or logged. */
+	(void)dp_open_file(c, "/tmp/q\n" FORGED "\x1b[2J", 0, 4096, DP_ACCESS_READ);
+	dp_close(c);
+	no_raw_forgery();
+	service_still_serves();
 }
