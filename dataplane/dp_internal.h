@@ -96,14 +96,11 @@ struct region {
 	 * registrations, a file region's state, ...; NULL where it has none. */
 	void *eng[DP_ENGINES];
 	bool cuda_pinned; /* REGION_HOST: cudaHostRegister'ed (gpu.c) */
-	/* REGION_HOST that file I/O used: its io_uring fixed-buffer slots
-	 * (fileio.c; fbuf_n 0 until then), the rings it is registered with
-	 * (bit = poller index), and whether registering it failed. Inline,
-	 * not behind eng[], for the file engine's per-slice check. */
-	int fbuf_base;
-	unsigned fbuf_n;
-	_Atomic uint64_t fbuf_rings;
-	atomic_bool fbuf_failed;
+	/* REGION_HOST that file I/O used: which io_uring fixed buffer of
+	 * which ring holds each window of it that was touched (fileio.c;
+	 * NULL until its first file I/O). Inline, not behind eng[], for the
+	 * file engine's per-slice check. */
+	_Atomic(struct fbuf_map *) fbuf;
 };
 
 /* A region exported under a name. `dead` is set before the owner's region

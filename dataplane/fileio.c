@@ -10,19 +10,16 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fault.h"
+#include "clock.h"
 #include "engine.h"
+#include "fault.h"
 #include "fileio.h"
 #include "fileio_internal.h"
 #include "gpu.h"
 #include "stats.h"
 
-struct fileio_config fio_cfg = {.depth = 32, .slice = 1u << 20, .staging = 64u << 20};
-
-/* Fixed-buffer slots per ring, and the most one may hold (the kernel's
- * limit): a host region takes one slot per GiB, at its first file I/O. */
-#define FBUF_SLOTS 1024
-#define FBUF_CHUNK (1ull << 30)
+struct fileio_config fio_cfg = {
+	.depth = 32, .slice = 1u << 20, .staging = 64u << 20, .max_pinned = 1024u << 20};
 
 /* One transfer between a file region and a host or GPU region. */
 struct file_op {
@@ -64,7 +61,15 @@ unsigned nrings;
 bool fixed_files;
 static bool fixed_bufs; /* every ring has a sparse table of FBUF_SLOTS */
 static size_t page_size;
-static bool fbuf_used[FBUF_SLOTS]; /* under slot_lock (file_region.c) */
+
+/* Fixed buffers: host regions are registered in windows of FBUF_WIN bytes
+ * (see "fixed buffers" below). */
+#define FBUF_WIN_SHIFT 24 /* 16 MiB */
+#define FBUF_WIN (1ull << FBUF_WIN_SHIFT)
+static uint64_t fbuf_span;		 /* bytes one window's registration covers; 0: none */
+static atomic_uint fbuf_epoch;		 /* windows released so far */
+static struct fbuf_client *fbuf_clients; /* per-client charges, under slot_lock */
+static unsigned fbuf_nclients, fbuf_cap;
 
 /* ---- start-up and exit ---- */
 
@@ -132,10 +137,12 @@ static int fileio_init(void)
 			fp->free = &fp->slices[i];
 		}
 		fp->p = &pollers[nrings];
+		fp->idx = nrings;
 		staging_alloc(fp);
 		if (io_uring_register_files_sparse(&fp->ring, FILE_SLOTS) < 0)
 			fixed_files = false;
-		if (io_uring_register_buffers_sparse(&fp->ring, FBUF_SLOTS) < 0)
+		if (!fio_cfg.max_pinned ||
+		    io_uring_register_buffers_sparse(&fp->ring, FBUF_SLOTS) < 0)
 			fixed_bufs = false;
 		rings[nrings] = fp;
 		pollers[nrings].eng[ENGINE_file] = fp;
@@ -148,11 +155,16 @@ static int fileio_init(void)
 		fileio_fini();
 		return 0;
 	}
+	/* A window reaches one slice (at most a window) past its end. */
+	fbuf_span =
+		fixed_bufs ? FBUF_WIN + (fio_cfg.slice < FBUF_WIN ? fio_cfg.slice : FBUF_WIN) : 0;
 	log_info("fileio: %u ring(s), depth %u, slice %zu, %s files, %s buffers, file root %s, "
-		 "staging %u buffer(s) per ring",
+		 "staging %u buffer(s) per ring, fixed-buffer windows of %llu bytes, at most %zu "
+		 "MiB per client",
 		 nrings, fio_cfg.depth, fio_cfg.slice, fixed_files ? "registered" : "plain",
 		 fixed_bufs ? "fixed" : "plain", fio_cfg.root[0] ? fio_cfg.root : "(none)",
-		 rings[0] ? rings[0]->nbufs : 0);
+		 rings[0] ? rings[0]->nbufs : 0, (unsigned long long)fbuf_span,
+		 fio_cfg.max_pinned >> 20);
 	return 0;
 }
 
@@ -176,96 +188,246 @@ static void fileio_fini(void)
 		pollers[i].eng[ENGINE_file] = NULL;
 	}
 	nrings = 0;
+	free(fbuf_clients);
+	fbuf_clients = NULL;
+	fbuf_nclients = fbuf_cap = 0;
 	file_root_close();
 }
 
-/* ---- fixed buffers: host regions registered with the rings ---- */
+/* ---- fixed buffers: windows of host regions registered with the rings ---- */
 
-/* Slots [base, base + n) of every ring's buffer table hold @reg's memory,
- * one GiB per slot. */
-static void fbuf_iovs(const struct region *reg, struct iovec *iov, bool empty)
+/*
+ * A host region becomes fixed buffers window by window, as file I/O touches
+ * it, never whole: window w is its bytes [w * FBUF_WIN, w * FBUF_WIN +
+ * fbuf_span), registered (and so pinned) on the ring of the poller whose
+ * slice first lands in it. The window reaches one slice past its end, so
+ * that a slice of at most FBUF_WIN bytes that starts in it ends in it: no
+ * slice straddles two windows (--io-slice above FBUF_WIN: those that would
+ * go by address).
+ *
+ * Pinning a window takes the time to fault in and pin at most fbuf_span
+ * bytes (memory never touched is allocated and zeroed then), during which
+ * the poller serves nobody and the service's mmap lock is held for reading
+ * (control calls that map or unmap wait); a poller registers at most one
+ * window per loop. Each client may have --max-pinned-mb of windows
+ * registered (per ring: the kernel accounts each ring's pin); slices beyond
+ * that, and those the kernel refuses (RLIMIT_MEMLOCK without
+ * CAP_IPC_LOCK), go by address. Windows stay until their region is freed.
+ */
+struct fbuf_map {
+	uint32_t nwin;
+	/* slot[win * nrings + ring]: > 0, fixed buffer slot - 1 of that ring;
+	 * 0, never tried; < 0, refused while fbuf_epoch was -slot - 1 (tried
+	 * again once a window was released since). Each ring's entries are
+	 * its poller's alone until the region's last reference. */
+	int32_t *slot;
+	uint32_t *client; /* [same index]: the client charged for the window */
+	int32_t mem[];
+};
+
+struct fbuf_client {
+	uint32_t id;
+	uint64_t pinned; /* bytes of windows registered, over all rings */
+};
+
+static int32_t fbuf_refused(unsigned epoch)
 {
-	for (unsigned i = 0; i < reg->fbuf_n; i++) {
-		uint64_t at = (uint64_t)i * FBUF_CHUNK, left = reg->map_len - at;
+	return -(int32_t)(epoch & 0x3fffffff) - 1;
+}
 
-		iov[i].iov_base = empty ? NULL : (uint8_t *)reg->map + at;
-		iov[i].iov_len = empty ? 0 : left < FBUF_CHUNK ? left : FBUF_CHUNK;
+/* Under slot_lock: the charge of client @id (created at 0 when @make). */
+static struct fbuf_client *fbuf_client(uint32_t id, bool make)
+{
+	struct fbuf_client *n;
+
+	for (unsigned i = 0; i < fbuf_nclients; i++)
+		if (fbuf_clients[i].id == id)
+			return &fbuf_clients[i];
+	if (!make)
+		return NULL;
+	if (fbuf_nclients == fbuf_cap) {
+		unsigned cap = fbuf_cap ? 2 * fbuf_cap : 16;
+
+		n = realloc(fbuf_clients, cap * sizeof(*n));
+		if (!n)
+			return NULL;
+		fbuf_clients = n;
+		fbuf_cap = cap;
 	}
+	n = &fbuf_clients[fbuf_nclients++];
+	*n = (struct fbuf_client){.id = id};
+	return n;
+}
+
+/* Under slot_lock: gives @len bytes of client @id back. */
+static void fbuf_uncharge(uint32_t id, uint64_t len)
+{
+	struct fbuf_client *c = fbuf_client(id, false);
+
+	if (!c)
+		return;
+	c->pinned -= len;
+	if (!c->pinned)
+		*c = fbuf_clients[--fbuf_nclients];
+}
+
+static uint64_t fbuf_len(const struct region *reg, uint64_t win)
+{
+	uint64_t at = win << FBUF_WIN_SHIFT, left = reg->map_len - at;
+
+	return left < fbuf_span ? left : fbuf_span;
+}
+
+/* The region's window map, made at its first file I/O (by whichever
+ * poller comes first). */
+static struct fbuf_map *fbuf_map_get(struct region *reg)
+{
+	struct fbuf_map *m = atomic_load_explicit(&reg->fbuf, memory_order_acquire), *none = NULL;
+	uint64_t nwin = (reg->map_len + FBUF_WIN - 1) >> FBUF_WIN_SHIFT, n = nwin * nrings;
+
+	if (m)
+		return m;
+	m = calloc(1, sizeof(*m) + 2 * n * sizeof(int32_t));
+	if (!m)
+		return NULL;
+	m->nwin = (uint32_t)nwin;
+	m->slot = m->mem;
+	m->client = (uint32_t *)(m->mem + n);
+	if (!atomic_compare_exchange_strong_explicit(&reg->fbuf, &none, m, memory_order_acq_rel,
+						     memory_order_acquire)) {
+		free(m);
+		return none;
+	}
+	return m;
 }
 
 /*
- * Poller, at a region's first file I/O on this ring: makes host region
- * @reg fixed buffers of the ring (the kernel pins its pages once, not at
- * every read and write). Slots are taken once per region, at the same
- * index on every ring. false: no slots left, or the kernel refused (a
- * memlock limit); the region then goes by address.
+ * Poller, the first slice in window @win of host region @reg on this ring
+ * (or the first since the window was refused and another was released):
+ * registers the window as a fixed buffer of the ring, charged to client
+ * @client. The slot, or -1: the slice goes by address (over the client's
+ * cap, no slot left, this loop's registration done, or the kernel said no).
  */
-static __attribute__((noinline)) bool fbuf_register(struct fileio_poller *fp, struct region *reg,
-						    uint64_t bit)
+static __attribute__((noinline)) int fbuf_register(struct fileio_poller *fp, struct region *reg,
+						   uint64_t win, uint32_t client)
 {
-	struct iovec iov[FBUF_SLOTS];
-	unsigned n;
+	struct fbuf_map *m = fbuf_map_get(reg);
+	unsigned epoch = atomic_load_explicit(&fbuf_epoch, memory_order_acquire);
+	uint64_t len = fbuf_len(reg, win), t0;
+	struct iovec iov = {(uint8_t *)reg->map + (win << FBUF_WIN_SHIFT), len};
+	struct fbuf_client *c;
+	const char *why = NULL;
+	int slot = -1, rc;
+	size_t at;
 
+	if (!m || !fp->fbuf_budget)
+		return -1; /* tried again at the next slice */
+	at = win * nrings + fp->idx;
 	pthread_mutex_lock(&slot_lock);
-	if (!reg->fbuf_n) {
-		unsigned want = (unsigned)((reg->map_len + FBUF_CHUNK - 1) / FBUF_CHUNK), run = 0;
-
-		for (unsigned i = 0; i < FBUF_SLOTS && run < want; i++) {
-			run = fbuf_used[i] ? 0 : run + 1;
-			if (run == want) {
-				reg->fbuf_base = (int)(i + 1 - want);
-				reg->fbuf_n = want;
-				for (unsigned k = 0; k < want; k++)
-					fbuf_used[reg->fbuf_base + k] = true;
-			}
-		}
+	c = fbuf_client(client, true);
+	if (!c || c->pinned + len > fio_cfg.max_pinned)
+		why = "the client's --max-pinned-mb is reached";
+	for (int i = 0; !why && i < FBUF_SLOTS && slot < 0; i++)
+		if (!fp->fbuf_used[i])
+			slot = i;
+	if (!why && slot < 0)
+		why = "no fixed-buffer slot is left";
+	if (!why) {
+		fp->fbuf_used[slot] = true;
+		c->pinned += len;
+	} else if (c && !c->pinned) {
+		fbuf_uncharge(client, 0);
 	}
-	n = reg->fbuf_n;
 	pthread_mutex_unlock(&slot_lock);
-	if (n) {
-		fbuf_iovs(reg, iov, false);
-		if (io_uring_register_buffers_update_tag(&fp->ring, (unsigned)reg->fbuf_base, iov,
-							 NULL, n) == (int)n) {
-			atomic_fetch_or_explicit(&reg->fbuf_rings, bit, memory_order_release);
-			return true;
+	if (!why) {
+		fp->fbuf_budget--;
+		t0 = dp_now_ns();
+		rc = io_uring_register_buffers_update_tag(&fp->ring, (unsigned)slot, &iov, NULL, 1);
+		if (rc == 1) {
+			m->slot[at] = slot + 1;
+			m->client[at] = client;
+			log_debug("fileio: ring %u: window %llu of a host region of %zu bytes is "
+				  "fixed buffer %d (%llu bytes pinned in %.1f ms, client %u)",
+				  fp->idx, (unsigned long long)win, reg->map_len, slot,
+				  (unsigned long long)len, (dp_now_ns() - t0) / 1e6, client);
+			return slot;
 		}
+		pthread_mutex_lock(&slot_lock);
+		fp->fbuf_used[slot] = false;
+		fbuf_uncharge(client, len);
+		pthread_mutex_unlock(&slot_lock);
+		why = "the kernel refused its registration";
 	}
-	log_debug("fileio: host region of %zu bytes goes by address (%s)", reg->map_len,
-		  n ? "the kernel refused its registration" : "no fixed-buffer slots left");
-	atomic_store(&reg->fbuf_failed, true);
-	return false;
+	log_debug("fileio: ring %u: window %llu of a host region goes by address (%s)", fp->idx,
+		  (unsigned long long)win, why);
+	m->slot[at] = fbuf_refused(epoch);
+	return -1;
 }
 
-/* The per-slice check: two loads once the region is registered here. */
-static inline bool fbuf_ready(struct fileio_poller *fp, struct region *reg)
+/*
+ * The per-slice check, on the hot path: the fixed buffer of this ring that
+ * holds @n bytes at @at of host region @h's mapping (for a transfer of
+ * queue @q's client), or -1. Two loads once the window is registered here
+ * (the region's map, the window's slot).
+ */
+static inline int fbuf_index(struct fileio_poller *fp, struct region *h, uint64_t at, unsigned n,
+			     const struct queue *q)
 {
-	uint64_t bit = 1ull << fp->p->idx;
+	struct fbuf_map *m = atomic_load_explicit(&h->fbuf, memory_order_acquire);
+	uint64_t win = at >> FBUF_WIN_SHIFT;
+	int32_t e = 0;
 
-	if (atomic_load_explicit(&reg->fbuf_rings, memory_order_acquire) & bit)
-		return true;
-	if (!fixed_bufs || atomic_load_explicit(&reg->fbuf_failed, memory_order_relaxed))
-		return false;
-	return fbuf_register(fp, reg, bit);
+	if (m) {
+		e = m->slot[win * nrings + fp->idx];
+		if (e > 0)
+			return (at & (FBUF_WIN - 1)) + n <= fbuf_span ? e - 1 : -1;
+	}
+	if (!fbuf_span || (at & (FBUF_WIN - 1)) + n > fbuf_span)
+		return -1;
+	if (e < 0 && e == fbuf_refused(atomic_load_explicit(&fbuf_epoch, memory_order_relaxed)))
+		return -1;
+	return fbuf_register(fp, h, win, q->client->id);
 }
 
+/* Whether a slice at @at of host region @h would register its window on
+ * this ring (not registered here yet, nor refused since the last release). */
+static bool fbuf_wants(const struct fileio_poller *fp, struct region *h, uint64_t at)
+{
+	struct fbuf_map *m = atomic_load_explicit(&h->fbuf, memory_order_acquire);
+	int32_t e = m ? m->slot[(at >> FBUF_WIN_SHIFT) * nrings + fp->idx] : 0;
+
+	return !e || (e < 0 &&
+		      e != fbuf_refused(atomic_load_explicit(&fbuf_epoch, memory_order_relaxed)));
+}
+
+/* The region's last reference (no slice uses it any more: each held a
+ * reference): its windows leave the rings, their charges go back. */
 static void fbuf_release(struct region *reg)
 {
-	uint64_t mask = atomic_load(&reg->fbuf_rings);
-	struct iovec iov[FBUF_SLOTS];
+	struct fbuf_map *m = atomic_exchange(&reg->fbuf, NULL);
+	struct iovec none = {NULL, 0};
+	bool released = false;
 
-	if (!reg->fbuf_n)
+	if (!m)
 		return;
-	/* No slice uses the region any more (each held a reference). */
-	fbuf_iovs(reg, iov, true);
-	for (unsigned r = 0; r < nrings; r++)
-		if (mask & (1ull << r))
-			io_uring_register_buffers_update_tag(
-				&rings[r]->ring, (unsigned)reg->fbuf_base, iov, NULL, reg->fbuf_n);
-	pthread_mutex_lock(&slot_lock);
-	for (unsigned k = 0; k < reg->fbuf_n; k++)
-		fbuf_used[reg->fbuf_base + k] = false;
-	pthread_mutex_unlock(&slot_lock);
-	reg->fbuf_n = 0;
+	for (uint64_t w = 0; w < m->nwin; w++)
+		for (unsigned r = 0; r < nrings; r++) {
+			size_t at = w * nrings + r;
+			int32_t e = m->slot[at];
+
+			if (e <= 0)
+				continue;
+			io_uring_register_buffers_update_tag(&rings[r]->ring, (unsigned)(e - 1),
+							     &none, NULL, 1);
+			pthread_mutex_lock(&slot_lock);
+			rings[r]->fbuf_used[e - 1] = false;
+			fbuf_uncharge(m->client[at], fbuf_len(reg, w));
+			pthread_mutex_unlock(&slot_lock);
+			released = true;
+		}
+	if (released)
+		atomic_fetch_add_explicit(&fbuf_epoch, 1, memory_order_release);
+	free(m);
 }
 
 /* ---- the data path (poller) ---- */
@@ -382,13 +544,9 @@ static void slice_prep(struct fileio_poller *fp, struct file_slice *s)
 	struct region *h = op->host;
 	int buf = -1;
 
-	/* A fixed buffer when the slice lies within one of the region's. */
-	if (!s->buf && h->kind == REGION_HOST && fbuf_ready(fp, h)) {
-		uint64_t at = (uint64_t)(mem - (uint8_t *)h->map);
-
-		if (at / FBUF_CHUNK == (at + n - 1) / FBUF_CHUNK)
-			buf = h->fbuf_base + (int)(at / FBUF_CHUNK);
-	}
+	/* A fixed buffer when the slice's window is (or now becomes) one. */
+	if (!s->buf && h->kind == REGION_HOST)
+		buf = fbuf_index(fp, h, (uint64_t)(mem - (uint8_t *)h->map), n, op->q);
 	s->fixed = buf >= 0;
 	/* Never NULL: the SQ has at least depth entries and at most depth
 	 * slices (each with at most one SQE) are in flight. */
@@ -563,6 +721,19 @@ static int fill(struct fileio_poller *fp)
 			fp->head = op;
 			break;
 		}
+		if (!fp->fbuf_budget && fbuf_span && op->dev < 0 && op->host->kind == REGION_HOST &&
+		    fbuf_wants(fp, op->host,
+			       (uint64_t)(op->mem + op->issued - (uint8_t *)op->host->map))) {
+			/* This loop registered a window already: the op's
+			 * next slice, which needs another, waits for the next
+			 * loop at the head rather than go by address. */
+			op->queued = true;
+			if (!fp->head)
+				fp->tail = op;
+			op->next = fp->head;
+			fp->head = op;
+			break;
+		}
 		s = fp->free;
 		fp->free = s->next;
 		*s = (struct file_slice){.op = op, .off = op->issued};
@@ -619,6 +790,7 @@ static int fileio_progress(struct poller *p)
 
 	if (!fp || (!fp->inflight && !fp->head))
 		return 0;
+	fp->fbuf_budget = 1;
 	kick(fp);
 	work = reap(fp);
 	if (fp->ngpu)

@@ -33,6 +33,7 @@ struct fileio_config {
 	unsigned depth;	     /* --io-depth: slices in flight per poller */
 	size_t slice;	     /* --io-slice: bytes per read/write */
 	size_t staging;	     /* --staging: pinned staging pool for GPU targets */
+	size_t max_pinned;   /* --max-pinned-mb: fixed-buffer bytes per client */
 	char root[PATH_MAX]; /* --file-root; "" = dp_open_file is refused */
 };
 extern struct fileio_config fio_cfg;

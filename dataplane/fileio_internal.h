@@ -24,6 +24,10 @@
  * region that finds none left uses its plain fds. */
 #define FILE_SLOTS 1024
 
+/* Fixed-buffer slots per ring (fileio.c): one per registered window of a
+ * host region. */
+#define FBUF_SLOTS 1024
+
 struct file_op;	   /* a transfer (fileio.c) */
 struct file_slice; /* one read or write of it (fileio.c) */
 
@@ -40,6 +44,13 @@ struct fileio_poller {
 	unsigned nbufs, nfree;			 /* buffers, of which free (bufs[0..nfree)) */
 	struct file_slice *gpu_head, **gpu_tail; /* slices in the GPU stage, oldest first */
 	unsigned ngpu;
+	/* Fixed buffers: this ring's index in a host region's window map, the
+	 * registrations still allowed in this loop (one: a loop stalls for
+	 * at most one window's pinning), and the slots in use (under
+	 * slot_lock: a region's last reference frees them on any thread). */
+	unsigned idx;
+	unsigned fbuf_budget;
+	bool fbuf_used[FBUF_SLOTS];
 };
 
 /* fileio.c: the rings, one per poller (none: io_uring is unavailable and

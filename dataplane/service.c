@@ -269,6 +269,11 @@ static void set_staging(const char *a)
 	fio_cfg.staging = parse_num("--staging", a, 0, 1ul << 40);
 }
 
+static void set_max_pinned(const char *a)
+{
+	fio_cfg.max_pinned = parse_num("--max-pinned-mb", a, 0, 1ul << 20) << 20;
+}
+
 static void set_directory(const char *a)
 {
 	/* The URL is not echoed: it may hold a password. */
@@ -376,6 +381,10 @@ static const struct flag {
 	 "file I/O: bytes per read/write, a multiple of 4096 (default 1048576)"},
 	{"staging", required_argument, set_staging, "BYTES",
 	 "file I/O: pinned staging pool for GPU targets (default 67108864)"},
+	{"max-pinned-mb", required_argument, set_max_pinned, "N",
+	 "file I/O: host memory a client may have pinned as io_uring fixed\n"
+	 "buffers, in 16 MiB windows; beyond it, plain reads and writes\n"
+	 "(default 1024; 0: no fixed buffers)"},
 	{"directory", required_argument, set_directory, "URL",
 	 "cluster directory redis://[user:password@]host[:port][/db]:\n"
 	 "exports are published there, unknown names looked up there\n"
