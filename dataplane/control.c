@@ -77,6 +77,7 @@ struct msg_out {
 	size_t len;
 	int fds[3];
 	int nfds;
+	int nclose;   /* the last nclose of fds[] are closed after the reply */
 	bool hang_up; /* disconnect the client once the reply is sent */
 };
 
@@ -105,6 +106,9 @@ static void reply(struct client *c, const struct dp_msg_hdr *req, int status,
 		send_reply(c, req, o->payload, o->len, o->fds, o->nfds);
 	else
 		send_reply(c, req, &st, sizeof(st), NULL, 0);
+	/* Sent or not, fds that were only passing through are gone. */
+	for (int i = o ? o->nfds - o->nclose : 0; o && i < o->nfds; i++)
+		close(o->fds[i]);
 }
 
 /* Sets a handler's reply payload; returns `status` for the handler to. */
@@ -156,10 +160,12 @@ static int on_hello(struct client *c, struct msg_in *m, struct msg_out *o)
 	return reply_with(o, &r, sizeof(r), 0);
 }
 
-/* A new queue pair with its two doorbells, or NULL (*rc). */
-static struct queue *queue_new(uint32_t depth, int *rc)
+/* A new queue pair with its two doorbells, or NULL (*rc); peer[] gets the
+ * client's ends of the doorbells (SQ, CQ), the caller's to send and close. */
+static struct queue *queue_new(uint32_t depth, int *rc, int peer[2])
 {
 	struct queue *q = calloc(1, sizeof(*q));
+	int sq[2] = {-1, -1}, cq[2] = {-1, -1};
 
 	*rc = -ENOMEM;
 	if (!q)
@@ -170,18 +176,22 @@ static struct queue *queue_new(uint32_t depth, int *rc)
 		free(q);
 		return NULL;
 	}
-	q->sq_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	q->cq_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (q->sq_efd < 0 || q->cq_efd < 0) {
-		*rc = -errno;
-		if (q->sq_efd >= 0)
-			close(q->sq_efd);
-		if (q->cq_efd >= 0)
-			close(q->cq_efd);
+	/* Socketpairs, not eventfds: an fd passed with SCM_RIGHTS shares its
+	 * file description, and a client that cleared O_NONBLOCK on a shared
+	 * eventfd could block a poller in write(2) or read(2) (issue 15). */
+	if ((*rc = dp_doorbell_pair(sq)) || (*rc = dp_doorbell_pair(cq))) {
+		if (sq[0] >= 0) {
+			close(sq[0]);
+			close(sq[1]);
+		}
 		dp_ring_pair_close(&q->pair);
 		free(q);
 		return NULL;
 	}
+	q->sq_efd = sq[0];
+	q->cq_efd = cq[0];
+	peer[0] = sq[1];
+	peer[1] = cq[1];
 	return q;
 }
 
@@ -192,7 +202,7 @@ static int on_queue_create(struct client *c, struct msg_in *m, struct msg_out *o
 	struct queue *q;
 	unsigned slot, used = 0;
 	uint32_t depth;
-	int rc;
+	int rc, peer[2];
 
 	depth = req->depth ? req->depth : cfg.queue_depth;
 	if (depth > cfg.max_depth)
@@ -205,7 +215,7 @@ static int on_queue_create(struct client *c, struct msg_in *m, struct msg_out *o
 		used += c->queues[i] != NULL;
 	if (slot == DP_MAX_QUEUES || used >= cfg.max_queues)
 		return -EMFILE;
-	q = queue_new(depth, &rc);
+	q = queue_new(depth, &rc, peer);
 	if (!q)
 		return rc;
 	q->id = slot;
@@ -216,9 +226,10 @@ static int on_queue_create(struct client *c, struct msg_in *m, struct msg_out *o
 	r.queue_id = slot;
 	r.depth = depth;
 	o->fds[0] = q->pair.fd;
-	o->fds[1] = q->sq_efd;
-	o->fds[2] = q->cq_efd;
+	o->fds[1] = peer[0];
+	o->fds[2] = peer[1];
 	o->nfds = 3;
+	o->nclose = 2; /* the client's doorbell ends: ours no longer once sent */
 	/* Handed to a poller before the reply goes (the queue keeps its
 	 * fds): if the reply fails, the client is gone, and the normal
 	 * teardown frees the queue. */
@@ -575,8 +586,13 @@ static bool client_read(struct client *c)
 	n = dp_net_recv_fds(c->fd, buf, sizeof(buf), m.fds, MAX_FDS, &m.nfds, MSG_DONTWAIT);
 	if (n == -EAGAIN || n == -EINTR)
 		return true;
-	if (n == 0 || (n < 0 && n != -EMSGSIZE))
+	if (n == 0 || (n < 0 && n != -EMSGSIZE)) {
+		/* EOF, or a 0-byte packet (it reads the same): nothing it
+		 * carried is kept, whatever the net layer left. */
+		for (int i = 0; i < m.nfds; i++)
+			close(m.fds[i]);
 		return false;
+	}
 	rc = msg_check(c, buf, n, &m);
 	if (rc) {
 		for (int i = 0; i < m.nfds; i++)
@@ -585,6 +601,7 @@ static bool client_read(struct client *c)
 	}
 	o.len = 0;
 	o.nfds = 0;
+	o.nclose = 0;
 	o.hang_up = false;
 	rc = handlers[m.hdr.type](c, &m, &o);
 	/* Fds the handler did not take: none of the type's, or left over. */
@@ -743,7 +760,7 @@ static void on_signal_event(struct ev_handler *h, uint32_t events)
 static void on_wake_event(struct ev_handler *h, uint32_t events)
 {
 	(void)events;
-	dp_doorbell_drain(h->fd);
+	wake_efd_drain(h->fd);
 	ctl.reap_broken = true;
 }
 

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include "dataplane.h"
 #include "dp_proto.h"
@@ -141,8 +142,8 @@ struct queue_counters {
 
 struct queue {
 	struct dp_ring_pair pair; /* service side: SQ consumer, CQ producer */
-	int sq_efd;		  /* client -> service doorbell */
-	int cq_efd;		  /* service -> client doorbell */
+	int sq_efd;		  /* client -> service doorbell: our end of its socketpair */
+	int cq_efd;		  /* service -> client doorbell: our end of its socketpair */
 	uint32_t id;
 	uint32_t depth;
 	struct client *client; /* holds a client reference */
@@ -203,6 +204,23 @@ struct poller {
 extern struct poller pollers[DP_MAX_POLLERS];
 extern atomic_int dp_stopping;
 extern int control_wake_efd; /* pollers -> control thread: a client broke */
+
+/* The service's own wake-ups (poller wake_efd, control_wake_efd): eventfds
+ * no client ever holds, so their O_NONBLOCK is ours alone. Client doorbells
+ * are sockets (dp_doorbell_ring/drain). */
+static inline void wake_efd_ring(int efd)
+{
+	uint64_t one = 1;
+
+	(void)!write(efd, &one, sizeof(one));
+}
+
+static inline void wake_efd_drain(int efd)
+{
+	uint64_t v;
+
+	(void)!read(efd, &v, sizeof(v));
+}
 void qsbr_synchronize(void);
 void region_put(struct region *r);
 void segment_put(struct segment *s);

@@ -30,7 +30,7 @@ struct poller pollers[DP_MAX_POLLERS];
 
 void poller_kick(struct poller *p)
 {
-	dp_doorbell_ring(p->wake_efd);
+	wake_efd_ring(p->wake_efd);
 }
 
 static void queue_mark_broken(struct queue *q, const char *why)
@@ -41,7 +41,7 @@ static void queue_mark_broken(struct queue *q, const char *why)
 	log_warn("client %u (pid %d) queue %u broken: %s; disconnecting it", q->client->id,
 		 (int)q->client->pid, q->id, why);
 	atomic_store(&q->client->broken, 1);
-	dp_doorbell_ring(control_wake_efd);
+	wake_efd_ring(control_wake_efd);
 }
 
 /* Publishes the completions written since the last flush: one release of
@@ -361,9 +361,12 @@ static void poller_sleep(struct poller *p)
 		n = epoll_wait(p->epfd, evs, 32, p->sleep_cap_ms);
 		atomic_store(&p->sleeping, 0);
 		stats_poller_woke(p, n);
-		for (int i = 0; i < n; i++)
-			if (evs[i].data.fd >= 0)
+		for (int i = 0; i < n; i++) {
+			if (evs[i].data.fd == p->wake_efd)
+				wake_efd_drain(p->wake_efd);
+			else if (evs[i].data.fd >= 0)
 				dp_doorbell_drain(evs[i].data.fd);
+		}
 	}
 	for (q = p->queues; q && q != armed_end; q = q->next)
 		dp_ring_finish_sleep(&q->pair.sq);

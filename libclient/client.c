@@ -787,6 +787,11 @@ int dp__queue_ring(struct dp_queue *q, struct dp_ring_pair **pair, int *sq_efd)
 	return 0;
 }
 
+int dp__queue_cq_doorbell(struct dp_queue *q)
+{
+	return q ? q->cq_efd : -EINVAL;
+}
+
 int dp_queue_stats(const struct dp_queue *q, struct dp_queue_stats *st)
 {
 	if (!q || !st)

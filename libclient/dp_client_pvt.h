@@ -14,4 +14,7 @@
 int dp__queue_ring(struct dp_queue *q, struct dp_ring_pair **pair, int *sq_efd)
 	__attribute__((visibility("hidden")));
 
+/* The queue's CQ doorbell: the client's end (docs/ring.md). */
+int dp__queue_cq_doorbell(struct dp_queue *q) __attribute__((visibility("hidden")));
+
 #endif /* DP_CLIENT_PVT_H */

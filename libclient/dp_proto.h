@@ -8,7 +8,8 @@
  * defines; a packet of any other length is malformed (-EBADMSG). Replies carry
  * the request's type with DP_MSG_REPLY set, the request's seq, and start with
  * an int32 status (0 or -errno). File descriptors travel with SCM_RIGHTS:
- * QUEUE_CREATE replies carry three (ring memfd, SQ doorbell, CQ doorbell),
+ * QUEUE_CREATE replies carry three (ring memfd, SQ doorbell, CQ doorbell:
+ * the client's ends of two SOCK_DGRAM socketpairs, docs/ring.md),
  * REGION_REGISTER requests carry one (the memfd). Layout: docs/api.md.
  */
 #ifndef DP_PROTO_H
@@ -18,7 +19,8 @@
 #include <stdint.h>
 
 #define DP_PROTO_MAGIC 0x4c504444u /* "DDPL" */
-#define DP_PROTO_VERSION 1u
+/* 2: the doorbells are the client's ends of socketpairs (docs/ring.md) */
+#define DP_PROTO_VERSION 2u
 #define DP_MSG_MAX 512u
 #define DP_NAME_MAX 64u /* segment names and peers, NUL included */
 #define DP_MSG_REPLY 0x8000u

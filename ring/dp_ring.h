@@ -119,10 +119,19 @@ int dp_ring_pair_create(struct dp_ring_pair *p, const char *name, uint32_t sq_en
 int dp_ring_pair_attach(struct dp_ring_pair *p, int fd, uint32_t sq_esize, uint32_t cq_esize);
 void dp_ring_pair_close(struct dp_ring_pair *p);
 
-/* Doorbells: eventfds. */
-int dp_doorbell_ring(int efd);
-/* Empties the eventfd's counter; returns how many rings were pending. */
-uint64_t dp_doorbell_drain(int efd);
+/*
+ * Doorbells: a SOCK_DGRAM socketpair per direction, each side holding only
+ * its own end (docs/ring.md). dp_doorbell_pair() makes one: fds[0] for the
+ * creator, fds[1] for the peer. dp_doorbell_ring() sends one datagram and
+ * never blocks (a full buffer means the peer has rings to read: success).
+ * dp_doorbell_drain() reads what is pending, at most DP_DOORBELL_BATCH *
+ * DP_DOORBELL_ROUNDS datagrams, never blocking; returns how many.
+ */
+#define DP_DOORBELL_BATCH 16
+#define DP_DOORBELL_ROUNDS 4
+int dp_doorbell_pair(int fds[2]);
+int dp_doorbell_ring(int fd);
+uint64_t dp_doorbell_drain(int fd);
 
 /* ---- hot path ---- */
 

@@ -1,8 +1,11 @@
 /* hostile_ring.c - a client that misuses its own rings (garbage slots, bogus SQ tail or CQ head, descriptors rewritten after publication, a scribbled header, doorbell floods) never crashes the service, is disconnected when its ring is corrupt, and never slows a bystander into failure. */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dp_client_pvt.h"
@@ -453,4 +456,165 @@ Test(hostile_ring, doorbell_flood_is_harmless, .timeout = 60)
 	dp_close(h.c);
 	bystander_finish(&b);
 	service_still_serves();
+}
+
+/*
+ * Issue 15: a client must not freeze the service through its own doorbells.
+ * With eventfd doorbells the client's fd shared its file description with
+ * the service: a client that cleared O_NONBLOCK, filled its CQ eventfd's
+ * counter to 0xfffffffffffffffe and asked for a CQ wake-up made the poller
+ * block in write(2), stalling every client (10.5 s stalls) and SIGTERM. The
+ * attack below is run whatever the doorbell is (an eventfd is filled, a
+ * socket's buffer is filled), while a bystander times verified round trips.
+ */
+#define LAT_MAX 200000u
+#define LAT_STALL_MS 3000
+
+struct timed_bystander {
+	pthread_t thread;
+	struct dp_client *c;
+	struct dp_queue *q;
+	uint8_t *src, *back;
+	int rs, rb, seg;
+	atomic_int stop, phase; /* phase 0: quiet, 1: under attack */
+	uint64_t *lat[2];	/* round-trip times, ns */
+	unsigned n[2];
+	atomic_int stalled, bad; /* a round trip that never completed; bad bytes */
+};
+
+static bool timed_op(struct timed_bystander *b, struct dp_desc *d)
+{
+	struct dp_cqe cqe;
+	int k;
+
+	cr_assert_eq(dp_submit(b->q, d, 1), 1);
+	k = dp_wait(b->q, &cqe, 1, LAT_STALL_MS);
+	if (k != 1) {
+		atomic_store(&b->stalled, 1);
+		return false;
+	}
+	if (cqe.status)
+		atomic_store(&b->bad, 1);
+	return true;
+}
+
+static void *timed_bystander_main(void *arg)
+{
+	struct timed_bystander *b = arg;
+
+	for (uint64_t i = 1; !atomic_load(&b->stop); i++) {
+		uint64_t t0 = now_ns(), t;
+		int ph;
+		struct dp_desc d;
+		bool ok;
+
+		pattern_fill(b->src, 4096, i);
+		dp_prep_write(&d, b->rs, 0, b->seg, 0, 4096, i);
+		ok = timed_op(b, &d);
+		if (ok) {
+			dp_prep_read(&d, b->rb, 0, b->seg, 0, 4096, i);
+			ok = timed_op(b, &d);
+		}
+		t = now_ns() - t0;
+		ph = atomic_load(&b->phase); /* a stall counts for the attack */
+		if (b->n[ph] < LAT_MAX)
+			b->lat[ph][b->n[ph]++] = t;
+		if (!ok)
+			break; /* an op still in flight: this client is done */
+		if (pattern_check(b->back, 4096, i) != -1)
+			atomic_store(&b->bad, 1);
+	}
+	return NULL;
+}
+
+static uint64_t p99_ns(uint64_t *v, unsigned n)
+{
+	if (!n)
+		return 0;
+	qsort(v, n, sizeof(*v), cmp_u64);
+	return v[(size_t)n * 99 / 100 < n ? (size_t)n * 99 / 100 : n - 1];
+}
+
+Test(hostile_ring, blocking_doorbell_never_stalls_the_service, .timeout = 90)
+{
+	struct timed_bystander b = {0};
+	struct hostile h;
+	struct dp_desc nop = {.opcode = DP_OP_NOP};
+	uint64_t p99q, p99a, bound, t0, fill = 0xfffffffffffffffeull;
+	int cq, fl, rc;
+	struct stat st;
+
+	start_svc(&svc, local_only);
+	b.c = connect_client(&svc, "timed-bystander");
+	b.q = make_queue(b.c, 8);
+	b.rs = alloc_region(b.c, 4096, &b.src);
+	b.rb = alloc_region(b.c, 4096, &b.back);
+	{
+		uint8_t *dst;
+		int rd = alloc_region(b.c, 4096, &dst);
+
+		b.seg = export_open(b.c, rd, "timed", DP_ACCESS_RW, DP_ACCESS_RW);
+	}
+	b.lat[0] = calloc(LAT_MAX, sizeof(uint64_t));
+	b.lat[1] = calloc(LAT_MAX, sizeof(uint64_t));
+	cr_assert(b.lat[0] && b.lat[1]);
+	hostile_setup(&h, "h");
+	cr_assert_eq(pthread_create(&b.thread, NULL, timed_bystander_main, &b), 0);
+	sleep_ms(1000);
+
+	/* The attack: both doorbells blocking, the CQ's full, a wake-up asked
+	 * for, NOPs submitted (each completion rings the CQ doorbell). */
+	cq = dp__queue_cq_doorbell(h.q);
+	cr_assert_geq(cq, 0);
+	for (int i = 0; i < 2; i++) {
+		int fd = i ? cq : h.sq_efd;
+
+		fl = fcntl(fd, F_GETFL);
+		cr_assert_geq(fl, 0);
+		cr_assert_eq(fcntl(fd, F_SETFL, fl & ~O_NONBLOCK), 0);
+	}
+	cr_assert_eq(fstat(cq, &st), 0);
+	if (S_ISSOCK(st.st_mode)) {
+		char junk[256] = {0};
+
+		while (send(cq, junk, sizeof(junk), MSG_DONTWAIT | MSG_NOSIGNAL) > 0)
+			;
+	} else {
+		cr_assert_eq(write(cq, &fill, sizeof(fill)), (ssize_t)sizeof(fill));
+	}
+	atomic_store(&b.phase, 1);
+	for (int i = 0; i < 20; i++) {
+		__atomic_store_n(&h.pair->cq.hdr->flags, DP_RING_NEED_WAKEUP, __ATOMIC_SEQ_CST);
+		nop.user_data = (uint64_t)i;
+		raw_push(&h, &nop, 1);
+		sleep_ms(100);
+	}
+	atomic_store(&b.stop, 1);
+	pthread_join(b.thread, NULL);
+
+	/* SIGTERM must end the service, attack in place, and promptly. */
+	t0 = now_ns();
+	rc = svc_stop(&svc);
+	t0 = now_ns() - t0;
+
+	p99q = p99_ns(b.lat[0], b.n[0]);
+	p99a = p99_ns(b.lat[1], b.n[1]);
+	/* 50 ms, or five times the quiet p99 on a loaded machine (sanitizers,
+	 * two shared cores); a blocked poller stalls for seconds. */
+	bound = 5 * p99q > 50000000ull ? 5 * p99q : 50000000ull;
+	cr_log_info("doorbell attack (%s): bystander p99 %.3f ms quiet (%u round trips), "
+		    "%.3f ms under attack (%u); SIGTERM: status %d in %.2f s",
+		    S_ISSOCK(st.st_mode) ? "socket" : "eventfd", p99q / 1e6, b.n[0], p99a / 1e6,
+		    b.n[1], rc, t0 / 1e9);
+	cr_assert_eq(rc, 0, "SIGTERM under attack: status %d after %.1f s", rc, t0 / 1e9);
+	cr_assert_lt(t0, 5000000000ull, "SIGTERM took %.1f s", t0 / 1e9);
+	cr_assert_eq(atomic_load(&b.bad), 0, "the bystander got wrong bytes or an error");
+	cr_assert_eq(atomic_load(&b.stalled), 0,
+		     "a bystander round trip did not complete in %d ms under attack", LAT_STALL_MS);
+	cr_assert_gt(b.n[1], 10, "the bystander barely moved under attack");
+	cr_assert_lt(p99a, bound, "bystander p99 %.1f ms under attack (quiet %.3f ms)", p99a / 1e6,
+		     p99q / 1e6);
+
+	free(b.lat[0]);
+	free(b.lat[1]);
 }
