@@ -159,6 +159,29 @@ void stats_tsc_recalibrate(struct stats_poller *sp, uint64_t t, uint64_t tsc)
  * crashed one's is replaced; a file that is no stats region is not ours to
  * remove.
  */
+/* Whether process @pid has the region @name mapped: a pid recorded in a
+ * region left by a killed service may since belong to another dataplaned.
+ * Unreadable maps (another user's service) count as mapped. */
+static bool region_mapped_by(int32_t pid, const char *name)
+{
+	char path[64], line[512], want[128];
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	snprintf(want, sizeof(want), "/dev/shm/%s", name[0] == '/' ? name + 1 : name);
+	f = fopen(path, "r");
+	if (!f)
+		return true;
+	while (!found && fgets(line, sizeof(line), f)) {
+		char *p = strstr(line, want);
+
+		found = p && (p[strlen(want)] == '\n' || p[strlen(want)] == ' ');
+	}
+	fclose(f);
+	return found;
+}
+
 static int stats_existing(const char *name)
 {
 	struct dp_stats_header h;
@@ -184,7 +207,8 @@ static int stats_existing(const char *name)
 		return -EEXIST;
 	}
 	if (h.abi_version == DP_STATS_ABI_VERSION && (size_t)n == sizeof(h) &&
-	    h.state == DP_STATS_RUNNING && h.pid != getpid() && dp_stats_service_alive(h.pid)) {
+	    h.state == DP_STATS_RUNNING && h.pid != getpid() && dp_stats_service_alive(h.pid) &&
+	    region_mapped_by(h.pid, name)) {
 		log_err("stats region %s is in use by dataplaned pid %d (use --stats NAME)", name,
 			(int)h.pid);
 		return -EADDRINUSE;

@@ -211,3 +211,31 @@ Test(stats_errors, name_in_use_by_live_service, .fini = teardown, .timeout = 60)
 	}
 	cr_assert_eq(svc_stop(&svc), 0);
 }
+
+/* A region left by a killed service whose pid now belongs to another live
+ * dataplaned (pid reuse) is stale: that service does not map it, so a new
+ * service started with the name replaces it instead of refusing. */
+Test(stats_errors, stale_region_pid_reused_by_another_service, .fini = teardown, .timeout = 60)
+{
+	struct dp_stats_header h = good_header(4);
+	const char *flags[] = {"--provider", "none", "--stats", NULL, NULL};
+	struct svc other;
+
+	/* svc is a live dataplaned that knows nothing of the region. */
+	cr_assert_eq(
+		svc_start(&svc, (const char *const[]){"--provider", "none", "--no-stats", NULL}),
+		0);
+	h.pid = svc.pid;
+	make_region(&h, sizeof(h), h.region_size);
+	flags[3] = name;
+	cr_assert_eq(svc_start(&other, flags), 0, "a stale region named a live service's pid");
+	{
+		const char *args[] = {"--stats", name, "--json", NULL};
+		struct jv *s = ring_stat_json(args);
+
+		cr_assert_eq(json_u64(s, "service.pid"), (uint64_t)other.pid);
+		json_free(s);
+	}
+	cr_assert_eq(svc_stop(&other), 0);
+	cr_assert_eq(svc_stop(&svc), 0);
+}
