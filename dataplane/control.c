@@ -77,7 +77,6 @@ struct msg_out {
 	size_t len;
 	int fds[3];
 	int nfds;
-	int nclose;   /* the last nclose of fds[] are closed after the reply */
 	bool hang_up; /* disconnect the client once the reply is sent */
 };
 
@@ -106,9 +105,6 @@ static void reply(struct client *c, const struct dp_msg_hdr *req, int status,
 		send_reply(c, req, o->payload, o->len, o->fds, o->nfds);
 	else
 		send_reply(c, req, &st, sizeof(st), NULL, 0);
-	/* Sent or not, fds that were only passing through are gone. */
-	for (int i = o ? o->nfds - o->nclose : 0; o && i < o->nfds; i++)
-		close(o->fds[i]);
 }
 
 /* Sets a handler's reply payload; returns `status` for the handler to. */
@@ -160,9 +156,8 @@ static int on_hello(struct client *c, struct msg_in *m, struct msg_out *o)
 	return reply_with(o, &r, sizeof(r), 0);
 }
 
-/* A new queue pair with its two doorbells, or NULL (*rc); peer[] gets the
- * client's ends of the doorbells (SQ, CQ), the caller's to send and close. */
-static struct queue *queue_new(uint32_t depth, int *rc, int peer[2])
+/* A new queue pair with its two doorbells, or NULL (*rc). */
+static struct queue *queue_new(uint32_t depth, int *rc)
 {
 	struct queue *q = calloc(1, sizeof(*q));
 	int sq[2] = {-1, -1}, cq[2] = {-1, -1};
@@ -190,8 +185,8 @@ static struct queue *queue_new(uint32_t depth, int *rc, int peer[2])
 	}
 	q->sq_efd = sq[0];
 	q->cq_efd = cq[0];
-	peer[0] = sq[1];
-	peer[1] = cq[1];
+	q->sq_peer = sq[1];
+	q->cq_peer = cq[1];
 	return q;
 }
 
@@ -202,7 +197,7 @@ static int on_queue_create(struct client *c, struct msg_in *m, struct msg_out *o
 	struct queue *q;
 	unsigned slot, used = 0;
 	uint32_t depth;
-	int rc, peer[2];
+	int rc;
 
 	depth = req->depth ? req->depth : cfg.queue_depth;
 	if (depth > cfg.max_depth)
@@ -215,7 +210,7 @@ static int on_queue_create(struct client *c, struct msg_in *m, struct msg_out *o
 		used += c->queues[i] != NULL;
 	if (slot == DP_MAX_QUEUES || used >= cfg.max_queues)
 		return -EMFILE;
-	q = queue_new(depth, &rc, peer);
+	q = queue_new(depth, &rc);
 	if (!q)
 		return rc;
 	q->id = slot;
@@ -226,10 +221,9 @@ static int on_queue_create(struct client *c, struct msg_in *m, struct msg_out *o
 	r.queue_id = slot;
 	r.depth = depth;
 	o->fds[0] = q->pair.fd;
-	o->fds[1] = peer[0];
-	o->fds[2] = peer[1];
+	o->fds[1] = q->sq_peer;
+	o->fds[2] = q->cq_peer;
 	o->nfds = 3;
-	o->nclose = 2; /* the client's doorbell ends: ours no longer once sent */
 	/* Handed to a poller before the reply goes (the queue keeps its
 	 * fds): if the reply fails, the client is gone, and the normal
 	 * teardown frees the queue. */
@@ -601,7 +595,6 @@ static bool client_read(struct client *c)
 	}
 	o.len = 0;
 	o.nfds = 0;
-	o.nclose = 0;
 	o.hang_up = false;
 	rc = handlers[m.hdr.type](c, &m, &o);
 	/* Fds the handler did not take: none of the type's, or left over. */

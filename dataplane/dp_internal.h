@@ -144,6 +144,10 @@ struct queue {
 	struct dp_ring_pair pair; /* service side: SQ consumer, CQ producer */
 	int sq_efd;		  /* client -> service doorbell: our end of its socketpair */
 	int cq_efd;		  /* service -> client doorbell: our end of its socketpair */
+	/* The client's ends of both, never used here: kept until the queue
+	 * goes, like the memfd, so that the service's fd count does not move
+	 * after the client has seen the QUEUE_CREATE reply. */
+	int sq_peer, cq_peer;
 	uint32_t id;
 	uint32_t depth;
 	struct client *client; /* holds a client reference */

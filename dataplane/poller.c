@@ -258,6 +258,8 @@ static void queue_free(struct poller *p, struct queue *q)
 	(void)epoll_ctl(p->epfd, EPOLL_CTL_DEL, q->sq_efd, NULL);
 	close(q->sq_efd);
 	close(q->cq_efd);
+	close(q->sq_peer);
+	close(q->cq_peer);
 	dp_ring_pair_close(&q->pair);
 	atomic_fetch_sub(&p->nqueues, 1);
 	client_put(q->client);
