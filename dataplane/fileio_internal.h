@@ -61,7 +61,7 @@ extern unsigned nrings;
 extern bool fixed_files;
 
 /* file_region.c: guards the registered-file slots, and fileio.c's
- * fixed-buffer slots too. */
+ * fixed-buffer slots (fbuf_used) and per-client pinned bytes too. */
 extern pthread_mutex_t slot_lock;
 
 /* file_region.c: --file-root opened (0, or -errno, logged) and closed, at
