@@ -615,6 +615,8 @@ Test(hostile_ring, blocking_doorbell_never_stalls_the_service, .timeout = 90)
 	cr_assert_lt(p99a, bound, "bystander p99 %.1f ms under attack (quiet %.3f ms)", p99a / 1e6,
 		     p99q / 1e6);
 
+	dp_close(h.c);
+	dp_close(b.c);
 	free(b.lat[0]);
 	free(b.lat[1]);
 }
