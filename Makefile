@@ -136,6 +136,8 @@ $(B)/obj/tools/ring-bench.o: CFLAGS += $(shell pkg-config --cflags libdpdk 2>/de
 $(B)/%: $(B)/obj/tools/%.o $(LIBCLIENT_A)
 	$(CC) -o $@ $^ $(LDLIBS)
 $(B)/dp-bench: $(B)/obj/tools/bench-report.o
+$(B)/file-bench: $(B)/obj/tools/bench-report.o
+$(B)/gpu-bench: $(B)/obj/tools/bench-report.o
 $(B)/%: $(B)/obj/examples/%.o $(LIBCLIENT_A)
 	$(CC) -o $@ $^ $(LDLIBS)
 

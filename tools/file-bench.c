@@ -12,10 +12,15 @@
  * (the buffer is poisoned before each run).
  *
  * usage: file-bench --socket PATH --file PATH [--size BYTES] [--bs BYTES]
- *                   [--qd N] [--reps N] [--cpu N] [--fio-cpu N] [--no-fio]
- *                   [--reuse] [direct|buffered|all]
+ *                   [--qd N] [--reps N] [--cpu N] [--service-cpu N]
+ *                   [--fio-cpu N] [--no-peers] [--json] [--reuse]
+ *                   [direct|buffered|all]
  * --reuse reads into qd buffers of --bs bytes, reused (fio's memory
  * footprint) instead of into one buffer the size of the file (P11's).
+ * Before the results: the placement (tools/bench-report.h), a cache-line
+ * ping-pong between --cpu and --service-cpu (the service's poller).
+ * --no-peers (or --no-fio) runs and prints nothing of fio; --json prints
+ * one JSON object with every figure on stdout, the text on stderr.
  * The file is created (patterned, --size bytes) when it is missing or of
  * another size. Exit: 0 when every run completed and verified, 1 on a
  * failure, 2 on usage.
@@ -33,6 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench-report.h"
 #include "clock.h"
 #include "dataplane.h"
 #include "dp_tool.h"
@@ -43,7 +49,7 @@
 static const char *sock_path, *file_path;
 static uint64_t size = 1024 * MiB, bs = MiB;
 static unsigned qd = 32, reps = 7;
-static int client_cpu = 0, fio_cpu = -1;
+static int client_cpu = 0, service_cpu = -1, fio_cpu = -1;
 static bool with_fio = true, reuse;
 
 static void die(const char *what, int rc)
@@ -210,20 +216,31 @@ static double fio_run(bool direct)
 	return bw;
 }
 
-static void fio_command(bool direct)
+/* The peer's command line as the output shows it. */
+static void fio_command(bool direct, char *buf, size_t len)
 {
-	printf("  fio: fio --name=p11 --filename=%s --ioengine=io_uring --direct=%d --bs=%llu "
-	       "--iodepth=%u --rw=read --size=%llu --invalidate=%d",
-	       file_path, direct, (unsigned long long)bs, qd, (unsigned long long)size,
-	       direct ? 1 : 0);
-	if (fio_cpu >= 0)
-		printf(" --cpus_allowed=%d", fio_cpu);
-	printf("\n");
+	int n = snprintf(buf, len,
+			 "fio --name=p11 --filename=%s --ioengine=io_uring --direct=%d --bs=%llu "
+			 "--iodepth=%u --rw=read --size=%llu --invalidate=%d",
+			 file_path, direct, (unsigned long long)bs, qd, (unsigned long long)size,
+			 direct ? 1 : 0);
+
+	if (fio_cpu >= 0 && n > 0 && (size_t)n < len)
+		snprintf(buf + n, len - (size_t)n, " --cpus_allowed=%d", fio_cpu);
+}
+
+static void report_runs(const char *key, const double *v)
+{
+	report_arr(key);
+	for (unsigned r = 0; r < reps; r++)
+		report_num(NULL, v[r]);
+	report_end();
 }
 
 static bool bench(const char *mode, bool direct)
 {
-	double ours[MAX_REPS], fio[MAX_REPS], om, fm;
+	double ours[MAX_REPS], fio[MAX_REPS], ours_runs[MAX_REPS], fio_runs[MAX_REPS], om, fm;
+	char cmd[1024];
 	struct ours o = {0};
 	int fd, rf, rc;
 
@@ -260,16 +277,37 @@ static bool bench(const char *mode, bool direct)
 			return false;
 		}
 	}
+	memcpy(ours_runs, ours, sizeof(ours));
+	memcpy(fio_runs, fio, sizeof(fio));
 	om = median(ours, reps);
-	fm = with_fio ? median(fio, reps) : 0;
 	/* median() sorted them: [0] and [reps - 1] are the extremes. */
-	printf("P11 %-8s ours %6.2f GB/s (%.2f..%.2f)   fio %6.2f GB/s (%.2f..%.2f)   "
-	       "ratio %5.2fx   target >= 0.90x  %s\n",
-	       mode, om, ours[0], ours[reps - 1], fm, fio[0], fio[reps - 1], fm > 0 ? om / fm : 0,
-	       !with_fio	? "(no fio)"
-	       : om >= 0.9 * fm ? "ok"
-				: "BELOW");
-	fio_command(direct);
+	printf("P11 %-8s ours %6.2f GB/s (%.2f..%.2f)", mode, om, ours[0], ours[reps - 1]);
+	report_obj(mode);
+	report_str("what", direct ? "P11: file -> host memory READ, O_DIRECT"
+				  : "P11: file -> host memory READ, buffered (warm page cache)");
+	report_num("gb_per_s", om);
+	report_num("gb_per_s_min", ours[0]);
+	report_num("gb_per_s_max", ours[reps - 1]);
+	report_runs("gb_per_s_runs", ours_runs);
+	if (with_fio) {
+		fm = median(fio, reps);
+		fio_command(direct, cmd, sizeof(cmd));
+		printf("   fio %6.2f GB/s (%.2f..%.2f)   ratio %5.2fx   target >= 0.90x  %s\n"
+		       "  fio: %s\n",
+		       fm, fio[0], fio[reps - 1], om / fm, om >= 0.9 * fm ? "ok" : "BELOW", cmd);
+		report_str("peer", cmd);
+		report_num("peer_cpu", fio_cpu);
+		report_num("fio_gb_per_s", fm);
+		report_num("fio_gb_per_s_min", fio[0]);
+		report_num("fio_gb_per_s_max", fio[reps - 1]);
+		report_runs("fio_gb_per_s_runs", fio_runs);
+		report_num("ratio", om / fm);
+		report_str("target", ">= 0.90x");
+		report_bool("pass", om >= 0.9 * fm);
+	} else {
+		printf("\n");
+	}
+	report_end();
 	dp_close(o.c);
 	return true;
 }
@@ -289,8 +327,14 @@ static void usage(void)
 	       "  --qd N          READs in flight, 1..4096 (default 32)\n"
 	       "  --reps N        timed runs of each side, 1..31; medians reported (default 7)\n"
 	       "  --cpu N         pin this client to CPU N (default 0)\n"
+	       "  --service-cpu N the service's poller CPU, for the placement figure (a\n"
+	       "                  cache-line ping-pong with --cpu, printed first; default\n"
+	       "                  --fio-cpu when given, else 1, or 0 when --cpu is not 0)\n"
 	       "  --fio-cpu N     pin fio to CPU N (default: not pinned)\n"
-	       "  --no-fio        our side only\n"
+	       "  --no-peers      our side only: fio is not run and nothing of it printed\n"
+	       "  --no-fio        the same as --no-peers\n"
+	       "  --json          one JSON object with every figure on stdout (the text goes\n"
+	       "                  to stderr)\n"
 	       "  --reuse         read into qd reused buffers of --bs bytes (fio's footprint)\n"
 	       "                  instead of one buffer the size of the file\n"
 	       "  -h, --help      this text\n"
@@ -310,6 +354,8 @@ int main(int argc, char **argv)
 		O_CPU,
 		O_FIOCPU,
 		O_NOFIO,
+		O_SVCCPU,
+		O_JSON,
 		O_REUSE,
 		O_VERSION
 	};
@@ -323,13 +369,16 @@ int main(int argc, char **argv)
 		{"cpu", required_argument, 0, O_CPU},
 		{"fio-cpu", required_argument, 0, O_FIOCPU},
 		{"no-fio", no_argument, 0, O_NOFIO},
+		{"no-peers", no_argument, 0, O_NOFIO},
+		{"service-cpu", required_argument, 0, O_SVCCPU},
+		{"json", no_argument, 0, O_JSON},
 		{"reuse", no_argument, 0, O_REUSE},
 		{"help", no_argument, 0, 'h'},
 		{"version", no_argument, 0, O_VERSION},
 		{0, 0, 0, 0},
 	};
 	const char *what = "all";
-	bool ok = true;
+	bool ok = true, json = false;
 	int c;
 
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -361,6 +410,12 @@ int main(int argc, char **argv)
 		case O_NOFIO:
 			with_fio = false;
 			break;
+		case O_SVCCPU:
+			service_cpu = atoi(optarg);
+			break;
+		case O_JSON:
+			json = true;
+			break;
 		case O_REUSE:
 			reuse = true;
 			break;
@@ -385,6 +440,31 @@ int main(int argc, char **argv)
 				"Try 'file-bench --help'.\n");
 		return 2;
 	}
+	if (json)
+		report_json_begin();
+	if (service_cpu < 0)
+		service_cpu = fio_cpu >= 0			  ? fio_cpu
+			      : sysconf(_SC_NPROCESSORS_ONLN) < 2 ? 0
+			      : client_cpu == 0			  ? 1
+								  : 0;
+	report_str("tool", "file-bench");
+	report_str("version", DP_VERSION_STRING);
+	report_str("benchmark", what);
+	report_bool("peers", with_fio);
+	report_str("file", file_path);
+	report_u64("file_bytes", size);
+	report_u64("bs", bs);
+	report_u64("qd", qd);
+	report_u64("reps", reps);
+	report_bool("reuse", reuse);
+	report_obj("cpus");
+	report_num("client", client_cpu);
+	report_num("service", service_cpu);
+	if (with_fio)
+		report_num("fio", fio_cpu);
+	report_end();
+	/* Before this client pins itself, on the CPUs ours uses. */
+	placement_report(client_cpu, service_cpu, bench_placement(client_cpu, service_cpu, 5), 5);
 	if (client_cpu >= 0) {
 		cpu_set_t set;
 
@@ -401,5 +481,7 @@ int main(int argc, char **argv)
 		ok &= bench("direct", true);
 	if (ok && strcmp(what, "direct"))
 		ok &= bench("buffered", false);
+	report_bool("ok", ok);
+	report_close();
 	return ok ? 0 : 1;
 }

@@ -17,8 +17,14 @@
  * completion seen by this thread. GB/s counts bytes copied (1 GB = 1e9 B).
  * Buffers hold non-zero data; every timed run's bytes are checked after.
  *
- * usage: gpu-bench [--socket PATH] [--cpu N] [--device N] [--quick] [--file PATH]
+ * usage: gpu-bench [--socket PATH] [--cpu N] [--service-cpu N] [--device N]
+ *                  [--quick] [--file PATH] [--no-peers] [--json]
  *                  [p8|p9|p10|file|all|probe]
+ * Before the results: the placement (tools/bench-report.h), a cache-line
+ * ping-pong between --cpu and --service-cpu (the service's poller).
+ * --no-peers runs and prints nothing of the raw CUDA side (the file run's
+ * bytes are then checked against the file); --json prints one JSON object
+ * with every figure on stdout, the text on stderr.
  * Exit: 0 every run completed and verified (targets missed are reported, not
  * fatal), 1 a failure, 2 usage, 77 no CUDA (build or device).
  */
@@ -34,29 +40,38 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench-report.h"
 #include "clock.h"
 #include "dataplane.h"
 #include "dp_tool.h"
 
 static const char *sock_path, *file_path = "/var/tmp/dp-gpu-bench.file";
-static int client_cpu = 0, device = 0;
-static bool quick;
+static int client_cpu = 0, service_cpu = -1, device = 0;
+static bool quick, with_peers = true;
 
 static void usage(void)
 {
-	printf("usage: gpu-bench [--socket PATH] [--cpu N] [--device N] [--quick] "
-	       "[--file PATH]\n"
-	       "                 [p8|p9|p10|file|all|probe]\n"
+	printf("usage: gpu-bench [--socket PATH] [--cpu N] [--service-cpu N] [--device N] "
+	       "[--quick]\n"
+	       "                 [--file PATH] [--no-peers] [--json] "
+	       "[p8|p9|p10|file|all|probe]\n"
 	       "GPU copies through dataplaned against the raw CUDA runtime on the same GPU\n"
 	       "(P8-P10, file -> GPU; default all).\n"
 	       "  --socket PATH   dataplaned's control socket (default $DP_SOCKET, else\n"
 	       "                  $XDG_RUNTIME_DIR/dataplane/dataplane.sock, else\n"
 	       "                  /run/dataplane/dataplane.sock)\n"
 	       "  --cpu N         pin this client to CPU N (default 0)\n"
+	       "  --service-cpu N the service's poller CPU, for the placement figure (a\n"
+	       "                  cache-line ping-pong with --cpu, printed first; default 1,\n"
+	       "                  or 0 when --cpu is not 0)\n"
 	       "  --device N      CUDA device (default 0)\n"
 	       "  --quick         fewer sizes and repetitions\n"
 	       "  --file PATH     the file of the file -> GPU run (default "
 	       "/var/tmp/dp-gpu-bench.file)\n"
+	       "  --no-peers      our side only: the raw CUDA runs are not made and nothing\n"
+	       "                  of them printed\n"
+	       "  --json          one JSON object with every figure on stdout (the text goes\n"
+	       "                  to stderr)\n"
 	       "  -h, --help      this text\n"
 	       "  --version       print the version and exit\n"
 	       "Exit codes: 0 every run completed and verified, 1 a failure, 2 bad usage,\n"
@@ -67,12 +82,19 @@ static void usage(void)
  * bad usage (2). */
 static const char *parse_args(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{"socket", required_argument, 0, 's'}, {"cpu", required_argument, 0, 'c'},
-		{"device", required_argument, 0, 'd'}, {"quick", no_argument, 0, 'q'},
-		{"file", required_argument, 0, 'f'},   {"help", no_argument, 0, 'h'},
-		{"version", no_argument, 0, 'V'},      {0, 0, 0, 0}};
+	static const struct option opts[] = {{"socket", required_argument, 0, 's'},
+					     {"cpu", required_argument, 0, 'c'},
+					     {"device", required_argument, 0, 'd'},
+					     {"quick", no_argument, 0, 'q'},
+					     {"file", required_argument, 0, 'f'},
+					     {"help", no_argument, 0, 'h'},
+					     {"version", no_argument, 0, 'V'},
+					     {"service-cpu", required_argument, 0, 'S'},
+					     {"no-peers", no_argument, 0, 'n'},
+					     {"json", no_argument, 0, 'j'},
+					     {0, 0, 0, 0}};
 	const char *what = "all";
+	bool json = false;
 	int o;
 
 	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -91,6 +113,15 @@ static const char *parse_args(int argc, char **argv)
 			break;
 		case 'f':
 			file_path = optarg;
+			break;
+		case 'S':
+			service_cpu = atoi(optarg);
+			break;
+		case 'n':
+			with_peers = false;
+			break;
+		case 'j':
+			json = true;
 			break;
 		case 'h':
 			usage();
@@ -112,7 +143,26 @@ static const char *parse_args(int argc, char **argv)
 			argv[argc - 1]);
 		exit(2);
 	}
+	if (service_cpu < 0)
+		service_cpu = sysconf(_SC_NPROCESSORS_ONLN) < 2 ? 0 : client_cpu == 0 ? 1 : 0;
+	/* Flags parsed: the text goes to stderr from here on with --json. */
+	if (json)
+		report_json_begin();
+	report_str("tool", "gpu-bench");
+	report_str("version", DP_VERSION_STRING);
+	report_str("benchmark", what);
+	report_bool("peers", with_peers);
+	report_bool("quick", quick);
 	return what;
+}
+
+/* Exit 77 (no CUDA), saying why in the JSON too. */
+static int skip(const char *why)
+{
+	fprintf(stderr, "gpu-bench: %s\n", why);
+	report_str("skipped", why);
+	report_close();
+	return 77;
 }
 
 #ifndef DP_HAVE_CUDA
@@ -120,8 +170,7 @@ static const char *parse_args(int argc, char **argv)
 int main(int argc, char **argv)
 {
 	parse_args(argc, argv);
-	fprintf(stderr, "gpu-bench: built without CUDA (make bench-gpu builds with CUDA=1)\n");
-	return 77;
+	return skip("built without CUDA (make bench-gpu builds with CUDA=1)");
 }
 
 #else
@@ -294,7 +343,16 @@ static void bench_p8(void)
 	rd = reg_gpu(dst, max);
 	seg = segment(rd, "p8-dst");
 	printf("P8 GPU loopback, device -> device WRITE, GB/s (median of %u)\n", reps);
-	printf("  %9s %10s %10s %7s\n", "size", "dataplane", "raw", "ratio");
+	if (with_peers)
+		printf("  %9s %10s %10s %7s\n", "size", "dataplane", "raw", "ratio");
+	else
+		printf("  %9s %10s\n", "size", "dataplane");
+	report_obj("p8");
+	report_str("what", "P8: GPU loopback, device -> device WRITE");
+	report_u64("reps", reps);
+	if (with_peers)
+		report_str("peer", "cudaMemcpyAsync D2D + cudaEventRecord + cudaEventSynchronize");
+	report_arr("sizes");
 	for (uint64_t len = 64 * MiB; len <= max; len *= 2) {
 		double o, r;
 
@@ -308,8 +366,9 @@ static void bench_p8(void)
 
 			t_ours[i] = ours(rs, off, seg, off, len);
 		}
-		raw(dst, src, len);
-		for (unsigned i = 0; i < reps; i++) {
+		if (with_peers)
+			raw(dst, src, len);
+		for (unsigned i = 0; with_peers && i < reps; i++) {
 			uint64_t off = (i % (max / len)) * len;
 
 			t_raw[i] = raw((uint8_t *)dst + off, (uint8_t *)src + off, len);
@@ -318,17 +377,56 @@ static void bench_p8(void)
 		ours(rs, 0, seg, 0, len);
 		verify_gpu(dst, src, len, "P8");
 		o = median_gbs(t_ours, reps, len);
+		report_obj(NULL);
+		report_u64("size", len);
+		report_num("gb_per_s", o);
+		if (!with_peers) {
+			printf("  %5llu MiB %10.1f\n", (unsigned long long)(len / MiB), o);
+			report_end();
+			continue;
+		}
 		r = median_gbs(t_raw, reps, len);
 		all &= o >= 0.95 * r;
 		printf("  %5llu MiB %10.1f %10.1f %6.3fx  %s\n", (unsigned long long)(len / MiB), o,
 		       r, o / r, verdict(o >= 0.95 * r));
+		report_num("raw_gb_per_s", r);
+		report_num("ratio", o / r);
+		report_bool("pass", o >= 0.95 * r);
+		report_end();
 	}
-	printf("  target >= 0.95x raw cudaMemcpyAsync: %s\n", verdict(all));
+	report_end();
+	if (with_peers) {
+		printf("  target >= 0.95x raw cudaMemcpyAsync: %s\n", verdict(all));
+		report_str("target", ">= 0.95x");
+		report_bool("pass", all);
+	}
+	report_end();
 	dp_free(cl, rs);
 	dp_free(cl, rd);
 	dp_segment_close(cl, seg);
 	ck(cudaFree(src), "cudaFree");
 	ck(cudaFree(dst), "cudaFree");
+}
+
+/* One direction of P9: its line and its JSON object. */
+static void p9_line(const char *dir, const char *key, uint64_t *t_ours, uint64_t *t_raw,
+		    unsigned reps, uint64_t len)
+{
+	double o = median_gbs(t_ours, reps, len), r;
+
+	report_obj(key);
+	report_num("gb_per_s", o);
+	if (with_peers) {
+		r = median_gbs(t_raw, reps, len);
+		printf("  %s  dataplane %6.1f  raw %6.1f  ratio %6.3fx  target >= 0.95x  %s\n", dir,
+		       o, r, o / r, verdict(o >= 0.95 * r));
+		report_num("raw_gb_per_s", r);
+		report_num("ratio", o / r);
+		report_bool("pass", o >= 0.95 * r);
+	} else {
+		printf("  %s  dataplane %6.1f\n", dir, o);
+	}
+	report_end();
 }
 
 static void bench_p9(void)
@@ -339,7 +437,6 @@ static void bench_p9(void)
 	uint8_t *host;
 	void *g;
 	int rh, rg, seg_h, seg_g;
-	double o, r;
 
 	rh = dp_alloc(cl, len, DP_ALLOC_HUGE, (void **)&host);
 	if (rh < 0)
@@ -353,37 +450,43 @@ static void bench_p9(void)
 	seg_g = segment(rg, "p9-gpu");
 	printf("P9 GPU loopback, host <-> device WRITE, pinned, 64 MiB, GB/s (median of %u)\n",
 	       reps);
+	report_obj("p9");
+	report_str("what", "P9: GPU loopback, host <-> device WRITE, pinned");
+	report_u64("size", len);
+	report_u64("reps", reps);
+	if (with_peers) {
+		report_str("peer", "cudaMemcpyAsync + cudaEventRecord + cudaEventSynchronize, "
+				   "the same pinned pages");
+		report_str("target", ">= 0.95x");
+	}
 
 	/* Device -> host first: the host buffer then holds the GPU's bytes,
 	 * and host -> device writes them back unchanged. */
 	ours(rg, 0, seg_h, 0, len);
 	for (unsigned i = 0; i < reps; i++)
 		t_ours[i] = ours(rg, 0, seg_h, 0, len);
-	raw(host, g, len);
-	for (unsigned i = 0; i < reps; i++)
+	if (with_peers)
+		raw(host, g, len);
+	for (unsigned i = 0; with_peers && i < reps; i++)
 		t_raw[i] = raw(host, g, len);
 	memset(host, 0, len);
 	ours(rg, 0, seg_h, 0, len);
 	verify_gpu(host, g, len, "P9 device -> host");
-	o = median_gbs(t_ours, reps, len);
-	r = median_gbs(t_raw, reps, len);
-	printf("  device -> host  dataplane %6.1f  raw %6.1f  ratio %6.3fx  target >= 0.95x  %s\n",
-	       o, r, o / r, verdict(o >= 0.95 * r));
+	p9_line("device -> host", "device_to_host", t_ours, t_raw, reps, len);
 
 	fill_random(host, len, 4);
 	ours(rh, 0, seg_g, 0, len);
 	for (unsigned i = 0; i < reps; i++)
 		t_ours[i] = ours(rh, 0, seg_g, 0, len);
-	raw(g, host, len);
-	for (unsigned i = 0; i < reps; i++)
+	if (with_peers)
+		raw(g, host, len);
+	for (unsigned i = 0; with_peers && i < reps; i++)
 		t_raw[i] = raw(g, host, len);
 	zero(g, len);
 	ours(rh, 0, seg_g, 0, len);
 	verify_gpu(g, host, len, "P9 host -> device");
-	o = median_gbs(t_ours, reps, len);
-	r = median_gbs(t_raw, reps, len);
-	printf("  host -> device  dataplane %6.1f  raw %6.1f  ratio %6.3fx  target >= 0.95x  %s\n",
-	       o, r, o / r, verdict(o >= 0.95 * r));
+	p9_line("host -> device", "host_to_device", t_ours, t_raw, reps, len);
+	report_end();
 	dp_segment_close(cl, seg_h);
 	dp_segment_close(cl, seg_g);
 	dp_free(cl, rg);
@@ -421,6 +524,29 @@ static void drop_cache(int fd)
 {
 	fdatasync(fd);
 	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+}
+
+/* --no-peers: @len bytes at @g must be the file's (read back through @fd). */
+static void verify_gpu_file(const void *g, int fd, uint64_t len)
+{
+	uint8_t *hf = malloc(64 * MiB), *hg = malloc(64 * MiB);
+
+	if (!hf || !hg)
+		die("malloc", -ENOMEM);
+	for (uint64_t off = 0; off < len; off += 64 * MiB) {
+		uint64_t n = len - off < 64 * MiB ? len - off : 64 * MiB;
+
+		if (pread(fd, hf, n, (off_t)off) != (ssize_t)n)
+			die("pread", -errno);
+		ck(cudaMemcpy(hg, (const uint8_t *)g + off, n, cudaMemcpyDeviceToHost),
+		   "verify copy");
+		if (memcmp(hf, hg, n)) {
+			fprintf(stderr, "gpu-bench: DATA MISMATCH after file -> GPU\n");
+			exit(1);
+		}
+	}
+	free(hf);
+	free(hg);
 }
 
 /* The in-process pipeline: pread() (O_DIRECT when it works) into pinned
@@ -497,15 +623,37 @@ static void bench_file_gpu(void)
 		t_ours[k] = dp_now_ns() - t_ours[k];
 		if (rc < 0 || cqe.status || cqe.bytes != len)
 			die("file -> GPU completion", rc < 0 ? rc : cqe.status ? cqe.status : -EIO);
+		if (!with_peers)
+			continue;
 		drop_cache(fd);
 		t_raw[k] = raw_file(dfd, g2, len, bufs, ev, nb);
 	}
-	verify_gpu(g, g2, len, "file -> GPU");
+	if (with_peers)
+		verify_gpu(g, g2, len, "file -> GPU");
+	else
+		verify_gpu_file(g, fd, len);
 	o = median_gbs(t_ours, reps, len);
-	r = median_gbs(t_raw, reps, len);
-	printf("  file -> device  dataplane %6.2f  in-process %6.2f  ratio %6.3fx  target >= "
-	       "0.9x  %s\n",
-	       o, r, o / r, verdict(o >= 0.9 * r));
+	report_obj("file");
+	report_str("what", "file -> GPU READ, 1 MiB slices, page cache dropped before each run");
+	report_u64("size", len);
+	report_bool("direct", direct);
+	report_u64("reps", reps);
+	report_num("gb_per_s", o);
+	if (with_peers) {
+		r = median_gbs(t_raw, reps, len);
+		printf("  file -> device  dataplane %6.2f  in-process %6.2f  ratio %6.3fx  target "
+		       ">= 0.9x  %s\n",
+		       o, r, o / r, verdict(o >= 0.9 * r));
+		report_str("peer", "in-process pread() into 4 pinned 1 MiB buffers + "
+				   "cudaMemcpyAsync");
+		report_num("in_process_gb_per_s", r);
+		report_num("ratio", o / r);
+		report_str("target", ">= 0.9x");
+		report_bool("pass", o >= 0.9 * r);
+	} else {
+		printf("  file -> device  dataplane %6.2f\n", o);
+	}
+	report_end();
 	dp_segment_close(cl, seg);
 	dp_free(cl, rf);
 	dp_free(cl, rg);
@@ -538,13 +686,15 @@ static void bench_p10(void)
 	seg = segment(rd, "p10-dst");
 	for (unsigned i = 0; i < n / 10; i++) {
 		ours(rs, (i % 256) * len, seg, (i % 256) * len, len);
-		raw((uint8_t *)dst + (i % 256) * len, (uint8_t *)src + (i % 256) * len, len);
+		if (with_peers)
+			raw((uint8_t *)dst + (i % 256) * len, (uint8_t *)src + (i % 256) * len,
+			    len);
 	}
 	/* Alternating blocks, so that drift in clocks or load hits both. */
 	for (unsigned b = 0; b < n; b += 1000) {
 		for (unsigned i = b; i < b + 1000 && i < n; i++)
 			t_ours[i] = ours(rs, (i % 256) * len, seg, (i % 256) * len, len);
-		for (unsigned i = b; i < b + 1000 && i < n; i++)
+		for (unsigned i = b; with_peers && i < b + 1000 && i < n; i++)
 			t_raw[i] = raw((uint8_t *)dst + (i % 256) * len,
 				       (uint8_t *)src + (i % 256) * len, len);
 	}
@@ -553,19 +703,35 @@ static void bench_p10(void)
 		ours(rs, i * len, seg, i * len, len);
 	verify_gpu(dst, src, span, "P10");
 	qsort(t_ours, n, sizeof(*t_ours), cmp_u64);
-	qsort(t_raw, n, sizeof(*t_raw), cmp_u64);
 	o50 = t_ours[n / 2] / 1e3;
-	r50 = t_raw[n / 2] / 1e3;
 	printf("P10 GPU small transfer, 4 KiB device -> device, submit to completion (%u "
 	       "samples)\n",
 	       n);
 	printf("  dataplane  p50 %6.2f us  p99 %6.2f us  p999 %6.2f us\n", o50,
 	       t_ours[n * 99 / 100] / 1e3, t_ours[n * 999 / 1000] / 1e3);
-	printf("  raw        p50 %6.2f us  p99 %6.2f us  p999 %6.2f us  (cudaMemcpyAsync + "
-	       "cudaEventRecord + cudaEventSynchronize)\n",
-	       r50, t_raw[n * 99 / 100] / 1e3, t_raw[n * 999 / 1000] / 1e3);
-	printf("  p50 difference %+.2f us   target <= raw + 3 us   %s\n", o50 - r50,
-	       verdict(o50 <= r50 + 3.0));
+	report_obj("p10");
+	report_str("what", "P10: 4 KiB device -> device, one outstanding, submit to completion");
+	report_u64("samples", n);
+	report_num("p50_us", o50);
+	report_num("p99_us", t_ours[n * 99 / 100] / 1e3);
+	report_num("p999_us", t_ours[n * 999 / 1000] / 1e3);
+	if (with_peers) {
+		qsort(t_raw, n, sizeof(*t_raw), cmp_u64);
+		r50 = t_raw[n / 2] / 1e3;
+		printf("  raw        p50 %6.2f us  p99 %6.2f us  p999 %6.2f us  (cudaMemcpyAsync "
+		       "+ cudaEventRecord + cudaEventSynchronize)\n",
+		       r50, t_raw[n * 99 / 100] / 1e3, t_raw[n * 999 / 1000] / 1e3);
+		printf("  p50 difference %+.2f us   target <= raw + 3 us   %s\n", o50 - r50,
+		       verdict(o50 <= r50 + 3.0));
+		report_str("peer", "cudaMemcpyAsync + cudaEventRecord + cudaEventSynchronize");
+		report_num("raw_p50_us", r50);
+		report_num("raw_p99_us", t_raw[n * 99 / 100] / 1e3);
+		report_num("raw_p999_us", t_raw[n * 999 / 1000] / 1e3);
+		report_num("p50_difference_us", o50 - r50);
+		report_str("target", "<= raw + 3 us");
+		report_bool("pass", o50 <= r50 + 3.0);
+	}
+	report_end();
 	dp_segment_close(cl, seg);
 	dp_free(cl, rs);
 	dp_free(cl, rd);
@@ -601,6 +767,8 @@ static void bench_probe(void)
 	ck(cudaMalloc(&sdst, small), "cudaMalloc");
 	printf("probe: 4 KiB D2D latency (us, median of 9), a 1 GiB D2D copy started 50 us "
 	       "before\n");
+	report_obj("probe");
+	report_arr("small_after_big");
 	for (int mode = 0; mode < 4; mode++) {
 		static const char *const names[] = {"alone", "other stream, greatest priority",
 						    "other stream, least priority", "same stream"};
@@ -630,7 +798,13 @@ static void bench_probe(void)
 		qsort(tbig, 9, sizeof(tbig[0]), cmp_u64);
 		printf("  %-34s %9.1f   (1 GiB copy %.1f us)\n", names[mode], t[4] / 1e3,
 		       mode ? tbig[4] / 1e3 : 0.0);
+		report_obj(NULL);
+		report_str("mode", names[mode]);
+		report_num("small_us", t[4] / 1e3);
+		report_num("big_us", mode ? tbig[4] / 1e3 : 0.0 / 0.0);
+		report_end();
 	}
+	report_end();
 	cudaFree(bsrc);
 	cudaFree(bdst);
 	cudaFree(ssrc);
@@ -668,9 +842,16 @@ static void bench_probe(void)
 		       "offsets %.1f; same offset %.1f; 10 back to back, per copy %.1f; constant "
 		       "data %.1f\n",
 		       t[0][4] / 1e3, t[1][4] / 1e3, t[2][4] / 1e3, t[3][4] / 1e3);
+		report_obj("copy_64mib_us");
+		report_num("random_rotating_offsets", t[0][4] / 1e3);
+		report_num("same_offset", t[1][4] / 1e3);
+		report_num("back_to_back_per_copy", t[2][4] / 1e3);
+		report_num("constant_data", t[3][4] / 1e3);
+		report_end();
 		cudaFree(bsrc);
 		cudaFree(bdst);
 	}
+	report_end();
 }
 
 int main(int argc, char **argv)
@@ -680,9 +861,17 @@ int main(int argc, char **argv)
 	int n = 0, drv = 0, rt = 0, rc;
 
 	if (cudaGetDeviceCount(&n) != cudaSuccess || n <= device) {
-		fprintf(stderr, "gpu-bench: no CUDA device %d here\n", device);
-		return 77;
+		char why[64];
+
+		snprintf(why, sizeof(why), "no CUDA device %d here", device);
+		return skip(why);
 	}
+	report_obj("cpus");
+	report_num("client", client_cpu);
+	report_num("service", service_cpu);
+	report_end();
+	/* Before this client pins itself, on the CPUs ours uses. */
+	placement_report(client_cpu, service_cpu, bench_placement(client_cpu, service_cpu, 5), 5);
 	if (client_cpu >= 0) {
 		cpu_set_t set;
 
@@ -696,6 +885,12 @@ int main(int argc, char **argv)
 	cudaRuntimeGetVersion(&rt);
 	printf("gpu-bench: device %d %s, driver %d, runtime %d; client on CPU %d\n", device,
 	       prop.name, drv, rt, client_cpu);
+	report_obj("device");
+	report_num("index", device);
+	report_str("name", prop.name);
+	report_num("driver", drv);
+	report_num("runtime", rt);
+	report_end();
 	ck(cudaStreamCreateWithFlags(&raw_stream, cudaStreamNonBlocking), "cudaStreamCreate");
 	ck(cudaEventCreateWithFlags(&raw_ev, cudaEventDisableTiming), "cudaEventCreate");
 	if ((rc = dp_connect(sock_path, "gpu-bench", &cl)) < 0) {
@@ -715,6 +910,7 @@ int main(int argc, char **argv)
 	if (!strcmp(what, "probe"))
 		bench_probe();
 	dp_close(cl);
+	report_close();
 	return 0;
 }
 
