@@ -353,20 +353,30 @@ static bool op_finished_posting(const struct fab_op *op)
 	return op->status || !op->q || (!op->retry && op->next_off == op->len);
 }
 
+/* Since when op has made no progress: its submission or its last completed
+ * slice, or, when later, the moment its slices went out after none was
+ * (so that a timed-out op with slices out had them out the whole time). */
+static uint64_t op_stalled_since(const struct fab_op *op)
+{
+	if (op->out && op->out_since_ns > op->progress_ns)
+		return op->out_since_ns;
+	return op->progress_ns;
+}
+
 /*
  * None of op's slices has completed for the timeout: it fails with
  * -ETIMEDOUT. Its peer is lost only on evidence: op had slices out for the
- * whole timeout and no slice to the peer completed anywhere meanwhile. A
- * peer that keeps completing other slices (other transfers, other pollers,
- * other rails) is slow or busy, not gone: only this transfer fails, and the
- * next ones are still sent.
+ * whole timeout (op_stalled_since) and no slice to the peer completed
+ * anywhere meanwhile. A peer that keeps completing other slices (other
+ * transfers, other pollers, other rails) is slow or busy, not gone: only
+ * this transfer fails, and the next ones are still sent.
  */
 static void op_timed_out(struct fab_op *op, uint64_t t)
 {
 	struct peer *peer = op->seg->remote->peer;
 	uint64_t to = timeout_ns();
 
-	if (op->out && op->out_since_ns + to <= t && fabric_peer_stalled(peer, t, to)) {
+	if (op->out && fabric_peer_stalled(peer, t, to)) {
 		/* Once per peer, not once per transfer. */
 		if (!atomic_load(&peer->dead))
 			log_warn("fabric: no slice to %s completed for %u ms; transfer timed out",
@@ -407,7 +417,7 @@ static int fabric_progress(struct poller *p)
 
 		if (op->q && !op->status)
 			work += op_post(fp, op);
-		if (t && op->q && op->progress_ns + timeout_ns() < t)
+		if (t && op->q && op_stalled_since(op) + timeout_ns() < t)
 			op_timed_out(op, t);
 		if (op_finished_posting(op) && !op->out) {
 			op_complete(op, op->status);

@@ -93,7 +93,10 @@ void fabric_peer_lost(struct peer *pr);
  * pollers streaming to one peer do not bounce its cache line per slice. */
 static inline void fabric_peer_progress(struct peer *pr, uint64_t now)
 {
-	if (now - atomic_load_explicit(&pr->progress_ns, memory_order_relaxed) >= 1000000u)
+	uint64_t last = atomic_load_explicit(&pr->progress_ns, memory_order_relaxed);
+
+	/* Signed: another poller may have stored a stamp later than ours. */
+	if ((int64_t)(now - last) >= 1000000)
 		atomic_store_explicit(&pr->progress_ns, now, memory_order_relaxed);
 }
 
