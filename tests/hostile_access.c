@@ -1,4 +1,4 @@
-/* hostile_access.c - isolation between clients and users: another client's handles, read-only exports of another client, a million NOPs, unexported names, and a process of another uid at the socket. */
+/* hostile_access.c - isolation between clients and users: another client's handles, read-only exports of another client, a million NOPs, unexported names, a process of another uid at the socket, 0-byte packets carrying fds, and hostile strings in the log. */
 #include <criterion/criterion.h>
 #include <grp.h>
 #include <stdbool.h>

@@ -1,4 +1,4 @@
-/* hostile_ring.c - a client that misuses its own rings (garbage slots, bogus SQ tail or CQ head, descriptors rewritten after publication, a scribbled header, doorbell floods) never crashes the service, is disconnected when its ring is corrupt, and never slows a bystander into failure. */
+/* hostile_ring.c - a client that misuses its own rings (garbage slots, bogus SQ tail or CQ head, descriptors rewritten after publication, a scribbled header, doorbell floods, doorbells made blocking) never crashes the service, is disconnected when its ring is corrupt, and never slows a bystander into failure. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <stdbool.h>
