@@ -372,7 +372,7 @@ static const struct flag {
 	{"slice", required_argument, set_slice, "BYTES",
 	 "fabric transfers go in slices of this size (default 1048576)"},
 	{"fabric-timeout-ms", required_argument, set_fabric_timeout, "N",
-	 "a transfer to a peer fails with ETIMEDOUT after this (default 5000)"},
+	 "a fabric transfer with no slice done for this long fails with ETIMEDOUT (default 5000)"},
 	{"file-root", required_argument, set_file_root, "DIR",
 	 "dp_open_file paths are opened beneath DIR (default: none, refused)"},
 	{"io-depth", required_argument, set_io_depth, "N",
