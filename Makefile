@@ -159,7 +159,7 @@ CRITERION_ARGS ?= --jobs 1
 DP_STRESS_SCALE ?= 4
 test: deps
 	@$(MAKE) --no-print-directory all $(B)/tests/dp-tests
-	@$(MAKE) --no-print-directory check-package
+	$(if $(SAN),,@$(MAKE) --no-print-directory check-package)
 	DP_BUILD=$(abspath $(B)) DP_STRESS_SCALE=$(DP_STRESS_SCALE) $(B)/tests/dp-tests $(CRITERION_ARGS)
 
 # The long runs: full-size ring stress and wake-up loops, long chaos.
