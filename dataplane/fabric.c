@@ -59,11 +59,6 @@ struct fab_op {
 	struct fab_op *next;
 };
 
-static uint64_t now_ns(void)
-{
-	return dp_now_ns();
-}
-
 static uint64_t timeout_ns(void)
 {
 	return (uint64_t)fab_cfg.timeout_ms * 1000000u;
@@ -129,7 +124,7 @@ static void fabric_submit(struct poller *p, const struct xfer *x)
 			      .tgt_off = d->target_off,
 			      .len = d->len,
 			      .next_rail = (unsigned)(d->user_data % rs->peer->nrails),
-			      .progress_ns = now_ns()};
+			      .progress_ns = dp_now_ns()};
 	q->inflight++;
 	if (!op->len) {
 		op_complete(op, 0);
@@ -180,7 +175,7 @@ static int slice_post(struct fab_poller *fp, struct fab_slice *s)
 	}
 	e->inflight++;
 	if (!op->out++)
-		op->out_since_ns = now_ns();
+		op->out_since_ns = dp_now_ns();
 	return 0;
 }
 
@@ -268,7 +263,7 @@ static int reap(struct poller *p, struct fab_poller *fp)
 				/* Progress: the op's and its peer's timeout
 				 * clocks start again. */
 				if (!t)
-					t = now_ns();
+					t = dp_now_ns();
 				e->inflight--;
 				s->op->out--;
 				s->op->progress_ns = t;
@@ -406,7 +401,7 @@ static int fabric_progress(struct poller *p)
 		return work;
 	/* Timeouts are checked once a millisecond, not per loop. */
 	if (fp->nops) {
-		t = now_ns();
+		t = dp_now_ns();
 		if (t - fp->last_timeout_scan < 1000000u)
 			t = 0;
 		else
@@ -481,7 +476,7 @@ static int fabric_trywait(struct poller *p)
 static void fabric_cancel_all(struct poller *p)
 {
 	struct fab_poller *fp = p->eng[ENGINE_fabric];
-	uint64_t until = now_ns() + 2000000000ull;
+	uint64_t until = dp_now_ns() + 2000000000ull;
 
 	if (!fp)
 		return;
@@ -489,7 +484,7 @@ static void fabric_cancel_all(struct poller *p)
 		op_complete(op, -ECANCELED);
 	/* Let posted slices come back (bounded) so their memory is not in
 	 * the provider's hands when the endpoints close. */
-	while (fp->head && now_ns() < until)
+	while (fp->head && dp_now_ns() < until)
 		fabric_progress(p);
 }
 

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include "clock.h"
 #include "dp_stats.h"
 #include "helpers.h"
 
@@ -26,10 +27,7 @@ const char *const local_only[] = {"--provider", "none", NULL};
 
 uint64_t now_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return dp_now_ns();
 }
 
 void sleep_ms(unsigned ms)

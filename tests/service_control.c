@@ -12,6 +12,7 @@
 
 #include "dp_proto.h"
 #include "helpers.h"
+#include "net.h"
 
 TestSuite(service_control, .fini = svc_teardown);
 
@@ -20,27 +21,10 @@ TestSuite(service_control, .fini = svc_teardown);
 /* Sends one packet of `len` bytes with `nfds` fds attached. */
 static void raw_send(int fd, const void *buf, size_t len, const int *fds, int nfds)
 {
-	union {
-		char buf[CMSG_SPACE(sizeof(int) * 8)];
-		struct cmsghdr align;
-	} u;
 	struct iovec iov = {(void *)buf, len};
-	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-	ssize_t n;
+	int rc = dp_net_send_fds(fd, &iov, 1, fds, nfds, 0);
 
-	if (nfds) {
-		struct cmsghdr *cm;
-
-		msg.msg_control = u.buf;
-		msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-		cm = CMSG_FIRSTHDR(&msg);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
-	}
-	n = sendmsg(fd, &msg, MSG_NOSIGNAL);
-	cr_assert_eq(n, (ssize_t)len, "sendmsg: %s", strerror(errno));
+	cr_assert_eq(rc, 0, "sendmsg: %s", strerror(-rc));
 }
 
 /* A header (len = the payload's size unless `hdr_len` >= 0) + payload. */
@@ -75,32 +59,20 @@ struct reply {
 	int nfds;
 };
 
-/* Reads one packet; returns its size, 0 at EOF, -errno (-EAGAIN: 3 s passed). */
+/* Reads one packet; returns its size, 0 at EOF, -errno (-EAGAIN: 3 s passed).
+ * The fds a reply carried are counted and closed. */
 static ssize_t raw_recv(int fd, struct reply *r)
 {
 	_Alignas(8) char buf[DP_MSG_MAX + 64];
-	union {
-		char buf[CMSG_SPACE(sizeof(int) * 8)];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = {buf, sizeof(buf)};
-	struct msghdr msg = {.msg_iov = &iov,
-			     .msg_iovlen = 1,
-			     .msg_control = u.buf,
-			     .msg_controllen = sizeof(u.buf)};
-	ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+	int fds[8], nfds = 0;
+	ssize_t n = dp_net_recv_fds(fd, buf, sizeof(buf), fds, 8, &nfds, 0);
 
 	if (n < 0)
-		return -errno;
+		return n;
 	memset(r, 0, sizeof(*r));
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm))
-		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
-			int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-
-			for (int i = 0; i < k; i++)
-				close(((int *)CMSG_DATA(cm))[i]);
-			r->nfds += k;
-		}
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+	r->nfds = nfds;
 	if (n >= (ssize_t)sizeof(r->hdr)) {
 		memcpy(&r->hdr, buf, sizeof(r->hdr));
 		r->len = (size_t)n - sizeof(r->hdr);

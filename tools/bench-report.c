@@ -723,3 +723,14 @@ out:
 	rmdir(dir);
 	return rc;
 }
+
+void bench_pin(int cpu)
+{
+	cpu_set_t set;
+
+	if (cpu < 0)
+		return;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	sched_setaffinity(0, sizeof(set), &set);
+}

@@ -31,6 +31,8 @@ struct pingpong_result {
 double runqueue_wait_ns(int fd);
 /* qsort comparator for doubles, ascending. */
 int cmp_dbl(const void *a, const void *b);
+/* Pins the calling thread to @cpu (nothing when @cpu < 0). */
+void bench_pin(int cpu);
 int bench_pingpong(int cpu_a, int cpu_b, uint64_t round_trips, struct pingpong_result *r);
 
 /* The placement figure a bench prints beside its results: the median of

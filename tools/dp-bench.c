@@ -74,17 +74,6 @@ struct bench {
 	uint64_t len;
 };
 
-static void pin(int cpu)
-{
-	cpu_set_t set;
-
-	if (cpu < 0)
-		return;
-	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
-	sched_setaffinity(0, sizeof(set), &set);
-}
-
 static void die(const char *what, int rc)
 {
 	fprintf(stderr, "dp-bench: %s: %s\n", what, dp_strerror(rc));
@@ -207,7 +196,7 @@ static void service_start(struct service *s, bool stats)
 		die("fork", -errno);
 	if (s->pid == 0) {
 		/* We are pinned to the client's CPU; the service gets its own. */
-		pin(service_cpu);
+		bench_pin(service_cpu);
 		if (!freopen(log, "w", stderr))
 			_exit(127);
 		execl(dataplaned_path, "dataplaned", "--socket", s->sock, "--cpus", cpu,
@@ -293,7 +282,7 @@ static double run_fi_pingpong(const char *prov, unsigned size, unsigned iters)
 	if (srv == 0) {
 		char s[16], it[16];
 
-		pin(service_cpu);
+		bench_pin(service_cpu);
 		snprintf(s, sizeof(s), "%u", size);
 		snprintf(it, sizeof(it), "%u", iters);
 		freopen("/dev/null", "w", stdout);
@@ -1100,7 +1089,7 @@ int main(int argc, char **argv)
 	report_end();
 	/* Before any service of ours starts, on the CPUs the runs use. */
 	placement_report(client_cpu, service_cpu, bench_placement(client_cpu, service_cpu, 5), 5);
-	pin(client_cpu);
+	bench_pin(client_cpu);
 	if (!strcmp(what, "latency") || !strcmp(what, "all"))
 		bench_latency();
 	if (!strcmp(what, "rate") || !strcmp(what, "all"))

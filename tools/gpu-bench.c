@@ -872,13 +872,7 @@ int main(int argc, char **argv)
 	report_end();
 	/* Before this client pins itself, on the CPUs ours uses. */
 	placement_report(client_cpu, service_cpu, bench_placement(client_cpu, service_cpu, 5), 5);
-	if (client_cpu >= 0) {
-		cpu_set_t set;
-
-		CPU_ZERO(&set);
-		CPU_SET(client_cpu, &set);
-		sched_setaffinity(0, sizeof(set), &set);
-	}
+	bench_pin(client_cpu);
 	ck(cudaSetDevice(device), "cudaSetDevice");
 	ck(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
 	cudaDriverGetVersion(&drv);

@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "dp_stats.h"
 #include "dp_version.h"
 
@@ -93,14 +94,6 @@ static void on_sigbus(int sig)
 		siglongjmp(bus_jmp, 1);
 	signal(SIGBUS, SIG_DFL);
 	raise(SIGBUS);
-}
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static uint64_t real_ns(void)
@@ -644,7 +637,7 @@ static int snap_take(const struct region *r, struct snap *s)
 			usleep(10);
 			continue;
 		}
-		s->mono_ns = mono_ns();
+		s->mono_ns = dp_now_ns();
 		s->real_ns = real_ns();
 		copy_words(&s->h, h, sizeof(s->h));
 		for (unsigned i = 0; i < s->np; i++) {
