@@ -420,6 +420,7 @@ Test(fabric_netns, stopped_peer_times_out_and_is_lost)
 	cr_assert_eq(pattern_check(e.loc, MiB, 960), -1);
 
 	cr_assert_eq(kill(fab_svc[1].pid, SIGSTOP), 0);
+	wait_stopped(fab_svc[1].pid);
 	dp_prep_read(&d, e.lreg, MiB, e.seg, MiB, MiB, 2);
 	c = timed(e.q[0], &d, &ms);
 	cr_assert_eq(c.status, -ETIMEDOUT, "READ from a stopped peer: %s after %.0f ms",

@@ -307,6 +307,24 @@ long cpu_ticks(pid_t pid)
 	return (long)(ut + st);
 }
 
+void wait_stopped(pid_t pid)
+{
+	char path[64], buf[512], *p;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	for (int i = 0; i < 1000; i++) {
+		FILE *f = fopen(path, "r");
+
+		p = f && fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
+		if (f)
+			fclose(f);
+		if (p && p[1] == ' ' && p[2] == 'T')
+			return;
+		sleep_ms(1);
+	}
+	cr_assert_fail("process %d not stopped 1 s after SIGSTOP", (int)pid);
+}
+
 double cpu_share(pid_t pid, unsigned ms)
 {
 	long t0 = cpu_ticks(pid), t1;

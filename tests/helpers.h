@@ -99,6 +99,9 @@ long proc_mapped_kib(pid_t pid);
 /* CPU time (user + system) the process has used, in clock ticks; its share
  * of one CPU over `ms`. */
 long cpu_ticks(pid_t pid);
+/* Waits (up to 1 s) until the kernel has stopped pid after a SIGSTOP
+ * (state T): what completes afterwards is not its work. */
+void wait_stopped(pid_t pid);
 double cpu_share(pid_t pid, unsigned ms);
 /* Child processes report through their exit status: 0, or the failed step. */
 int wait_child(pid_t pid);

@@ -513,26 +513,6 @@ static void check_workers(void)
 	}
 }
 
-/* Waits until the kernel has stopped pid (state T), so that what
- * completes afterwards is the others' work. */
-static void wait_stopped(pid_t pid)
-{
-	char path[64], buf[512], *p;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	for (int i = 0; i < 1000; i++) {
-		FILE *f = fopen(path, "r");
-
-		p = f && fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
-		if (f)
-			fclose(f);
-		if (p && p[1] == ' ' && p[2] == 'T')
-			return;
-		sleep_ms(1);
-	}
-	cr_assert_fail("worker %d not stopped 1 s after SIGSTOP", (int)pid);
-}
-
 static struct dp_client *peer_client; /* exports SEG on the peer */
 static const char *peer_args[9];
 
