@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +28,7 @@
 #include "net.h"
 
 #define MAX_ALLOCS 1024
-#define RPC_TIMEOUT_S 10
+#define RPC_TIMEOUT_MS 10000	     /* a control call's reply; $DP_CTL_TIMEOUT_MS overrides it */
 #define LIVENESS_EVERY_NS 1000000ull /* dp_submit and idle dp_poll check the socket this often */
 
 /* The exported copies of the header's inline helpers (C99 inline: this
@@ -45,8 +46,12 @@ struct alloc {
 
 struct dp_client {
 	int fd;
-	uint32_t seq;
-	bool dead;
+	uint32_t seq;	   /* of the last request sent (never 0: the service's "no header") */
+	uint32_t stale_lo; /* replies to seqs stale_lo .. seq - 1 may still come (0: none) */
+	uint64_t timeout_ns;
+	/* The service hung up (or a reply broke off): set once, read by any
+	 * thread, the data path included, without the lock. */
+	atomic_bool dead;
 	char server_name[DP_NAME_MAX];
 	uint32_t default_depth, max_depth;
 	pthread_mutex_t lock; /* control calls may come from several threads */
@@ -179,7 +184,9 @@ static const struct {
 	{C_CLOSE, -EBADF, "unknown segment handle"},
 	{C_QUEUE_DESTROY, -EBADF, "unknown queue"},
 	{C_ANY, -ECONNRESET, "the service went away (restart, crash or shutdown)"},
-	{C_ANY, -ETIMEDOUT, "the service did not answer within 10 s"},
+	{C_ANY, -ETIMEDOUT,
+	 "the service did not answer in time ($DP_CTL_TIMEOUT_MS, 10 s by default); the "
+	 "connection stays usable"},
 	{C_ANY, -EBADMSG, "malformed reply: client library and service do not match"},
 	{C_ANY, -ENOMEM, "out of memory"},
 	{C_ANY, -EINVAL, "bad argument (a NULL pointer, a negative id, a length of 0)"},
@@ -220,10 +227,51 @@ static void close_fds(int *fds, int n)
 		close(fds[i]);
 }
 
+static void set_dead(struct dp_client *c)
+{
+	atomic_store_explicit(&c->dead, true, memory_order_relaxed);
+}
+
+static bool is_dead(const struct dp_client *c)
+{
+	return atomic_load_explicit(&c->dead, memory_order_relaxed);
+}
+
+/* Whether @seq is that of an earlier request whose call gave up waiting
+ * (-ETIMEDOUT): its reply may still come, and belongs to nobody. */
+static bool seq_stale(const struct dp_client *c, uint32_t seq)
+{
+	return c->stale_lo && (uint32_t)(seq - c->stale_lo) < (uint32_t)(c->seq - c->stale_lo);
+}
+
+/* Sends one request before the deadline: 0, -ETIMEDOUT (the service does
+ * not read: its socket's queue is full), or -ECONNRESET (it is gone). */
+static int rpc_send(struct dp_client *c, struct iovec *iov, int fd_in, uint64_t deadline)
+{
+	for (;;) {
+		int rc = dp_net_send_fds(c->fd, iov, 2, &fd_in, fd_in >= 0, MSG_DONTWAIT);
+
+		if (rc != -EAGAIN)
+			return rc ? -ECONNRESET : 0;
+		if (dp_net_wait(c->fd, POLLOUT, deadline))
+			return -ETIMEDOUT;
+	}
+}
+
 /*
- * Sends one request and waits for its reply. The reply must be the
- * request's type and seq, and exactly `rlen` bytes or a bare status.
- * Returns the reply's status, or -ECONNRESET when the service is gone.
+ * Sends one request and waits for its reply, under c->lock (or before the
+ * client is shared). The reply must be the request's type and seq, and
+ * exactly `rlen` bytes or a bare status. Returns the reply's status,
+ * -ECONNRESET when the service is gone, -ETIMEDOUT when it did not answer
+ * within c->timeout_ns.
+ *
+ * A timeout is not a death (issue 15): the service may be stopped, swapped
+ * out or busy. The call gives up, the client stays usable, and the reply
+ * that comes late is recognised by its seq (seq_stale) and dropped by the
+ * next call, the fds it carries (QUEUE_CREATE's ring and doorbells) closed.
+ * The service answers its requests in order, so once the current request's
+ * reply is here no earlier one can follow. Only EOF, a reset or a failed
+ * send mark the connection dead.
  */
 static int rpc(struct dp_client *c, uint16_t type, const void *req, size_t len, int fd_in,
 	       void *reply, size_t rlen, int *fds_out, int nfds_out)
@@ -234,27 +282,47 @@ static int rpc(struct dp_client *c, uint16_t type, const void *req, size_t len, 
 				 .len = (uint32_t)len};
 	_Alignas(8) char buf[DP_MSG_MAX];
 	struct iovec iov[2] = {{&hdr, sizeof(hdr)}, {(void *)req, len}};
+	uint64_t deadline = dp_now_ns() + c->timeout_ns;
 	int got[4], ngot = 0, rc;
 	ssize_t n;
 
-	if (c->dead)
+	if (is_dead(c))
 		return -ECONNRESET;
-	hdr.seq = ++c->seq;
-	if (dp_net_send_fds(c->fd, iov, 2, &fd_in, fd_in >= 0, 0)) {
-		c->dead = true;
-		return -ECONNRESET;
+	if (!++c->seq)
+		c->seq = 1;
+	hdr.seq = c->seq;
+	rc = rpc_send(c, iov, fd_in, deadline);
+	for (;;) {
+		if (rc == -ETIMEDOUT) {
+			if (!c->stale_lo)
+				c->stale_lo = c->seq;
+			return rc;
+		}
+		if (rc) {
+			set_dead(c);
+			return -ECONNRESET;
+		}
+		n = dp_net_recv_fds(c->fd, buf, sizeof(buf), got, 4, &ngot, MSG_DONTWAIT);
+		if (n == -EAGAIN) {
+			rc = dp_net_wait(c->fd, POLLIN, deadline);
+			continue;
+		}
+		/* A reply longer than any the service sends, or with more fds. */
+		if (n == -EMSGSIZE)
+			return -EBADMSG;
+		if (n <= 0) {
+			rc = -ECONNRESET; /* EOF, or the connection was reset */
+			continue;
+		}
+		memcpy(&hdr, buf, sizeof(hdr) <= (size_t)n ? sizeof(hdr) : 0);
+		if ((size_t)n < sizeof(hdr) || hdr.magic != DP_PROTO_MAGIC ||
+		    !seq_stale(c, hdr.seq))
+			break;
+		close_fds(got, ngot); /* a late reply to a call that timed out */
+		ngot = 0;
 	}
-	n = dp_net_recv_fds(c->fd, buf, sizeof(buf), got, 4, &ngot, 0);
-	/* A reply longer than any the service sends, or with more fds. */
-	if (n == -EMSGSIZE)
-		return -EBADMSG;
-	if (n <= 0) {
-		/* EAGAIN here is the receive timeout: a service that stopped
-		 * answering is as good as gone. */
-		c->dead = true;
-		return n == 0 || n != -EAGAIN ? -ECONNRESET : -ETIMEDOUT;
-	}
-	memcpy(&hdr, buf, sizeof(hdr) <= (size_t)n ? sizeof(hdr) : 0);
+	if ((size_t)n >= sizeof(hdr) && hdr.seq == c->seq)
+		c->stale_lo = 0; /* in order: no earlier reply can follow */
 	rc = -EBADMSG;
 	if ((size_t)n < sizeof(hdr) + sizeof(int32_t) || hdr.magic != DP_PROTO_MAGIC ||
 	    hdr.version != DP_PROTO_VERSION || hdr.type != (type | DP_MSG_REPLY) ||
@@ -304,10 +372,26 @@ static void default_socket(char *out, size_t len)
 		snprintf(out, len, "/run/dataplane/dataplane.sock");
 }
 
+/* $DP_CTL_TIMEOUT_MS (docs/api.md): how long a control call waits for the
+ * service's reply; 10 s when unset or not a positive number of ms. */
+static uint64_t ctl_timeout_ms(void)
+{
+	const char *env = getenv("DP_CTL_TIMEOUT_MS");
+	unsigned long long ms;
+	char *end;
+
+	if (!env || !*env)
+		return RPC_TIMEOUT_MS;
+	errno = 0;
+	ms = strtoull(env, &end, 10);
+	if (errno || *end || !ms || ms > 24ull * 3600 * 1000 || env[0] == '-')
+		return RPC_TIMEOUT_MS;
+	return ms;
+}
+
 static int connect_(const char *socket_path, const char *name, struct dp_client **out)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	struct timeval tv = {.tv_sec = RPC_TIMEOUT_S};
 	struct dp_msg_hello h = {.abi_version = DP_ABI_VERSION, .pid = (uint32_t)getpid()};
 	struct dp_msg_hello_reply r;
 	struct dp_client *c;
@@ -330,7 +414,7 @@ static int connect_(const char *socket_path, const char *name, struct dp_client 
 		rc = -errno;
 		goto err;
 	}
-	setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	c->timeout_ns = ctl_timeout_ms() * 1000000ull;
 	if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		rc = -errno;
 		goto err;
@@ -549,9 +633,14 @@ static int alloc_(struct dp_client *c, size_t len, unsigned flags, void **addr)
 	void *p = NULL;
 	int fd = -1, region, rc = -1;
 
+	bool full;
+
 	if (!c || !addr || !len || flags & ~DP_ALLOC_HUGE)
 		return -EINVAL;
-	if (c->nallocs == MAX_ALLOCS)
+	pthread_mutex_lock(&c->lock);
+	full = c->nallocs == MAX_ALLOCS;
+	pthread_mutex_unlock(&c->lock);
+	if (full)
 		return -ENOSPC;
 	if (flags & DP_ALLOC_HUGE) {
 		maplen = (len + huge - 1) & ~(huge - 1);
@@ -573,8 +662,16 @@ static int alloc_(struct dp_client *c, size_t len, unsigned flags, void **addr)
 		return region;
 	}
 	pthread_mutex_lock(&c->lock);
-	c->allocs[c->nallocs++] = (struct alloc){.region = region, .addr = p, .len = maplen};
+	full = c->nallocs == MAX_ALLOCS; /* other threads' dp_alloc meanwhile */
+	if (!full)
+		c->allocs[c->nallocs++] =
+			(struct alloc){.region = region, .addr = p, .len = maplen};
 	pthread_mutex_unlock(&c->lock);
+	if (full) {
+		dp_free(c, region);
+		munmap(p, maplen);
+		return -ENOSPC;
+	}
 	*addr = p;
 	return region;
 }
@@ -667,22 +764,30 @@ int dp_segment_close(struct dp_client *c, int segment)
 
 /* ---- data path ---- */
 
-/* The service holds our socket's other end: a hang-up means it is gone. */
+/*
+ * Whether the service still holds its end of our control socket.
+ *
+ * The evidence is the socket's hang-up alone, polled with POLLRDHUP and not
+ * POLLIN: poll() reads nothing, so it cannot race with a control call in
+ * flight on another thread (the documented pattern: one thread in dp_wait,
+ * another making control calls). The old check peeked at the socket when it
+ * was readable, taking "readable" for EOF; a reply to the other thread's
+ * call is readable too, and when that thread took it first the peek's
+ * EAGAIN read as death (issue 15). A SEQPACKET socket whose peer closed (the
+ * service exited, was killed, or dropped us) reports POLLHUP (and POLLRDHUP)
+ * whatever is still queued; POLLERR comes with a reset. The doorbells would
+ * not do: a SOCK_DGRAM socketpair reports nothing when its other end closes.
+ * A service that is merely slow or stopped never reads as dead here.
+ */
 static bool service_alive(struct dp_client *c)
 {
-	struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+	struct pollfd pfd = {.fd = c->fd, .events = POLLRDHUP};
 
-	if (c->dead)
+	if (is_dead(c))
 		return false;
-	if (poll(&pfd, 1, 0) > 0 && pfd.revents & (POLLHUP | POLLERR | POLLIN)) {
-		char b;
-
-		/* The service never speaks unasked: readable means EOF. */
-		if (pfd.revents & (POLLHUP | POLLERR) ||
-		    recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) <= 0)
-			c->dead = true;
-	}
-	return !c->dead;
+	if (poll(&pfd, 1, 0) > 0 && pfd.revents & (POLLHUP | POLLRDHUP | POLLERR))
+		set_dead(c);
+	return !is_dead(c);
 }
 
 /* Rate-limited liveness check for calls that made no progress. */
@@ -702,7 +807,7 @@ int dp_submit(struct dp_queue *q, const struct dp_desc *descs, unsigned n)
 	uint64_t now;
 	int k;
 
-	if (q->c->dead || idle_check(q))
+	if (is_dead(q->c) || idle_check(q))
 		return fail(C_SUBMIT, -ECONNRESET);
 	/* The ring alone never says that the service died: a client that
 	 * submits slowly and reaps late would fill it for seconds first. */
@@ -756,8 +861,10 @@ int dp_wait(struct dp_queue *q, struct dp_cqe *cqes, unsigned max, int timeout_m
 		timeout_ms < 0 ? UINT64_MAX : dp_now_ns() + (uint64_t)timeout_ms * 1000000u;
 
 	for (;;) {
+		/* The control socket wakes us on its hang-up only: replies to
+		 * other threads' calls are theirs (service_alive). */
 		struct pollfd pfd[2] = {{.fd = q->cq_efd, .events = POLLIN},
-					{.fd = q->c->fd, .events = POLLIN}};
+					{.fd = q->c->fd, .events = POLLRDHUP}};
 		int k = dp_poll(q, cqes, max), wait_ms;
 		uint64_t now;
 
