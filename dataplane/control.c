@@ -45,6 +45,8 @@
 
 #define MAX_STRIKES 3
 #define MAX_FDS 4
+/* A handler's return for "the reply comes later" (on_segment_open). */
+#define CTL_PENDING 1
 
 /* A client's connection: its socket's handler in the epoll set. */
 struct conn {
@@ -448,21 +450,14 @@ static int on_segment_unexport(struct client *c, struct msg_in *m, struct msg_ou
 	return export_remove(c, req->name);
 }
 
-static int on_segment_open(struct client *c, struct msg_in *m, struct msg_out *o)
+/* A handle on `s` for `c` with `access`, and the open's reply. */
+static int segment_grant(struct client *c, struct segment *s, unsigned access, struct msg_out *o)
 {
-	const struct dp_msg_segment_open *req = m->payload;
 	struct dp_msg_id_reply r = {0};
 	struct seg_handle *h;
-	struct segment *s;
 	unsigned slot;
-	int rc;
 
-	/* Whatever a peer or the directory answered (-EBADMSG too) is the
-	 * status: only the message checks make strikes. */
-	rc = segment_resolve(req->peer, req->name, &s);
-	if (rc)
-		return rc;
-	if ((req->access & s->access) != req->access)
+	if ((access & s->access) != access)
 		return -EPERM;
 	for (slot = 0; slot < DP_MAX_SEGS; slot++)
 		if (!atomic_load_explicit(&c->segs[slot], memory_order_relaxed))
@@ -474,13 +469,90 @@ static int on_segment_open(struct client *c, struct msg_in *m, struct msg_out *o
 		return -ENOMEM;
 	atomic_fetch_add(&s->refs, 1);
 	h->seg = s;
-	h->access = req->access;
+	h->access = access;
 	/* Release: pairs with the acquire in desc_resolve(). */
 	atomic_store_explicit(&c->segs[slot], h, memory_order_release);
 	r.id = slot;
 	r.len = s->remote ? s->remote->len : s->region->len;
-	r.access = req->access;
+	r.access = access;
 	return reply_with(o, &r, sizeof(r), 0);
+}
+
+/* An open waiting for a peer's answer (segments.h SEGMENT_PENDING). It
+ * holds a reference on its client, whose connection may close meanwhile:
+ * the answer then goes nowhere. */
+struct open_wait {
+	struct client *c;
+	struct dp_msg_hdr hdr; /* the request's, for the reply's type and seq */
+	unsigned access;
+	struct open_wait *next;
+};
+
+static struct open_wait *open_waits;
+
+static bool client_connected(const struct client *c)
+{
+	for (struct conn *k = conns; k; k = k->next)
+		if (k->c == c)
+			return true;
+	return false;
+}
+
+static void on_segment_resolved(void *arg, int rc, struct segment *s)
+{
+	struct open_wait *w = arg;
+	struct msg_out o;
+
+	for (struct open_wait **pp = &open_waits; *pp; pp = &(*pp)->next)
+		if (*pp == w) {
+			*pp = w->next;
+			break;
+		}
+	if (client_connected(w->c)) {
+		o.len = 0;
+		o.nfds = 0;
+		o.hang_up = false;
+		if (!rc)
+			rc = segment_grant(w->c, s, w->access, &o);
+		reply(w->c, &w->hdr, rc, &o);
+	}
+	client_put(w->c);
+	free(w);
+}
+
+static int on_segment_open(struct client *c, struct msg_in *m, struct msg_out *o)
+{
+	const struct dp_msg_segment_open *req = m->payload;
+	struct open_wait *w;
+	struct segment *s;
+	int rc;
+
+	/* One open in flight per client (libclient makes one control call
+	 * at a time): a client cannot pile up lookups. */
+	for (w = open_waits; w; w = w->next)
+		if (w->c == c)
+			return -EBUSY;
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	w->c = c;
+	w->hdr = m->hdr;
+	w->access = req->access;
+	atomic_fetch_add(&c->refs, 1);
+	/* Whatever a peer or the directory answered (-EBADMSG too) is the
+	 * status: only the message checks make strikes. */
+	rc = segment_resolve(req->peer, req->name, &s, on_segment_resolved, w);
+	if (rc == SEGMENT_PENDING) {
+		/* Answered by on_segment_resolved(), from the loop. */
+		w->next = open_waits;
+		open_waits = w;
+		return CTL_PENDING;
+	}
+	client_put(c);
+	free(w);
+	if (rc)
+		return rc;
+	return segment_grant(c, s, req->access, o);
 }
 
 static int on_segment_close(struct client *c, struct msg_in *m, struct msg_out *o)
@@ -600,7 +672,8 @@ static bool client_read(struct client *c)
 	/* Fds the handler did not take: none of the type's, or left over. */
 	for (int i = 0; i < m.nfds; i++)
 		close(m.fds[i]);
-	reply(c, &m.hdr, rc, &o);
+	if (rc != CTL_PENDING)
+		reply(c, &m.hdr, rc, &o);
 	return !o.hang_up;
 }
 
@@ -737,7 +810,7 @@ static void on_listen_event(struct ev_handler *h, uint32_t events)
 static void on_rpc_event(struct ev_handler *h, uint32_t events)
 {
 	(void)events;
-	rpc_serve(h->fd);
+	rpc_accept(h->fd);
 }
 
 static void on_signal_event(struct ev_handler *h, uint32_t events)
@@ -877,6 +950,7 @@ int control_run(int rpc_fd)
 			close(ctl.signals.fd);
 		return loop_fail(rc);
 	}
+	rpc_start(ctl.epfd);
 	rc = directory_start(ctl.epfd, remotes_invalidate);
 	if (rc) {
 		log_err("directory: %s", strerror(-rc));
@@ -887,13 +961,16 @@ int control_run(int rpc_fd)
 		service_notify("READY=1\nSTATUS=accepting clients");
 
 	while (!atomic_load(&dp_stopping)) {
-		int n = epoll_wait(ctl.epfd, evs, 64, -1);
+		/* Woken for the next deadline of a peer RPC connection or
+		 * lookup, if none of its fds is ready before. */
+		int n = epoll_wait(ctl.epfd, evs, 64, rpc_timeout_ms());
 
 		for (int i = 0; i < n; i++) {
 			struct ev_handler *h = evs[i].data.ptr;
 
 			h->on_event(h, evs[i].events);
 		}
+		rpc_sweep();
 		if (ctl.reap_broken)
 			reap_broken();
 	}

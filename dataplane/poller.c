@@ -83,12 +83,13 @@ void queue_complete_ns(struct queue *q, uint64_t user_data, uint64_t submit_ns, 
 	}
 	if (q->broken)
 		return;
-	if (dp_ring_size(cq) - (cq->local - cq->cached) <= q->nstage &&
-	    dp_ring_reserve(cq, q->nstage + 1, &idx) != (int)q->nstage + 1) {
+	/* The slot after those staged since the last flush; the head is
+	 * reloaded only when the cached one says the CQ is full. */
+	if (dp_ring_reserve_bulk(cq, q->nstage + 1, &idx) != (int)q->nstage + 1) {
 		queue_mark_broken(q, "completion ring head corrupted");
 		return;
 	}
-	e = dp_ring_slot(cq, cq->local + q->nstage++);
+	e = dp_ring_slot(cq, idx + q->nstage++);
 	e->user_data = user_data;
 	e->status = status;
 	e->flags = flags;

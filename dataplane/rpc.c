@@ -1,8 +1,22 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * rpc.c - the peer protocol over TCP (see rpc.h). The control thread serves
- * lookups; a request that does not arrive whole within the timeout is
- * dropped, so a slow or hostile peer costs at most that much time.
+ * rpc.c - the peer protocol over TCP (see rpc.h), event-driven on the
+ * control thread's epoll set: nothing here waits on the network.
+ *
+ * Server: each accepted connection is a struct srv_conn, an ev_handler of
+ * its own with a read buffer, its accept time and a deadline
+ * (RPC_SERVE_TIMEOUT_MS for the whole exchange); it walks
+ * SRV_REQUEST -> SRV_REPLY -> closed, reading and writing only what the
+ * socket takes (EPOLLIN, then EPOLLOUT while a reply is left). At most
+ * RPC_MAX_CONNS are open; one more evicts the oldest.
+ *
+ * Client: each lookup is a struct call, a non-blocking connect, send and
+ * receive on the same epoll set with its own deadline (DP_RPC_TIMEOUT_MS),
+ * which reports through a callback from the loop.
+ *
+ * Deadlines are kept by rpc_sweep(), which the loop runs after every batch
+ * with rpc_timeout_ms() as its epoll timeout; objects closed during a batch
+ * are freed there too (an event of the same batch may still point at one).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -13,15 +27,73 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "clock.h"
+#include "event.h"
 #include "net.h"
 #include "rpc.h"
 #include "segments.h"
 
-#define SERVE_TIMEOUT_MS 200
+#define NS_PER_MS 1000000ull
+
+struct req_msg {
+	struct dp_rpc_hdr h;
+	struct dp_rpc_lookup req;
+};
+
+struct reply_msg {
+	struct dp_rpc_hdr h;
+	struct dp_rpc_lookup_reply r;
+};
+
+/* ---- server connections ---- */
+
+enum srv_state {
+	SRV_REQUEST, /* reading the request (header, then payload) */
+	SRV_REPLY,   /* writing the reply; closed once it is out */
+};
+
+struct srv_conn {
+	struct ev_handler ev;
+	enum srv_state state;
+	uint64_t accepted_ns, deadline_ns;
+	size_t in_len; /* bytes of `in` read */
+	struct req_msg in;
+	size_t out_off; /* bytes of `out` written */
+	struct reply_msg out;
+	struct srv_conn *prev, *next; /* open ones, oldest first */
+};
+
+/* ---- lookups ---- */
+
+enum call_state { CALL_CONNECTING, CALL_SENDING, CALL_RECEIVING };
+
+struct call {
+	struct ev_handler ev;
+	enum call_state state;
+	uint64_t deadline_ns;
+	rpc_done_fn done;
+	void *arg;
+	size_t out_off;
+	struct req_msg out;
+	size_t in_len;
+	struct reply_msg in;
+	struct call *prev, *next;
+};
+
+static struct {
+	int epfd;
+	struct srv_conn *conns, *conns_tail;
+	unsigned nconns;
+	struct call *calls;
+	unsigned ncalls;
+	/* Closed during this batch: freed by rpc_sweep(). */
+	struct srv_conn *dead_conns;
+	struct call *dead_calls;
+} rpc = {.epfd = -1};
 
 int rpc_listen(void)
 {
@@ -89,44 +161,163 @@ static void fill_reply(const struct dp_rpc_lookup *req, struct dp_rpc_lookup_rep
 	rpc_segment_record(s, r);
 }
 
-void rpc_serve(int lfd)
+static void srv_close(struct srv_conn *k)
 {
-	struct {
-		struct dp_rpc_hdr h;
-		struct dp_rpc_lookup req;
-	} in;
-	struct {
-		struct dp_rpc_hdr h;
-		struct dp_rpc_lookup_reply r;
-	} out;
-	int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-	uint64_t deadline = dp_now_ns() + SERVE_TIMEOUT_MS * 1000000ull;
+	if (k->prev)
+		k->prev->next = k->next;
+	else
+		rpc.conns = k->next;
+	if (k->next)
+		k->next->prev = k->prev;
+	else
+		rpc.conns_tail = k->prev;
+	rpc.nconns--;
+	ev_del(rpc.epfd, &k->ev, "a peer RPC connection");
+	close(k->ev.fd);
+	k->ev.fd = -1;
+	k->next = rpc.dead_conns;
+	rpc.dead_conns = k;
+}
 
-	if (fd < 0)
-		return;
-	memset(&out, 0, sizeof(out));
-	out.h = (struct dp_rpc_hdr){.magic = DP_RPC_MAGIC,
-				    .version = DP_RPC_VERSION,
-				    .type = DP_RPC_LOOKUP | DP_RPC_REPLY,
-				    .len = sizeof(out.r)};
-	if (dp_net_read_full(fd, &in.h, sizeof(in.h), deadline)) {
-		close(fd);
+/* The request is whole (or cannot become so: status set): the reply. */
+static void srv_reply(struct srv_conn *k, int status)
+{
+	k->out.h = (struct dp_rpc_hdr){.magic = DP_RPC_MAGIC,
+				       .version = DP_RPC_VERSION,
+				       .type = DP_RPC_LOOKUP | DP_RPC_REPLY,
+				       .len = sizeof(k->out.r)};
+	memcpy(k->out.r.server_name, cfg.server_name, sizeof(k->out.r.server_name));
+	if (status)
+		k->out.r.status = status;
+	else
+		fill_reply(&k->in.req, &k->out.r);
+	if (k->out.r.status)
+		log_debug("peer RPC: request refused: %s", strerror(-k->out.r.status));
+	k->state = SRV_REPLY;
+	k->out_off = 0;
+}
+
+/* Checks a whole header: 0 (read the payload) or the status to answer. */
+static int srv_check_hdr(const struct dp_rpc_hdr *h)
+{
+	if (h->magic != DP_RPC_MAGIC)
+		return -EBADMSG;
+	if (h->version != DP_RPC_VERSION)
+		return -EPROTONOSUPPORT;
+	if (h->type != DP_RPC_LOOKUP || h->len != sizeof(struct dp_rpc_lookup))
+		return -EBADMSG;
+	return 0;
+}
+
+/*
+ * Moves a connection as far as its socket allows. Reads only the bytes the
+ * state needs (the header, then the payload it announced), writes only
+ * what the socket takes, and closes the connection once the reply is out
+ * or the peer is gone. A further message round (an authentication
+ * challenge) is one more state here, with its own buffer.
+ */
+static void srv_advance(struct srv_conn *k)
+{
+	while (k->state == SRV_REQUEST) {
+		size_t want = k->in_len < sizeof(k->in.h) ? sizeof(k->in.h) : sizeof(k->in);
+		ssize_t n = recv(k->ev.fd, (char *)&k->in + k->in_len, want - k->in_len, 0);
+		int rc;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		if (n <= 0) {
+			/* Gone before a whole header: nothing to answer. A
+			 * payload cut short is answered (-EBADMSG). */
+			if (k->in_len < sizeof(k->in.h)) {
+				srv_close(k);
+				return;
+			}
+			srv_reply(k, -EBADMSG);
+			break;
+		}
+		k->in_len += (size_t)n;
+		if (k->in_len == sizeof(k->in.h) && (rc = srv_check_hdr(&k->in.h))) {
+			srv_reply(k, rc);
+			break;
+		}
+		if (k->in_len == sizeof(k->in))
+			srv_reply(k, 0);
+	}
+	while (k->out_off < sizeof(k->out)) {
+		ssize_t n = send(k->ev.fd, (char *)&k->out + k->out_off,
+				 sizeof(k->out) - k->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			if (ev_mod(rpc.epfd, &k->ev, EPOLLOUT, "a peer RPC connection"))
+				srv_close(k);
+			return;
+		}
+		if (n <= 0) {
+			srv_close(k);
+			return;
+		}
+		k->out_off += (size_t)n;
+	}
+	srv_close(k);
+}
+
+static void on_srv_event(struct ev_handler *h, uint32_t events)
+{
+	struct srv_conn *k = (struct srv_conn *)h;
+
+	if (events & EPOLLERR) {
+		srv_close(k);
 		return;
 	}
-	if (in.h.magic != DP_RPC_MAGIC)
-		out.r.status = -EBADMSG;
-	else if (in.h.version != DP_RPC_VERSION)
-		out.r.status = -EPROTONOSUPPORT;
-	else if (in.h.type != DP_RPC_LOOKUP || in.h.len != sizeof(in.req))
-		out.r.status = -EBADMSG;
-	else if (dp_net_read_full(fd, &in.req, sizeof(in.req), deadline))
-		out.r.status = -EBADMSG;
-	else
-		fill_reply(&in.req, &out.r);
-	if (out.r.status)
-		log_debug("peer RPC: request refused: %s", strerror(-out.r.status));
-	dp_net_write_full(fd, &out, sizeof(out), deadline);
-	close(fd);
+	srv_advance(k);
+}
+
+void rpc_accept(int lfd)
+{
+	/* A bounded batch per wake-up: the loop has other fds to serve. */
+	for (unsigned i = 0; i < RPC_MAX_CONNS; i++) {
+		int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		struct srv_conn *k;
+
+		if (fd < 0)
+			return;
+		/* Full: the oldest goes. A real request is answered within a
+		 * loop round of its arrival, so the oldest is one that says
+		 * nothing (or trickles); a flood of such cycles through its
+		 * own connections, not through the lookups of others. */
+		if (rpc.nconns >= RPC_MAX_CONNS) {
+			log_debug("peer RPC: %u connections open; the oldest is closed",
+				  rpc.nconns);
+			srv_close(rpc.conns);
+		}
+		k = calloc(1, sizeof(*k));
+		if (!k) {
+			close(fd);
+			return;
+		}
+		k->ev = (struct ev_handler){.fd = fd, .on_event = on_srv_event};
+		k->state = SRV_REQUEST;
+		k->accepted_ns = dp_now_ns();
+		k->deadline_ns = k->accepted_ns + RPC_SERVE_TIMEOUT_MS * NS_PER_MS;
+		if (ev_add(rpc.epfd, &k->ev, EPOLLIN, "a peer RPC connection")) {
+			close(fd);
+			free(k);
+			return;
+		}
+		k->prev = rpc.conns_tail;
+		if (rpc.conns_tail)
+			rpc.conns_tail->next = k;
+		else
+			rpc.conns = k;
+		rpc.conns_tail = k;
+		rpc.nconns++;
+		/* The request is usually there already. */
+		srv_advance(k);
+	}
 }
 
 int rpc_reply_check(const struct dp_rpc_hdr *h, const struct dp_rpc_lookup_reply *r)
@@ -179,8 +370,10 @@ static bool addr_is_ours(const struct sockaddr *sa)
 	struct ifaddrs *ifs, *i;
 	bool ours = false;
 
+	/* Loopback, and 0.0.0.0 (which connects to this host). */
 	if (sa->sa_family == AF_INET &&
-	    (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127)
+	    ((ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127 ||
+	     ((const struct sockaddr_in *)sa)->sin_addr.s_addr == htonl(INADDR_ANY)))
 		return true;
 	if (getifaddrs(&ifs))
 		return false;
@@ -212,50 +405,266 @@ bool rpc_is_self(const char *peer)
 	return self_addr;
 }
 
-int rpc_lookup(const char *peer, const char *name, struct dp_rpc_lookup_reply *out)
+/* ---- lookups ---- */
+
+static void call_unlink(struct call *k)
+{
+	if (k->prev)
+		k->prev->next = k->next;
+	else
+		rpc.calls = k->next;
+	if (k->next)
+		k->next->prev = k->prev;
+	rpc.ncalls--;
+	ev_del(rpc.epfd, &k->ev, "a peer RPC lookup");
+	close(k->ev.fd);
+	k->ev.fd = -1;
+	k->next = rpc.dead_calls;
+	rpc.dead_calls = k;
+}
+
+/* Ends a lookup: closed first, then its caller told (rc, and the reply
+ * when rc is 0). */
+static void call_end(struct call *k, int rc)
+{
+	struct dp_rpc_lookup_reply r;
+
+	call_unlink(k);
+	if (!rc)
+		rc = rpc_reply_check(&k->in.h, &k->in.r);
+	if (!rc)
+		r = k->in.r;
+	k->done(k->arg, rc, rc ? NULL : &r);
+}
+
+/* How a socket error ends a lookup: a peer that went away is unreachable,
+ * anything else garbled the exchange. */
+static int call_err(int err)
+{
+	return err == ECONNRESET || err == EPIPE || err == ECONNREFUSED ? -EHOSTUNREACH : -EBADMSG;
+}
+
+static void call_advance(struct call *k)
+{
+	ssize_t n;
+	int rc;
+
+	if (k->state == CALL_CONNECTING) {
+		rc = dp_net_connect_result(k->ev.fd);
+		if (rc) {
+			call_end(k, -EHOSTUNREACH);
+			return;
+		}
+		k->state = CALL_SENDING;
+	}
+	while (k->state == CALL_SENDING) {
+		n = send(k->ev.fd, (char *)&k->out + k->out_off, sizeof(k->out) - k->out_off,
+			 MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			if (ev_mod(rpc.epfd, &k->ev, EPOLLOUT, "a peer RPC lookup"))
+				call_end(k, -EHOSTUNREACH);
+			return;
+		}
+		if (n <= 0) {
+			call_end(k, n < 0 ? call_err(errno) : -EHOSTUNREACH);
+			return;
+		}
+		k->out_off += (size_t)n;
+		if (k->out_off < sizeof(k->out))
+			continue;
+		k->state = CALL_RECEIVING;
+		if (ev_mod(rpc.epfd, &k->ev, EPOLLIN, "a peer RPC lookup")) {
+			call_end(k, -EHOSTUNREACH);
+			return;
+		}
+	}
+	for (;;) {
+		size_t want = k->in_len < sizeof(k->in.h) ? sizeof(k->in.h) : sizeof(k->in);
+
+		n = recv(k->ev.fd, (char *)&k->in + k->in_len, want - k->in_len, MSG_DONTWAIT);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		if (n <= 0) {
+			/* Closed (or reset) before the whole reply. */
+			call_end(k, n < 0 ? call_err(errno) : -EHOSTUNREACH);
+			return;
+		}
+		k->in_len += (size_t)n;
+		if (k->in_len == sizeof(k->in.h) && k->in.h.len != sizeof(k->in.r)) {
+			call_end(k, -EBADMSG);
+			return;
+		}
+		if (k->in_len == sizeof(k->in)) {
+			call_end(k, 0);
+			return;
+		}
+	}
+}
+
+static void on_call_event(struct ev_handler *h, uint32_t events)
+{
+	struct call *k = (struct call *)h;
+
+	/* A failed connect shows as EPOLLERR: SO_ERROR says which. */
+	if (events & EPOLLERR && k->state != CALL_CONNECTING) {
+		call_end(k, -EHOSTUNREACH);
+		return;
+	}
+	call_advance(k);
+}
+
+/* host, port -> an IPv4 address. A literal address is read at once; a
+ * name goes through getaddrinfo() (the hosts file, or DNS: see rpc.h). */
+static int resolve(const char *host, const char *port, struct sockaddr_in *sa)
 {
 	struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai;
-	struct {
-		struct dp_rpc_hdr h;
-		struct dp_rpc_lookup req;
-	} msg;
-	struct dp_rpc_hdr h;
+
+	memset(sa, 0, sizeof(*sa));
+	sa->sin_family = AF_INET;
+	sa->sin_port = htons((uint16_t)atoi(port));
+	if (atoi(port) <= 0 || atoi(port) > 65535)
+		return -EINVAL;
+	if (inet_pton(AF_INET, host, &sa->sin_addr) == 1)
+		return 0;
+	if (getaddrinfo(host, port, &hints, &ai))
+		return -EHOSTUNREACH;
+	*sa = *(const struct sockaddr_in *)ai->ai_addr;
+	freeaddrinfo(ai);
+	return 0;
+}
+
+int rpc_lookup_start(const char *peer, const char *name, rpc_done_fn done, void *arg)
+{
+	struct sockaddr_in sa;
 	char host[DP_NAME_MAX], port[16];
-	uint64_t deadline = dp_now_ns() + DP_RPC_TIMEOUT_MS * 1000000ull;
+	struct call *k;
 	int fd, rc;
 
 	if (split_peer(peer, host, sizeof(host), port, sizeof(port)))
 		return -EINVAL;
-	if (getaddrinfo(host, port, &hints, &ai))
-		return -EHOSTUNREACH;
-	fd = dp_net_socket(AF_INET, SOCK_STREAM);
-	if (fd < 0) {
-		freeaddrinfo(ai);
-		return fd;
-	}
-	rc = dp_net_connect(fd, ai->ai_addr, ai->ai_addrlen, deadline);
-	freeaddrinfo(ai);
-	if (rc) {
-		close(fd);
-		return rc == -ETIMEDOUT ? rc : -EHOSTUNREACH;
-	}
-	memset(&msg, 0, sizeof(msg));
-	msg.h = (struct dp_rpc_hdr){.magic = DP_RPC_MAGIC,
-				    .version = DP_RPC_VERSION,
-				    .type = DP_RPC_LOOKUP,
-				    .len = sizeof(msg.req)};
-	snprintf(msg.req.name, sizeof(msg.req.name), "%s", name);
-	rc = dp_net_write_full(fd, &msg, sizeof(msg), deadline);
-	if (!rc)
-		rc = dp_net_read_full(fd, &h, sizeof(h), deadline);
-	if (!rc && h.len != sizeof(*out))
-		rc = -EBADMSG;
-	if (!rc)
-		rc = dp_net_read_full(fd, out, sizeof(*out), deadline);
-	close(fd);
-	if (rc == -ECONNRESET)
-		return -EHOSTUNREACH;
+	if (rpc.ncalls >= RPC_MAX_CALLS)
+		return -EAGAIN;
+	rc = resolve(host, port, &sa);
 	if (rc)
-		return rc == -ETIMEDOUT ? rc : -EBADMSG;
-	return rpc_reply_check(&h, out);
+		return rc;
+	fd = dp_net_socket(AF_INET, SOCK_STREAM);
+	if (fd < 0)
+		return fd;
+	rc = dp_net_connect_start(fd, (struct sockaddr *)&sa, sizeof(sa));
+	if (rc && rc != -EINPROGRESS) {
+		close(fd);
+		return -EHOSTUNREACH;
+	}
+	k = calloc(1, sizeof(*k));
+	if (!k) {
+		close(fd);
+		return -ENOMEM;
+	}
+	k->ev = (struct ev_handler){.fd = fd, .on_event = on_call_event};
+	k->state = rc ? CALL_CONNECTING : CALL_SENDING;
+	k->deadline_ns = dp_now_ns() + DP_RPC_TIMEOUT_MS * NS_PER_MS;
+	k->done = done;
+	k->arg = arg;
+	k->out.h = (struct dp_rpc_hdr){.magic = DP_RPC_MAGIC,
+				       .version = DP_RPC_VERSION,
+				       .type = DP_RPC_LOOKUP,
+				       .len = sizeof(k->out.req)};
+	snprintf(k->out.req.name, sizeof(k->out.req.name), "%s", name);
+	/* Connecting: wait until writable. Connected (loopback may be at
+	 * once): the request goes from the loop too, so `done` never runs
+	 * inside this call. */
+	if (ev_add(rpc.epfd, &k->ev, EPOLLOUT, "a peer RPC lookup")) {
+		close(fd);
+		free(k);
+		return -EHOSTUNREACH;
+	}
+	k->next = rpc.calls;
+	if (rpc.calls)
+		rpc.calls->prev = k;
+	rpc.calls = k;
+	rpc.ncalls++;
+	return 0;
+}
+
+/* ---- the loop's side ---- */
+
+void rpc_start(int epfd)
+{
+	rpc.epfd = epfd;
+}
+
+int rpc_timeout_ms(void)
+{
+	uint64_t next = UINT64_MAX, now;
+
+	for (struct srv_conn *k = rpc.conns; k; k = k->next)
+		if (k->deadline_ns < next)
+			next = k->deadline_ns;
+	for (struct call *k = rpc.calls; k; k = k->next)
+		if (k->deadline_ns < next)
+			next = k->deadline_ns;
+	if (next == UINT64_MAX)
+		return -1;
+	now = dp_now_ns();
+	/* Rounded up: woken before the deadline, the sweep would find
+	 * nothing due and the loop would spin. */
+	return next <= now ? 0 : (int)((next - now + NS_PER_MS - 1) / NS_PER_MS);
+}
+
+static void free_dead(void)
+{
+	while (rpc.dead_conns) {
+		struct srv_conn *k = rpc.dead_conns;
+
+		rpc.dead_conns = k->next;
+		free(k);
+	}
+	while (rpc.dead_calls) {
+		struct call *k = rpc.dead_calls;
+
+		rpc.dead_calls = k->next;
+		free(k);
+	}
+}
+
+void rpc_sweep(void)
+{
+	uint64_t now = dp_now_ns();
+	struct srv_conn *k, *knext;
+	struct call *c, *cnext;
+
+	for (k = rpc.conns; k; k = knext) {
+		knext = k->next;
+		if (k->deadline_ns <= now) {
+			log_debug("peer RPC: a connection idle or slow for %u ms is closed",
+				  RPC_SERVE_TIMEOUT_MS);
+			srv_close(k);
+		}
+	}
+	/* A lookup's callback may start another lookup (at the head of the
+	 * list); the deadlines are checked on a snapshot of the due ones. */
+	for (;;) {
+		for (c = rpc.calls; c; c = cnext) {
+			cnext = c->next;
+			if (c->deadline_ns <= now)
+				break;
+		}
+		if (!c)
+			break;
+		call_end(c, -ETIMEDOUT);
+	}
+	free_dead();
+}
+
+void rpc_shutdown(void)
+{
+	while (rpc.conns)
+		srv_close(rpc.conns);
+	while (rpc.calls)
+		call_end(rpc.calls, -ECANCELED);
+	free_dead();
 }

@@ -3,6 +3,11 @@
  * rpc.h - the peer protocol: how one dataplaned asks another, over TCP, for
  * the description of a segment it exports. One request and one reply per
  * connection, fixed sizes, every field checked on both ends.
+ *
+ * Both ends run on the control thread's epoll loop and never wait on the
+ * network there: the server serves each connection as its bytes come
+ * (non-blocking, a deadline per connection, a cap on connections), and a
+ * lookup is a non-blocking exchange that reports through a callback.
  */
 #ifndef DP_RPC_H
 #define DP_RPC_H
@@ -15,8 +20,11 @@
 #define DP_RPC_VERSION 1u
 #define DP_RPC_LOOKUP 1u
 #define DP_RPC_REPLY 0x8000u
-#define DP_RPC_TIMEOUT_MS 2000
-#define DP_RPC_F_VIRT_ADDR 1u /* targets are virtual addresses, not offsets */
+#define DP_RPC_TIMEOUT_MS 2000	 /* a lookup, connect to reply */
+#define RPC_SERVE_TIMEOUT_MS 500 /* a served connection, accept to reply */
+#define RPC_MAX_CONNS 64	 /* served connections at once; one more evicts the oldest */
+#define RPC_MAX_CALLS 256	 /* lookups in flight; one more fails -EAGAIN */
+#define DP_RPC_F_VIRT_ADDR 1u	 /* targets are virtual addresses, not offsets */
 
 struct dp_rpc_hdr {
 	uint32_t magic;
@@ -48,6 +56,22 @@ struct dp_rpc_lookup_reply {
 	struct dp_rpc_rail rail[DP_MAX_RAILS];
 };
 
+/* The control loop's epoll set, for the connections and lookups below. */
+void rpc_start(int epfd);
+
+/* Server side: the listening socket (updates cfg.rpc_port and
+ * cfg.server_name when the port was 0), and the handler of its readiness:
+ * accepts what is pending, each connection served from the loop. */
+int rpc_listen(void);
+void rpc_accept(int lfd);
+
+/* The loop's epoll timeout (ms until the next deadline of a connection or
+ * lookup; -1 none), and the sweep it runs after every batch: ends what is
+ * past its deadline and frees what was closed. */
+int rpc_timeout_ms(void);
+void rpc_sweep(void);
+/* At exit: closes the connections; lookups in flight end -ECANCELED. */
+void rpc_shutdown(void);
 /* Server side (control thread): the listening socket (updates cfg.rpc_port
  * and cfg.server_name when the port was 0), and one request served. */
 int rpc_listen(void);
@@ -61,12 +85,21 @@ int rpc_segment_record(const struct segment *s, struct dp_rpc_lookup_reply *r);
 /* Checks a reply as received: 0, the peer's negative status, or -EBADMSG. */
 int rpc_reply_check(const struct dp_rpc_hdr *h, const struct dp_rpc_lookup_reply *r);
 
-/* Client side: asks `peer` ("host:port", optionally followed by "@rail")
- * for segment `name`. -EHOSTUNREACH, -ETIMEDOUT, -EBADMSG or the peer's
- * status. */
-int rpc_lookup(const char *peer, const char *name, struct dp_rpc_lookup_reply *out);
+/*
+ * Client side: asks `peer` ("host:port", optionally followed by "@rail")
+ * for segment `name`, without waiting. 0: `done` will be called exactly
+ * once, from the loop (never from inside this call), with 0 and the reply,
+ * or -EHOSTUNREACH, -ETIMEDOUT (DP_RPC_TIMEOUT_MS after the start),
+ * -EBADMSG, -ECANCELED (rpc_shutdown) or the peer's status. Or at once:
+ * -EINVAL (not host:port), -EHOSTUNREACH, -EAGAIN (RPC_MAX_CALLS in
+ * flight), -ENOMEM. A host that is a literal IPv4 address costs nothing;
+ * a name is resolved with getaddrinfo() on the calling thread.
+ */
+typedef void (*rpc_done_fn)(void *arg, int rc, const struct dp_rpc_lookup_reply *r);
+int rpc_lookup_start(const char *peer, const char *name, rpc_done_fn done, void *arg);
 
-/* True when `peer` names this service. */
+/* True when `peer` names this service: its server name, or its RPC port
+ * on a loopback address, 0.0.0.0 or an address of this host. */
 bool rpc_is_self(const char *peer);
 
 #endif /* DP_RPC_H */

@@ -204,50 +204,32 @@ static bool remote_same(const struct remote_seg *rs, const struct peer *pr,
 	return true;
 }
 
-/* Resolves a segment of another service through its RPC port (peer
- * "host:port") or the cluster directory (peer ""), or the cache. A peer
- * string or a record that turns out to name this service resolves locally. */
-static int remote_open(const char *peer, const char *name, struct segment **out)
+/* A peer's (or the directory's) answer `r` about `name`, asked of `peer`
+ * ("" for the directory), as a segment: this service's own export when the
+ * answer names this service, else the cached one when it still matches, or
+ * a new cache entry. 0 with *out (no reference taken) or -errno. */
+static int remote_install(const char *peer, const char *name, const struct dp_rpc_lookup_reply *r,
+			  struct segment **out)
 {
-	struct dp_rpc_lookup_reply r;
 	struct remote_seg *rs;
 	struct segment *s;
 	struct peer *pr;
-	int rc;
 
-	if (!fabric_nrails())
-		return -EHOSTUNREACH;
-	remotes_prune();
-	/* The directory keeps its records fresh (remotes_invalidate). A
-	 * host:port is asked again at every open: its export may have been
-	 * replaced (new keys), or the peer restarted on the same port (new
-	 * addresses), without a transfer failing in between. */
-	for (s = remotes; s && !peer[0]; s = s->next)
-		if (!strcmp(s->name, name) && !s->owner_name[0]) {
-			*out = s;
-			return 0;
-		}
-	rc = peer[0] ? rpc_lookup(peer, name, &r) : directory_lookup(name, &r);
-	if (rc) {
-		log_info("segment '%s' on %s: %s", name, peer[0] ? peer : "the directory",
-			 strerror(-rc));
-		return rc;
-	}
-	if (!strcmp(r.server_name, cfg.server_name)) {
+	if (!strcmp(r->server_name, cfg.server_name)) {
 		s = export_find(name);
 		if (!s)
 			return -ENOENT;
 		*out = s;
 		return 0;
 	}
-	pr = peer_get(&r);
+	pr = peer_get(r);
 	if (!pr)
 		return -EHOSTUNREACH;
 	for (struct segment **pp = &remotes; *pp; pp = &(*pp)->next) {
 		s = *pp;
 		if (strcmp(s->name, name) || strcmp(s->owner_name, peer))
 			continue;
-		if (remote_same(s->remote, pr, &r)) {
+		if (remote_same(s->remote, pr, r)) {
 			*out = s;
 			return 0;
 		}
@@ -265,15 +247,15 @@ static int remote_open(const char *peer, const char *name, struct segment **out)
 		return -ENOMEM;
 	}
 	rs->peer = pr;
-	rs->base = r.base;
-	rs->len = r.len;
-	rs->access = r.access;
+	rs->base = r->base;
+	rs->len = r->len;
+	rs->access = r->access;
 	rs->nrails = rs->peer->nrails;
 	for (unsigned i = 0; i < rs->nrails; i++)
-		rs->key[i] = r.rail[i].key;
+		rs->key[i] = r->rail[i].key;
 	atomic_init(&s->refs, 1); /* the cache's */
 	s->remote = rs;
-	s->access = r.access;
+	s->access = r->access;
 	snprintf(s->name, sizeof(s->name), "%s", name);
 	snprintf(s->owner_name, sizeof(s->owner_name), "%s", peer);
 	s->next = remotes;
@@ -283,6 +265,121 @@ static int remote_open(const char *peer, const char *name, struct segment **out)
 		 rs->access == DP_ACCESS_RW ? "rw" : "ro", rs->nrails);
 	*out = s;
 	return 0;
+}
+
+/* Resolves a segment through the cluster directory, or from the cache. */
+static int directory_open(const char *name, struct segment **out)
+{
+	struct dp_rpc_lookup_reply r;
+	int rc;
+
+	if (!fabric_nrails())
+		return -EHOSTUNREACH;
+	remotes_prune();
+	/* The directory keeps its records fresh (remotes_invalidate). */
+	for (struct segment *s = remotes; s; s = s->next)
+		if (!strcmp(s->name, name) && !s->owner_name[0]) {
+			*out = s;
+			return 0;
+		}
+	rc = directory_lookup(name, &r);
+	if (rc) {
+		log_info("segment '%s' on the directory: %s", name, strerror(-rc));
+		return rc;
+	}
+	return remote_install("", name, &r, out);
+}
+
+/* ---- lookups through a peer's RPC port, in flight ---- */
+
+/* One who waits for a lookup. */
+struct waiter {
+	segment_resolved_fn fn;
+	void *arg;
+	struct waiter *next;
+};
+
+/* A lookup of (peer, name) in flight; opens of the same pair while it is
+ * share it. */
+struct lookup {
+	char peer[DP_NAME_MAX];
+	char name[DP_NAME_MAX];
+	struct waiter *waiters;
+	struct lookup *next;
+};
+
+static struct lookup *lookups;
+
+static void lookup_done(void *arg, int rc, const struct dp_rpc_lookup_reply *r)
+{
+	struct lookup *lk = arg;
+	struct segment *s = NULL;
+	struct waiter *w;
+
+	for (struct lookup **pp = &lookups; *pp; pp = &(*pp)->next)
+		if (*pp == lk) {
+			*pp = lk->next;
+			break;
+		}
+	if (!rc) {
+		remotes_prune();
+		rc = remote_install(lk->peer, lk->name, r, &s);
+	}
+	if (rc)
+		log_info("segment '%s' on %s: %s", lk->name, lk->peer, strerror(-rc));
+	/* The cache holds `s` while the waiters take their references. */
+	while ((w = lk->waiters)) {
+		lk->waiters = w->next;
+		w->fn(w->arg, rc, rc ? NULL : s);
+		free(w);
+	}
+	free(lk);
+}
+
+/*
+ * Asks `peer` for `name`, without waiting: `fn` is called from the loop.
+ * A host:port is asked again at every open (no cache read): its export
+ * may have been replaced (new keys), or the peer restarted on the same
+ * port (new addresses), without a transfer failing in between. Opens of
+ * the same (peer, name) while one lookup is in flight share its answer.
+ */
+static int peer_open(const char *peer, const char *name, segment_resolved_fn fn, void *arg)
+{
+	struct lookup *lk;
+	struct waiter *w;
+	int rc;
+
+	if (!fabric_nrails())
+		return -EHOSTUNREACH;
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	w->fn = fn;
+	w->arg = arg;
+	for (lk = lookups; lk; lk = lk->next)
+		if (!strcmp(lk->peer, peer) && !strcmp(lk->name, name)) {
+			w->next = lk->waiters;
+			lk->waiters = w;
+			return SEGMENT_PENDING;
+		}
+	lk = calloc(1, sizeof(*lk));
+	if (!lk) {
+		free(w);
+		return -ENOMEM;
+	}
+	snprintf(lk->peer, sizeof(lk->peer), "%s", peer);
+	snprintf(lk->name, sizeof(lk->name), "%s", name);
+	lk->waiters = w;
+	rc = rpc_lookup_start(peer, name, lookup_done, lk);
+	if (rc) {
+		log_info("segment '%s' on %s: %s", name, peer, strerror(-rc));
+		free(w);
+		free(lk);
+		return rc;
+	}
+	lk->next = lookups;
+	lookups = lk;
+	return SEGMENT_PENDING;
 }
 
 /* The directory's word on a name (directory.h): a record gone or replaced
@@ -306,19 +403,24 @@ void remotes_invalidate(const char *name, bool kill)
 	}
 }
 
-int segment_resolve(const char *peer, const char *name, struct segment **out)
+int segment_resolve(const char *peer, const char *name, struct segment **out,
+		    segment_resolved_fn fn, void *arg)
 {
 	/* Another service's: by its RPC port, or (no peer, not exported
-	 * here) wherever the cluster directory says. */
-	if ((peer[0] && !rpc_is_self(peer)) ||
-	    (!peer[0] && directory_enabled() && !export_find(name)))
-		return remote_open(peer, name, out);
+	 * here) wherever the cluster directory says. A peer string that
+	 * names this service resolves here, without a lookup. */
+	if (peer[0] && !rpc_is_self(peer))
+		return peer_open(peer, name, fn, arg);
+	if (!peer[0] && directory_enabled() && !export_find(name))
+		return directory_open(name, out);
 	*out = export_find(name);
 	return *out ? 0 : -ENOENT;
 }
 
 void segments_cleanup(void)
 {
+	/* Lookups in flight end (-ECANCELED) and tell their waiters. */
+	rpc_shutdown();
 	while (remotes) {
 		struct segment *s = remotes;
 

@@ -5,8 +5,10 @@
  *  - exports: regions of this service's clients, published under a name
  *    (and in the cluster directory, directory.h);
  *  - the remote-segment cache: segments of other services, resolved
- *    through their RPC port (rpc.h) or the directory, kept until the peer
- *    is found dead, the export is replaced, or the directory says so;
+ *    through their RPC port (rpc.h, asynchronously: lookups in flight are
+ *    kept here with whoever waits for them) or the directory, kept until
+ *    the peer is found dead, the export is replaced, or the directory says
+ *    so;
  *  - peers: the other services those segments live on, with their fabric
  *    addresses (fabric.h), kept for the life of the service.
  *
@@ -42,17 +44,30 @@ void exports_release(struct segment *dead);
 /*
  * The segment a client opens: `peer` "" and `name` exported here, or
  * another service's (peer "host:port", or "" and not exported here while
- * the directory is on), from the cache or resolved now. A peer string or a
- * record that names this service resolves locally. 0 with *out (no
- * reference taken), or -ENOENT, -EHOSTUNREACH, -ETIMEDOUT, -EBADMSG (what a
- * peer or the directory answered), -ENOMEM, or the peer's status.
+ * the directory is on). A peer string that names this service (rpc.h
+ * rpc_is_self), or an answer that does, resolves locally.
+ *
+ * Returns 0 with *out (no reference taken) when known now: a local export,
+ * or through the directory (whose lookup is synchronous, with its own
+ * 500 ms timeout: directory.h). Through a peer's RPC port the answer takes
+ * a network exchange: SEGMENT_PENDING, and fn(arg, rc, s) is called once,
+ * later, from the control loop (never from inside this call), with 0 and
+ * the segment (no reference taken: take one before returning) or the
+ * error; opens of the same (peer, name) in flight share one lookup. Errors:
+ * -ENOENT, -EHOSTUNREACH, -ETIMEDOUT, -EBADMSG (what a peer or the
+ * directory answered), -EAGAIN (too many lookups in flight), -ENOMEM,
+ * -ECANCELED (shutdown), or the peer's status.
  */
-int segment_resolve(const char *peer, const char *name, struct segment **out);
+#define SEGMENT_PENDING 1
+typedef void (*segment_resolved_fn)(void *arg, int rc, struct segment *s);
+int segment_resolve(const char *peer, const char *name, struct segment **out,
+		    segment_resolved_fn fn, void *arg);
 
 /* The directory's word on a name (directory_invalidate_fn, directory.h). */
 void remotes_invalidate(const char *name, bool kill);
 
-/* At exit: drops the remote-segment cache and frees the peers. */
+/* At exit: ends the lookups in flight (their waiters are told
+ * -ECANCELED), drops the remote-segment cache and frees the peers. */
 void segments_cleanup(void);
 
 #endif /* DP_SEGMENTS_H */

@@ -505,8 +505,8 @@ static void queue_publish(struct queue *q)
 	struct dp_stats_queue *s = q->st;
 
 	/* Our private views of the rings: what the last peek and reserve saw. */
-	__atomic_store_n(&s->sq_depth, q->pair.sq.cached - q->pair.sq.local, __ATOMIC_RELAXED);
-	__atomic_store_n(&s->cq_depth, q->pair.cq.local + q->nstage - q->pair.cq.cached,
+	__atomic_store_n(&s->sq_depth, dp_ring_avail_cached(&q->pair.sq), __ATOMIC_RELAXED);
+	__atomic_store_n(&s->cq_depth, dp_ring_used_cached(&q->pair.cq) + q->nstage,
 			 __ATOMIC_RELAXED);
 	if (s->submitted == q->ctr.submitted && s->doorbells == q->ctr.doorbells &&
 	    s->completed + s->failed == q->ctr.completed + q->ctr.failed)

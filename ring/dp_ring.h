@@ -146,102 +146,85 @@ static inline void *dp_ring_slot(const struct dp_ring *r, uint32_t idx)
 }
 
 /*
- * Producer, step 1: reserve up to `n` slots starting at *idx. Returns the
- * number reserved (burst: as many as fit; bulk: n or 0), or -EPROTO when the
- * consumer's head is not within one ring of our tail.
+ * Step 1 for both sides, one helper in the shape of DPDK's shared
+ * __rte_ring_move_prod_head/__rte_ring_move_cons_head: up to `n` entries
+ * from *idx on are ours to use, counted as `capacity + theirs - ours`. A
+ * producer passes the ring size and the consumer's head (free slots =
+ * size - (tail - head)); a consumer passes 0 and the producer's tail
+ * (readable entries = tail - head). The other side's index is loaded only
+ * when the cached copy says fewer than `n`. Returns the count (burst: as
+ * many as there are; bulk: n or 0), or -EPROTO when the other side's index
+ * is not within one ring of ours: a corrupt or hostile peer, never followed.
  */
-static inline int dp_ring__reserve(struct dp_ring *r, uint32_t n, uint32_t *idx, int bulk)
+static inline int dp_ring__move(struct dp_ring *r, uint32_t n, uint32_t *idx, int bulk,
+				uint32_t capacity, const uint32_t *theirs)
 {
-	uint32_t size = r->mask + 1;
-	uint32_t free_slots = size - (r->local - r->cached);
+	uint32_t entries = capacity + r->cached - r->local;
 
-	if (free_slots < n) {
-		/* Acquire: pairs with the release of head in dp_ring_release().
-		 * The consumer's reads of the slots it released happen before
-		 * we overwrite them. */
-		uint32_t head = __atomic_load_n(&r->hdr->head, __ATOMIC_ACQUIRE);
-		uint32_t used = r->local - head;
-		/* A bogus head is never cached: the next call would compute
-		 * more free slots than the ring has from it and write past
-		 * the slots. */
-		if (used > size)
+	*idx = r->local;
+	if (entries < n) {
+		/* Acquire: pairs with the other side's release of its index
+		 * (#1/#2 and #3/#4 in docs/ring.md). A consumer reads slots
+		 * only after they are fully written; a producer overwrites
+		 * slots only after the consumer's reads of them are done. */
+		uint32_t other = __atomic_load_n(theirs, __ATOMIC_ACQUIRE);
+
+		entries = capacity + other - r->local;
+		/* A bogus index is never cached: the next call would count
+		 * more entries than the ring has from it and read or write
+		 * past the slots. In unsigned arithmetic "more than a ring"
+		 * covers both ways of being wrong on either side: too far
+		 * ahead of our index, or behind it. */
+		if (entries > r->mask + 1)
 			return -EPROTO;
-		r->cached = head;
-		free_slots = size - used;
-		if (free_slots < n) {
+		r->cached = other;
+		if (entries < n) {
 			if (bulk)
 				return 0;
-			n = free_slots;
+			n = entries;
 		}
 	}
-	*idx = r->local;
 	return (int)n;
 }
 
+/* Producer, step 1: reserve up to `n` slots starting at *idx (burst: as
+ * many as fit; bulk: n or 0), or -EPROTO for a head out of range. */
 static inline int dp_ring_reserve(struct dp_ring *r, uint32_t n, uint32_t *idx)
 {
-	return dp_ring__reserve(r, n, idx, 0);
+	return dp_ring__move(r, n, idx, 0, dp_ring_size(r), &r->hdr->head);
 }
 
 static inline int dp_ring_reserve_bulk(struct dp_ring *r, uint32_t n, uint32_t *idx)
 {
-	return dp_ring__reserve(r, n, idx, 1);
+	return dp_ring__move(r, n, idx, 1, dp_ring_size(r), &r->hdr->head);
 }
 
 /* Producer, step 3: publish `n` reserved slots. */
 static inline void dp_ring_commit(struct dp_ring *r, uint32_t n)
 {
 	r->local += n;
-	/* Release: pairs with the acquire of tail in dp_ring__peek(). The
+	/* Release: pairs with the acquire of tail in dp_ring_peek(). The
 	 * entries written into the slots are visible before the new tail. */
 	__atomic_store_n(&r->hdr->tail, r->local, __ATOMIC_RELEASE);
 }
 
-/*
- * Consumer, step 1: up to `n` entries are readable from *idx on. Returns
- * the count (burst: what is there; bulk: n or 0), or -EPROTO when the
- * producer's tail claims more than a ring's worth (a corrupt or hostile
- * producer; the tail is not followed).
- */
-static inline int dp_ring__peek(struct dp_ring *r, uint32_t n, uint32_t *idx, int bulk)
-{
-	uint32_t avail = r->cached - r->local;
-
-	if (avail < n) {
-		/* Acquire: pairs with the release of tail in dp_ring_commit().
-		 * The tail is loaded once per batch; the slots it covers are
-		 * fully written. */
-		r->cached = __atomic_load_n(&r->hdr->tail, __ATOMIC_ACQUIRE);
-		avail = r->cached - r->local;
-		if (avail > r->mask + 1) {
-			r->cached = r->local;
-			return -EPROTO;
-		}
-		if (avail < n) {
-			if (bulk)
-				return 0;
-			n = avail;
-		}
-	}
-	*idx = r->local;
-	return (int)n;
-}
-
+/* Consumer, step 1: up to `n` entries are readable from *idx on (burst:
+ * what is there; bulk: n or 0), or -EPROTO for a tail out of range. */
 static inline int dp_ring_peek(struct dp_ring *r, uint32_t n, uint32_t *idx)
 {
-	return dp_ring__peek(r, n, idx, 0);
+	return dp_ring__move(r, n, idx, 0, 0, &r->hdr->tail);
 }
 
 static inline int dp_ring_peek_bulk(struct dp_ring *r, uint32_t n, uint32_t *idx)
 {
-	return dp_ring__peek(r, n, idx, 1);
+	return dp_ring__move(r, n, idx, 1, 0, &r->hdr->tail);
 }
 
 /* Consumer, step 3: hand `n` read slots back to the producer. */
 static inline void dp_ring_release(struct dp_ring *r, uint32_t n)
 {
 	r->local += n;
-	/* Release: pairs with the acquire of head in dp_ring__reserve(). Our
+	/* Release: pairs with the acquire of head in dp_ring_reserve(). Our
 	 * reads of the slots complete before the producer may reuse them. */
 	__atomic_store_n(&r->hdr->head, r->local, __ATOMIC_RELEASE);
 }
@@ -341,6 +324,24 @@ static inline uint32_t dp_ring_count(struct dp_ring *r)
 	uint32_t n = t - __atomic_load_n(&r->hdr->head, __ATOMIC_ACQUIRE);
 
 	return n > dp_ring_size(r) ? dp_ring_size(r) : n;
+}
+
+/*
+ * A side's private view, for statistics: what its last reserve or peek saw
+ * of the other side, loading nothing shared. It lags the shared indices by
+ * whatever the other side did since; it is never more than the ring.
+ */
+
+/* Producer: slots committed and not yet seen released by the consumer. */
+static inline uint32_t dp_ring_used_cached(const struct dp_ring *r)
+{
+	return r->local - r->cached;
+}
+
+/* Consumer: entries seen published and not yet released. */
+static inline uint32_t dp_ring_avail_cached(const struct dp_ring *r)
+{
+	return r->cached - r->local;
 }
 
 /*
