@@ -28,9 +28,11 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/timerfd.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "ctlmsg.h"
 #include "directory.h"
 #include "dp_internal.h"
@@ -45,6 +47,9 @@
 
 #define MAX_STRIKES 3
 #define MAX_FDS 4
+/* Refused connections that wait for their HELLO, to be told why (at most
+ * --hello-timeout-ms each); beyond this many the service hangs up at once. */
+#define MAX_REFUSING 64
 /* A handler's return for "the reply comes later" (on_segment_open). */
 #define CTL_PENDING 1
 
@@ -58,12 +63,85 @@ struct conn {
 static struct {
 	int epfd;
 	struct ev_handler listen, rpc, signals, wake;
-	bool reap_broken; /* a poller found a client's queue corrupt */
-} ctl = {.epfd = -1};
+	bool reap_broken; /* a poller found a client's queue corrupt, or a HELLO is late */
+	/* The HELLO deadline: a timerfd armed for the earliest connection
+	 * still without HELLO (0: disarmed). */
+	struct ev_handler hello_timer;
+	uint64_t hello_armed_ns;
+} ctl = {.epfd = -1, .hello_timer.fd = -1};
 
 static struct conn *conns;
-static unsigned nclients;
+static unsigned nclients;  /* admitted connections, HELLO or not */
+static unsigned nrefusing; /* refused ones waiting to be told */
 static uint32_t next_client_id = 1;
+
+/* ---- quotas (docs/reliability.md, "Limits") ----
+ *
+ * What one uid holds: its admitted connections (--max-clients-per-uid)
+ * and the bytes of its clients' memory the service has mapped
+ * (--max-mapped-gb-per-uid). The resource the second guards is the
+ * service's address space, not RAM: a sparse memfd maps without a page of
+ * it, and one client mapping 128 TiB left no room for anyone's 1 MiB. */
+struct uid_acct {
+	uid_t uid;
+	unsigned conns;
+	uint64_t mapped;
+	struct uid_acct *next;
+};
+
+static struct uid_acct *uid_accts;
+
+static struct uid_acct *uid_find(uid_t uid)
+{
+	for (struct uid_acct *a = uid_accts; a; a = a->next)
+		if (a->uid == uid)
+			return a;
+	return NULL;
+}
+
+/* One more connection of `uid`: its account, or NULL (out of memory). */
+static struct uid_acct *uid_get(uid_t uid)
+{
+	struct uid_acct *a = uid_find(uid);
+
+	if (!a) {
+		a = calloc(1, sizeof(*a));
+		if (!a)
+			return NULL;
+		a->uid = uid;
+		a->next = uid_accts;
+		uid_accts = a;
+	}
+	a->conns++;
+	return a;
+}
+
+/* A connection of the account's uid is gone; the account goes with its
+ * last (by then its clients' regions are uncharged). */
+static void uid_put(struct uid_acct *a)
+{
+	if (--a->conns)
+		return;
+	for (struct uid_acct **pp = &uid_accts; *pp; pp = &(*pp)->next)
+		if (*pp == a) {
+			*pp = a->next;
+			break;
+		}
+	free(a);
+}
+
+/* Whether `len` more mapped bytes fit the client's uid quota. */
+static bool mapped_fits(const struct client *c, uint64_t len)
+{
+	return len <= cfg.max_mapped_per_uid && c->acct->mapped <= cfg.max_mapped_per_uid - len;
+}
+
+/* A region leaves the client's table: its uid gets its bytes back. */
+static void region_uncharge(struct client *c, struct region *reg)
+{
+	c->acct->mapped -= reg->charged;
+	reg->charged = 0;
+}
 
 struct msg_in {
 	struct dp_msg_hdr hdr;
@@ -143,6 +221,13 @@ static int on_hello(struct client *c, struct msg_in *m, struct msg_out *o)
 			 h->abi_version, DP_ABI_VERSION);
 		/* Answered in a HELLO reply, then disconnected; no strike. */
 		r.status = -EPROTONOSUPPORT;
+		o->hang_up = true;
+		return reply_with(o, &r, sizeof(r), r.status);
+	}
+	if (c->refuse) {
+		/* Refused at accept (--max-clients, --max-clients-per-uid):
+		 * told in the HELLO reply, which dp_connect returns. */
+		r.status = c->refuse;
 		o->hang_up = true;
 		return reply_with(o, &r, sizeof(r), r.status);
 	}
@@ -294,6 +379,18 @@ static int on_region_register(struct client *c, struct msg_in *m, struct msg_out
 		goto out_fd;
 	if (req->offset > (uint64_t)st.st_size || req->len > (uint64_t)st.st_size - req->offset)
 		goto out_fd;
+	aligned = req->offset & ~((uint64_t)page - 1);
+	/* Checked before anything is done to the memfd or our address space:
+	 * a refusal changes nothing. */
+	if (!mapped_fits(c, req->len + (req->offset - aligned))) {
+		log_warn("client %u (pid %d uid %d '%s'): region of %llu bytes refused: uid has "
+			 "%llu of %llu bytes mapped (--max-mapped-gb-per-uid)",
+			 c->id, (int)c->pid, (int)c->uid, c->name, (unsigned long long)req->len,
+			 (unsigned long long)c->acct->mapped,
+			 (unsigned long long)cfg.max_mapped_per_uid);
+		rc = -EDQUOT;
+		goto out_fd;
+	}
 	/* Only memory files: a seal against shrinking means a client can
 	 * never turn our access to its memory into SIGBUS. */
 	seals = fcntl(fd, F_GET_SEALS);
@@ -317,7 +414,6 @@ static int on_region_register(struct client *c, struct msg_in *m, struct msg_out
 	rc = -ENOSPC;
 	if (slot == DP_MAX_REGIONS)
 		goto out_fd;
-	aligned = req->offset & ~((uint64_t)page - 1);
 	map = mmap(NULL, req->len + (req->offset - aligned), PROT_READ | PROT_WRITE, MAP_SHARED, fd,
 		   (off_t)aligned);
 	if (map == MAP_FAILED) {
@@ -343,6 +439,8 @@ static int on_region_register(struct client *c, struct msg_in *m, struct msg_out
 	rc = region_publish(c, reg, slot, o);
 	if (rc)
 		return rc;
+	reg->charged = reg->map_len;
+	c->acct->mapped += reg->charged;
 	log_debug("client %u: region %u, %llu bytes", c->id, slot, (unsigned long long)reg->len);
 	return 0;
 out_fd:
@@ -585,6 +683,7 @@ static int on_region_free(struct client *c, struct msg_in *m, struct msg_out *o)
 	qsbr_synchronize();
 	exports_release(dead);
 	stats_region_removed(reg->len);
+	region_uncharge(c, reg);
 	region_put(reg);
 	return 0;
 }
@@ -660,6 +759,14 @@ static bool client_read(struct client *c)
 		return false;
 	}
 	rc = msg_check(c, buf, n, &m);
+	if (c->refuse && (rc || m.hdr.type != DP_MSG_HELLO)) {
+		/* A refused connection gets its refusal whatever it sends
+		 * (on_hello answers a HELLO), then goes; no strikes. */
+		for (int i = 0; i < m.nfds; i++)
+			close(m.fds[i]);
+		reply(c, &m.hdr, c->refuse, NULL);
+		return false;
+	}
 	if (rc) {
 		for (int i = 0; i < m.nfds; i++)
 			close(m.fds[i]);
@@ -691,8 +798,10 @@ static void client_drop(struct conn *k)
 			*pp = k->next;
 			break;
 		}
-	nclients--;
-	stats_client_removed();
+	if (c->acct)
+		nclients--, stats_client_removed();
+	else
+		nrefusing--;
 	/* Closing the fd would take it out of the set anyway. */
 	ev_del(ctl.epfd, &k->ev, "a client socket");
 	close(c->fd);
@@ -703,8 +812,11 @@ static void client_drop(struct conn *k)
 			c->queues[i] = NULL;
 		}
 	dead = exports_kill(c, NULL);
-	for (unsigned i = 0; i < DP_MAX_REGIONS; i++)
+	for (unsigned i = 0; i < DP_MAX_REGIONS; i++) {
 		regs[i] = atomic_exchange(&c->regions[i], NULL);
+		if (regs[i])
+			region_uncharge(c, regs[i]);
+	}
 	for (unsigned i = 0; i < DP_MAX_SEGS; i++)
 		hs[i] = atomic_exchange(&c->segs[i], NULL);
 	/* One grace period for everything the client had. */
@@ -721,6 +833,9 @@ static void client_drop(struct conn *k)
 			free(hs[i]);
 		}
 	log_info("client %u (pid %d '%s') left", c->id, (int)c->pid, c->name);
+	if (c->acct)
+		uid_put(c->acct);
+	c->acct = NULL;
 	client_put(c);
 }
 
@@ -733,13 +848,33 @@ static void on_client_event(struct ev_handler *h, uint32_t events)
 		client_drop(k);
 }
 
+/* Arms the HELLO timer for `deadline_ns` (CLOCK_MONOTONIC) unless it is
+ * armed for an earlier one; 0 disarms it. */
+static void hello_timer_arm(uint64_t deadline_ns)
+{
+	struct itimerspec its = {0};
+
+	if (deadline_ns && ctl.hello_armed_ns && ctl.hello_armed_ns <= deadline_ns)
+		return;
+	if (!deadline_ns && !ctl.hello_armed_ns)
+		return;
+	its.it_value.tv_sec = (time_t)(deadline_ns / 1000000000u);
+	its.it_value.tv_nsec = (long)(deadline_ns % 1000000000u);
+	if (timerfd_settime(ctl.hello_timer.fd, TFD_TIMER_ABSTIME, &its, NULL) < 0) {
+		log_err("HELLO deadline timer: %s", strerror(errno));
+		return;
+	}
+	ctl.hello_armed_ns = deadline_ns;
+}
+
 static void client_accept(int lfd)
 {
 	struct ucred cred;
 	socklen_t clen = sizeof(cred);
+	struct uid_acct *a = NULL;
 	struct client *c;
 	struct conn *k;
-	int fd;
+	int fd, refuse = 0;
 
 	fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 	if (fd < 0)
@@ -748,15 +883,25 @@ static void client_accept(int lfd)
 		close(fd);
 		return;
 	}
+	/* Over a limit, the connection stays until its HELLO (or its HELLO
+	 * deadline) only to be told why: dp_connect returns the errno. */
 	if (nclients >= cfg.max_clients) {
-		log_warn("refusing pid %d: %u clients already (--max-clients)", (int)cred.pid,
-			 nclients);
+		refuse = -EUSERS;
+		log_warn("refusing pid %d uid %d: %u clients already (--max-clients)",
+			 (int)cred.pid, (int)cred.uid, nclients);
+	} else if ((a = uid_find(cred.uid)) && a->conns >= cfg.max_clients_per_uid) {
+		refuse = -EDQUOT;
+		log_warn("refusing pid %d uid %d: the uid holds %u connections already "
+			 "(--max-clients-per-uid)",
+			 (int)cred.pid, (int)cred.uid, a->conns);
+	}
+	if (refuse && nrefusing >= MAX_REFUSING) {
 		close(fd);
 		return;
 	}
 	c = calloc(1, sizeof(*c));
 	k = calloc(1, sizeof(*k));
-	if (!c || !k) {
+	if (!c || !k || (!refuse && !(a = uid_get(cred.uid)))) {
 		free(c);
 		free(k);
 		close(fd);
@@ -768,9 +913,14 @@ static void client_accept(int lfd)
 	c->pid = cred.pid;
 	c->uid = cred.uid;
 	c->gid = cred.gid;
+	c->refuse = refuse;
+	c->acct = refuse ? NULL : a;
+	c->accepted_ns = dp_now_ns();
 	k->c = c;
 	k->ev = (struct ev_handler){.fd = fd, .on_event = on_client_event};
 	if (ev_add(ctl.epfd, &k->ev, EPOLLIN, "a client socket")) {
+		if (c->acct)
+			uid_put(c->acct);
 		close(fd);
 		free(k);
 		free(c);
@@ -778,25 +928,46 @@ static void client_accept(int lfd)
 	}
 	k->next = conns;
 	conns = k;
+	hello_timer_arm(c->accepted_ns + (uint64_t)cfg.hello_timeout_ms * 1000000u);
+	if (refuse) {
+		nrefusing++;
+		return;
+	}
 	nclients++;
 	stats_client_added();
 	log_info("client %u: connected, pid %d uid %d gid %d", c->id, (int)cred.pid, (int)cred.uid,
 		 (int)cred.gid);
 }
 
-/* Broken clients go after the batch: a client dropped here may still have
- * an event of its own later in the batch, and its fd number may already
- * belong to a client accepted in it. */
+/* Broken clients, and connections past their HELLO deadline, go after
+ * the batch: a client dropped here may still have an event of its own
+ * later in the batch, and its fd number may already belong to a client
+ * accepted in it. The HELLO timer is armed again for the earliest
+ * connection still without HELLO. */
 static void reap_broken(void)
 {
+	uint64_t now = dp_now_ns(), timeout = (uint64_t)cfg.hello_timeout_ms * 1000000u;
+	uint64_t next_deadline = 0;
 	struct conn *k, *next;
 
 	ctl.reap_broken = false;
 	for (k = conns; k; k = next) {
+		struct client *c = k->c;
+
 		next = k->next;
-		if (atomic_load(&k->c->broken))
+		if (atomic_load(&c->broken)) {
 			client_drop(k);
+		} else if (!c->hello && now - c->accepted_ns >= timeout) {
+			log_warn("client %u (pid %d uid %d): no HELLO within %u ms "
+				 "(--hello-timeout-ms): dropped",
+				 c->id, (int)c->pid, (int)c->uid, cfg.hello_timeout_ms);
+			client_drop(k);
+		} else if (!c->hello &&
+			   (!next_deadline || c->accepted_ns + timeout < next_deadline)) {
+			next_deadline = c->accepted_ns + timeout;
+		}
 	}
+	hello_timer_arm(next_deadline);
 }
 
 /* ---- the loop's other fds ---- */
@@ -821,6 +992,17 @@ static void on_signal_event(struct ev_handler *h, uint32_t events)
 	if (read(h->fd, &si, sizeof(si)) == sizeof(si))
 		log_info("signal %u: shutting down", si.ssi_signo);
 	atomic_store_explicit(&dp_stopping, 1, memory_order_release);
+}
+
+/* The HELLO deadline passed for someone: the sweep runs after the batch. */
+static void on_hello_timer(struct ev_handler *h, uint32_t events)
+{
+	uint64_t n;
+
+	(void)events;
+	(void)!read(h->fd, &n, sizeof(n));
+	ctl.hello_armed_ns = 0;
+	ctl.reap_broken = true;
 }
 
 static void on_wake_event(struct ev_handler *h, uint32_t events)
@@ -912,7 +1094,12 @@ static int loop_open(int lfd, int rpc_fd)
 	ctl.listen = (struct ev_handler){.fd = lfd, .on_event = on_listen_event};
 	ctl.wake = (struct ev_handler){.fd = control_wake_efd, .on_event = on_wake_event};
 	ctl.rpc = (struct ev_handler){.fd = rpc_fd, .on_event = on_rpc_event};
+	ctl.hello_timer.fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (ctl.hello_timer.fd < 0)
+		return -errno;
+	ctl.hello_timer.on_event = on_hello_timer;
 	if (ev_add(ctl.epfd, &ctl.listen, EPOLLIN, "the control socket") ||
+	    ev_add(ctl.epfd, &ctl.hello_timer, EPOLLIN, "the HELLO deadline timer") ||
 	    ev_add(ctl.epfd, &ctl.signals, EPOLLIN, "the signalfd") ||
 	    ev_add(ctl.epfd, &ctl.wake, EPOLLIN, "the wake-up eventfd") ||
 	    (rpc_fd >= 0 && ev_add(ctl.epfd, &ctl.rpc, EPOLLIN, "the peer RPC port")))
@@ -948,6 +1135,8 @@ int control_run(int rpc_fd)
 			close(ctl.epfd);
 		if (ctl.signals.fd >= 0)
 			close(ctl.signals.fd);
+		if (ctl.hello_timer.fd >= 0)
+			close(ctl.hello_timer.fd);
 		return loop_fail(rc);
 	}
 	rpc_start(ctl.epfd);
@@ -986,5 +1175,6 @@ int control_run(int rpc_fd)
 	directory_stop();
 	close(ctl.epfd);
 	close(ctl.signals.fd);
+	close(ctl.hello_timer.fd);
 	return rc;
 }

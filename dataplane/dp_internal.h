@@ -48,6 +48,13 @@ struct dp_config {
 	int cpus[DP_MAX_POLLERS]; /* -1: not pinned */
 	unsigned spin_us;
 	unsigned max_clients;
+	/* Quotas (control.c, docs/reliability.md "Limits"): connections of
+	 * one uid, HELLO or not (-EDQUOT beyond); client memory the service
+	 * maps for one uid's clients, in bytes (-EDQUOT beyond); how long a
+	 * connection may take to say HELLO before it is dropped. */
+	unsigned max_clients_per_uid;
+	uint64_t max_mapped_per_uid;
+	unsigned hello_timeout_ms;
 	unsigned max_queues; /* per client */
 	unsigned queue_depth;
 	unsigned max_depth;
@@ -63,6 +70,7 @@ struct dp_config {
 extern struct dp_config cfg;
 
 struct client;
+struct uid_acct; /* control.c: what one uid holds */
 
 /* The engines (engine.h), as indexes of their per-region and per-poller slots. */
 #define ENGINE(name) ENGINE_##name,
@@ -93,6 +101,9 @@ struct region {
 	uint64_t len;
 	uint64_t file_off; /* REGION_FILE: offset of byte 0 in the file */
 	pid_t owner_pid;
+	/* Bytes charged to its owner's uid (control.c, --max-mapped-gb-per-uid):
+	 * the mapping of a REGION_HOST, 0 for the others. */
+	uint64_t charged;
 	/* Each engine's own state on this region (engine.h): fabric
 	 * registrations, a file region's state, ...; NULL where it has none. */
 	void *eng[DP_ENGINES];
@@ -175,6 +186,12 @@ struct client {
 	gid_t gid;
 	char name[32];
 	bool hello;
+	/* control.c: when the connection was accepted (the HELLO deadline
+	 * counts from it); its uid's account (NULL for a refused one); the
+	 * refusal (-EUSERS, -EDQUOT) its HELLO is answered with, or 0. */
+	uint64_t accepted_ns;
+	struct uid_acct *acct;
+	int refuse;
 	unsigned strikes;  /* malformed messages so far */
 	atomic_int broken; /* a poller found a queue corrupt */
 	_Atomic(struct region *) regions[DP_MAX_REGIONS];

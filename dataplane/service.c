@@ -184,6 +184,21 @@ static void set_max_clients(const char *a)
 	cfg.max_clients = (unsigned)parse_num("--max-clients", a, 1, 65536);
 }
 
+static void set_max_clients_per_uid(const char *a)
+{
+	cfg.max_clients_per_uid = (unsigned)parse_num("--max-clients-per-uid", a, 1, 65536);
+}
+
+static void set_max_mapped(const char *a)
+{
+	cfg.max_mapped_per_uid = (uint64_t)parse_num("--max-mapped-gb-per-uid", a, 1, 131072) << 30;
+}
+
+static void set_hello_timeout(const char *a)
+{
+	cfg.hello_timeout_ms = (unsigned)parse_num("--hello-timeout-ms", a, 1, 3600000);
+}
+
 static void set_max_queues(const char *a)
 {
 	cfg.max_queues = (unsigned)parse_num("--max-queues", a, 1, DP_MAX_QUEUES);
@@ -350,7 +365,20 @@ static const struct flag {
 	{"spin-us", required_argument, set_spin, "N",
 	 "busy-poll this long before sleeping on doorbells (default 50)"},
 	{"max-clients", required_argument, set_max_clients, "N",
-	 "clients served at once (default 256)"},
+	 "clients served at once; beyond, dp_connect fails with EUSERS\n"
+	 "(default 256)"},
+	{"max-clients-per-uid", required_argument, set_max_clients_per_uid, "N",
+	 "connections one uid may hold,\n"
+	 "HELLO or not; beyond, dp_connect fails with EDQUOT\n"
+	 "(default: half of --max-clients)"},
+	{"max-mapped-gb-per-uid", required_argument, set_max_mapped, "N",
+	 "GiB of client memory the service\n"
+	 "maps for one uid's clients together (dp_alloc, dp_register_fd);\n"
+	 "beyond, EDQUOT (default 16384 = 16 TiB, 1/8 of a 47-bit address\n"
+	 "space; at most 131072)"},
+	{"hello-timeout-ms", required_argument, set_hello_timeout, "N",
+	 "a connection without HELLO after\n"
+	 "N ms is dropped (default 2000)"},
 	{"max-queues", required_argument, set_max_queues, "N",
 	 "queue pairs per client (default " STR(DP_MAX_QUEUES) ")"},
 	{"queue-depth", required_argument, set_queue_depth, "N",
@@ -436,6 +464,10 @@ static void finish_args(void)
 		die_usage("%s: --queue-depth exceeds --max-depth", "--queue-depth");
 	if (cfg.inline_max > cfg.chunk)
 		cfg.inline_max = cfg.chunk;
+	/* One uid gets half the slots unless told otherwise (and never
+	 * fewer than one). */
+	if (!cfg.max_clients_per_uid)
+		cfg.max_clients_per_uid = cfg.max_clients > 1 ? cfg.max_clients / 2 : 1;
 
 	if (sched_getaffinity(0, sizeof(allowed), &allowed))
 		CPU_ZERO(&allowed);
@@ -479,6 +511,8 @@ static void parse_args(int argc, char **argv)
 	cfg.pollers = 1;
 	cfg.spin_us = 50;
 	cfg.max_clients = 256;
+	cfg.max_mapped_per_uid = 16384ull << 30;
+	cfg.hello_timeout_ms = 2000;
 	cfg.max_queues = DP_MAX_QUEUES;
 	cfg.queue_depth = 256;
 	cfg.max_depth = 4096;
