@@ -269,6 +269,10 @@ static void on_srv_event(struct ev_handler *h, uint32_t events)
 {
 	struct srv_conn *k = (struct srv_conn *)h;
 
+	/* Closed earlier in this batch (evicted by an accept): freed after
+	 * it, and its fd number may be someone else's already. */
+	if (k->ev.fd < 0)
+		return;
 	if (events & EPOLLERR) {
 		srv_close(k);
 		return;
@@ -509,6 +513,8 @@ static void on_call_event(struct ev_handler *h, uint32_t events)
 {
 	struct call *k = (struct call *)h;
 
+	if (k->ev.fd < 0)
+		return;
 	/* A failed connect shows as EPOLLERR: SO_ERROR says which. */
 	if (events & EPOLLERR && k->state != CALL_CONNECTING) {
 		call_end(k, -EHOSTUNREACH);
