@@ -69,9 +69,7 @@ static void queue_flush_cq(struct queue *q)
 void queue_complete_ns(struct queue *q, uint64_t user_data, uint64_t submit_ns, int status,
 		       uint64_t bytes, uint32_t flags)
 {
-	struct dp_ring *cq = &q->pair.cq;
 	struct dp_cqe *e;
-	uint32_t idx;
 
 	stats_complete(q, submit_ns, flags);
 	if (status) {
@@ -83,13 +81,12 @@ void queue_complete_ns(struct queue *q, uint64_t user_data, uint64_t submit_ns, 
 	}
 	if (q->broken)
 		return;
-	/* The slot after those staged since the last flush; the head is
-	 * reloaded only when the cached one says the CQ is full. */
-	if (dp_ring_reserve_bulk(cq, q->nstage + 1, &idx) != (int)q->nstage + 1) {
+	/* The slot after those staged since the last flush. */
+	if (!dp_ring_stage(&q->pair.cq, q->nstage, (void **)&e)) {
 		queue_mark_broken(q, "completion ring head corrupted");
 		return;
 	}
-	e = dp_ring_slot(cq, idx + q->nstage++);
+	q->nstage++;
 	e->user_data = user_data;
 	e->status = status;
 	e->flags = flags;

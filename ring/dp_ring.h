@@ -146,6 +146,24 @@ static inline void *dp_ring_slot(const struct dp_ring *r, uint32_t idx)
 }
 
 /*
+ * A side's private view, for statistics: what its last reserve or peek saw
+ * of the other side, loading nothing shared. It lags the shared indices by
+ * whatever the other side did since; it is never more than the ring.
+ */
+
+/* Producer: slots committed and not yet seen released by the consumer. */
+static inline uint32_t dp_ring_used_cached(const struct dp_ring *r)
+{
+	return r->local - r->cached;
+}
+
+/* Consumer: entries seen published and not yet released. */
+static inline uint32_t dp_ring_avail_cached(const struct dp_ring *r)
+{
+	return r->cached - r->local;
+}
+
+/*
  * Step 1 for both sides, one helper in the shape of DPDK's shared
  * __rte_ring_move_prod_head/__rte_ring_move_cons_head: up to `n` entries
  * from *idx on are ours to use, counted as `capacity + theirs - ours`. A
@@ -197,6 +215,27 @@ static inline int dp_ring_reserve(struct dp_ring *r, uint32_t n, uint32_t *idx)
 static inline int dp_ring_reserve_bulk(struct dp_ring *r, uint32_t n, uint32_t *idx)
 {
 	return dp_ring__move(r, n, idx, 1, dp_ring_size(r), &r->hdr->head);
+}
+
+/*
+ * Producer, staging entries one at a time ahead of one commit (the
+ * service's completions): 1 and in *slot the slot of the entry `k` places
+ * after the last commit, k being how many are staged already; 0 when the
+ * ring has no room for k + 1 entries or the consumer's head is out of
+ * range. The head is loaded only when the cached one says full; the test
+ * before the reserve keeps the common case to one compare and a constant
+ * result (tools/bench-instr.sh counts it). dp_ring_commit(r, k + 1)
+ * publishes them.
+ */
+static inline int dp_ring_stage(struct dp_ring *r, uint32_t k, void **slot)
+{
+	uint32_t idx;
+
+	if (dp_ring_size(r) - dp_ring_used_cached(r) <= k &&
+	    dp_ring_reserve_bulk(r, k + 1, &idx) != (int)k + 1)
+		return 0;
+	*slot = dp_ring_slot(r, r->local + k);
+	return 1;
 }
 
 /* Producer, step 3: publish `n` reserved slots. */
@@ -324,24 +363,6 @@ static inline uint32_t dp_ring_count(struct dp_ring *r)
 	uint32_t n = t - __atomic_load_n(&r->hdr->head, __ATOMIC_ACQUIRE);
 
 	return n > dp_ring_size(r) ? dp_ring_size(r) : n;
-}
-
-/*
- * A side's private view, for statistics: what its last reserve or peek saw
- * of the other side, loading nothing shared. It lags the shared indices by
- * whatever the other side did since; it is never more than the ring.
- */
-
-/* Producer: slots committed and not yet seen released by the consumer. */
-static inline uint32_t dp_ring_used_cached(const struct dp_ring *r)
-{
-	return r->local - r->cached;
-}
-
-/* Consumer: entries seen published and not yet released. */
-static inline uint32_t dp_ring_avail_cached(const struct dp_ring *r)
-{
-	return r->cached - r->local;
 }
 
 /*
