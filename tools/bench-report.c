@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "bench-report.h"
+#include "dp_version.h"
 #include "clock.h"
 
 /* ---- placement ---- */
@@ -137,6 +138,19 @@ int cmp_dbl(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+double bench_median(double *v, unsigned n)
+{
+	qsort(v, n, sizeof(*v), cmp_dbl);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 double bench_placement(int cpu_a, int cpu_b, unsigned runs)
 {
 	struct pingpong_result r;
@@ -158,8 +172,7 @@ double bench_placement(int cpu_a, int cpu_b, unsigned runs)
 			continue;
 		v[n++] = r.ns;
 	}
-	qsort(v, n, sizeof(*v), cmp_dbl);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+	return bench_median(v, n);
 }
 
 void placement_report(int cpu_a, int cpu_b, double ns, unsigned runs)
@@ -181,6 +194,17 @@ void placement_report(int cpu_a, int cpu_b, double ns, unsigned runs)
 	report_num("round_trip_ns", ns > 0 ? ns : 0.0 / 0.0);
 	report_u64("runs", runs);
 	report_end();
+}
+
+void bench_place_and_pin(int client_cpu, int service_cpu)
+{
+	placement_report(client_cpu, service_cpu, bench_placement(client_cpu, service_cpu, 5), 5);
+	bench_pin(client_cpu);
+}
+
+int bench_default_service_cpu(int client_cpu)
+{
+	return sysconf(_SC_NPROCESSORS_ONLN) < 2 ? 0 : client_cpu == 0 ? 1 : 0;
 }
 
 /* ---- dataplaned processes ---- */
@@ -437,6 +461,14 @@ void report_json_begin(void)
 	fputc('{', jf);
 	first[0] = true;
 	depth = 0;
+}
+
+void report_start(const char *tool, const char *what, bool peers)
+{
+	report_str("tool", tool);
+	report_str("version", DP_VERSION_STRING);
+	report_str("benchmark", what);
+	report_bool("peers", peers);
 }
 
 bool report_json(void)

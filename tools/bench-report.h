@@ -29,8 +29,12 @@ struct pingpong_result {
  * field of /proc/thread-self/schedstat, read through @fd); 0 where the
  * kernel does not say. */
 double runqueue_wait_ns(int fd);
-/* qsort comparator for doubles, ascending. */
+/* qsort comparators for doubles and uint64_t, ascending. */
 int cmp_dbl(const void *a, const void *b);
+int cmp_u64(const void *a, const void *b);
+/* The median of v[0..n), n > 0; sorts v in place (v[0] and v[n - 1] are
+ * then the extremes). */
+double bench_median(double *v, unsigned n);
 /* Pins the calling thread to @cpu (nothing when @cpu < 0). */
 void bench_pin(int cpu);
 int bench_pingpong(int cpu_a, int cpu_b, uint64_t round_trips, struct pingpong_result *r);
@@ -45,6 +49,14 @@ double bench_placement(int cpu_a, int cpu_b, unsigned runs);
 /* Prints "placement: cache-line ping-pong CPU a <-> CPU b: N ns round trip
  * (median of RUNS runs)" and, with --json, a "placement" object. */
 void placement_report(int cpu_a, int cpu_b, double ns, unsigned runs);
+
+/* What every bench does before its first run, after it has reported its
+ * CPUs: the placement figure of 5 runs between client_cpu and service_cpu,
+ * printed (placement_report), then the calling thread pinned to client_cpu. */
+void bench_place_and_pin(int client_cpu, int service_cpu);
+/* Where the service's poller is taken to run when the user does not say:
+ * CPU 1, or CPU 0 when the client is not on 0 or there is one CPU. */
+int bench_default_service_cpu(int client_cpu);
 
 /* ---- dataplaned processes alive on this host ---- */
 
@@ -99,6 +111,9 @@ void progress_end(struct progress *p);
  * prints the JSON document, alone, on stdout. */
 void report_json_begin(void);
 bool report_json(void);
+/* The members every bench's document opens with: "tool", "version" (this
+ * build's), "benchmark" (what runs) and "peers" (whether they run). */
+void report_start(const char *tool, const char *what, bool peers);
 /* Nesting: an object or array member named key (NULL inside an array). */
 void report_obj(const char *key);
 void report_arr(const char *key);

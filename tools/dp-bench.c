@@ -51,7 +51,7 @@
 #include "bench-report.h"
 #include "clock.h"
 #include "dataplane.h"
-#include "dp_version.h"
+#include "dp_tool.h"
 
 #define MiB (1ull << 20)
 
@@ -124,32 +124,13 @@ static uint64_t one_write(struct bench *b, uint64_t off, uint64_t len, uint64_t 
 {
 	struct dp_desc d;
 	struct dp_cqe cqe;
-	uint64_t t0;
+	uint64_t ns;
 	int rc;
 
 	dp_prep_write(&d, b->src, off, b->seg, off, len, ud);
-	t0 = dp_now_ns();
-	if ((rc = dp_submit(b->q, &d, 1)) != 1)
-		die("submit", rc < 0 ? rc : -EAGAIN);
-	while ((rc = dp_poll(b->q, &cqe, 1)) == 0)
-		;
-	if (rc < 0 || cqe.status || cqe.user_data != ud)
-		die("completion", rc < 0 ? rc : cqe.status ? cqe.status : -EBADMSG);
-	return dp_now_ns() - t0;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
+	if ((rc = dp_tool_run_one(b->q, &d, -1, &cqe, &ns)))
+		die("WRITE", rc);
+	return ns;
 }
 
 static void verify(const struct bench *b, uint64_t len)
@@ -571,7 +552,7 @@ static void bench_bandwidth(void)
 		while (dp_poll(b.q, &cqe, 1) == 0)
 			;
 		verify(&b, len);
-		qsort(ours[k], REPS, sizeof(double), cmp_double);
+		qsort(ours[k], REPS, sizeof(double), cmp_dbl);
 		mo[k] = ours[k][REPS / 2];
 	}
 	bench_close(&b);
@@ -593,7 +574,7 @@ static void bench_bandwidth(void)
 				done += len;
 				progress_update(&pg, done);
 			}
-			qsort(peer[k], REPS, sizeof(double), cmp_double);
+			qsort(peer[k], REPS, sizeof(double), cmp_dbl);
 			mp[k] = peer[k][REPS / 2];
 		}
 		if (memcmp(src, dst, top))
@@ -645,12 +626,6 @@ static void bench_bandwidth(void)
 /* ---- stats overhead: the same P3/P4 runs against a service with its stats
  * region and one without (--no-stats), alternating, medians of the rounds ---- */
 
-static double median(double *v, unsigned n)
-{
-	qsort(v, n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static void bench_overhead(void)
 {
 	enum { ON, OFF };
@@ -695,18 +670,18 @@ static void bench_overhead(void)
 		}
 	}
 	/* Paired: each round's on and off ran back to back, so their ratio
-	 * cancels the drift between rounds that the medians keep (median()
+	 * cancels the drift between rounds that the medians keep (bench_median()
 	 * sorts: pair first). */
 	for (unsigned r = 0; r < rounds; r++)
 		pair[r] = 100 * (rate[OFF][r] - rate[ON][r]) / rate[OFF][r];
 	for (unsigned m = 0; m < 2; m++) {
-		m50[m] = median(p50[m], rounds);
-		m99[m] = median(p99[m], rounds);
-		mrate[m] = median(rate[m], rounds);
+		m50[m] = bench_median(p50[m], rounds);
+		m99[m] = bench_median(p99[m], rounds);
+		mrate[m] = bench_median(rate[m], rounds);
 	}
 	lat_pct = 100 * (m50[ON] - m50[OFF]) / m50[OFF];
 	rate_pct = 100 * (mrate[OFF] - mrate[ON]) / mrate[OFF];
-	pair_pct = median(pair, rounds);
+	pair_pct = bench_median(pair, rounds);
 	pair_lo = pair[0];
 	pair_hi = pair[rounds - 1];
 	printf("Stats overhead: services started with the stats region on and off (--no-stats),\n"
@@ -768,20 +743,13 @@ static uint64_t fabric_one(struct bench *b, uint64_t off, uint64_t len, uint64_t
 {
 	struct dp_desc d;
 	struct dp_cqe cqe;
-	uint64_t t0;
+	uint64_t ns;
 	int rc;
 
 	dp_prep_write(&d, b->src, off, b->seg, off, len, ud);
-	t0 = dp_now_ns();
-	if ((rc = dp_submit(b->q, &d, 1)) != 1)
-		die("submit", rc < 0 ? rc : -EAGAIN);
-	rc = dp_wait(b->q, &cqe, 1, 10000);
-	if (rc != 1 || cqe.status || cqe.user_data != ud)
-		die("fabric WRITE", rc < 0	 ? rc
-				    : rc == 0	 ? -ETIMEDOUT
-				    : cqe.status ? cqe.status
-						 : -EBADMSG);
-	return dp_now_ns() - t0;
+	if ((rc = dp_tool_run_one(b->q, &d, 10000, &cqe, &ns)))
+		die("fabric WRITE", rc);
+	return ns;
 }
 
 /* Runs `total` 4 MiB WRITEs with up to `depth` in flight, rotating over the
@@ -947,7 +915,51 @@ static void bench_bypass(void)
 	report_end();
 }
 
-int main(int argc, char **argv)
+static void usage(void)
+{
+	printf("usage: dp-bench [--socket PATH | --dataplaned PATH] [--cpu N] [--service-cpu N] "
+	       "[--quick]\n"
+	       "                [--max-size BYTES] [--no-peers] [--json] [--plot FILE.png] "
+	       "[--rounds N]\n"
+	       "                [--peer HOST:PORT --peer-socket PATH] [--help] [--version]\n"
+	       "                "
+	       "[latency|rate|bandwidth|overhead|fabric|bypass|placement|check|all]\n"
+	       "  latency, rate, bandwidth: P3, P4, P5 and their peers (fi_pingpong shm, io_uring "
+	       "NOP,\n"
+	       "    memcpy). With --dataplaned PATH (and no --socket) dp-bench starts a service "
+	       "for\n"
+	       "    each (poller on --service-cpu, default 1), stops it, then runs the peer on "
+	       "the\n"
+	       "    same CPUs with no dataplaned of ours alive; a check of the dataplaned "
+	       "processes\n"
+	       "    alive and their pollers' CPUs is printed beside each peer.\n"
+	       "  overhead (and all, with --dataplaned): P3/P4 against services with the stats\n"
+	       "    region on and off, --rounds N rounds.\n"
+	       "  fabric|bypass --peer HOST:PORT --peer-socket PATH: P6/P7 through another "
+	       "service,\n"
+	       "    and local vs fabric for the same transfers.\n"
+	       "  placement: only the cache-line ping-pong between --cpu and --service-cpu, which\n"
+	       "    every run prints first.\n"
+	       "  check: only the check for dataplaned pollers on --cpu and --service-cpu.\n"
+	       "  --no-peers: run and print nothing of the peers. --json: one JSON object on "
+	       "stdout\n"
+	       "    (the text goes to stderr).\n");
+}
+
+static bool known_benchmark(const char *what)
+{
+	static const char *const names[] = {"latency", "rate",	 "bandwidth", "overhead", "all",
+					    "fabric",  "bypass", "placement", "check"};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (!strcmp(what, names[i]))
+			return true;
+	return false;
+}
+
+/* The flags into the globals; returns the benchmark to run, exits on
+ * --help, --version and bad usage (2). */
+static const char *parse_args(int argc, char **argv)
 {
 	static const struct option opts[] = {{"socket", required_argument, 0, 's'},
 					     {"cpu", required_argument, 0, 'c'},
@@ -982,7 +994,7 @@ int main(int argc, char **argv)
 			max_size = strtoull(optarg, NULL, 0);
 			if (max_size < MiB) {
 				fprintf(stderr, "dp-bench: --max-size below 1 MiB\n");
-				return 2;
+				exit(2);
 			}
 			break;
 		case 'n':
@@ -1004,7 +1016,7 @@ int main(int argc, char **argv)
 			overhead_rounds = (unsigned)atoi(optarg);
 			if (overhead_rounds < 1 || overhead_rounds > 32) {
 				fprintf(stderr, "dp-bench: --rounds wants 1..32\n");
-				return 2;
+				exit(2);
 			}
 			break;
 		case 'P':
@@ -1014,94 +1026,72 @@ int main(int argc, char **argv)
 			peer_sock = optarg;
 			break;
 		case 'V':
-			printf("dp-bench (dataplane) %s\n", DP_VERSION_STRING);
-			return 0;
+			dp_tool_version("dp-bench");
+			exit(0);
 		case 'h':
-			printf("usage: dp-bench [--socket PATH | --dataplaned PATH] [--cpu N] "
-			       "[--service-cpu N] [--quick]\n"
-			       "                [--max-size BYTES] [--no-peers] [--json] [--plot "
-			       "FILE.png] [--rounds N]\n"
-			       "                [--peer HOST:PORT --peer-socket PATH] [--help] "
-			       "[--version]\n"
-			       "                "
-			       "[latency|rate|bandwidth|overhead|fabric|bypass|placement|check|"
-			       "all]\n"
-			       "  latency, rate, bandwidth: P3, P4, P5 and their peers "
-			       "(fi_pingpong "
-			       "shm, io_uring NOP,\n"
-			       "    memcpy). With --dataplaned PATH (and no --socket) dp-bench "
-			       "starts "
-			       "a service for\n"
-			       "    each (poller on --service-cpu, default 1), stops it, then runs "
-			       "the "
-			       "peer on the\n"
-			       "    same CPUs with no dataplaned of ours alive; a check of the "
-			       "dataplaned processes\n"
-			       "    alive and their pollers' CPUs is printed beside each peer.\n"
-			       "  overhead (and all, with --dataplaned): P3/P4 against services "
-			       "with "
-			       "the stats\n"
-			       "    region on and off, --rounds N rounds.\n"
-			       "  fabric|bypass --peer HOST:PORT --peer-socket PATH: P6/P7 through "
-			       "another service,\n"
-			       "    and local vs fabric for the same transfers.\n"
-			       "  placement: only the cache-line ping-pong between --cpu and "
-			       "--service-cpu, which\n"
-			       "    every run prints first.\n"
-			       "  check: only the check for dataplaned pollers on --cpu and "
-			       "--service-cpu.\n"
-			       "  --no-peers: run and print nothing of the peers. --json: one JSON "
-			       "object on stdout\n"
-			       "    (the text goes to stderr).\n");
-			return 0;
+			usage();
+			exit(0);
 		default:
 			fprintf(stderr, "Try 'dp-bench --help'.\n");
-			return 2;
+			exit(2);
 		}
 	}
 	if (optind < argc)
 		what = argv[optind];
-	if (strcmp(what, "latency") && strcmp(what, "rate") && strcmp(what, "bandwidth") &&
-	    strcmp(what, "overhead") && strcmp(what, "all") && strcmp(what, "fabric") &&
-	    strcmp(what, "bypass") && strcmp(what, "placement") && strcmp(what, "check")) {
+	if (!known_benchmark(what)) {
 		fprintf(stderr, "dp-bench: unknown benchmark '%s'\nTry 'dp-bench --help'.\n", what);
-		return 2;
+		exit(2);
 	}
 	if (service_cpu < 0)
 		service_cpu = sysconf(_SC_NPROCESSORS_ONLN) > 1 ? 1 : 0;
 	own_service = dataplaned_path && !sock_path;
-	if (!strcmp(what, "check")) {
-		/* For scripts that run a peer of their own (bench-fabric.sh). */
-		int cpus[2] = {client_cpu, service_cpu};
+	return what;
+}
 
-		report_str("tool", "dp-bench");
-		peer_check(cpus, client_cpu == service_cpu ? 1 : 2);
-		report_close();
-		return 0;
-	}
+/* `check`: only the check for dataplaned pollers on the two CPUs, for
+ * scripts that run a peer of their own (bench-fabric.sh). */
+static int run_check(void)
+{
+	int cpus[2] = {client_cpu, service_cpu};
+
 	report_str("tool", "dp-bench");
-	report_str("version", DP_VERSION_STRING);
-	report_str("benchmark", what);
-	report_bool("peers", with_peers);
-	report_obj("cpus");
-	report_num("client", client_cpu);
-	report_num("service", service_cpu);
-	report_end();
-	/* Before any service of ours starts, on the CPUs the runs use. */
-	placement_report(client_cpu, service_cpu, bench_placement(client_cpu, service_cpu, 5), 5);
-	bench_pin(client_cpu);
-	if (!strcmp(what, "latency") || !strcmp(what, "all"))
+	peer_check(cpus, client_cpu == service_cpu ? 1 : 2);
+	report_close();
+	return 0;
+}
+
+static void run_benches(const char *what)
+{
+	bool all = !strcmp(what, "all");
+
+	if (all || !strcmp(what, "latency"))
 		bench_latency();
-	if (!strcmp(what, "rate") || !strcmp(what, "all"))
+	if (all || !strcmp(what, "rate"))
 		bench_rate();
-	if (!strcmp(what, "bandwidth") || !strcmp(what, "all"))
+	if (all || !strcmp(what, "bandwidth"))
 		bench_bandwidth();
-	if (!strcmp(what, "overhead") || (!strcmp(what, "all") && dataplaned_path))
+	if (!strcmp(what, "overhead") || (all && dataplaned_path))
 		bench_overhead();
 	if (!strcmp(what, "fabric"))
 		bench_fabric();
 	if (!strcmp(what, "bypass"))
 		bench_bypass();
+}
+
+int main(int argc, char **argv)
+{
+	const char *what = parse_args(argc, argv);
+
+	if (!strcmp(what, "check"))
+		return run_check();
+	report_start("dp-bench", what, with_peers);
+	report_obj("cpus");
+	report_num("client", client_cpu);
+	report_num("service", service_cpu);
+	report_end();
+	/* Before any service of ours starts, on the CPUs the runs use. */
+	bench_place_and_pin(client_cpu, service_cpu);
+	run_benches(what);
 	report_close();
 	if (plot_png && plot_write(plot_png))
 		return 1;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * dp_tool.h - what the command-line tools share: the --version line, and a
- * failed dp_connect told in words that name the socket that was tried.
+ * dp_tool.h - what the command-line tools share: the --version line, a
+ * failed dp_connect told in words that name the socket that was tried, and
+ * one descriptor run to its completion.
  */
 #ifndef DP_TOOL_H
 #define DP_TOOL_H
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "dataplane.h"
 #include "dp_version.h"
 
@@ -70,6 +72,34 @@ static inline void dp_tool_connect_error(const char *prog, const char *path, int
 		break;
 	}
 	fprintf(stderr, "%s: cannot connect to %s: %s\n", prog, sock, why);
+}
+
+/*
+ * Submits the one descriptor @d on an otherwise idle queue and waits for its
+ * completion: busy-polling (dp_poll) when @wait_ms < 0, else sleeping in
+ * dp_wait up to @wait_ms. Returns 0 when d's completion came and succeeded
+ * (it is in *cqe), else the error: dp_submit's (-EAGAIN: no room), the
+ * wait's (-ETIMEDOUT: none in time), the completion's status, or -EBADMSG
+ * for another descriptor's completion. *ns: from the submit to the
+ * completion seen.
+ */
+static inline int dp_tool_run_one(struct dp_queue *q, const struct dp_desc *d, int wait_ms,
+				  struct dp_cqe *cqe, uint64_t *ns)
+{
+	uint64_t t0 = dp_now_ns();
+	int rc = dp_submit(q, d, 1);
+
+	if (rc != 1)
+		return rc < 0 ? rc : -EAGAIN;
+	if (wait_ms < 0)
+		while ((rc = dp_poll(q, cqe, 1)) == 0)
+			;
+	else
+		rc = dp_wait(q, cqe, 1, wait_ms);
+	*ns = dp_now_ns() - t0;
+	if (rc != 1)
+		return rc < 0 ? rc : -ETIMEDOUT;
+	return cqe->status ? cqe->status : cqe->user_data != d->user_data ? -EBADMSG : 0;
 }
 
 #endif

@@ -110,19 +110,6 @@ static bool verify(const uint8_t *p, uint64_t off, uint64_t len)
 	return true;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, unsigned n)
-{
-	qsort(v, n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 struct ours {
 	struct dp_client *c;
 	struct dp_queue *q;
@@ -279,8 +266,8 @@ static bool bench(const char *mode, bool direct)
 	}
 	memcpy(ours_runs, ours, sizeof(ours));
 	memcpy(fio_runs, fio, sizeof(fio));
-	om = median(ours, reps);
-	/* median() sorted them: [0] and [reps - 1] are the extremes. */
+	om = bench_median(ours, reps);
+	/* bench_median() sorted them: [0] and [reps - 1] are the extremes. */
 	printf("P11 %-8s ours %6.2f GB/s (%.2f..%.2f)", mode, om, ours[0], ours[reps - 1]);
 	report_obj(mode);
 	report_str("what", direct ? "P11: file -> host memory READ, O_DIRECT"
@@ -290,7 +277,7 @@ static bool bench(const char *mode, bool direct)
 	report_num("gb_per_s_max", ours[reps - 1]);
 	report_runs("gb_per_s_runs", ours_runs);
 	if (with_fio) {
-		fm = median(fio, reps);
+		fm = bench_median(fio, reps);
 		fio_command(direct, cmd, sizeof(cmd));
 		printf("   fio %6.2f GB/s (%.2f..%.2f)   ratio %5.2fx   target >= 0.90x  %s\n"
 		       "  fio: %s\n",
@@ -342,7 +329,9 @@ static void usage(void)
 	       "Exit codes: 0 every run completed and verified, 1 a failure, 2 bad usage.\n");
 }
 
-int main(int argc, char **argv)
+/* The flags into the globals; returns the benchmark to run, exits on
+ * --help, --version and bad usage (2). */
+static const char *parse_args(int argc, char **argv)
 {
 	enum {
 		O_SOCK = 256,
@@ -378,7 +367,7 @@ int main(int argc, char **argv)
 		{0, 0, 0, 0},
 	};
 	const char *what = "all";
-	bool ok = true, json = false;
+	bool json = false;
 	int c;
 
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -421,13 +410,13 @@ int main(int argc, char **argv)
 			break;
 		case 'h':
 			usage();
-			return 0;
+			exit(0);
 		case O_VERSION:
 			dp_tool_version("file-bench");
-			return 0;
+			exit(0);
 		default:
 			fprintf(stderr, "Try 'file-bench --help'.\n");
-			return 2;
+			exit(2);
 		}
 	}
 	if (optind < argc)
@@ -438,19 +427,20 @@ int main(int argc, char **argv)
 		fprintf(stderr, "file-bench: want --file, --size a multiple of --bs and of 4096, "
 				"--qd 1..4096, --reps 1..31, and direct|buffered|all\n"
 				"Try 'file-bench --help'.\n");
-		return 2;
+		exit(2);
 	}
+	/* Flags parsed: the text goes to stderr from here on with --json. */
 	if (json)
 		report_json_begin();
 	if (service_cpu < 0)
-		service_cpu = fio_cpu >= 0			  ? fio_cpu
-			      : sysconf(_SC_NPROCESSORS_ONLN) < 2 ? 0
-			      : client_cpu == 0			  ? 1
-								  : 0;
-	report_str("tool", "file-bench");
-	report_str("version", DP_VERSION_STRING);
-	report_str("benchmark", what);
-	report_bool("peers", with_fio);
+		service_cpu = fio_cpu >= 0 ? fio_cpu : bench_default_service_cpu(client_cpu);
+	return what;
+}
+
+/* The run's settings, in the JSON document. */
+static void report_settings(const char *what)
+{
+	report_start("file-bench", what, with_fio);
 	report_str("file", file_path);
 	report_u64("file_bytes", size);
 	report_u64("bs", bs);
@@ -463,9 +453,16 @@ int main(int argc, char **argv)
 	if (with_fio)
 		report_num("fio", fio_cpu);
 	report_end();
+}
+
+int main(int argc, char **argv)
+{
+	const char *what = parse_args(argc, argv);
+	bool ok = true;
+
+	report_settings(what);
 	/* Before this client pins itself, on the CPUs ours uses. */
-	placement_report(client_cpu, service_cpu, bench_placement(client_cpu, service_cpu, 5), 5);
-	bench_pin(client_cpu);
+	bench_place_and_pin(client_cpu, service_cpu);
 	file_prepare();
 	printf("P11: %llu MiB file %s, %llu KiB READs, %u in flight, median of %u, into %s\n",
 	       (unsigned long long)(size / MiB), file_path, (unsigned long long)(bs / 1024), qd,

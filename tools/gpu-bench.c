@@ -144,14 +144,11 @@ static const char *parse_args(int argc, char **argv)
 		exit(2);
 	}
 	if (service_cpu < 0)
-		service_cpu = sysconf(_SC_NPROCESSORS_ONLN) < 2 ? 0 : client_cpu == 0 ? 1 : 0;
+		service_cpu = bench_default_service_cpu(client_cpu);
 	/* Flags parsed: the text goes to stderr from here on with --json. */
 	if (json)
 		report_json_begin();
-	report_str("tool", "gpu-bench");
-	report_str("version", DP_VERSION_STRING);
-	report_str("benchmark", what);
-	report_bool("peers", with_peers);
+	report_start("gpu-bench", what, with_peers);
 	report_bool("quick", quick);
 	return what;
 }
@@ -196,13 +193,6 @@ static void ck(cudaError_t err, const char *what)
 		fprintf(stderr, "gpu-bench: %s: %s\n", what, cudaGetErrorString(err));
 		exit(1);
 	}
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
 }
 
 static const char *verdict(bool ok)
@@ -277,21 +267,15 @@ static uint64_t ours(int region, uint64_t loff, int seg, uint64_t toff, uint64_t
 	static uint64_t ud;
 	struct dp_desc d;
 	struct dp_cqe cqe;
-	uint64_t t0;
+	uint64_t ns;
 	int rc;
 
 	dp_prep_write(&d, region, loff, seg, toff, len, ++ud);
-	t0 = dp_now_ns();
-	if ((rc = dp_submit(q, &d, 1)) != 1)
-		die("dp_submit", rc < 0 ? rc : -EAGAIN);
-	while ((rc = dp_poll(q, &cqe, 1)) == 0)
-		;
-	t0 = dp_now_ns() - t0;
-	if (rc < 0 || cqe.status || cqe.user_data != ud)
-		die("completion", rc < 0 ? rc : cqe.status ? cqe.status : -EBADMSG);
+	if ((rc = dp_tool_run_one(q, &d, -1, &cqe, &ns)))
+		die("WRITE", rc);
 	if (cqe.flags != (DP_CQE_F_LOCAL | DP_CQE_F_GPU))
 		die("completion without DP_CQE_F_GPU", -EBADMSG);
-	return t0;
+	return ns;
 }
 
 /* The same copy by the CUDA runtime in this process; ns. */
@@ -871,8 +855,7 @@ int main(int argc, char **argv)
 	report_num("service", service_cpu);
 	report_end();
 	/* Before this client pins itself, on the CPUs ours uses. */
-	placement_report(client_cpu, service_cpu, bench_placement(client_cpu, service_cpu, 5), 5);
-	bench_pin(client_cpu);
+	bench_place_and_pin(client_cpu, service_cpu);
 	ck(cudaSetDevice(device), "cudaSetDevice");
 	ck(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
 	cudaDriverGetVersion(&drv);

@@ -595,19 +595,13 @@ static double measure(enum metric m)
 	}
 }
 
-static double median(double *v, unsigned n)
-{
-	qsort(v, n, sizeof(*v), cmp_dbl);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static double median_ratio(const double *values, enum metric ours, enum metric peer)
 {
 	double r[opt.reps];
 
 	for (unsigned rep = 0; rep < opt.reps; rep++)
 		r[rep] = values[ours * opt.reps + rep] / values[peer * opt.reps + rep];
-	return median(r, opt.reps);
+	return bench_median(r, opt.reps);
 }
 
 static void usage(FILE *f, int rc)
@@ -807,7 +801,7 @@ int main(int argc, char **argv)
 		double v[opt.reps];
 
 		memcpy(v, values + m * opt.reps, sizeof(v));
-		med[m] = median(v, opt.reps);
+		med[m] = bench_median(v, opt.reps);
 	}
 	printf("runs repeated because the threads waited for their CPUs > 1%% of the run: %u; "
 	       "kept anyway after %u repeats: %u\n",
