@@ -211,55 +211,47 @@ Test(directory_outage, redis_down_at_start)
  * transfers go on, and the service recovers when it answers again. */
 Test(directory_outage, hung_redis_times_out)
 {
-	struct dp_client *ca, *cb;
-	struct dp_queue *q;
+	struct seg_pair sp; /* the opener on B, the owner on A */
 	struct dp_desc d;
-	uint8_t *ma, *mb;
-	int ra, rb, rc, seg;
+	int rc;
 	uint64_t t0, ms;
 
 	dir_redis_start(&dir_redis, 0, NULL);
 	dir_svc_start(0, dir_redis.url, 5, NULL);
 	dir_svc_start(1, dir_redis.url, 5, NULL);
-	ca = connect_client(&fab_svc[0], "owner");
-	cb = connect_client(&fab_svc[1], "opener");
-	ra = alloc_region(ca, MiB, &ma);
-	export_segment(ca, ra, "stuck", DP_ACCESS_RW);
-	rb = alloc_region(cb, MiB, &mb);
-	seg = open_segment(cb, NULL, "stuck", DP_ACCESS_RW);
-	q = make_queue(cb, 4);
+	seg_pair_open(&sp, &fab_svc[1], &fab_svc[0], NULL, "stuck", MiB, 4);
 
 	kill(dir_redis.pid, SIGSTOP);
 	t0 = now_ns();
-	rc = dp_segment_export(ca, ra, "stuck-2", DP_ACCESS_READ);
+	rc = dp_segment_export(sp.ct, sp.treg, "stuck-2", DP_ACCESS_READ);
 	ms = dir_ms_since(t0);
 	cr_assert(rc == -ETIMEDOUT || rc == -EHOSTUNREACH, "export: %s", dp_strerror(rc));
 	cr_assert_lt(ms, 2000, "export took %llu ms to fail", (unsigned long long)ms);
 	t0 = now_ns();
-	rc = dp_segment_open(cb, NULL, "not-cached", DP_ACCESS_READ);
+	rc = dp_segment_open(sp.ci, NULL, "not-cached", DP_ACCESS_READ);
 	ms = dir_ms_since(t0);
 	cr_assert(rc == -ETIMEDOUT || rc == -EHOSTUNREACH, "lookup: %s", dp_strerror(rc));
 	cr_assert_lt(ms, 2000, "lookup took %llu ms to fail", (unsigned long long)ms);
-	pattern_fill(mb, MiB, 5);
-	dp_prep_write(&d, rb, 0, seg, 0, MiB, 1);
-	run_ok(q, &d, DP_CQE_F_FABRIC, 15000);
-	cr_assert_eq(pattern_check(ma, MiB, 5), -1, "transfer while Redis hangs");
+	pattern_fill(sp.loc, MiB, 5);
+	dp_prep_write(&d, sp.lreg, 0, sp.seg, 0, MiB, 1);
+	run_ok(sp.q, &d, DP_CQE_F_FABRIC, 15000);
+	cr_assert_eq(pattern_check(sp.tgt, MiB, 5), -1, "transfer while Redis hangs");
 	cr_assert(svc_log_has(&fab_svc[0], "timed out"), "A did not log the timeout");
 
 	kill(dir_redis.pid, SIGCONT);
 	t0 = now_ns();
-	while ((rc = dp_segment_export(ca, ra, "stuck-2", DP_ACCESS_READ))) {
+	while ((rc = dp_segment_export(sp.ct, sp.treg, "stuck-2", DP_ACCESS_READ))) {
 		cr_assert_lt(dir_ms_since(t0), 10000, "export failing 10 s after SIGCONT: %s",
 			     dp_strerror(rc));
 		sleep_ms(50);
 	}
-	while ((seg = dp_segment_open(cb, NULL, "stuck-2", DP_ACCESS_READ)) < 0) {
+	while ((sp.seg = dp_segment_open(sp.ci, NULL, "stuck-2", DP_ACCESS_READ)) < 0) {
 		cr_assert_lt(dir_ms_since(t0), 10000, "lookup failing 10 s after SIGCONT: %s",
-			     dp_strerror(seg));
+			     dp_strerror(sp.seg));
 		sleep_ms(50);
 	}
-	dp_close(cb);
-	dp_close(ca);
+	dp_close(sp.ci);
+	dp_close(sp.ct);
 	cr_assert_eq(svc_stop(&fab_svc[0]), 0);
 	cr_assert_eq(svc_stop(&fab_svc[1]), 0);
 }

@@ -120,12 +120,9 @@ static void fabric_run(const char *nics, const char *slice, const char *faults, 
 	unsigned free_slots[WINDOW], nfree = WINDOW, next = 0, rails;
 	unsigned users[1024] = {0}; /* descriptors out per segment handle */
 	struct tally t = {0};
-	struct dp_client *ca, *cb;
-	struct dp_queue *q;
+	struct seg_pair sp;
 	struct injected inj;
 	char peer_b[64];
-	uint8_t *loc, *tgt;
-	int lreg, treg, seg;
 	double cpu;
 
 	cr_assert_not_null(ops);
@@ -142,13 +139,7 @@ static void fabric_run(const char *nics, const char *slice, const char *faults, 
 		cr_skip_test("the tcp provider offers %u of the rails %s", rails, nics);
 	cr_assert_eq(rails, nics ? 2 : 1, "%u rails, want %u", rails, nics ? 2 : 1);
 	snprintf(peer_b, sizeof(peer_b), "127.0.0.1:%d", fab_rpc_port(&fab_svc[1]));
-	ca = connect_client(&fab_svc[0], "faulty");
-	cb = connect_client(&fab_svc[1], "target");
-	treg = alloc_region(cb, rlen, &tgt);
-	export_segment(cb, treg, "fault-tgt", DP_ACCESS_RW);
-	lreg = alloc_region(ca, rlen, &loc);
-	seg = open_segment(ca, peer_b, "fault-tgt", DP_ACCESS_RW);
-	q = make_queue(ca, 64);
+	seg_pair_open(&sp, &fab_svc[0], &fab_svc[1], peer_b, "fault-tgt", rlen, 64);
 
 	while (t.done < ndesc) {
 		struct dp_desc d[WINDOW];
@@ -162,22 +153,22 @@ static void fabric_run(const char *nics, const char *slice, const char *faults, 
 
 			o->slot = free_slots[--nfree];
 			o->opcode = xorshift64s(&rnd_state) % 2 ? DP_OP_WRITE : DP_OP_READ;
-			o->seg = seg;
+			o->seg = sp.seg;
 			shape(&o->off, &o->len);
 			at = (uint64_t)o->slot * SLOT + o->off;
 			if (o->opcode == DP_OP_WRITE) {
-				pattern_fill(loc + at, o->len, next);
-				memset(tgt + at, 0, o->len);
-				dp_prep_write(&d[n], lreg, at, seg, at, o->len, next);
+				pattern_fill(sp.loc + at, o->len, next);
+				memset(sp.tgt + at, 0, o->len);
+				dp_prep_write(&d[n], sp.lreg, at, sp.seg, at, o->len, next);
 			} else {
-				pattern_fill(tgt + at, o->len, next);
-				memset(loc + at, 0, o->len);
-				dp_prep_read(&d[n], lreg, at, seg, at, o->len, next);
+				pattern_fill(sp.tgt + at, o->len, next);
+				memset(sp.loc + at, 0, o->len);
+				dp_prep_read(&d[n], sp.lreg, at, sp.seg, at, o->len, next);
 			}
-			users[seg]++;
+			users[sp.seg]++;
 		}
-		submit_all(q, d, n, 10000);
-		k = wait_some(q, cqes, &t, ndesc);
+		submit_all(sp.q, d, n, 10000);
+		k = wait_some(sp.q, cqes, &t, ndesc);
 		for (int j = 0; j < k; j++) {
 			struct dp_cqe *c = &cqes[j];
 			struct fab_desc *o = answered(ops, next, c, &t);
@@ -190,7 +181,8 @@ static void fabric_run(const char *nics, const char *slice, const char *faults, 
 				  (unsigned long long)c->user_data, dp_strerror(c->status),
 				  c->flags);
 			if (!c->status) {
-				const uint8_t *p = o->opcode == DP_OP_WRITE ? tgt + at : loc + at;
+				const uint8_t *p =
+					o->opcode == DP_OP_WRITE ? sp.tgt + at : sp.loc + at;
 				int64_t bad = pattern_check(p, o->len, c->user_data);
 
 				cr_assert_eq(
@@ -216,7 +208,7 @@ static void fabric_run(const char *nics, const char *slice, const char *faults, 
 					t.eio++;
 				else if (c->status == -EHOSTUNREACH)
 					t.ehostunreach++;
-				else if (c->status == -ECONNRESET && o->seg != seg)
+				else if (c->status == -ECONNRESET && o->seg != sp.seg)
 					t.econnreset++;
 				else
 					cr_assert_fail(
@@ -224,23 +216,24 @@ static void fabric_run(const char *nics, const char *slice, const char *faults, 
 						"failure",
 						(unsigned long long)c->user_data,
 						dp_strerror(c->status));
-				if (o->seg == seg && c->status != -ECONNRESET) {
-					seg = open_segment(ca, peer_b, "fault-tgt", DP_ACCESS_RW);
+				if (o->seg == sp.seg && c->status != -ECONNRESET) {
+					sp.seg = open_segment(sp.ci, peer_b, "fault-tgt",
+							      DP_ACCESS_RW);
 					t.reopens++;
 				}
 			}
-			if (!--users[o->seg] && o->seg != seg)
-				cr_assert_eq(dp_segment_close(ca, o->seg), 0);
+			if (!--users[o->seg] && o->seg != sp.seg)
+				cr_assert_eq(dp_segment_close(sp.ci, o->seg), 0);
 			free_slots[nfree++] = o->slot;
 		}
 	}
-	no_more_completions(q);
+	no_more_completions(sp.q);
 	/* Nothing left behind: an op kept after its completion would keep
 	 * the poller from ever sleeping. */
 	cpu = cpu_share(fab_svc[0].pid, 300);
 	cr_assert_lt(cpu, 0.5, "the idle service uses %.0f%% of a CPU", cpu * 100);
-	dp_close(ca);
-	dp_close(cb);
+	dp_close(sp.ci);
+	dp_close(sp.ct);
 	inj = stop_and_count(&fab_svc[0]);
 	cr_assert_eq(svc_stop(&fab_svc[1]), 0, "the target service did not exit cleanly");
 	cr_log_info("fabric, %u rail(s), DP_FAULTS=%s: %u descriptors, %u ok (%llu MiB verified), "

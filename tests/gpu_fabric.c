@@ -32,10 +32,8 @@ Test(gpu_fabric, GpuFabricShmHmem)
 
 	ca = connect_client(&fab_svc[0], "gpu-owner");
 	cb = connect_client(&fab_svc[1], "gpu-user");
-	da = gpu_buf(len, -1);
-	db = gpu_buf(len, 7);
-	ra = gpu_register(ca, da, len);
-	rb = gpu_register(cb, db, len);
+	ra = gpu_region(ca, len, -1, &da);
+	rb = gpu_region(cb, len, 7, &db);
 	/* Debian's libfabric 1.17 is built without CUDA: shm offers FI_HMEM
 	 * but answers "Cannot register memory for uninitialized iface" for
 	 * FI_HMEM_CUDA (seen on the H200); the service then keeps the region

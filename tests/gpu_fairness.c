@@ -122,12 +122,10 @@ Test(gpu_fair, GpuBigCopyDoesNotDelaySmall)
 	CK(cudaMalloc(&bdst, big));
 	gpu_memset(bsrc, 0x5a, big);
 	gpu_memset(bdst, 0, big);
-	ssrc = gpu_buf(SMALL, 11);
-	sdst = gpu_buf(SMALL, -1);
+	rss = gpu_region(c, SMALL, 11, &ssrc);
+	rsd = gpu_region(c, SMALL, -1, &sdst);
 	rbs = gpu_register(c, bsrc, big);
 	rbd = gpu_register(c, bdst, big);
-	rss = gpu_register(c, ssrc, SMALL);
-	rsd = gpu_register(c, sdst, SMALL);
 	segb = export_open(c, rbd, "big", DP_ACCESS_RW, DP_ACCESS_RW);
 	segs = export_open(c, rsd, "small", DP_ACCESS_RW, DP_ACCESS_RW);
 	dp_prep_write(&d, rbs, 0, segb, 0, big, 2);
@@ -175,11 +173,9 @@ Test(gpu_fair, GpuBigHostCopyDoesNotDelaySmall)
 	memset(hsrc, 0xa5, big);
 	CK(cudaMalloc(&bdst, big));
 	gpu_memset(bdst, 0, big);
-	ssrc = gpu_buf(SMALL, 12);
-	sdst = gpu_buf(SMALL, -1);
+	rss = gpu_region(c, SMALL, 12, &ssrc);
+	rsd = gpu_region(c, SMALL, -1, &sdst);
 	rbd = gpu_register(c, bdst, big);
-	rss = gpu_register(c, ssrc, SMALL);
-	rsd = gpu_register(c, sdst, SMALL);
 	segb = export_open(c, rbd, "big", DP_ACCESS_RW, DP_ACCESS_RW);
 	segs = export_open(c, rsd, "small", DP_ACCESS_RW, DP_ACCESS_RW);
 	dp_prep_write(&d, rbs, 0, segb, 0, big, 2);

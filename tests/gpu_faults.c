@@ -61,10 +61,8 @@ Test(gpu_faults, CudaFailuresEndAsEio)
 	q = make_queue(c, 0);
 
 	/* GPU -> GPU: 256 copies of 256 KiB, each to its own place. */
-	src = gpu_buf(NCOPY * piece, 61);
-	dst = gpu_buf(NCOPY * piece, -1);
-	rs = gpu_register(c, src, NCOPY * piece);
-	rd = gpu_register(c, dst, NCOPY * piece);
+	rs = gpu_region(c, NCOPY * piece, 61, &src);
+	rd = gpu_region(c, NCOPY * piece, -1, &dst);
 	seg_d = export_open(c, rd, "faults-dst", DP_ACCESS_RW, DP_ACCESS_RW);
 	for (unsigned i = 0; i < NCOPY; i++)
 		dp_prep_write(&d[i], rs, i * piece, seg_d, i * piece, piece, i);
@@ -90,8 +88,7 @@ Test(gpu_faults, CudaFailuresEndAsEio)
 	cr_assert_eq(dp_segment_export(c, rf, "faults-file", DP_ACCESS_READ), 0);
 	seg_f = dp_segment_open(c, NULL, "faults-file", DP_ACCESS_READ);
 	cr_assert_geq(seg_f, 0);
-	g = gpu_buf(flen, -1);
-	rg = gpu_register(c, g, flen);
+	rg = gpu_region(c, flen, -1, &g);
 	for (unsigned i = 0; i < NFILE; i++)
 		dp_prep_read(&d[i], rg, i * MiB, seg_f, i * MiB, MiB, i);
 	gpu_run(q, d, NFILE, cqe, 60000);

@@ -110,10 +110,8 @@ Test(gpu_file, FileToGpuAndBack)
 	q = make_queue(c, 0);
 	fd = scratch_file(2 * len, 31);
 	seg = file_segment(c, fd, 2 * len, "gpu-file");
-	g = gpu_buf(len, -1);
-	src = gpu_buf(len, 32);
-	rg = gpu_register(c, g, len);
-	rs = gpu_register(c, src, len);
+	rg = gpu_region(c, len, -1, &g);
+	rs = gpu_region(c, len, 32, &src);
 
 	dp_prep_read(&d, rg, 0, seg, 0, len, 0);
 	run_file_ok(q, &d, 1);
@@ -152,8 +150,7 @@ Test(gpu_file, UnalignedManySlicesFewBuffers)
 	q = make_queue(c, 0);
 	fd = scratch_file(flen, 41);
 	seg = file_segment(c, fd, flen, "gpu-file-u");
-	g = gpu_buf(glen, -1);
-	rg = gpu_register(c, g, glen);
+	rg = gpu_region(c, glen, -1, &g);
 
 	/* READs: file [foff, foff + n) -> GPU [goff, goff + n), disjoint. */
 	for (unsigned i = 0; i < N; i++) {
@@ -199,8 +196,7 @@ Test(gpu_file, FileShorterThanRegion)
 	q = make_queue(c, 0);
 	fd = scratch_file(len, 51);
 	seg = file_segment(c, fd, len, "gpu-file-s");
-	g = gpu_buf(len, -1);
-	rg = gpu_register(c, g, len);
+	rg = gpu_region(c, len, -1, &g);
 	cr_assert_eq(ftruncate(fd, (off_t)(len / 2)), 0);
 
 	dp_prep_read(&d, rg, 0, seg, 0, len, 0);

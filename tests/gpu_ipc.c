@@ -144,10 +144,8 @@ Test(gpu_ipc, GpuTwoProcesses)
 	cr_assert_eq(read_byte(ready), 'r', "peer failed before exporting (exit %d)", wait_peer());
 	c = connect_client(&svc, "gpu-ipc");
 	q = make_queue(c, 0);
-	src = gpu_buf(len, 8);
-	back = gpu_buf(len, -1);
-	rs = gpu_register(c, src, len);
-	rb = gpu_register(c, back, len);
+	rs = gpu_region(c, len, 8, &src);
+	rb = gpu_region(c, len, -1, &back);
 	seg = dp_segment_open(c, NULL, "ipc-dst", DP_ACCESS_RW);
 	cr_assert_geq(seg, 0, "dp_segment_open: %s", dp_strerror(seg));
 	dp_prep_write(&d, rs, 0, seg, 0, len, 0);
@@ -180,7 +178,6 @@ Test(gpu_ipc, GpuClientDeathClosesHandles)
 	struct dp_client *c;
 	struct dp_queue *q;
 	struct dp_desc d;
-	struct dp_cqe cqe;
 	size_t free0, free1, now = 0;
 	void *src, *warm;
 	int go, ready, rs, seg;
@@ -191,8 +188,7 @@ Test(gpu_ipc, GpuClientDeathClosesHandles)
 	/* The service's own context exists before the baseline. */
 	c = connect_client(&svc, "gpu-survivor");
 	q = make_queue(c, 0);
-	src = gpu_buf(MiB, 9);
-	rs = gpu_register(c, src, MiB);
+	rs = gpu_region(c, MiB, 9, &src);
 	warm = gpu_buf(MiB, -1);
 	seg = export_open(c, gpu_register(c, warm, MiB), "warm", DP_ACCESS_RW, DP_ACCESS_RW);
 	dp_prep_write(&d, rs, 0, seg, 0, MiB, 0);
@@ -223,8 +219,7 @@ Test(gpu_ipc, GpuClientDeathClosesHandles)
 	cr_assert_geq(now + 256 * MiB, free0, "%zu MiB of GPU memory not returned",
 		      (free0 - now) >> 20);
 	dp_prep_write(&d, rs, 0, seg, 0, MiB, 0);
-	gpu_run(q, &d, 1, &cqe, 10000);
-	cr_assert_eq(cqe.status, -ECONNRESET, "status %d, want ECONNRESET", cqe.status);
+	gpu_run_one_fails(q, &d, -ECONNRESET, 10000, "a WRITE to the dead client's export");
 	dp_close(c);
 	CK(cudaFree(src));
 	CK(cudaFree(warm));
@@ -246,9 +241,8 @@ Test(gpu_ipc, GpuDeregisterClosesHandle)
 	start_svc(&svc, local_only);
 	c = connect_client(&svc, "gpu-dereg");
 	q = make_queue(c, 0);
-	src = gpu_buf(len, 10);
+	rs = gpu_region(c, len, 10, &src);
 	dst = gpu_buf(len, -1);
-	rs = gpu_register(c, src, len);
 	for (int i = 0; i < 100; i++) {
 		rd = gpu_register(c, dst, len);
 		cr_assert_eq(dp_free(c, rd), 0);
@@ -263,14 +257,8 @@ Test(gpu_ipc, GpuDeregisterClosesHandle)
 	dp_prep_write(&d, rs, len / 2, seg2, 0, len / 2, 0);
 	gpu_run_one_ok(q, &d);
 	gpu_expect(dst + len / 2, len / 2, 10, len / 2, "second half after the first was freed");
-	{
-		struct dp_cqe cqe;
-
-		dp_prep_write(&d, rs, 0, seg, 0, MiB, 0);
-		gpu_run(q, &d, 1, &cqe, 10000);
-		cr_assert_eq(cqe.status, -ECONNRESET, "freed region's export: status %d",
-			     cqe.status);
-	}
+	dp_prep_write(&d, rs, 0, seg, 0, MiB, 0);
+	gpu_run_one_fails(q, &d, -ECONNRESET, 10000, "freed region's export");
 	dp_close(c);
 	CK(cudaFree(src));
 	CK(cudaFree(dst));

@@ -21,10 +21,8 @@ Test(gpu, GpuLoopbackWrite)
 	start_svc(&svc, local_only);
 	c = connect_client(&svc, "gpu-write");
 	q = make_queue(c, 0);
-	src = gpu_buf(len, 1);
-	dst = gpu_buf(len, -1);
-	rs = gpu_register(c, src, len);
-	rd = gpu_register(c, dst, len);
+	rs = gpu_region(c, len, 1, &src);
+	rd = gpu_region(c, len, -1, &dst);
 	seg = export_open(c, rd, "gpu-dst", DP_ACCESS_RW, DP_ACCESS_RW);
 	dp_prep_write(&d, rs, 0, seg, 0, len, 0);
 	gpu_run_one_ok(q, &d);
@@ -51,12 +49,9 @@ Test(gpu, GpuLoopbackWriteThenRead)
 	start_svc(&svc, local_only);
 	c = connect_client(&svc, "gpu-write-read");
 	q = make_queue(c, 0);
-	a = gpu_buf(len, 2);
-	b = gpu_buf(len, -1);
-	cbuf = gpu_buf(len, -1);
-	ra = gpu_register(c, a, len);
-	rb = gpu_register(c, b, len);
-	rc_ = gpu_register(c, cbuf, len);
+	ra = gpu_region(c, len, 2, &a);
+	rb = gpu_region(c, len, -1, &b);
+	rc_ = gpu_region(c, len, -1, &cbuf);
 	seg = export_open(c, rb, "gpu-b", DP_ACCESS_RW, DP_ACCESS_RW);
 
 	dp_prep_write(&d, ra, 1000, seg, 2 * MiB, n, 0);
@@ -95,10 +90,8 @@ Test(gpu, GpuLoopbackMultiWrite)
 	start_svc(&svc, local_only);
 	c = connect_client(&svc, "gpu-multi");
 	q = make_queue(c, 128);
-	src = gpu_buf(off[N], 3);
-	dst = gpu_buf(off[N], -1);
-	rs = gpu_register(c, src, off[N]);
-	rd = gpu_register(c, dst, off[N]);
+	rs = gpu_region(c, off[N], 3, &src);
+	rd = gpu_region(c, off[N], -1, &dst);
 	seg = export_open(c, rd, "gpu-multi", DP_ACCESS_RW, DP_ACCESS_RW);
 	/* The 64-byte gaps between the ranges stay zero. */
 	for (int i = 0; i < N; i++)
@@ -176,10 +169,8 @@ Test(gpu, GpuHostDeviceBothDirections)
 	cr_assert_geq(rhd, 0);
 	pattern_fill(hsrc, len, 4);
 	memset(hdst, 0, len);
-	gsrc = gpu_buf(len, 5);
-	gdst = gpu_buf(len, -1);
-	rgs = gpu_register(c, gsrc, len);
-	rgd = gpu_register(c, gdst, len);
+	rgs = gpu_region(c, len, 5, &gsrc);
+	rgd = gpu_region(c, len, -1, &gdst);
 	seg_hd = export_open(c, rhd, "host-dst", DP_ACCESS_RW, DP_ACCESS_RW);
 	seg_gd = export_open(c, rgd, "gpu-dst", DP_ACCESS_RW, DP_ACCESS_RW);
 
@@ -237,12 +228,7 @@ Test(gpu, GpuInteriorPointer)
 	gpu_expect(dst + 2 * off + n, len - 2 * off - n, -1, 0, "bytes after it");
 	/* The region is n bytes: one byte more is out of bounds. */
 	dp_prep_write(&d, rs, 0, seg, 1, n, 0);
-	{
-		struct dp_cqe cqe;
-
-		gpu_run(q, &d, 1, &cqe, 10000);
-		cr_assert_eq(cqe.status, -EFAULT, "status %d, want EFAULT", cqe.status);
-	}
+	gpu_run_one_fails(q, &d, -EFAULT, 10000, "one byte past the region");
 	/* A range that leaves the allocation is refused at registration. */
 	r = dp_register_cuda(c, src + off, len - off + 1);
 	cr_assert_eq(r, -EINVAL, "registration past the allocation: %d", r);
@@ -258,7 +244,6 @@ Test(gpu, GpuRegisterErrors)
 	struct dp_client *c;
 	struct dp_queue *q;
 	struct dp_desc d;
-	struct dp_cqe cqe;
 	void *g, *managed, *pinned, *host;
 	int r, rg, seg;
 
@@ -280,8 +265,7 @@ Test(gpu, GpuRegisterErrors)
 	/* Deregistered: the handle is gone and its export with it. */
 	cr_assert_eq(dp_free(c, rg), 0);
 	dp_prep_write(&d, rg, 0, seg, 0, 4096, 0);
-	gpu_run(q, &d, 1, &cqe, 10000);
-	cr_assert_eq(cqe.status, -EBADF, "status %d after dp_free, want EBADF", cqe.status);
+	gpu_run_one_fails(q, &d, -EBADF, 10000, "a WRITE after dp_free");
 	/* The same memory registers again. */
 	r = gpu_register(c, g, MiB);
 	cr_assert_geq(r, 0);

@@ -645,6 +645,18 @@ void probe_start(struct probe *p, const struct svc *s, size_t len)
 	p->n = 0;
 }
 
+void seg_pair_open(struct seg_pair *p, const struct svc *init, const struct svc *target,
+		   const char *peer, const char *name, size_t len, uint32_t depth)
+{
+	p->ci = connect_client(init, "initiator");
+	p->ct = connect_client(target, "target");
+	p->treg = alloc_region(p->ct, len, &p->tgt);
+	export_segment(p->ct, p->treg, name, DP_ACCESS_RW);
+	p->lreg = alloc_region(p->ci, len, &p->loc);
+	p->seg = open_segment(p->ci, peer, name, DP_ACCESS_RW);
+	p->q = make_queue(p->ci, depth);
+}
+
 /* ---- a bystander in a thread, and the service's health ---- */
 
 static void bystander_fail(struct bystander *b, const char *what, int rc)
@@ -1398,6 +1410,16 @@ static struct jv *parse_container(const char **p, int depth, enum jtype t)
 	}
 }
 
+/* Past one or more digits at q; NULL when there is none. */
+static const char *json_digits(const char *q)
+{
+	if (!(*q >= '0' && *q <= '9'))
+		return NULL;
+	while (*q >= '0' && *q <= '9')
+		q++;
+	return q;
+}
+
 static struct jv *parse_value(const char **p, int depth)
 {
 	struct jv *v;
@@ -1451,29 +1473,21 @@ static struct jv *parse_value(const char **p, int depth)
 			free(v);
 			return NULL;
 		}
-		while (*q >= '0' && *q <= '9')
-			q++;
+		q = json_digits(q);
 		if (*q == '.') {
 			integer = false;
-			q++;
-			if (!(*q >= '0' && *q <= '9')) {
-				free(v);
-				return NULL;
-			}
-			while (*q >= '0' && *q <= '9')
-				q++;
+			q = json_digits(q + 1);
 		}
-		if (*q == 'e' || *q == 'E') {
+		if (q && (*q == 'e' || *q == 'E')) {
 			integer = false;
 			q++;
 			if (*q == '+' || *q == '-')
 				q++;
-			if (!(*q >= '0' && *q <= '9')) {
-				free(v);
-				return NULL;
-			}
-			while (*q >= '0' && *q <= '9')
-				q++;
+			q = json_digits(q);
+		}
+		if (!q) {
+			free(v);
+			return NULL;
 		}
 		v->t = J_NUM;
 		v->num = strtod(s, &end);
@@ -1768,6 +1782,24 @@ void gpu_run_one_ok(struct dp_queue *q, const struct dp_desc *d)
 	cr_assert_eq(cqe.bytes, d->len, "bytes %llu, want %llu", (unsigned long long)cqe.bytes,
 		     (unsigned long long)d->len);
 	cr_assert_eq(cqe.flags, GPU_FLAGS, "flags 0x%x, want LOCAL|GPU", cqe.flags);
+}
+
+void gpu_run_one_fails(struct dp_queue *q, const struct dp_desc *d, int status, int timeout_ms,
+		       const char *what)
+{
+	struct dp_cqe cqe;
+
+	gpu_run(q, d, 1, &cqe, timeout_ms);
+	cr_assert_eq(cqe.status, status, "%s: status %d (%s), want %d (%s)", what, cqe.status,
+		     dp_strerror(cqe.status), status, dp_strerror(status));
+}
+
+int gpu_region(struct dp_client *c, size_t len, int64_t seed, void *addr)
+{
+	void *p = gpu_buf(len, seed);
+
+	*(void **)addr = p;
+	return gpu_register(c, p, len);
 }
 #endif /* DP_HAVE_CUDA */
 

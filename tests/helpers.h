@@ -183,6 +183,19 @@ struct probe {
 };
 void probe_start(struct probe *p, const struct svc *s, size_t len);
 
+/* A segment between two clients: `target` exports a region as `name`
+ * (DP_ACCESS_RW); `init` has a region of its own, the segment opened
+ * through `peer` (NULL: by name on its own service, or the directory) and a
+ * queue. Both regions are `len` bytes, zeroed. */
+struct seg_pair {
+	struct dp_client *ci, *ct; /* the initiator's and the target's client */
+	struct dp_queue *q;	   /* the initiator's, of `depth` */
+	int lreg, treg, seg;
+	uint8_t *loc, *tgt;
+};
+void seg_pair_open(struct seg_pair *p, const struct svc *init, const struct svc *target,
+		   const char *peer, const char *name, size_t len, uint32_t depth);
+
 /* ---- a bystander in a thread, and the service's health ---- */
 
 #define GOOD_LEN (64u * 1024)
@@ -387,6 +400,13 @@ void gpu_run(struct dp_queue *q, const struct dp_desc *d, unsigned n, struct dp_
 	     int timeout_ms);
 /* One descriptor, which must succeed through the GPU path. */
 void gpu_run_one_ok(struct dp_queue *q, const struct dp_desc *d);
+/* One descriptor, which must complete with `status` (a -errno) within
+ * `timeout_ms`; `what` names it in the failure. */
+void gpu_run_one_fails(struct dp_queue *q, const struct dp_desc *d, int status, int timeout_ms,
+		       const char *what);
+/* gpu_buf(len, seed) registered with `c`: its region. `addr` is a pointer
+ * to the caller's pointer, which gets the memory (as alloc_region). */
+int gpu_region(struct dp_client *c, size_t len, int64_t seed, void *addr);
 #endif
 
 /* ---- private rings (the ring_* suites) ---- */
