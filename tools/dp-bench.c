@@ -119,8 +119,10 @@ static void bench_close(struct bench *b)
 	dp_close(b->c);
 }
 
-/* Runs one descriptor to completion by busy-polling; returns ns. */
-static uint64_t one_write(struct bench *b, uint64_t off, uint64_t len, uint64_t ud)
+/* One WRITE of b's source into its segment, to its completion: busy-polled
+ * (wait_ms < 0) or waited for up to wait_ms; returns ns. */
+static uint64_t write_wait(struct bench *b, uint64_t off, uint64_t len, uint64_t ud, int wait_ms,
+			   const char *what)
 {
 	struct dp_desc d;
 	struct dp_cqe cqe;
@@ -128,9 +130,15 @@ static uint64_t one_write(struct bench *b, uint64_t off, uint64_t len, uint64_t 
 	int rc;
 
 	dp_prep_write(&d, b->src, off, b->seg, off, len, ud);
-	if ((rc = dp_tool_run_one(b->q, &d, -1, &cqe, &ns)))
-		die("WRITE", rc);
+	if ((rc = dp_tool_run_one(b->q, &d, wait_ms, &cqe, &ns)))
+		die(what, rc);
 	return ns;
+}
+
+/* Runs one descriptor to completion by busy-polling; returns ns. */
+static uint64_t one_write(struct bench *b, uint64_t off, uint64_t len, uint64_t ud)
+{
+	return write_wait(b, off, len, ud, -1, "WRITE");
 }
 
 static void verify(const struct bench *b, uint64_t len)
@@ -741,15 +749,7 @@ struct fabric_fig {
  * 2-core machine it shares a CPU with the initiating service's poller. */
 static uint64_t fabric_one(struct bench *b, uint64_t off, uint64_t len, uint64_t ud)
 {
-	struct dp_desc d;
-	struct dp_cqe cqe;
-	uint64_t ns;
-	int rc;
-
-	dp_prep_write(&d, b->src, off, b->seg, off, len, ud);
-	if ((rc = dp_tool_run_one(b->q, &d, 10000, &cqe, &ns)))
-		die("fabric WRITE", rc);
-	return ns;
+	return write_wait(b, off, len, ud, 10000, "fabric WRITE");
 }
 
 /* Runs `total` 4 MiB WRITEs with up to `depth` in flight, rotating over the
