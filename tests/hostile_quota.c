@@ -156,6 +156,8 @@ Test(hostile_quota, sparse_memfd_hog_hits_the_uid_quota, .timeout = 60)
 	regs[n++] = rc;
 	rc = register_sparse(hog, 4096);
 	cr_assert_eq(rc, -EDQUOT, "4 KiB over the quota: %d (%s)", rc, dp_strerror(rc));
+	cr_assert(strstr(dp_last_error(), "--max-mapped-gb-per-uid") != NULL, "%s",
+		  dp_last_error());
 	/* Another uid is not touched by it. */
 	nb = as_nobody(MiB);
 	cr_assert_eq(nb.connect, 0, "uid 65534 dp_connect: %s", dp_strerror(nb.connect));
@@ -347,7 +349,9 @@ Test(hostile_quota, max_clients_refusal_is_eusers, .timeout = 30)
 		cr_assert_eq(rc, -EUSERS, "refusal %d: %d (%s), want -EUSERS", i, rc,
 			     dp_strerror(rc));
 	}
-	cr_assert(strstr(dp_last_error(), "dp_connect") != NULL, "%s", dp_last_error());
+	cr_assert(strstr(dp_last_error(), "dp_connect: the service serves its --max-clients") !=
+			  NULL,
+		  "%s", dp_last_error());
 	rc = alloc_region(b, 4096, &p);
 	cr_assert_eq(dp_free(b, rc), 0);
 	dp_close(a);
