@@ -142,7 +142,8 @@ $(B)/%: $(B)/obj/examples/%.o $(LIBCLIENT_A)
 	$(CC) -o $@ $^ $(LDLIBS)
 
 # ---- tests ----
-$(B)/tests/dp-tests: $(call obj,$(TEST_SRCS) tests/helpers.c) $(LIBCLIENT_A)
+# fabric_rpc speaks the peer protocol itself: it links the service's HMAC.
+$(B)/tests/dp-tests: $(call obj,$(TEST_SRCS) tests/helpers.c dataplane/auth.c) $(LIBCLIENT_A)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDLIBS) $(TEST_LIBS)
 $(B)/tests/ring-tests: $(call obj,$(RING_TEST_SRCS) tests/helpers.c) $(LIBCLIENT_A)
@@ -224,7 +225,7 @@ FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_CFLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	-D_GNU_SOURCE -Iring -Ilibclient -Icommon -Idataplane
 FUZZ_LINK_fuzz_ring_attach := ring/ring.c
-FUZZ_LINK_fuzz_rpc_reply := dataplane/rpc.c common/net.c
+FUZZ_LINK_fuzz_rpc_reply := dataplane/rpc.c dataplane/auth.c dataplane/event.c common/net.c
 FUZZ_LINK_fuzz_desc := ring/ring.c dataplane/poller.c dataplane/stats.c dataplane/log.c
 FUZZ_LINK_fuzz_control := dataplane/ctlmsg.c
 deps-fuzz: deps

@@ -39,6 +39,11 @@
 
 #define NS_PER_MS 1000000ull
 
+struct challenge_msg {
+	struct dp_rpc_hdr h;
+	struct dp_rpc_challenge c;
+};
+
 struct req_msg {
 	struct dp_rpc_hdr h;
 	struct dp_rpc_lookup req;
@@ -47,29 +52,39 @@ struct req_msg {
 struct reply_msg {
 	struct dp_rpc_hdr h;
 	struct dp_rpc_lookup_reply r;
+	uint8_t mac[DP_AUTH_MAC];
 };
+
+#define LABEL_LOOKUP "dp-rpc lookup"
+#define LABEL_REPLY "dp-rpc reply"
 
 /* ---- server connections ---- */
 
 enum srv_state {
-	SRV_REQUEST, /* reading the request (header, then payload) */
-	SRV_REPLY,   /* writing the reply; closed once it is out */
+	SRV_CHALLENGE, /* writing the challenge */
+	SRV_REQUEST,   /* reading the request (header, then payload) */
+	SRV_REPLY,     /* writing the reply; closed once it is out */
 };
 
 struct srv_conn {
 	struct ev_handler ev;
 	enum srv_state state;
+	uint32_t events; /* what ev is registered for */
 	uint64_t accepted_ns, deadline_ns;
-	size_t in_len; /* bytes of `in` read */
+	uint8_t nonce[DP_AUTH_NONCE]; /* the challenge's */
+	size_t in_len;		      /* bytes of `in` read */
 	struct req_msg in;
-	size_t out_off; /* bytes of `out` written */
-	struct reply_msg out;
+	size_t out_off, out_len; /* bytes of `out` written, to write */
+	union {
+		struct challenge_msg challenge;
+		struct reply_msg reply;
+	} out;
 	struct srv_conn *prev, *next; /* open ones, oldest first */
 };
 
 /* ---- lookups ---- */
 
-enum call_state { CALL_CONNECTING, CALL_SENDING, CALL_RECEIVING };
+enum call_state { CALL_CONNECTING, CALL_CHALLENGE, CALL_SENDING, CALL_RECEIVING };
 
 struct call {
 	struct ev_handler ev;
@@ -77,10 +92,13 @@ struct call {
 	uint64_t deadline_ns;
 	rpc_done_fn done;
 	void *arg;
+	size_t ch_len; /* bytes of `ch` read */
+	struct challenge_msg ch;
 	size_t out_off;
 	struct req_msg out;
 	size_t in_len;
 	struct reply_msg in;
+	char peer[DP_NAME_MAX];
 	struct call *prev, *next;
 };
 
@@ -179,22 +197,46 @@ static void srv_close(struct srv_conn *k)
 	rpc.dead_conns = k;
 }
 
-/* The request is whole (or cannot become so: status set): the reply. */
+/* The request is whole (or cannot become so: status set): the reply. A
+ * whole request is answered only when its MAC proves the fleet key (else
+ * -EACCES, and nothing of any export); every reply to a whole request
+ * carries the MAC that proves the key to the asker. */
 static void srv_reply(struct srv_conn *k, int status)
 {
-	k->out.h = (struct dp_rpc_hdr){.magic = DP_RPC_MAGIC,
-				       .version = DP_RPC_VERSION,
-				       .type = DP_RPC_LOOKUP | DP_RPC_REPLY,
-				       .len = sizeof(k->out.r)};
-	memcpy(k->out.r.server_name, cfg.server_name, sizeof(k->out.r.server_name));
+	struct dp_rpc_lookup_reply *r = &k->out.reply.r;
+	const struct dp_rpc_lookup *q = &k->in.req;
+
+	memset(&k->out, 0, sizeof(k->out));
+	k->out.reply.h = (struct dp_rpc_hdr){.magic = DP_RPC_MAGIC,
+					     .version = DP_RPC_VERSION,
+					     .type = DP_RPC_LOOKUP | DP_RPC_REPLY,
+					     .len = sizeof(*r) + DP_AUTH_MAC};
+	memcpy(r->server_name, cfg.server_name, sizeof(r->server_name));
+	if (!status) {
+		struct auth_part in[3] = {{k->nonce, DP_AUTH_NONCE},
+					  {q->nonce, DP_AUTH_NONCE},
+					  {q->name, sizeof(q->name)}};
+
+		if (!auth_check(LABEL_LOOKUP, in, 3, q->mac)) {
+			log_debug("peer RPC: a lookup failed authentication (not our fleet key)");
+			status = -EACCES;
+		}
+	}
 	if (status)
-		k->out.r.status = status;
+		r->status = status;
 	else
-		fill_reply(&k->in.req, &k->out.r);
-	if (k->out.r.status)
-		log_debug("peer RPC: request refused: %s", strerror(-k->out.r.status));
+		fill_reply(q, r);
+	if (status != -EBADMSG && status != -EPROTONOSUPPORT) {
+		struct auth_part out[3] = {
+			{q->nonce, DP_AUTH_NONCE}, {k->nonce, DP_AUTH_NONCE}, {r, sizeof(*r)}};
+
+		auth_mac(LABEL_REPLY, out, 3, k->out.reply.mac);
+	}
+	if (r->status)
+		log_debug("peer RPC: request refused: %s", strerror(-r->status));
 	k->state = SRV_REPLY;
 	k->out_off = 0;
+	k->out_len = sizeof(k->out.reply);
 }
 
 /* Checks a whole header: 0 (read the payload) or the status to answer. */
@@ -209,16 +251,20 @@ static int srv_check_hdr(const struct dp_rpc_hdr *h)
 	return 0;
 }
 
-/*
- * Moves a connection as far as its socket allows. Reads only the bytes the
- * state needs (the header, then the payload it announced), writes only
- * what the socket takes, and closes the connection once the reply is out
- * or the peer is gone. A further message round (an authentication
- * challenge) is one more state here, with its own buffer.
- */
-static void srv_advance(struct srv_conn *k)
+/* Registers the connection for `events` unless it is already. */
+static int srv_want(struct srv_conn *k, uint32_t events)
 {
-	while (k->state == SRV_REQUEST) {
+	if (k->events == events)
+		return 0;
+	k->events = events;
+	return ev_mod(rpc.epfd, &k->ev, events, "a peer RPC connection");
+}
+
+/* Reads what the request still lacks. 1: whole (or answered: the reply is
+ * set), 0: wait for more, -1: closed. */
+static int srv_read(struct srv_conn *k)
+{
+	for (;;) {
 		size_t want = k->in_len < sizeof(k->in.h) ? sizeof(k->in.h) : sizeof(k->in);
 		ssize_t n = recv(k->ev.fd, (char *)&k->in + k->in_len, want - k->in_len, 0);
 		int rc;
@@ -226,43 +272,71 @@ static void srv_advance(struct srv_conn *k)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return;
+			return 0;
 		if (n <= 0) {
 			/* Gone before a whole header: nothing to answer. A
 			 * payload cut short is answered (-EBADMSG). */
 			if (k->in_len < sizeof(k->in.h)) {
 				srv_close(k);
-				return;
+				return -1;
 			}
 			srv_reply(k, -EBADMSG);
-			break;
+			return 1;
 		}
 		k->in_len += (size_t)n;
 		if (k->in_len == sizeof(k->in.h) && (rc = srv_check_hdr(&k->in.h))) {
 			srv_reply(k, rc);
-			break;
+			return 1;
 		}
-		if (k->in_len == sizeof(k->in))
+		if (k->in_len == sizeof(k->in)) {
 			srv_reply(k, 0);
-	}
-	while (k->out_off < sizeof(k->out)) {
-		ssize_t n = send(k->ev.fd, (char *)&k->out + k->out_off,
-				 sizeof(k->out) - k->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			if (ev_mod(rpc.epfd, &k->ev, EPOLLOUT, "a peer RPC connection"))
-				srv_close(k);
-			return;
+			return 1;
 		}
-		if (n <= 0) {
+	}
+}
+
+/*
+ * Moves a connection as far as its socket allows: the challenge out, the
+ * request in (only the bytes the state needs: the header, then the payload
+ * it announced), the reply out, then closed; writes only what the socket
+ * takes and closes the connection once the reply is out or the peer is
+ * gone.
+ */
+static void srv_advance(struct srv_conn *k)
+{
+	for (;;) {
+		while (k->out_off < k->out_len) {
+			ssize_t n = send(k->ev.fd, (char *)&k->out + k->out_off,
+					 k->out_len - k->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+				if (srv_want(k, EPOLLOUT))
+					srv_close(k);
+				return;
+			}
+			if (n <= 0) {
+				srv_close(k);
+				return;
+			}
+			k->out_off += (size_t)n;
+		}
+		if (k->state == SRV_REPLY) {
 			srv_close(k);
 			return;
 		}
-		k->out_off += (size_t)n;
+		if (k->state == SRV_CHALLENGE) {
+			k->state = SRV_REQUEST;
+			k->out_off = k->out_len = 0;
+		}
+		if (srv_want(k, EPOLLIN)) {
+			srv_close(k);
+			return;
+		}
+		if (srv_read(k) <= 0)
+			return;
 	}
-	srv_close(k);
 }
 
 static void on_srv_event(struct ev_handler *h, uint32_t events)
@@ -304,7 +378,15 @@ void rpc_accept(int lfd)
 			return;
 		}
 		k->ev = (struct ev_handler){.fd = fd, .on_event = on_srv_event};
-		k->state = SRV_REQUEST;
+		k->state = SRV_CHALLENGE;
+		k->events = EPOLLIN;
+		auth_nonce(k->nonce);
+		k->out.challenge.h = (struct dp_rpc_hdr){.magic = DP_RPC_MAGIC,
+							 .version = DP_RPC_VERSION,
+							 .type = DP_RPC_CHALLENGE,
+							 .len = sizeof(struct dp_rpc_challenge)};
+		memcpy(k->out.challenge.c.nonce, k->nonce, DP_AUTH_NONCE);
+		k->out_len = sizeof(k->out.challenge);
 		k->accepted_ns = dp_now_ns();
 		k->deadline_ns = k->accepted_ns + RPC_SERVE_TIMEOUT_MS * NS_PER_MS;
 		if (ev_add(rpc.epfd, &k->ev, EPOLLIN, "a peer RPC connection")) {
@@ -319,7 +401,7 @@ void rpc_accept(int lfd)
 			rpc.conns = k;
 		rpc.conns_tail = k;
 		rpc.nconns++;
-		/* The request is usually there already. */
+		/* The challenge goes out at once. */
 		srv_advance(k);
 	}
 }
@@ -427,6 +509,27 @@ static void call_unlink(struct call *k)
 	rpc.dead_calls = k;
 }
 
+/* A whole reply: from a holder of the fleet key, for this lookup (-EACCES
+ * otherwise), then checked field by field. */
+static int call_reply_check(const struct call *k)
+{
+	struct dp_rpc_hdr h = k->in.h;
+	struct auth_part parts[3] = {{k->out.req.nonce, DP_AUTH_NONCE},
+				     {k->ch.c.nonce, DP_AUTH_NONCE},
+				     {&k->in.r, sizeof(k->in.r)}};
+
+	if (h.magic != DP_RPC_MAGIC || h.version != DP_RPC_VERSION ||
+	    h.len != sizeof(k->in.r) + DP_AUTH_MAC)
+		return -EBADMSG;
+	if (!auth_check(LABEL_REPLY, parts, 3, k->in.mac)) {
+		log_warn("peer RPC: the reply of %s does not prove our fleet key: not trusted",
+			 k->peer);
+		return -EACCES;
+	}
+	h.len = sizeof(k->in.r);
+	return rpc_reply_check(&h, &k->in.r);
+}
+
 /* Ends a lookup: closed first, then its caller told (rc, and the reply
  * when rc is 0). */
 static void call_end(struct call *k, int rc)
@@ -435,7 +538,7 @@ static void call_end(struct call *k, int rc)
 
 	call_unlink(k);
 	if (!rc)
-		rc = rpc_reply_check(&k->in.h, &k->in.r);
+		rc = call_reply_check(k);
 	if (!rc)
 		r = k->in.r;
 	k->done(k->arg, rc, rc ? NULL : &r);
@@ -446,6 +549,30 @@ static void call_end(struct call *k, int rc)
 static int call_err(int err)
 {
 	return err == ECONNRESET || err == EPIPE || err == ECONNREFUSED ? -EHOSTUNREACH : -EBADMSG;
+}
+
+/* The server's first message: a challenge of this protocol version. */
+static int call_challenge_check(const struct dp_rpc_hdr *h)
+{
+	if (h->magic != DP_RPC_MAGIC)
+		return -EBADMSG;
+	if (h->version != DP_RPC_VERSION)
+		return -EPROTONOSUPPORT;
+	if (h->type != DP_RPC_CHALLENGE || h->len != sizeof(struct dp_rpc_challenge))
+		return -EBADMSG;
+	return 0;
+}
+
+/* The request, answering the challenge: our nonce and the MAC. */
+static void call_request(struct call *k)
+{
+	struct dp_rpc_lookup *q = &k->out.req;
+	struct auth_part parts[3] = {{k->ch.c.nonce, DP_AUTH_NONCE},
+				     {q->nonce, DP_AUTH_NONCE},
+				     {q->name, sizeof(q->name)}};
+
+	auth_nonce(q->nonce);
+	auth_mac(LABEL_LOOKUP, parts, 3, q->mac);
 }
 
 static void call_advance(struct call *k)
@@ -459,6 +586,31 @@ static void call_advance(struct call *k)
 			call_end(k, -EHOSTUNREACH);
 			return;
 		}
+		k->state = CALL_CHALLENGE;
+		if (ev_mod(rpc.epfd, &k->ev, EPOLLIN, "a peer RPC lookup")) {
+			call_end(k, -EHOSTUNREACH);
+			return;
+		}
+	}
+	while (k->state == CALL_CHALLENGE) {
+		n = recv(k->ev.fd, (char *)&k->ch + k->ch_len, sizeof(k->ch) - k->ch_len,
+			 MSG_DONTWAIT);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		if (n <= 0) {
+			call_end(k, n < 0 ? call_err(errno) : -EHOSTUNREACH);
+			return;
+		}
+		k->ch_len += (size_t)n;
+		if (k->ch_len < sizeof(k->ch))
+			continue;
+		if ((rc = call_challenge_check(&k->ch.h))) {
+			call_end(k, rc);
+			return;
+		}
+		call_request(k);
 		k->state = CALL_SENDING;
 	}
 	while (k->state == CALL_SENDING) {
@@ -498,7 +650,7 @@ static void call_advance(struct call *k)
 			return;
 		}
 		k->in_len += (size_t)n;
-		if (k->in_len == sizeof(k->in.h) && k->in.h.len != sizeof(k->in.r)) {
+		if (k->in_len == sizeof(k->in.h) && k->in.h.len != sizeof(k->in.r) + DP_AUTH_MAC) {
 			call_end(k, -EBADMSG);
 			return;
 		}
@@ -571,7 +723,7 @@ int rpc_lookup_start(const char *peer, const char *name, rpc_done_fn done, void 
 		return -ENOMEM;
 	}
 	k->ev = (struct ev_handler){.fd = fd, .on_event = on_call_event};
-	k->state = rc ? CALL_CONNECTING : CALL_SENDING;
+	k->state = rc ? CALL_CONNECTING : CALL_CHALLENGE;
 	k->deadline_ns = dp_now_ns() + DP_RPC_TIMEOUT_MS * NS_PER_MS;
 	k->done = done;
 	k->arg = arg;
@@ -580,10 +732,11 @@ int rpc_lookup_start(const char *peer, const char *name, rpc_done_fn done, void 
 				       .type = DP_RPC_LOOKUP,
 				       .len = sizeof(k->out.req)};
 	snprintf(k->out.req.name, sizeof(k->out.req.name), "%s", name);
+	snprintf(k->peer, sizeof(k->peer), "%s", peer);
 	/* Connecting: wait until writable. Connected (loopback may be at
-	 * once): the request goes from the loop too, so `done` never runs
-	 * inside this call. */
-	if (ev_add(rpc.epfd, &k->ev, EPOLLOUT, "a peer RPC lookup")) {
+	 * once): wait for the challenge. Either way `done` never runs inside
+	 * this call. */
+	if (ev_add(rpc.epfd, &k->ev, rc ? EPOLLOUT : EPOLLIN, "a peer RPC lookup")) {
 		close(fd);
 		free(k);
 		return -EHOSTUNREACH;

@@ -14,11 +14,13 @@
 
 #include <stdint.h>
 
+#include "auth.h"
 #include "fabric.h"
 
 #define DP_RPC_MAGIC 0x50525044u /* "DPRP" */
-#define DP_RPC_VERSION 1u
+#define DP_RPC_VERSION 2u	 /* 2: every lookup authenticated (auth.h) */
 #define DP_RPC_LOOKUP 1u
+#define DP_RPC_CHALLENGE 2u
 #define DP_RPC_REPLY 0x8000u
 #define DP_RPC_TIMEOUT_MS 2000	 /* a lookup, connect to reply */
 #define RPC_SERVE_TIMEOUT_MS 500 /* a served connection, accept to reply */
@@ -34,8 +36,16 @@ struct dp_rpc_hdr {
 	uint32_t reserved;
 };
 
+/* The server speaks first: a fresh nonce. */
+struct dp_rpc_challenge {
+	uint8_t nonce[DP_AUTH_NONCE];
+};
+
+/* mac = HMAC(fleet key, "dp-rpc lookup", server nonce, nonce, name). */
 struct dp_rpc_lookup {
 	char name[DP_NAME_MAX];
+	uint8_t nonce[DP_AUTH_NONCE];
+	uint8_t mac[DP_AUTH_MAC];
 };
 
 struct dp_rpc_rail {
@@ -45,6 +55,10 @@ struct dp_rpc_rail {
 	uint8_t addr[DP_FABRIC_ADDR_MAX];
 };
 
+/* On the wire a reply is followed by its MAC: HMAC(fleet key, "dp-rpc
+ * reply", the lookup's nonce, the server's nonce, the reply), so a reply is
+ * believed only from a holder of the key, for this lookup alone. The
+ * cluster directory stores replies without it (directory.c). */
 struct dp_rpc_lookup_reply {
 	int32_t status;
 	uint32_t access;
@@ -72,10 +86,6 @@ int rpc_timeout_ms(void);
 void rpc_sweep(void);
 /* At exit: closes the connections; lookups in flight end -ECANCELED. */
 void rpc_shutdown(void);
-/* Server side (control thread): the listening socket (updates cfg.rpc_port
- * and cfg.server_name when the port was 0), and one request served. */
-int rpc_listen(void);
-void rpc_serve(int lfd);
 
 /* The description of an export (one with fabric registrations) as a
  * lookup reply: what the RPC port answers and what the cluster directory

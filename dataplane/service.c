@@ -17,6 +17,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "directory.h"
 #include "dp_version.h"
 #include "dp_internal.h"
@@ -224,6 +225,15 @@ static void set_rpc_port(const char *a)
 	cfg.rpc_port = (int)parse_num("--rpc-port", a, 0, 65535);
 }
 
+static char peer_key[DP_AUTH_PATH_MAX];
+
+static void set_peer_key(const char *a)
+{
+	if (!*a || strlen(a) >= sizeof(peer_key))
+		die_usage("--peer-key %s: want a file path below 256 bytes", a);
+	snprintf(peer_key, sizeof(peer_key), "%s", a);
+}
+
 static void set_server_name(const char *a)
 {
 	if (!*a || strlen(a) > 48 || strpbrk(a, ":@/ "))
@@ -389,6 +399,10 @@ static const struct flag {
 	 "local copy step; larger copies are interleaved (default 262144)"},
 	{"rpc-port", required_argument, set_rpc_port, "N",
 	 "TCP port peers reach this service on; 0 = pick (default 0)"},
+	{"peer-key", required_argument, set_peer_key, "FILE",
+	 "fleet key: peers are trusted only if they hold the same one\n"
+	 "(mode 0600, this user's; default /var/lib/dataplane/peer.key for\n"
+	 "root, else ~/.local/state/dataplane/peer.key, made when missing)"},
 	{"server-name", required_argument, set_server_name, "HOST",
 	 "host part of this service's name HOST:PORT (default: hostname)"},
 	{"provider", required_argument, set_provider, "P",
@@ -536,6 +550,7 @@ static void parse_args(int argc, char **argv)
 int main(int argc, char **argv)
 {
 	sigset_t sigs;
+	char err[512];
 	int rc, rpc_fd;
 
 	parse_args(argc, argv);
@@ -553,6 +568,15 @@ int main(int argc, char **argv)
 		log_err("eventfd: %s", strerror(errno));
 		return 1;
 	}
+	rc = auth_init(peer_key, err, sizeof(err));
+	if (rc && peer_key[0]) {
+		log_err("%s", err);
+		return 1;
+	}
+	if (rc)
+		log_warn("%s: no peer is trusted, and no peer trusts this service", err);
+	else
+		log_info("peer RPC: fleet key %s", auth_path());
 	rpc_fd = rpc_listen();
 	if (rpc_fd < 0) {
 		log_err("peer RPC port %d: %s", cfg.rpc_port, strerror(-rpc_fd));

@@ -182,6 +182,8 @@ static const struct {
 	{C_OPEN, -ENOENT,
 	 "no segment of that name (on that peer, here, or in the cluster directory)"},
 	{C_OPEN, -EPERM, "access beyond what the segment's export grants"},
+	{C_OPEN, -EACCES,
+	 "the peer and this service do not trust each other: different fleet keys (--peer-key)"},
 	{C_OPEN, -EHOSTUNREACH, "the peer, or the cluster directory, cannot be reached"},
 	{C_OPEN, -ETIMEDOUT,
 	 "the peer, the cluster directory, or the service did not answer in time"},

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../dataplane/auth.h"
 #include "helpers.h"
 
 TestSuite(fabric_rpc, .fini = fab_teardown, .timeout = 60);
@@ -15,8 +16,9 @@ TestSuite(fabric_rpc, .fini = fab_teardown, .timeout = 60);
 /* The wire format of dataplane/rpc.h, restated here so that a change to it
  * is a conscious one: every peer of a running cluster speaks it. */
 #define RPC_MAGIC 0x50525044u
-#define RPC_VERSION 1u
+#define RPC_VERSION 2u
 #define RPC_LOOKUP 1u
+#define RPC_CHALLENGE 2u
 #define RPC_REPLY 0x8000u
 
 struct rpc_hdr {
@@ -29,6 +31,13 @@ struct rpc_hdr {
 
 struct rpc_lookup {
 	char name[64];
+	uint8_t nonce[32];
+	uint8_t mac[32]; /* HMAC(key, "dp-rpc lookup\0", server nonce, nonce, name) */
+};
+
+struct rpc_challenge_msg {
+	struct rpc_hdr h;
+	uint8_t nonce[32];
 };
 
 struct rpc_rail {
@@ -57,10 +66,48 @@ struct rpc_req_msg {
 struct rpc_reply_msg {
 	struct rpc_hdr h;
 	struct rpc_reply r;
+	uint8_t mac[32]; /* HMAC(key, "dp-rpc reply\0", lookup nonce, server nonce, r) */
 };
 
 _Static_assert(sizeof(struct rpc_hdr) == 16, "header");
 _Static_assert(sizeof(struct rpc_reply) == 1248, "reply");
+_Static_assert(sizeof(struct rpc_lookup) == 128, "lookup");
+
+/* The fleet key the services of these tests use (their user's default,
+ * made by whichever starts first), and one that is not it. */
+static void key_load(void)
+{
+	char err[512];
+
+	cr_assert_eq(auth_init(NULL, err, sizeof(err)), 0, "%s", err);
+}
+
+static void sign(struct rpc_req_msg *m, const uint8_t server_nonce[32])
+{
+	struct auth_part parts[3] = {
+		{server_nonce, 32}, {m->req.nonce, 32}, {m->req.name, sizeof(m->req.name)}};
+
+	auth_nonce(m->req.nonce);
+	auth_mac("dp-rpc lookup", parts, 3, m->req.mac);
+}
+
+static void reply_sign(struct rpc_reply_msg *rep, const struct rpc_req_msg *req,
+		       const uint8_t server_nonce[32])
+{
+	struct auth_part parts[3] = {
+		{req->req.nonce, 32}, {server_nonce, 32}, {&rep->r, sizeof(rep->r)}};
+
+	auth_mac("dp-rpc reply", parts, 3, rep->mac);
+}
+
+static bool reply_signed(const struct rpc_reply_msg *rep, const struct rpc_req_msg *req,
+			 const uint8_t server_nonce[32])
+{
+	struct auth_part parts[3] = {
+		{req->req.nonce, 32}, {server_nonce, 32}, {&rep->r, sizeof(rep->r)}};
+
+	return auth_check("dp-rpc reply", parts, 3, rep->mac);
+}
 
 #define EXPORT_LEN (1u << 20)
 
@@ -117,25 +164,64 @@ static struct rpc_req_msg lookup_msg(const char *name)
 	return m;
 }
 
-/* Sends `len` bytes of `msg` and returns the status of the reply; a reply
- * must be a whole, well-formed one. */
-static int32_t request_status(int port, const void *msg, size_t len, struct rpc_reply_msg *out)
+/* Reads the challenge a service sends first: its nonce. */
+static void read_challenge(int fd, uint8_t nonce[32])
 {
+	struct rpc_challenge_msg ch;
+
+	cr_assert_eq(recv_until_eof(fd, &ch, sizeof(ch), 2000), (ssize_t)sizeof(ch),
+		     "no challenge");
+	cr_assert_eq(ch.h.magic, RPC_MAGIC);
+	cr_assert_eq(ch.h.version, RPC_VERSION);
+	cr_assert_eq(ch.h.type, RPC_CHALLENGE);
+	cr_assert_eq(ch.h.len, 32);
+	memcpy(nonce, ch.nonce, 32);
+}
+
+enum how { SIGNED, UNSIGNED, REPLAYED };
+
+/* Sends `len` bytes of `msg` (a whole request signed for this connection's
+ * challenge, or as it is, or with the MAC of an earlier connection) and
+ * returns the status of the reply; a reply must be a whole, well-formed
+ * one, and a reply to a whole request proves the key. */
+static int32_t request_as(int port, const void *msg, size_t len, struct rpc_reply_msg *out,
+			  enum how how)
+{
+	static struct rpc_req_msg last; /* the last request signed */
+	struct rpc_req_msg m;
 	struct rpc_reply_msg rep;
+	uint8_t nonce[32];
 	int fd = rpc_connect(port);
 	ssize_t n;
 
-	send_all(fd, msg, len);
+	key_load();
+	read_challenge(fd, nonce);
+	memcpy(&m, msg, len < sizeof(m) ? len : sizeof(m));
+	if (len == sizeof(m) && how == SIGNED) {
+		sign(&m, nonce);
+		last = m;
+	}
+	if (len == sizeof(m) && how == REPLAYED)
+		m = last;
+	send_all(fd, len <= sizeof(m) ? (const void *)&m : msg, len);
 	n = recv_until_eof(fd, &rep, sizeof(rep), 2000);
 	close(fd);
 	cr_assert_eq(n, (ssize_t)sizeof(rep), "reply of %zd bytes, want %zu", n, sizeof(rep));
 	cr_assert_eq(rep.h.magic, RPC_MAGIC);
 	cr_assert_eq(rep.h.version, RPC_VERSION);
 	cr_assert_eq(rep.h.type, RPC_LOOKUP | RPC_REPLY);
-	cr_assert_eq(rep.h.len, sizeof(rep.r));
+	cr_assert_eq(rep.h.len, sizeof(rep.r) + 32);
+	if (len == sizeof(m) && how == SIGNED && rep.r.status != -EBADMSG &&
+	    rep.r.status != -EPROTONOSUPPORT)
+		cr_assert(reply_signed(&rep, &m, nonce), "the reply does not prove the key");
 	if (out)
 		*out = rep;
 	return rep.r.status;
+}
+
+static int32_t request_status(int port, const void *msg, size_t len, struct rpc_reply_msg *out)
+{
+	return request_as(port, msg, len, out, SIGNED);
 }
 
 /* A service with one export ("rpc-seg") and a client of it. */
@@ -217,8 +303,8 @@ Test(fabric_rpc, malformed_requests_get_an_error_reply)
 	m.h.magic = 0x12345678;
 	cr_assert_eq(request_status(t.port, &m, sizeof(m), NULL), -EBADMSG, "bad magic");
 	m = lookup_msg("rpc-seg");
-	m.h.version = 2;
-	cr_assert_eq(request_status(t.port, &m, sizeof(m), NULL), -EPROTONOSUPPORT, "bad version");
+	m.h.version = 1;
+	cr_assert_eq(request_status(t.port, &m, sizeof(m), NULL), -EPROTONOSUPPORT, "version 1");
 	m = lookup_msg("rpc-seg");
 	m.h.type = 7;
 	cr_assert_eq(request_status(t.port, &m, sizeof(m), NULL), -EBADMSG, "unknown type");
@@ -267,6 +353,73 @@ Test(fabric_rpc, malformed_requests_get_an_error_reply)
 	still_serving(&fab_svc[0], &t);
 	sleep_ms(100);
 	cr_assert_eq(proc_fd_count(fab_svc[0].pid), fds_before, "the service leaked sockets");
+	dp_close(t.c);
+	cr_assert_eq(svc_stop(&fab_svc[0]), 0);
+}
+
+/* Trust: a lookup is answered only to a holder of the fleet key, for the
+ * challenge of its own connection; a service with another key is a
+ * stranger both ways (issue 15, item 6: another local user's service read
+ * root's export through 127.0.0.1). */
+Test(fabric_rpc, lookups_need_the_fleet_key)
+{
+	static const char *const other_key_args[] = {
+		"--provider", "tcp",	    "--server-name",
+		"127.0.0.1",  "--peer-key", "/tmp/dp-rpc-other.key",
+		NULL};
+	struct rpc_req_msg m = lookup_msg("rpc-seg");
+	struct rpc_reply_msg rep;
+	struct dp_client *c;
+	struct target t;
+	char peer[64];
+	FILE *f;
+	int rc;
+
+	target_start(&fab_svc[0], &t, NULL);
+	/* Signed for its own challenge: described. */
+	cr_assert_eq(request_as(t.port, &m, sizeof(m), &rep, SIGNED), 0);
+	/* No MAC, or the MAC of an earlier connection's challenge (a
+	 * replay): refused, and nothing of the export in the reply. */
+	rc = request_as(t.port, &m, sizeof(m), &rep, UNSIGNED);
+	cr_assert_eq(rc, -EACCES, "unsigned lookup: %d", rc);
+	cr_assert(rep.r.len == 0 && rep.r.nrails == 0 && rep.r.rail[0].key == 0,
+		  "a refused lookup carried the export's description");
+	rc = request_as(t.port, &m, sizeof(m), &rep, REPLAYED);
+	cr_assert_eq(rc, -EACCES, "replayed lookup: %d", rc);
+	cr_assert(rep.r.len == 0 && rep.r.nrails == 0 && rep.r.rail[0].key == 0,
+		  "a replayed lookup carried the export's description");
+
+	/* A service with another key: refused there and refusing here. */
+	f = fopen("/tmp/dp-rpc-other.key", "w");
+	cr_assert_not_null(f);
+	fprintf(f, "another-fleet-0123456789abcdef\n");
+	fclose(f);
+	cr_assert_eq(chmod("/tmp/dp-rpc-other.key", 0600), 0);
+	start_svc(&fab_svc[1], other_key_args);
+	c = connect_client(&fab_svc[1], "stranger");
+	snprintf(peer, sizeof(peer), "127.0.0.1:%d", t.port);
+	rc = dp_segment_open(c, peer, "rpc-seg", DP_ACCESS_READ);
+	cr_assert_eq(rc, -EACCES, "open from another fleet: %d (%s)", rc, dp_strerror(rc));
+	{
+		uint8_t *p2;
+		int r2 = alloc_region(c, 4096, &p2);
+
+		export_segment(c, r2, "stranger-seg", DP_ACCESS_RW);
+		snprintf(peer, sizeof(peer), "127.0.0.1:%d", fab_rpc_port(&fab_svc[1]));
+		rc = dp_segment_open(t.c, peer, "stranger-seg", DP_ACCESS_READ);
+		cr_assert_eq(rc, -EACCES, "open of another fleet's export: %d (%s)", rc,
+			     dp_strerror(rc));
+	}
+	dp_close(c);
+	cr_assert_eq(svc_stop(&fab_svc[1]), 0);
+
+	/* A key others may read is refused at start: whoever reads it would
+	 * be trusted. */
+	cr_assert_eq(chmod("/tmp/dp-rpc-other.key", 0644), 0);
+	cr_assert_neq(svc_start(&fab_svc[1], other_key_args), 0,
+		      "a service started with a world-readable key");
+	unlink("/tmp/dp-rpc-other.key");
+	still_serving(&fab_svc[0], &t);
 	dp_close(t.c);
 	cr_assert_eq(svc_stop(&fab_svc[0]), 0);
 }
@@ -340,6 +493,7 @@ static struct fake {
 	pthread_mutex_t lock;
 	enum fake_mode mode;
 	size_t trunc; /* FAKE_TRUNCATE: bytes of the reply sent */
+	bool bad_mac; /* the reply's MAC proves no key */
 	struct rpc_reply_msg reply;
 	atomic_bool stop;
 } fake;
@@ -348,10 +502,15 @@ static void *fake_main(void *arg)
 {
 	(void)arg;
 	for (;;) {
+		struct rpc_challenge_msg ch = {.h = {.magic = RPC_MAGIC,
+						     .version = RPC_VERSION,
+						     .type = RPC_CHALLENGE,
+						     .len = 32}};
 		struct rpc_req_msg req;
 		struct rpc_reply_msg rep;
 		enum fake_mode mode;
 		size_t trunc;
+		bool bad_mac;
 		int fd = accept(fake.lfd, NULL, NULL);
 
 		if (fd < 0)
@@ -364,8 +523,16 @@ static void *fake_main(void *arg)
 		rep = fake.reply;
 		mode = fake.mode;
 		trunc = fake.trunc;
+		bad_mac = fake.bad_mac;
 		pthread_mutex_unlock(&fake.lock);
+		/* The fake holds the fleet key: its replies pass the MAC check
+		 * and meet the field checks, unless bad_mac. */
+		auth_nonce(ch.nonce);
+		(void)!send(fd, &ch, sizeof(ch), MSG_NOSIGNAL);
 		recv_until_eof(fd, &req, sizeof(req), 1000);
+		reply_sign(&rep, &req, ch.nonce);
+		if (bad_mac)
+			rep.mac[7] ^= 0x10;
 		switch (mode) {
 		case FAKE_REPLY:
 			(void)!send(fd, &rep, sizeof(rep), MSG_NOSIGNAL);
@@ -391,6 +558,7 @@ static void *fake_main(void *arg)
 
 static void fake_start(void)
 {
+	key_load();
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t len = sizeof(sa);
 
@@ -416,6 +584,7 @@ static void fake_stop(void)
 static void fake_set(enum fake_mode mode, const struct rpc_reply_msg *rep, size_t trunc)
 {
 	pthread_mutex_lock(&fake.lock);
+	fake.bad_mac = false;
 	fake.mode = mode;
 	fake.reply = *rep;
 	fake.trunc = trunc;
@@ -494,7 +663,7 @@ static void bend(unsigned i, struct rpc_reply_msg *x)
 		x->h.type = RPC_LOOKUP;
 		break;
 	case 3:
-		x->h.len = sizeof(x->r) + 1;
+		x->h.len = sizeof(x->r) + 32 + 1;
 		break;
 	case 4:
 		x->h.len = 0xffffffffu;
@@ -579,6 +748,21 @@ Test(fabric_rpc, hostile_replies_are_rejected)
 	/* The template itself is accepted (and says it is B). */
 	rc = fake_open(ca, &real, FAKE_REPLY, 0, NULL);
 	cr_assert_geq(rc, 0, "the unbent reply: %s", dp_strerror(rc));
+	/* The same reply from a peer that cannot prove the fleet key. */
+	r = real;
+	snprintf(r.r.server_name, sizeof(r.r.server_name), "no-key:1");
+	pthread_mutex_lock(&fake.lock);
+	fake.mode = FAKE_REPLY;
+	fake.reply = r;
+	fake.bad_mac = true;
+	pthread_mutex_unlock(&fake.lock);
+	{
+		char peer[64];
+
+		snprintf(peer, sizeof(peer), "127.0.0.1:%d", fake.port);
+		rc = dp_segment_open(ca, peer, "keyless", DP_ACCESS_READ);
+		cr_assert_eq(rc, -EACCES, "a reply without the key's MAC: %s", dp_strerror(rc));
+	}
 
 	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		r = real;
