@@ -16,6 +16,8 @@
 #   make format-check    clang-format --dry-run over the sources
 #   CUDA=0|1             force CUDA off/on (default: detected)
 #   FAULTS=1             compile in fault injection (DP_FAULTS; docs/reliability.md)
+#   LIBFABRIC=PREFIX     build against the libfabric installed in PREFIX (e.g. 2.6 from
+#                        ../shared/libfabric/build.sh) instead of Debian's; binaries get an rpath
 
 CC ?= gcc
 B ?= build
@@ -37,12 +39,20 @@ CUDA := $(if $(or $(shell command -v nvcc 2>/dev/null),$(wildcard $(CUDA_HOME)/b
 endif
 
 PKGS := libfabric liburing numa hiredis
+# LIBFABRIC=PREFIX: pkg-config looks in PREFIX/lib/pkgconfig first (for
+# $(shell) here and for recipes) and binaries find PREFIX/lib by rpath.
+LIBFABRIC ?=
+ifneq ($(LIBFABRIC),)
+export PKG_CONFIG_PATH := $(LIBFABRIC)/lib/pkgconfig$(if $(PKG_CONFIG_PATH),:$(PKG_CONFIG_PATH))
+endif
+PKG_CONFIG := $(if $(LIBFABRIC),PKG_CONFIG_PATH='$(PKG_CONFIG_PATH)' )pkg-config
 CFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -Werror -fPIC -D_GNU_SOURCE -pthread \
 	-Iring -Ilibclient -Icommon -Itests $(EXTRA_CFLAGS)
-LDLIBS := -pthread
+LIBFABRIC_RPATH := -Wl,-rpath,$(LIBFABRIC)/lib
+LDLIBS := -pthread $(if $(LIBFABRIC),$(LIBFABRIC_RPATH))
 ifneq ($(filter deps,$(MAKECMDGOALS)),deps)
-CFLAGS += $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-LDLIBS += $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CFLAGS += $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null)
+LDLIBS += $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null)
 endif
 # What libclient itself needs at link time (the service and tools need more).
 CLIENT_LIBS := -pthread
@@ -233,7 +243,7 @@ deps-fuzz: deps
 		file:/usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a=libclang-rt-14-dev
 $(B)/fuzz/%: tests/fuzz/%.c $(wildcard ring/*.[ch] libclient/*.h dataplane/*.[ch])
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $(shell pkg-config --cflags libfabric liburing 2>/dev/null) \
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(shell $(PKG_CONFIG) --cflags libfabric liburing 2>/dev/null) \
 		$< $(FUZZ_LINK_$*) -o $@
 # Each target for FUZZ_SECONDS from its seeds; what it finds stays in
 # $(B)/fuzz/corpus/, a crash in $(B)/fuzz/<target>-crash-* (make fails).
