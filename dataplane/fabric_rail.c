@@ -59,13 +59,6 @@ static const char *mr_mode_str(uint64_t m, char *buf, size_t len)
 	return buf;
 }
 
-static const char *prov_name(void)
-{
-	if (!strcmp(fab_cfg.provider, "tcp"))
-		return "tcp;ofi_rxm";
-	return fab_cfg.provider;
-}
-
 static struct fi_info *rail_hints(const char *prov, bool hmem, bool delivery)
 {
 	struct fi_info *h = fi_allocinfo();
@@ -90,34 +83,82 @@ static struct fi_info *rail_hints(const char *prov, bool hmem, bool delivery)
 	return h;
 }
 
-/* Candidates for the configured provider; "auto" tries efa, then tcp. */
+/* Drops the entries of *list whose provider is not exactly `name` (fi_getinfo
+ * also lists utility providers layered on it); -FI_ENODATA if none is left. */
+static int keep_exact(struct fi_info **list, const char *name)
+{
+	struct fi_info **pp = list, *fi;
+
+	while ((fi = *pp)) {
+		if (strcmp(fi->fabric_attr->prov_name, name)) {
+			*pp = fi->next;
+			fi->next = NULL;
+			fi_freeinfo(fi);
+		} else {
+			pp = &fi->next;
+		}
+	}
+	return *list ? 0 : -FI_ENODATA;
+}
+
+/* What to ask fi_getinfo for: --provider tcp is the tcp provider's own RDM
+ * endpoints where it has them (libfabric 2.x), else tcp under ofi_rxm
+ * (1.x); "auto" tries efa, then tcp. An exact candidate keeps only entries
+ * of that provider (in 2.x "tcp" also lists "tcp;ofi_rxm"). */
+struct prov_cand {
+	const char *name;
+	bool exact;
+};
+
+static unsigned candidates(struct prov_cand *c)
+{
+	unsigned n = 0;
+
+	if (!strcmp(fab_cfg.provider, "auto"))
+		c[n++] = (struct prov_cand){"efa", false};
+	if (!strcmp(fab_cfg.provider, "auto") || !strcmp(fab_cfg.provider, "tcp")) {
+		c[n++] = (struct prov_cand){"tcp", true};
+		c[n++] = (struct prov_cand){"tcp;ofi_rxm", false};
+	} else {
+		c[n++] = (struct prov_cand){fab_cfg.provider, false};
+	}
+	return n;
+}
+
+/* Candidates for the configured provider, in order (see candidates()). */
 static int get_infos(struct fi_info **out)
 {
-	static const char *const order[] = {"efa", "tcp;ofi_rxm"};
+	struct prov_cand c[3];
+	unsigned n = candidates(c);
 	bool hmem = false;
 	int rc = -FI_ENODATA;
 
 #ifdef DP_HAVE_CUDA
 	hmem = true;
 #endif
-	for (unsigned i = 0; i < 2; i++) {
-		const char *p = strcmp(fab_cfg.provider, "auto") ? prov_name() : order[i];
-
+	for (unsigned i = 0; i < n; i++) {
 		/* FI_HMEM first where GPU memory can exist; a provider without
 		 * it still serves host memory. Delivery-complete writes first;
 		 * a provider that lacks them is logged (rail_open). */
 		for (int h = hmem; h >= 0; h--) {
 			for (int dc = 1; dc >= 0; dc--) {
-				struct fi_info *hints = rail_hints(p, h, dc);
+				struct fi_info *hints = rail_hints(c[i].name, h, dc);
 
 				rc = fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, out);
 				fi_freeinfo(hints);
-				if (!rc)
+				if (!rc && c[i].exact)
+					rc = keep_exact(out, c[i].name);
+				if (!rc) {
+					uint32_t v = fi_version();
+
+					log_info("fabric: libfabric %u.%u, provider %s (asked for "
+						 "%s)",
+						 FI_MAJOR(v), FI_MINOR(v),
+						 (*out)->fabric_attr->prov_name, fab_cfg.provider);
 					return 0;
+				}
 			}
 		}
-		if (strcmp(fab_cfg.provider, "auto"))
-			break;
 	}
 	return rc;
 }
@@ -155,6 +196,11 @@ static int rail_open(struct rail *r, struct fi_info *fi)
 	/* Providers whose target side progresses only when its CQ is read
 	 * get CQ wait fds, so a sleeping poller 0 still wakes for them. */
 	r->wait_fd = fi->domain_attr->data_progress == FI_PROGRESS_MANUAL;
+	/* libfabric 2.x's native tcp says FI_PROGRESS_AUTO but runs no
+	 * progress thread for a CQ: its sockets move when the CQ is read,
+	 * and the CQ's fd waits on them. Treated as manual. */
+	if (!strcmp(fi->fabric_attr->prov_name, "tcp"))
+		r->wait_fd = true;
 	/* shm's CQ fd does not signal incoming RMA (checked with 1.17): a
 	 * sleeping target would stall its peers. Such rails cap the sleep. */
 	if (r->wait_fd && !strstr(fi->fabric_attr->prov_name, "tcp") &&
