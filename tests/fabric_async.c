@@ -23,26 +23,12 @@ static struct {
 	bool made[2];
 } net;
 
-static int sh(const char *fmt, ...)
-{
-	char cmd[512];
-	va_list ap;
-	int st;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	strncat(cmd, " >/dev/null 2>&1", sizeof(cmd) - strlen(cmd) - 1);
-	st = system(cmd);
-	return st == -1 ? -1 : WEXITSTATUS(st);
-}
-
 static void async_teardown(void)
 {
 	fab_teardown(); /* the services first: they hold the namespaces */
 	for (unsigned i = 0; i < 2; i++)
 		if (net.made[i]) {
-			sh("ip netns del %s", net.ns[i]);
+			run_sh("ip netns del %s", net.ns[i]);
 			net.made[i] = false;
 		}
 }
@@ -55,25 +41,26 @@ static bool netns_setup(void)
 {
 	unsigned id = (unsigned)getpid() % 100000, x = (unsigned)getpid() % 250 + 1;
 
-	if (geteuid() != 0 || sh("command -v ip"))
+	if (geteuid() != 0 || run_sh("command -v ip"))
 		return false;
 	for (unsigned i = 0; i < 2; i++) {
 		snprintf(net.ns[i], sizeof(net.ns[i]), "dpy%c-%u", "AB"[i], id);
-		if (sh("ip netns add %s", net.ns[i]))
+		if (run_sh("ip netns add %s", net.ns[i]))
 			return false;
 		net.made[i] = true;
-		if (sh("ip -n %s link set lo up", net.ns[i]))
+		if (run_sh("ip -n %s link set lo up", net.ns[i]))
 			return false;
 		snprintf(net.veth[i], sizeof(net.veth[i]), "dpy%c-%u", "ab"[i], id);
 		snprintf(net.ip[i], sizeof(net.ip[i]), "10.79.%u.%u", x, i + 1);
 	}
-	if (sh("ip link add %s type veth peer name %s", net.veth[0], net.veth[1]))
+	if (run_sh("ip link add %s type veth peer name %s", net.veth[0], net.veth[1]))
 		return false;
 	for (unsigned i = 0; i < 2; i++) {
-		cr_assert_eq(sh("ip link set %s netns %s", net.veth[i], net.ns[i]), 0);
+		cr_assert_eq(run_sh("ip link set %s netns %s", net.veth[i], net.ns[i]), 0);
 		cr_assert_eq(
-			sh("ip -n %s addr add %s/24 dev %s", net.ns[i], net.ip[i], net.veth[i]), 0);
-		cr_assert_eq(sh("ip -n %s link set %s up", net.ns[i], net.veth[i]), 0);
+			run_sh("ip -n %s addr add %s/24 dev %s", net.ns[i], net.ip[i], net.veth[i]),
+			0);
+		cr_assert_eq(run_sh("ip -n %s link set %s up", net.ns[i], net.veth[i]), 0);
 	}
 	return true;
 }

@@ -21,26 +21,12 @@ static struct {
 	bool made[2];
 } net;
 
-static int sh(const char *fmt, ...)
-{
-	char cmd[512];
-	va_list ap;
-	int st;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	strncat(cmd, " >/dev/null 2>&1", sizeof(cmd) - strlen(cmd) - 1);
-	st = system(cmd);
-	return st == -1 ? -1 : WEXITSTATUS(st);
-}
-
 static void netns_teardown(void)
 {
 	fab_teardown(); /* the services first: they hold the namespaces */
 	for (unsigned i = 0; i < 2; i++)
 		if (net.made[i]) {
-			sh("ip netns del %s", net.ns[i]);
+			run_sh("ip netns del %s", net.ns[i]);
 			net.made[i] = false;
 		}
 }
@@ -54,15 +40,15 @@ static void netns_setup(unsigned pairs)
 
 	if (geteuid() != 0)
 		cr_skip_test("fabric_netns: needs root to create network namespaces (ip netns)");
-	if (sh("command -v ip"))
+	if (run_sh("command -v ip"))
 		cr_skip_test("fabric_netns: no 'ip' command (iproute2)");
 	for (unsigned i = 0; i < 2; i++) {
 		snprintf(net.ns[i], sizeof(net.ns[i]), "dpf%c-%u", "AB"[i], id);
-		if (sh("ip netns add %s", net.ns[i]))
+		if (run_sh("ip netns add %s", net.ns[i]))
 			cr_skip_test("fabric_netns: 'ip netns add' failed (no CAP_SYS_ADMIN or no "
 				     "netns support here)");
 		net.made[i] = true;
-		if (sh("ip -n %s link set lo up", net.ns[i]))
+		if (run_sh("ip -n %s link set lo up", net.ns[i]))
 			cr_skip_test("fabric_netns: cannot bring up lo in a namespace");
 	}
 	for (unsigned p = 0; p < pairs; p++) {
@@ -72,14 +58,16 @@ static void netns_setup(unsigned pairs)
 			snprintf(net.ip[p][i], sizeof(net.ip[p][i]), "10.%u.%u.%u", 77 + p, x,
 				 i + 1);
 		}
-		if (sh("ip link add %s type veth peer name %s", net.veth[p][0], net.veth[p][1]))
+		if (run_sh("ip link add %s type veth peer name %s", net.veth[p][0], net.veth[p][1]))
 			cr_skip_test("fabric_netns: cannot create a veth pair (no veth driver?)");
 		for (unsigned i = 0; i < 2; i++) {
-			cr_assert_eq(sh("ip link set %s netns %s", net.veth[p][i], net.ns[i]), 0);
-			cr_assert_eq(sh("ip -n %s addr add %s/24 dev %s", net.ns[i], net.ip[p][i],
-					net.veth[p][i]),
+			cr_assert_eq(run_sh("ip link set %s netns %s", net.veth[p][i], net.ns[i]),
 				     0);
-			cr_assert_eq(sh("ip -n %s link set %s up", net.ns[i], net.veth[p][i]), 0);
+			cr_assert_eq(run_sh("ip -n %s addr add %s/24 dev %s", net.ns[i],
+					    net.ip[p][i], net.veth[p][i]),
+				     0);
+			cr_assert_eq(run_sh("ip -n %s link set %s up", net.ns[i], net.veth[p][i]),
+				     0);
 		}
 	}
 }
@@ -292,12 +280,12 @@ Test(fabric_netns, tcp_two_rails_striped)
 /* Shapes both ends of veth pair `pair` to `rate` (tc tbf), or skips. */
 static void shape(unsigned pair, const char *rate)
 {
-	if (sh("command -v tc"))
+	if (run_sh("command -v tc"))
 		cr_skip_test("fabric_netns: no 'tc' command (iproute2)");
 	for (unsigned i = 0; i < 2; i++)
-		if (sh("ip netns exec %s tc qdisc add dev %s root tbf rate %s burst 256kb "
-		       "latency 400ms",
-		       net.ns[i], net.veth[pair][i], rate))
+		if (run_sh("ip netns exec %s tc qdisc add dev %s root tbf rate %s burst 256kb "
+			   "latency 400ms",
+			   net.ns[i], net.veth[pair][i], rate))
 			cr_skip_test("fabric_netns: cannot shape %s (no sch_tbf?)",
 				     net.veth[pair][i]);
 }

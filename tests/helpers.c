@@ -1871,3 +1871,17 @@ double ring_test_now(void)
 {
 	return (double)now_ns() * 1e-9;
 }
+
+int run_sh(const char *fmt, ...)
+{
+	char cmd[512];
+	va_list ap;
+	int st;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	strncat(cmd, " >/dev/null 2>&1", sizeof(cmd) - strlen(cmd) - 1);
+	st = system(cmd);
+	return st == -1 ? -1 : WEXITSTATUS(st);
+}

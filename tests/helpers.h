@@ -84,6 +84,9 @@ void svc_kill(struct svc *s);
 void start_svc(struct svc *s, const char *const *args);
 void start_svc_in(struct svc *s, const char *const *prefix, const char *const *args);
 void stop_svc(struct svc *s);
+/* Runs a shell command built printf-style, its output discarded: its exit
+ * status, or -1 when it could not run (ip netns, tc, ...). */
+int run_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* .fini of the suites with one service (and a child): kills what is left. */
 void svc_teardown(void);
 /* .fini of the suites with fab_svc[]; FAB_LOGS=1 prints the services' logs. */
