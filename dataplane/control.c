@@ -426,11 +426,13 @@ static int on_region_register(struct client *c, struct msg_in *m, struct msg_out
 		rc = -ENOMEM;
 		goto out_fd;
 	}
-	close(fd);
 	atomic_init(&reg->refs, 1);
 	reg->id = slot;
 	reg->kind = REGION_HOST;
-	reg->fd = -1;
+	/* Kept (closed with the mapping, copy.c): a service of this host that
+	 * opens an export of it is given the memfd (samehost.c). */
+	reg->fd = fd;
+	reg->file_off = req->offset;
 	reg->map = map;
 	reg->map_len = req->len + (req->offset - aligned);
 	reg->base = (uint8_t *)map + (req->offset - aligned);

@@ -30,6 +30,7 @@ struct copy_op {
 	uint8_t *dst;
 	const uint8_t *src;
 	uint64_t len, done;
+	uint32_t path;		/* DP_CQE_F_LOCAL or DP_CQE_F_SAME_HOST */
 	struct region *ra, *rb; /* references held until the op completes */
 	struct copy_op *next;
 };
@@ -84,8 +85,7 @@ static void op_finish(struct host_poller *h, struct copy_op *op, int status)
 	struct queue *q = op->q;
 
 	q->inflight--;
-	queue_complete_ns(q, op->user_data, op->submit_ns, status, status ? 0 : op->len,
-			  DP_CQE_F_LOCAL);
+	queue_complete_ns(q, op->user_data, op->submit_ns, status, status ? 0 : op->len, op->path);
 	region_put(op->ra);
 	region_put(op->rb);
 	op->next = h->spare;
@@ -100,7 +100,7 @@ static void host_submit(struct poller *p, const struct xfer *x)
 	x->q->ctr.local_copies++;
 	if (x->len <= cfg.inline_max) {
 		client_bytes_copy(x->dst, x->src, x->len);
-		queue_complete_ns(x->q, x->user_data, x->submit_ns, 0, x->len, DP_CQE_F_LOCAL);
+		queue_complete_ns(x->q, x->user_data, x->submit_ns, 0, x->len, x->path);
 		return;
 	}
 	op = op_alloc(p);
@@ -118,6 +118,7 @@ static void host_submit(struct poller *p, const struct xfer *x)
 			       .dst = x->dst,
 			       .src = x->src,
 			       .len = x->len,
+			       .path = x->path,
 			       .ra = x->ra,
 			       .rb = x->rb};
 	x->q->inflight++;
@@ -198,6 +199,8 @@ static void host_region_close(struct region *r)
 {
 	if (r->kind == REGION_HOST && r->map)
 		munmap(r->map, r->map_len);
+	if (r->kind == REGION_HOST && r->fd >= 0)
+		close(r->fd);
 }
 
 const struct engine host_engine = {

@@ -70,7 +70,8 @@ struct dp_config {
 extern struct dp_config cfg;
 
 struct client;
-struct uid_acct; /* control.c: what one uid holds */
+struct uid_acct;     /* control.c: what one uid holds */
+struct samehost_seg; /* samehost.h */
 
 /* The engines (engine.h), as indexes of their per-region and per-poller slots. */
 #define ENGINE(name) ENGINE_##name,
@@ -134,6 +135,10 @@ struct segment {
 	/* For a segment of another service, its description (region is NULL
 	 * then). */
 	struct remote_seg *remote;
+	/* For one of another service of this host, mapped here (region is
+	 * that mapping, with a reference): how to tell that it still lives
+	 * (samehost.h). */
+	struct samehost_seg *same;
 	char owner_name[DP_NAME_MAX]; /* remote: the peer string it was opened by */
 };
 

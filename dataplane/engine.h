@@ -38,6 +38,10 @@ struct xfer {
 	const struct dp_desc *d; /* the private copy; valid during submit only */
 	uint64_t user_data;
 	uint64_t submit_ns; /* the descriptor's stamp, for queue_complete_ns() */
+	/* Between two memory regions, which path this is: DP_CQE_F_LOCAL
+	 * (this service's) or DP_CQE_F_SAME_HOST (another service's, mapped
+	 * here); the host and gpu engines complete with it. */
+	uint32_t path;
 	/* Between two memory regions of this service (host and gpu engines):
 	 * the bytes to move, WRITE local -> target, READ target -> local. */
 	uint8_t *dst;

@@ -29,6 +29,13 @@ int gpu_region_open(struct region *reg, const struct dp_msg_region_register_cuda
 	return -ENODEV;
 }
 
+int gpu_region_ipc(const struct region *reg, struct dp_msg_region_register_cuda *out)
+{
+	(void)reg;
+	(void)out;
+	return -ENOTSUP;
+}
+
 /* Unreachable: no REGION_CUDA region exists without CUDA. */
 static void gpu_submit(struct poller *p, const struct xfer *req)
 {
@@ -106,6 +113,7 @@ struct gpu_op {
 	uint64_t user_data;
 	uint64_t submit_ns;
 	uint64_t len;
+	uint32_t flags;		/* DP_CQE_F_GPU and the path's (struct xfer) */
 	struct region *ra, *rb; /* references held until the event fires */
 	cudaEvent_t ev;
 	int dev;
@@ -269,6 +277,14 @@ int gpu_region_open(struct region *reg, const struct dp_msg_region_register_cuda
 		rc = -EINVAL;
 		goto out;
 	}
+	/* Kept for services of this host that map it too (samehost.c). */
+	reg->eng[ENGINE_gpu] = malloc(sizeof(*req));
+	if (!reg->eng[ENGINE_gpu]) {
+		cudaIpcCloseMemHandle(ptr);
+		rc = -ENOMEM;
+		goto out;
+	}
+	memcpy(reg->eng[ENGINE_gpu], req, sizeof(*req));
 	reg->kind = REGION_CUDA;
 	reg->device = dev;
 	reg->fd = -1;
@@ -279,6 +295,14 @@ int gpu_region_open(struct region *reg, const struct dp_msg_region_register_cuda
 out:
 	dev_leave(prev, dev);
 	return rc;
+}
+
+int gpu_region_ipc(const struct region *reg, struct dp_msg_region_register_cuda *out)
+{
+	if (reg->kind != REGION_CUDA || !reg->eng[ENGINE_gpu])
+		return -ENOTSUP;
+	memcpy(out, reg->eng[ENGINE_gpu], sizeof(*out));
+	return 0;
 }
 
 static void gpu_ipc_close(struct region *reg)
@@ -319,6 +343,8 @@ static void gpu_region_release(struct region *reg)
 {
 	if (reg->kind == REGION_CUDA) {
 		gpu_ipc_close(reg);
+		free(reg->eng[ENGINE_gpu]);
+		reg->eng[ENGINE_gpu] = NULL;
 		return;
 	}
 	if (reg->cuda_pinned)
@@ -379,8 +405,7 @@ static void op_finish(struct gpu_poller *g, struct gpu_op *op, int status)
 	struct queue *q = op->q;
 
 	q->inflight--;
-	queue_complete_ns(q, op->user_data, op->submit_ns, status, status ? 0 : op->len,
-			  DP_CQE_F_LOCAL | DP_CQE_F_GPU);
+	queue_complete_ns(q, op->user_data, op->submit_ns, status, status ? 0 : op->len, op->flags);
 	region_put(op->ra);
 	region_put(op->rb);
 	event_put(&g->dev[op->dev], op->ev);
@@ -391,7 +416,7 @@ static void op_finish(struct gpu_poller *g, struct gpu_op *op, int status)
 
 static void gpu_submit(struct poller *p, const struct xfer *req)
 {
-	const uint32_t flags = DP_CQE_F_LOCAL | DP_CQE_F_GPU;
+	const uint32_t flags = req->path | DP_CQE_F_GPU;
 	struct gpu_poller *g = gpu_poller_get(p);
 	const struct region *rdst, *rsrc;
 	struct gpu_lane *l;
@@ -464,6 +489,7 @@ static void gpu_submit(struct poller *p, const struct xfer *req)
 			      .user_data = req->user_data,
 			      .submit_ns = req->submit_ns,
 			      .len = req->len,
+			      .flags = flags,
 			      .ra = req->ra,
 			      .rb = req->rb,
 			      .ev = ev,

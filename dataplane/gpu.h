@@ -36,6 +36,10 @@ int gpu_device_count(void);
  * fills @reg (kind, device, map, base, len). 0, -ENODEV (no such device
  * here), -EINVAL (handle unusable, or offset + len beyond the allocation). */
 int gpu_region_open(struct region *reg, const struct dp_msg_region_register_cuda *req);
+/* The registration a GPU region was opened from (its IPC handle, device
+ * UUID, offset and length), for a service of this host that maps it too
+ * (samehost.c): 0 or -ENOTSUP. */
+int gpu_region_ipc(const struct region *reg, struct dp_msg_region_register_cuda *out);
 /*
  * The file engine's staging (fileio.c): pinned host buffers, and copies
  * between them and a GPU that the engine polls itself. A staging copy goes

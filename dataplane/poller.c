@@ -24,6 +24,7 @@
 #include "engine.h"
 #include "fabric.h"
 #include "fileio.h"
+#include "samehost.h"
 #include "stats.h"
 
 struct poller pollers[DP_MAX_POLLERS];
@@ -139,6 +140,10 @@ static int desc_resolve(struct queue *q, const struct dp_desc *d, struct xfer *x
 	seg = h->seg;
 	if (atomic_load_explicit(&seg->dead, memory_order_acquire))
 		return -ECONNRESET;
+	/* Another service's export mapped here: gone when its word moved or
+	 * its service exited (samehost.h). */
+	if (seg->same && !samehost_alive(seg->same))
+		return -ECONNRESET;
 	need = d->opcode == DP_OP_WRITE ? DP_ACCESS_WRITE : DP_ACCESS_READ;
 	/* A file region allows what its fd allows: the local region is read
 	 * by a WRITE and written by a READ. */
@@ -167,6 +172,7 @@ static int desc_resolve(struct queue *q, const struct dp_desc *d, struct xfer *x
 	if (d->len > target->len || d->target_off > target->len - d->len)
 		return -EFAULT;
 	x->rb = target;
+	x->path = seg->same ? DP_CQE_F_SAME_HOST : DP_CQE_F_LOCAL;
 	*engine = route(x);
 	/* Memory on both sides: the bytes. A file has no address. */
 	if (*engine == ENGINE_host || *engine == ENGINE_gpu) {

@@ -29,6 +29,8 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -72,7 +74,10 @@ struct srv_conn {
 	uint32_t events; /* what ev is registered for */
 	uint64_t accepted_ns, deadline_ns;
 	uint8_t nonce[DP_AUTH_NONCE]; /* the challenge's */
-	size_t in_len;		      /* bytes of `in` read */
+	bool local;		      /* on the same-host socket */
+	int fds[SAMEHOST_FDS];	      /* to send with the reply */
+	unsigned nfds;
+	size_t in_len; /* bytes of `in` read */
 	struct req_msg in;
 	size_t out_off, out_len; /* bytes of `out` written, to write */
 	union {
@@ -98,6 +103,9 @@ struct call {
 	struct req_msg out;
 	size_t in_len;
 	struct reply_msg in;
+	bool local;	       /* a same-host lookup, on a Unix socket */
+	int fds[SAMEHOST_FDS]; /* came with the reply */
+	int nfds;
 	char peer[DP_NAME_MAX];
 	struct call *prev, *next;
 };
@@ -111,7 +119,8 @@ static struct {
 	/* Closed during this batch: freed by rpc_sweep(). */
 	struct srv_conn *dead_conns;
 	struct call *dead_calls;
-} rpc = {.epfd = -1};
+	struct ev_handler local; /* the same-host listener (samehost.h) */
+} rpc = {.epfd = -1, .local = {.fd = -1}};
 
 int rpc_listen(void)
 {
@@ -146,7 +155,14 @@ int rpc_segment_record(const struct segment *s, struct dp_rpc_lookup_reply *r)
 	r->len = s->region->len;
 	r->base = fabric_virt_addr() ? (uint64_t)(uintptr_t)s->region->base : 0;
 	r->flags = fabric_virt_addr() ? DP_RPC_F_VIRT_ADDR : 0;
-	r->nrails = fabric_nrails();
+	if (rpc.local.fd >= 0) {
+		r->flags |= DP_RPC_F_SAME_HOST;
+		memcpy(r->host_id, samehost_id(), DP_HOST_ID_LEN);
+		snprintf(r->local_path, sizeof(r->local_path), "%s", samehost_path());
+	}
+	/* An export the fabric does not reach (GPU memory on a rail without
+	 * FI_HMEM) is described to services of this host only. */
+	r->nrails = s->eng[ENGINE_fabric] ? fabric_nrails() : 0;
 	for (unsigned i = 0; i < r->nrails; i++) {
 		size_t len = DP_FABRIC_ADDR_MAX;
 
@@ -160,23 +176,35 @@ int rpc_segment_record(const struct segment *s, struct dp_rpc_lookup_reply *r)
 	return 0;
 }
 
-static void fill_reply(const struct dp_rpc_lookup *req, struct dp_rpc_lookup_reply *r)
+static void fill_reply(struct srv_conn *k, struct dp_rpc_lookup_reply *r)
 {
+	const struct dp_rpc_lookup *req = &k->in.req;
+	bool same = rpc.local.fd >= 0 && !memcmp(req->host_id, samehost_id(), DP_HOST_ID_LEN);
 	struct segment *s;
+	int rc;
 
 	memcpy(r->server_name, cfg.server_name, sizeof(r->server_name));
-	if (strnlen(req->name, sizeof(req->name)) == sizeof(req->name) || !req->name[0]) {
+	if (strnlen(req->name, sizeof(req->name)) == sizeof(req->name) || !req->name[0] ||
+	    req->flags & ~DP_RPC_Q_SAME_HOST || req->reserved ||
+	    (req->flags & DP_RPC_Q_SAME_HOST && (!k->local || !same))) {
 		r->status = -EINVAL;
 		return;
 	}
 	s = export_find(req->name);
-	/* Only exports with fabric registrations are reachable: a region's
-	 * own (local-access) registration never leaves the service. */
-	if (!s || !s->eng[ENGINE_fabric]) {
+	/* Reachable: exports with fabric registrations (a region's own,
+	 * local-access registration never leaves the service), and for a
+	 * service of this host every export it can map. */
+	if (!s || (!s->eng[ENGINE_fabric] && !(same && s->eng[ENGINE_samehost]))) {
 		r->status = -ENOENT;
 		return;
 	}
-	rpc_segment_record(s, r);
+	if (rpc_segment_record(s, r))
+		return;
+	if (req->flags & DP_RPC_Q_SAME_HOST) {
+		rc = samehost_describe(s, &r->same, k->fds, &k->nfds);
+		if (rc)
+			r->status = rc;
+	}
 }
 
 static void srv_close(struct srv_conn *k)
@@ -190,6 +218,8 @@ static void srv_close(struct srv_conn *k)
 	else
 		rpc.conns_tail = k->prev;
 	rpc.nconns--;
+	while (k->nfds)
+		close(k->fds[--k->nfds]);
 	ev_del(rpc.epfd, &k->ev, "a peer RPC connection");
 	close(k->ev.fd);
 	k->ev.fd = -1;
@@ -213,11 +243,13 @@ static void srv_reply(struct srv_conn *k, int status)
 					     .len = sizeof(*r) + DP_AUTH_MAC};
 	memcpy(r->server_name, cfg.server_name, sizeof(r->server_name));
 	if (!status) {
-		struct auth_part in[3] = {{k->nonce, DP_AUTH_NONCE},
+		struct auth_part in[5] = {{k->nonce, DP_AUTH_NONCE},
 					  {q->nonce, DP_AUTH_NONCE},
-					  {q->name, sizeof(q->name)}};
+					  {q->name, sizeof(q->name)},
+					  {&q->flags, sizeof(q->flags)},
+					  {q->host_id, sizeof(q->host_id)}};
 
-		if (!auth_check(LABEL_LOOKUP, in, 3, q->mac)) {
+		if (!auth_check(LABEL_LOOKUP, in, 5, q->mac)) {
 			log_debug("peer RPC: a lookup failed authentication (not our fleet key)");
 			status = -EACCES;
 		}
@@ -225,7 +257,7 @@ static void srv_reply(struct srv_conn *k, int status)
 	if (status)
 		r->status = status;
 	else
-		fill_reply(q, r);
+		fill_reply(k, r);
 	if (status != -EBADMSG && status != -EPROTONOSUPPORT) {
 		struct auth_part out[3] = {
 			{q->nonce, DP_AUTH_NONCE}, {k->nonce, DP_AUTH_NONCE}, {r, sizeof(*r)}};
@@ -305,6 +337,25 @@ static int srv_read(struct srv_conn *k)
 static void srv_advance(struct srv_conn *k)
 {
 	for (;;) {
+		/* A same-host reply's fds go with its first byte. */
+		if (k->state == SRV_REPLY && k->nfds && !k->out_off) {
+			struct iovec iov = {&k->out, 1};
+			int rc = dp_net_send_fds(k->ev.fd, &iov, 1, k->fds, (int)k->nfds,
+						 MSG_DONTWAIT);
+
+			if (rc == -EAGAIN || rc == -EWOULDBLOCK) {
+				if (srv_want(k, EPOLLOUT))
+					srv_close(k);
+				return;
+			}
+			if (rc) {
+				srv_close(k);
+				return;
+			}
+			while (k->nfds)
+				close(k->fds[--k->nfds]);
+			k->out_off = 1;
+		}
 		while (k->out_off < k->out_len) {
 			ssize_t n = send(k->ev.fd, (char *)&k->out + k->out_off,
 					 k->out_len - k->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -378,6 +429,7 @@ void rpc_accept(int lfd)
 			return;
 		}
 		k->ev = (struct ev_handler){.fd = fd, .on_event = on_srv_event};
+		k->local = lfd == rpc.local.fd;
 		k->state = SRV_CHALLENGE;
 		k->events = EPOLLIN;
 		auth_nonce(k->nonce);
@@ -421,7 +473,12 @@ int rpc_reply_check(const struct dp_rpc_hdr *h, const struct dp_rpc_lookup_reply
 		return -EBADMSG;
 	if (!r->len || r->base + r->len < r->base)
 		return -EBADMSG;
-	if (!r->nrails || r->nrails > DP_MAX_RAILS || r->flags & ~DP_RPC_F_VIRT_ADDR)
+	if (r->nrails > DP_MAX_RAILS || r->flags & ~(DP_RPC_F_VIRT_ADDR | DP_RPC_F_SAME_HOST))
+		return -EBADMSG;
+	/* Without rails, the export is for services of its host only. */
+	if (!r->nrails && !(r->flags & DP_RPC_F_SAME_HOST))
+		return -EBADMSG;
+	if (strnlen(r->local_path, sizeof(r->local_path)) == sizeof(r->local_path))
 		return -EBADMSG;
 	for (unsigned i = 0; i < r->nrails; i++)
 		if (!r->rail[i].addr_len || r->rail[i].addr_len > DP_FABRIC_ADDR_MAX)
@@ -502,6 +559,8 @@ static void call_unlink(struct call *k)
 	if (k->next)
 		k->next->prev = k->prev;
 	rpc.ncalls--;
+	while (k->nfds > 0)
+		close(k->fds[--k->nfds]);
 	ev_del(rpc.epfd, &k->ev, "a peer RPC lookup");
 	close(k->ev.fd);
 	k->ev.fd = -1;
@@ -535,13 +594,19 @@ static int call_reply_check(const struct call *k)
 static void call_end(struct call *k, int rc)
 {
 	struct dp_rpc_lookup_reply r;
+	int fds[SAMEHOST_FDS], nfds = 0;
 
-	call_unlink(k);
 	if (!rc)
 		rc = call_reply_check(k);
-	if (!rc)
+	if (!rc) {
 		r = k->in.r;
-	k->done(k->arg, rc, rc ? NULL : &r);
+		/* The fds are the callee's from here. */
+		nfds = k->nfds;
+		memcpy(fds, k->fds, sizeof(int) * (size_t)nfds);
+		k->nfds = 0;
+	}
+	call_unlink(k);
+	k->done(k->arg, rc, rc ? NULL : &r, fds, (unsigned)nfds);
 }
 
 /* How a socket error ends a lookup: a peer that went away is unreachable,
@@ -567,12 +632,14 @@ static int call_challenge_check(const struct dp_rpc_hdr *h)
 static void call_request(struct call *k)
 {
 	struct dp_rpc_lookup *q = &k->out.req;
-	struct auth_part parts[3] = {{k->ch.c.nonce, DP_AUTH_NONCE},
+	struct auth_part parts[5] = {{k->ch.c.nonce, DP_AUTH_NONCE},
 				     {q->nonce, DP_AUTH_NONCE},
-				     {q->name, sizeof(q->name)}};
+				     {q->name, sizeof(q->name)},
+				     {&q->flags, sizeof(q->flags)},
+				     {q->host_id, sizeof(q->host_id)}};
 
 	auth_nonce(q->nonce);
-	auth_mac(LABEL_LOOKUP, parts, 3, q->mac);
+	auth_mac(LABEL_LOOKUP, parts, 5, q->mac);
 }
 
 static void call_advance(struct call *k)
@@ -639,7 +706,25 @@ static void call_advance(struct call *k)
 	for (;;) {
 		size_t want = k->in_len < sizeof(k->in.h) ? sizeof(k->in.h) : sizeof(k->in);
 
-		n = recv(k->ev.fd, (char *)&k->in + k->in_len, want - k->in_len, MSG_DONTWAIT);
+		if (k->local) {
+			/* A same-host reply: fds may come with its bytes. */
+			int got[SAMEHOST_FDS], ngot = 0;
+
+			n = dp_net_recv_fds(k->ev.fd, (char *)&k->in + k->in_len, want - k->in_len,
+					    got, SAMEHOST_FDS, &ngot, MSG_DONTWAIT);
+			if (n < 0) {
+				errno = (int)-n;
+				n = -1;
+			}
+			for (int i = 0; i < ngot; i++)
+				if (k->nfds < SAMEHOST_FDS)
+					k->fds[k->nfds++] = got[i];
+				else
+					close(got[i]);
+		} else {
+			n = recv(k->ev.fd, (char *)&k->in + k->in_len, want - k->in_len,
+				 MSG_DONTWAIT);
+		}
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -695,24 +780,14 @@ static int resolve(const char *host, const char *port, struct sockaddr_in *sa)
 	return 0;
 }
 
-int rpc_lookup_start(const char *peer, const char *name, rpc_done_fn done, void *arg)
+/* A lookup on a new socket `fd` to `sa`, without waiting (see rpc.h). */
+static int call_start(int fd, const struct sockaddr *sa, socklen_t salen, const char *peer,
+		      const char *name, bool local, rpc_done_fn done, void *arg)
 {
-	struct sockaddr_in sa;
-	char host[DP_NAME_MAX], port[16];
 	struct call *k;
-	int fd, rc;
+	int rc;
 
-	if (split_peer(peer, host, sizeof(host), port, sizeof(port)))
-		return -EINVAL;
-	if (rpc.ncalls >= RPC_MAX_CALLS)
-		return -EAGAIN;
-	rc = resolve(host, port, &sa);
-	if (rc)
-		return rc;
-	fd = dp_net_socket(AF_INET, SOCK_STREAM);
-	if (fd < 0)
-		return fd;
-	rc = dp_net_connect_start(fd, (struct sockaddr *)&sa, sizeof(sa));
+	rc = dp_net_connect_start(fd, sa, salen);
 	if (rc && rc != -EINPROGRESS) {
 		close(fd);
 		return -EHOSTUNREACH;
@@ -732,6 +807,12 @@ int rpc_lookup_start(const char *peer, const char *name, rpc_done_fn done, void 
 				       .type = DP_RPC_LOOKUP,
 				       .len = sizeof(k->out.req)};
 	snprintf(k->out.req.name, sizeof(k->out.req.name), "%s", name);
+	/* Our host, so that a service of this host tells us where to ask
+	 * for its memory (samehost.h). */
+	if (samehost_enabled())
+		memcpy(k->out.req.host_id, samehost_id(), DP_HOST_ID_LEN);
+	k->local = local;
+	k->out.req.flags = local ? DP_RPC_Q_SAME_HOST : 0;
 	snprintf(k->peer, sizeof(k->peer), "%s", peer);
 	/* Connecting: wait until writable. Connected (loopback may be at
 	 * once): wait for the challenge. Either way `done` never runs inside
@@ -749,11 +830,98 @@ int rpc_lookup_start(const char *peer, const char *name, rpc_done_fn done, void 
 	return 0;
 }
 
+int rpc_lookup_start(const char *peer, const char *name, rpc_done_fn done, void *arg)
+{
+	struct sockaddr_in sa;
+	char host[DP_NAME_MAX], port[16];
+	int fd, rc;
+
+	if (split_peer(peer, host, sizeof(host), port, sizeof(port)))
+		return -EINVAL;
+	if (rpc.ncalls >= RPC_MAX_CALLS)
+		return -EAGAIN;
+	rc = resolve(host, port, &sa);
+	if (rc)
+		return rc;
+	fd = dp_net_socket(AF_INET, SOCK_STREAM);
+	if (fd < 0)
+		return fd;
+	return call_start(fd, (struct sockaddr *)&sa, sizeof(sa), peer, name, false, done, arg);
+}
+
+int rpc_lookup_local_start(const char *path, const char *peer, const char *name, rpc_done_fn done,
+			   void *arg)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd;
+
+	if (snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path) >= (int)sizeof(sa.sun_path))
+		return -EINVAL;
+	if (rpc.ncalls >= RPC_MAX_CALLS)
+		return -EAGAIN;
+	fd = dp_net_socket(AF_UNIX, SOCK_STREAM);
+	if (fd < 0)
+		return fd;
+	return call_start(fd, (struct sockaddr *)&sa, sizeof(sa), peer, name, true, done, arg);
+}
+
 /* ---- the loop's side ---- */
+
+static void on_local_listen(struct ev_handler *h, uint32_t events)
+{
+	(void)events;
+	rpc_accept(h->fd);
+}
+
+/* The same-host socket: any local user may connect (the lookup still has to
+ * prove the fleet key), so it is 0666. A stale socket of a dead service is
+ * replaced; anything else at the path is left alone. */
+static int local_listen(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct stat st;
+	int fd;
+
+	if (!path[0] || strlen(path) >= sizeof(sa.sun_path))
+		return -EINVAL;
+	strcpy(sa.sun_path, path);
+	if (!lstat(path, &st)) {
+		if (!S_ISSOCK(st.st_mode))
+			return -EEXIST;
+		unlink(path);
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(path, 0666) < 0 ||
+	    listen(fd, 64) < 0) {
+		int rc = -errno;
+
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
 
 void rpc_start(int epfd)
 {
+	int fd;
+
 	rpc.epfd = epfd;
+	samehost_start(epfd);
+	if (!samehost_enabled())
+		return;
+	fd = local_listen(samehost_path());
+	if (fd < 0) {
+		log_warn("same host: off: peer socket %s: %s", samehost_path(), strerror(-fd));
+		return;
+	}
+	rpc.local = (struct ev_handler){.fd = fd, .on_event = on_local_listen};
+	if (ev_add(epfd, &rpc.local, EPOLLIN, "the same-host peer socket")) {
+		close(fd);
+		unlink(samehost_path());
+		rpc.local.fd = -1;
+	}
 }
 
 int rpc_timeout_ms(void)
@@ -821,6 +989,12 @@ void rpc_sweep(void)
 
 void rpc_shutdown(void)
 {
+	if (rpc.local.fd >= 0) {
+		ev_del(rpc.epfd, &rpc.local, "the same-host peer socket");
+		close(rpc.local.fd);
+		unlink(samehost_path());
+		rpc.local.fd = -1;
+	}
 	while (rpc.conns)
 		srv_close(rpc.conns);
 	while (rpc.calls)

@@ -16,9 +16,10 @@
 
 #include "auth.h"
 #include "fabric.h"
+#include "samehost.h"
 
 #define DP_RPC_MAGIC 0x50525044u /* "DPRP" */
-#define DP_RPC_VERSION 2u	 /* 2: every lookup authenticated (auth.h) */
+#define DP_RPC_VERSION 3u	 /* 2: every lookup authenticated (auth.h); 3: same host */
 #define DP_RPC_LOOKUP 1u
 #define DP_RPC_CHALLENGE 2u
 #define DP_RPC_REPLY 0x8000u
@@ -27,6 +28,8 @@
 #define RPC_MAX_CONNS 64	 /* served connections at once; one more evicts the oldest */
 #define RPC_MAX_CALLS 256	 /* lookups in flight; one more fails -EAGAIN */
 #define DP_RPC_F_VIRT_ADDR 1u	 /* targets are virtual addresses, not offsets */
+#define DP_RPC_F_SAME_HOST 2u	 /* host_id and local_path are set (samehost.h) */
+#define DP_RPC_Q_SAME_HOST 1u	 /* request: the asker is on this host, send the memory */
 
 struct dp_rpc_hdr {
 	uint32_t magic;
@@ -41,9 +44,13 @@ struct dp_rpc_challenge {
 	uint8_t nonce[DP_AUTH_NONCE];
 };
 
-/* mac = HMAC(fleet key, "dp-rpc lookup", server nonce, nonce, name). */
+/* mac = HMAC(fleet key, "dp-rpc lookup", server nonce, nonce, name, flags,
+ * host_id). flags: DP_RPC_Q_*; host_id: the asker's (samehost.h). */
 struct dp_rpc_lookup {
 	char name[DP_NAME_MAX];
+	uint32_t flags;
+	uint32_t reserved;
+	uint8_t host_id[DP_HOST_ID_LEN];
 	uint8_t nonce[DP_AUTH_NONCE];
 	uint8_t mac[DP_AUTH_MAC];
 };
@@ -68,6 +75,12 @@ struct dp_rpc_lookup_reply {
 	uint32_t flags;
 	char server_name[DP_NAME_MAX];
 	struct dp_rpc_rail rail[DP_MAX_RAILS];
+	/* DP_RPC_F_SAME_HOST: the server's host (its boot id) and the Unix
+	 * socket a service of that host asks again on (DP_RPC_Q_SAME_HOST) to
+	 * be given the memory itself (samehost.h). */
+	uint8_t host_id[DP_HOST_ID_LEN];
+	char local_path[DP_SUN_PATH_MAX];
+	struct dp_samehost_desc same; /* only in a reply to DP_RPC_Q_SAME_HOST */
 };
 
 /* The control loop's epoll set, for the connections and lookups below. */
@@ -100,13 +113,20 @@ int rpc_reply_check(const struct dp_rpc_hdr *h, const struct dp_rpc_lookup_reply
  * for segment `name`, without waiting. 0: `done` will be called exactly
  * once, from the loop (never from inside this call), with 0 and the reply,
  * or -EHOSTUNREACH, -ETIMEDOUT (DP_RPC_TIMEOUT_MS after the start),
- * -EBADMSG, -ECANCELED (rpc_shutdown) or the peer's status. Or at once:
+ * -EBADMSG, -ECANCELED (rpc_shutdown) or the peer's status; fds: none
+ * over TCP. Or at once:
  * -EINVAL (not host:port), -EHOSTUNREACH, -EAGAIN (RPC_MAX_CALLS in
  * flight), -ENOMEM. A host that is a literal IPv4 address costs nothing;
  * a name is resolved with getaddrinfo() on the calling thread.
  */
-typedef void (*rpc_done_fn)(void *arg, int rc, const struct dp_rpc_lookup_reply *r);
+typedef void (*rpc_done_fn)(void *arg, int rc, const struct dp_rpc_lookup_reply *r, int *fds,
+			    unsigned nfds);
 int rpc_lookup_start(const char *peer, const char *name, rpc_done_fn done, void *arg);
+/* The same over a same-host peer's Unix socket `path` (a reply's
+ * local_path), asking for the memory (DP_RPC_Q_SAME_HOST): `done` gets the
+ * fds that came with the reply (its own to close or keep; none on error). */
+int rpc_lookup_local_start(const char *path, const char *peer, const char *name, rpc_done_fn done,
+			   void *arg);
 
 /* True when `peer` names this service: its server name, or its RPC port
  * on a loopback address, 0.0.0.0 or an address of this host. */

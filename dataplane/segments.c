@@ -14,6 +14,7 @@
 #include "fabric.h"
 #include "fileio.h"
 #include "rpc.h"
+#include "samehost.h"
 #include "segments.h"
 #include "stats.h"
 
@@ -139,7 +140,8 @@ static void remotes_prune(void)
 	while (*pp) {
 		struct segment *s = *pp;
 
-		if (atomic_load(&s->remote->peer->dead) || atomic_load(&s->dead)) {
+		if (atomic_load(&s->dead) ||
+		    (s->remote ? atomic_load(&s->remote->peer->dead) : !samehost_alive(s->same))) {
 			*pp = s->next;
 			atomic_store(&s->dead, 1);
 			segment_put(s); /* the cache's reference */
@@ -222,6 +224,14 @@ static int remote_install(const char *peer, const char *name, const struct dp_rp
 		*out = s;
 		return 0;
 	}
+	if (!fabric_nrails())
+		return -EHOSTUNREACH;
+	if (!r->nrails) {
+		log_warn("segment '%s' on %s: no rail of its service registered it (GPU memory on "
+			 "a provider without FI_HMEM): reachable from its own host only",
+			 name, peer[0] ? peer : "the directory");
+		return -ENOTSUP;
+	}
 	pr = peer_get(r);
 	if (!pr)
 		return -EHOSTUNREACH;
@@ -229,7 +239,7 @@ static int remote_install(const char *peer, const char *name, const struct dp_rp
 		s = *pp;
 		if (strcmp(s->name, name) || strcmp(s->owner_name, peer))
 			continue;
-		if (remote_same(s->remote, pr, r)) {
+		if (s->remote && remote_same(s->remote, pr, r)) {
 			*out = s;
 			return 0;
 		}
@@ -300,20 +310,53 @@ struct waiter {
 };
 
 /* A lookup of (peer, name) in flight; opens of the same pair while it is
- * share it. */
+ * share it. A peer of this host is asked twice: its RPC port says where it
+ * lives, its same-host socket gives the memory (samehost.h). */
 struct lookup {
 	char peer[DP_NAME_MAX];
 	char name[DP_NAME_MAX];
+	struct dp_rpc_lookup_reply first; /* the RPC port's answer */
 	struct waiter *waiters;
 	struct lookup *next;
 };
 
 static struct lookup *lookups;
 
-static void lookup_done(void *arg, int rc, const struct dp_rpc_lookup_reply *r)
+/* A same-host answer as a segment: the cached one when it is the same live
+ * export (the fds are closed), else a new mapping. Takes the fds. */
+static int same_install(const char *peer, const char *name, const struct dp_rpc_lookup_reply *r,
+			int *fds, unsigned nfds, struct segment **out)
 {
-	struct lookup *lk = arg;
-	struct segment *s = NULL;
+	struct segment *s;
+	int rc;
+
+	remotes_prune();
+	for (struct segment **pp = &remotes; *pp; pp = &(*pp)->next) {
+		s = *pp;
+		if (strcmp(s->name, name) || strcmp(s->owner_name, peer))
+			continue;
+		if (samehost_same(s, r)) {
+			while (nfds)
+				close(fds[--nfds]);
+			*out = s;
+			return 0;
+		}
+		*pp = s->next;
+		atomic_store(&s->dead, 1);
+		segment_put(s); /* the cache's reference */
+		break;
+	}
+	rc = samehost_import(peer, name, r, fds, nfds, &s);
+	if (rc)
+		return rc;
+	s->next = remotes;
+	remotes = s;
+	*out = s;
+	return 0;
+}
+
+static void lookup_finish(struct lookup *lk, int rc, struct segment *s)
+{
 	struct waiter *w;
 
 	for (struct lookup **pp = &lookups; *pp; pp = &(*pp)->next)
@@ -321,10 +364,6 @@ static void lookup_done(void *arg, int rc, const struct dp_rpc_lookup_reply *r)
 			*pp = lk->next;
 			break;
 		}
-	if (!rc) {
-		remotes_prune();
-		rc = remote_install(lk->peer, lk->name, r, &s);
-	}
 	if (rc)
 		log_info("segment '%s' on %s: %s", lk->name, lk->peer, strerror(-rc));
 	/* The cache holds `s` while the waiters take their references. */
@@ -334,6 +373,48 @@ static void lookup_done(void *arg, int rc, const struct dp_rpc_lookup_reply *r)
 		free(w);
 	}
 	free(lk);
+}
+
+static void lookup_same_done(void *arg, int rc, const struct dp_rpc_lookup_reply *r, int *fds,
+			     unsigned nfds)
+{
+	struct lookup *lk = arg;
+	struct segment *s = NULL;
+
+	if (!rc)
+		rc = same_install(lk->peer, lk->name, r, fds, nfds, &s);
+	if (rc) {
+		log_info("segment '%s' on %s: not mapped (%s): through the fabric", lk->name,
+			 lk->peer, strerror(-rc));
+		remotes_prune();
+		rc = remote_install(lk->peer, lk->name, &lk->first, &s);
+	}
+	lookup_finish(lk, rc, s);
+}
+
+static void lookup_done(void *arg, int rc, const struct dp_rpc_lookup_reply *r, int *fds,
+			unsigned nfds)
+{
+	struct lookup *lk = arg;
+	struct segment *s = NULL;
+
+	while (nfds)
+		close(fds[--nfds]);
+	if (!rc && samehost_candidate(r)) {
+		lk->first = *r;
+		rc = rpc_lookup_local_start(r->local_path, lk->peer, lk->name, lookup_same_done,
+					    lk);
+		if (!rc)
+			return;
+		log_info("segment '%s' on %s: same-host socket %s: %s: through the fabric",
+			 lk->name, lk->peer, r->local_path, strerror(-rc));
+		rc = 0;
+	}
+	if (!rc) {
+		remotes_prune();
+		rc = remote_install(lk->peer, lk->name, r, &s);
+	}
+	lookup_finish(lk, rc, s);
 }
 
 /*
@@ -349,7 +430,7 @@ static int peer_open(const char *peer, const char *name, segment_resolved_fn fn,
 	struct waiter *w;
 	int rc;
 
-	if (!fabric_nrails())
+	if (!fabric_nrails() && !samehost_enabled())
 		return -EHOSTUNREACH;
 	w = calloc(1, sizeof(*w));
 	if (!w)

@@ -26,6 +26,7 @@
 #include "fault.h"
 #include "fileio.h"
 #include "rpc.h"
+#include "samehost.h"
 #include "stats.h"
 
 struct dp_config cfg;
@@ -66,6 +67,10 @@ void segment_put(struct segment *s)
 {
 	if (atomic_fetch_sub(&s->refs, 1) == 1) {
 		free(s->remote);
+		if (s->same) {
+			region_put(s->region);
+			samehost_seg_free(s->same);
+		}
 		free(s);
 	}
 }
@@ -324,6 +329,19 @@ static void set_no_stats(const char *a)
 	cfg.no_stats = true;
 }
 
+static void set_no_same_host(const char *a)
+{
+	(void)a;
+	samehost_configure(true, NULL);
+}
+
+static void set_peer_socket(const char *a)
+{
+	if (!*a || strlen(a) >= DP_SUN_PATH_MAX)
+		die_usage("--peer-socket %s: want a path shorter than 108 bytes", a);
+	samehost_configure(false, a);
+}
+
 static void set_log_level(const char *a)
 {
 	static const char *const levels[] = {"error", "warn", "info", "debug"};
@@ -405,6 +423,11 @@ static const struct flag {
 	 "root, else ~/.local/state/dataplane/peer.key, made when missing)"},
 	{"server-name", required_argument, set_server_name, "HOST",
 	 "host part of this service's name HOST:PORT (default: hostname)"},
+	{"peer-socket", required_argument, set_peer_socket, "PATH",
+	 "Unix socket on which services of this host are given exported\n"
+	 "memory directly (default: the socket path + \".peer\")"},
+	{"no-same-host", no_argument, set_no_same_host, NULL,
+	 "services of this host go through the fabric like any other"},
 	{"provider", required_argument, set_provider, "P",
 	 "fabric provider: efa, tcp, shm, sockets, auto (efa, else tcp)\n"
 	 "or none (local transfers only) (default auto)"},

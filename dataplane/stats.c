@@ -475,8 +475,8 @@ void stats_run_close(struct queue *q, uint64_t done)
 	struct stats_poller *sp = q->poller->stats;
 	uint64_t count = done - q->run_done0, bytes = q->ctr.bytes - q->run_bytes0;
 
-	sp->flag_ops[q->run_flags & 15] += count;
-	sp->flag_bytes[q->run_flags & 15] += bytes;
+	sp->flag_ops[q->run_flags & 31] += count;
+	sp->flag_bytes[q->run_flags & 31] += bytes;
 	if (sp->npend == STATS_PEND)
 		stats_runs_end(sp, stats_now(sp));
 	sp->pend[sp->npend++] =
@@ -551,12 +551,13 @@ void stats_publish_poller(struct stats_poller *sp)
 	{
 		uint64_t ops[DP_STATS_NPATH] = {0}, bytes[DP_STATS_NPATH] = {0};
 
-		for (unsigned f = 0; f < 16; f++) {
-			unsigned path = f & DP_CQE_F_GPU      ? DP_STATS_PATH_GPU
-					: f & DP_CQE_F_FABRIC ? DP_STATS_PATH_FABRIC
-					: f & DP_CQE_F_FILE   ? DP_STATS_PATH_FILE
-					: f & DP_CQE_F_LOCAL  ? DP_STATS_PATH_HOST
-							      : DP_STATS_NPATH;
+		for (unsigned f = 0; f < 32; f++) {
+			unsigned path = f & DP_CQE_F_SAME_HOST ? DP_STATS_PATH_SAMEHOST
+					: f & DP_CQE_F_GPU     ? DP_STATS_PATH_GPU
+					: f & DP_CQE_F_FABRIC  ? DP_STATS_PATH_FABRIC
+					: f & DP_CQE_F_FILE    ? DP_STATS_PATH_FILE
+					: f & DP_CQE_F_LOCAL   ? DP_STATS_PATH_HOST
+							       : DP_STATS_NPATH;
 
 			if (path < DP_STATS_NPATH) {
 				ops[path] += sp->flag_ops[f];

@@ -58,7 +58,7 @@ struct stats_poller {
 	uint64_t loop_hist[DP_STATS_LOOP_BUCKETS];
 	/* Completions and bytes by the low bits of their DP_CQE_F_* flags;
 	 * summed into paths when published. */
-	uint64_t flag_ops[16], flag_bytes[16];
+	uint64_t flag_ops[32], flag_bytes[32];
 	/* File I/O slices finished (stats_file_slice), published as is. */
 	uint64_t file_direct_ios, file_direct_bytes, file_buffered_ios, file_buffered_bytes;
 	/* Runs of this loop waiting for its clock reading, which is taken

@@ -71,6 +71,10 @@ struct dp_cqe {
 #define DP_CQE_F_GPU 4u
 /** A file took part (io_uring). */
 #define DP_CQE_F_FILE 8u
+/** The target was another service of this host, whose memory this service
+ * mapped and copied directly: no fabric (docs/cluster.md "Same host"); with
+ * DP_CQE_F_GPU when a GPU took part. DP_CQE_F_LOCAL is not set. */
+#define DP_CQE_F_SAME_HOST 16u
 
 /* The layout checks, in whichever form the including language has: C++11
  * static_assert, C11 _Static_assert, else (C99) an array of size -1. */

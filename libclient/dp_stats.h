@@ -55,8 +55,9 @@
 #include <string.h>
 
 #define DP_STATS_MAGIC 0x54535044u /* "DPST" */
-/* 2: the poller block gained the file I/O slice counters. */
-#define DP_STATS_ABI_VERSION 2u
+/* 2: the poller block gained the file I/O slice counters; 3: the samehost
+ * path. */
+#define DP_STATS_ABI_VERSION 3u
 #define DP_STATS_NAME_MAX 64 /* shm_open name, NUL included, no '/' */
 #define DP_STATS_PREFIX "dataplane-"
 
@@ -96,10 +97,11 @@ enum dp_stats_err {
 
 /* Transfer paths, from the completion's DP_CQE_F_* flags. */
 enum dp_stats_path {
-	DP_STATS_PATH_HOST,   /* local copy, host memory (DP_CQE_F_LOCAL) */
-	DP_STATS_PATH_GPU,    /* local copy a GPU took part in (DP_CQE_F_GPU) */
-	DP_STATS_PATH_FABRIC, /* libfabric RMA (DP_CQE_F_FABRIC) */
-	DP_STATS_PATH_FILE,   /* io_uring file I/O (DP_CQE_F_FILE) */
+	DP_STATS_PATH_HOST,	/* local copy, host memory (DP_CQE_F_LOCAL) */
+	DP_STATS_PATH_GPU,	/* local copy a GPU took part in (DP_CQE_F_GPU) */
+	DP_STATS_PATH_FABRIC,	/* libfabric RMA (DP_CQE_F_FABRIC) */
+	DP_STATS_PATH_FILE,	/* io_uring file I/O (DP_CQE_F_FILE) */
+	DP_STATS_PATH_SAMEHOST, /* another service of this host, mapped (DP_CQE_F_SAME_HOST) */
 	DP_STATS_NPATH
 };
 
@@ -315,7 +317,8 @@ static inline const char *dp_stats_err_name(unsigned cls)
 
 static inline const char *dp_stats_path_name(unsigned path)
 {
-	static const char *const names[DP_STATS_NPATH] = {"host", "gpu", "fabric", "file"};
+	static const char *const names[DP_STATS_NPATH] = {"host", "gpu", "fabric", "file",
+							  "samehost"};
 
 	return path < DP_STATS_NPATH ? names[path] : "?";
 }

@@ -16,7 +16,7 @@ TestSuite(fabric_rpc, .fini = fab_teardown, .timeout = 60);
 /* The wire format of dataplane/rpc.h, restated here so that a change to it
  * is a conscious one: every peer of a running cluster speaks it. */
 #define RPC_MAGIC 0x50525044u
-#define RPC_VERSION 2u
+#define RPC_VERSION 3u
 #define RPC_LOOKUP 1u
 #define RPC_CHALLENGE 2u
 #define RPC_REPLY 0x8000u
@@ -31,8 +31,12 @@ struct rpc_hdr {
 
 struct rpc_lookup {
 	char name[64];
+	uint32_t flags; /* 1: same host (the Unix socket only) */
+	uint32_t reserved;
+	uint8_t host_id[16]; /* the asker's boot id */
 	uint8_t nonce[32];
-	uint8_t mac[32]; /* HMAC(key, "dp-rpc lookup\0", server nonce, nonce, name) */
+	/* HMAC(key, "dp-rpc lookup\0", server nonce, nonce, name, flags, host_id) */
+	uint8_t mac[32];
 };
 
 struct rpc_challenge_msg {
@@ -56,6 +60,9 @@ struct rpc_reply {
 	uint32_t flags;
 	char server_name[64];
 	struct rpc_rail rail[8];
+	uint8_t host_id[16];
+	char local_path[108];
+	uint8_t same[144]; /* the same-host description */
 };
 
 struct rpc_req_msg {
@@ -70,8 +77,8 @@ struct rpc_reply_msg {
 };
 
 _Static_assert(sizeof(struct rpc_hdr) == 16, "header");
-_Static_assert(sizeof(struct rpc_reply) == 1248, "reply");
-_Static_assert(sizeof(struct rpc_lookup) == 128, "lookup");
+_Static_assert(sizeof(struct rpc_reply) == 1520, "reply");
+_Static_assert(sizeof(struct rpc_lookup) == 152, "lookup");
 
 /* The fleet key the services of these tests use (their user's default,
  * made by whichever starts first), and one that is not it. */
@@ -84,11 +91,14 @@ static void key_load(void)
 
 static void sign(struct rpc_req_msg *m, const uint8_t server_nonce[32])
 {
-	struct auth_part parts[3] = {
-		{server_nonce, 32}, {m->req.nonce, 32}, {m->req.name, sizeof(m->req.name)}};
+	struct auth_part parts[5] = {{server_nonce, 32},
+				     {m->req.nonce, 32},
+				     {m->req.name, sizeof(m->req.name)},
+				     {&m->req.flags, sizeof(m->req.flags)},
+				     {m->req.host_id, sizeof(m->req.host_id)}};
 
 	auth_nonce(m->req.nonce);
-	auth_mac("dp-rpc lookup", parts, 3, m->req.mac);
+	auth_mac("dp-rpc lookup", parts, 5, m->req.mac);
 }
 
 static void reply_sign(struct rpc_reply_msg *rep, const struct rpc_req_msg *req,

@@ -83,6 +83,7 @@ int svc_start_in(struct svc *s, const char *const *prefix, const char *const *ex
 {
 	const char *argv[64];
 	int argc = 0, status;
+	bool same_host = false;
 
 	memset(s, 0, sizeof(*s));
 	snprintf(s->dir, sizeof(s->dir), "/tmp/dp-test-XXXXXX");
@@ -100,8 +101,14 @@ int svc_start_in(struct svc *s, const char *const *prefix, const char *const *ex
 	/* Short spin: tests share two cores with the service. */
 	argv[argc++] = "--spin-us";
 	argv[argc++] = "20";
-	for (; extra && *extra && argc < 62; extra++)
+	for (; extra && *extra && argc < 62; extra++) {
+		same_host |= !strcmp(*extra, "--peer-socket");
 		argv[argc++] = *extra;
+	}
+	/* Services of one test talk through the fabric, which is what the
+	 * fabric suites test, unless the test names a same-host socket. */
+	if (!same_host)
+		argv[argc++] = "--no-same-host";
 	argv[argc] = NULL;
 	s->pid = fork();
 	if (s->pid < 0)
@@ -383,7 +390,7 @@ static const struct dp_stats_rail_info *rail_info(const struct dp_stats_header *
 			      (size_t)i * h->rail_info_size);
 }
 
-static const struct dp_stats_poller *poller_block(const struct dp_stats_header *h, unsigned i)
+const struct dp_stats_poller *poller_block(const struct dp_stats_header *h, unsigned i)
 {
 	return (const void *)((const uint8_t *)h + h->pollers_off + (size_t)i * h->poller_size);
 }

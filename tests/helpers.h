@@ -68,7 +68,9 @@ extern const char *const local_only[];
 
 /* Starts build/dataplaned (found through $DP_BUILD) with a private socket and
  * the extra flags given (NULL-terminated), and waits until it accepts
- * clients. Returns 0 or -errno; on failure the log is printed. */
+ * clients. Services of a test reach each other through the fabric
+ * (--no-same-host is added) unless the flags name a --peer-socket (the
+ * same-host suite). Returns 0 or -errno; on failure the log is printed. */
 int svc_start(struct svc *s, const char *const *extra_args);
 /* The same, run under a command prefix (NULL-terminated, at most 16 words),
  * e.g. {"ip", "netns", "exec", "ns1", NULL}; the prefix must exec the
@@ -115,6 +117,8 @@ int wait_child(pid_t pid);
  * test when it has none. Unmap with stats_unmap. */
 const struct dp_stats_header *stats_map(const struct svc *s);
 void stats_unmap(const struct dp_stats_header *h);
+/* Poller i's block of a mapped stats region. */
+const struct dp_stats_poller *poller_block(const struct dp_stats_header *h, unsigned i);
 /* The TCP port of the service's peer RPC: the port of its server name
  * ("host:port", dp_server_name()). */
 int fab_rpc_port(const struct svc *s);

@@ -59,7 +59,7 @@ ip -n "$nsB" link set "$vB" up
 # then sleep.
 svc() { # NS NAME IP NIC PORT CPU
 	ip netns exec "$1" "$B/dataplaned" --socket "$dir/$2.sock" --provider tcp --nics "$4" \
-		--server-name "$3" --rpc-port "$5" --cpus "$6" --spin-us "${SPIN:-50}" \
+		--server-name "$3" --rpc-port "$5" --cpus "$6" --spin-us "${SPIN:-50}" --no-same-host \
 		--log-level warn 2>"$dir/$2.log" &
 	pids="$pids $!"
 	for _ in $(seq 200); do [ -S "$dir/$2.sock" ] && return 0; sleep 0.05; done

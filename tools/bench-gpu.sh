@@ -1,15 +1,28 @@
 #!/bin/sh
-# bench-gpu.sh BIN [gpu-bench args] - P8..P10: starts a private dataplaned from
-# BIN (local transfers only, one poller pinned to CPU 1, spinning), runs
-# BIN/gpu-bench pinned to CPU 0 against it, stops the service. BIN is the
-# build tree, or a gpu-bundle's bin/ on a GPU machine.
+# bench-gpu.sh BIN [gpu-bench args] - P8..P10, P12: starts a private dataplaned
+# from BIN (one poller pinned to CPU 1, spinning), runs BIN/gpu-bench pinned to
+# CPU 0 against it, stops the service. BIN is the build tree, or a gpu-bundle's
+# bin/ on a GPU machine.
+#
+# With p12 among the args: a second dataplaned (poller on CPU 2) exports the
+# destination, and the run is made twice: the two services as they start by
+# default (the same-host path), then both with --no-same-host over
+# $P12_PROVIDER (default shm: FI_HMEM where libfabric was built with CUDA),
+# so the fabric's figure stands beside it.
 set -eu
 B=${1:-build}
 shift || true
 dir=$(mktemp -d /tmp/dp-gpu-bench-XXXXXX)
-trap 'kill $svc 2>/dev/null; wait $svc 2>/dev/null; rm -rf "$dir"' EXIT
+pids=""
+stop() {
+	for p in $pids; do kill "$p" 2>/dev/null || true; done
+	for p in $pids; do wait "$p" 2>/dev/null || true; done
+	pids=""
+}
+trap 'stop; rm -rf "$dir"' EXIT
 cpus=$(nproc)
 pcpu=$((cpus > 1 ? 1 : 0))
+tcpu=$((cpus > 2 ? 2 : pcpu))
 # The placement (a cache-line ping-pong between the two CPUs), before the
 # service starts; a gpu-bundle may come without dp-bench.
 if [ -x "$B/dp-bench" ]; then
@@ -17,12 +30,49 @@ if [ -x "$B/dp-bench" ]; then
 else
 	echo "placement: not measured ($B/dp-bench missing)"
 fi
-"$B/dataplaned" --socket "$dir/dp.sock" --provider none --cpus $pcpu --spin-us 1000000 \
-	--log-level warn &
-svc=$!
-for _ in $(seq 200); do [ -S "$dir/dp.sock" ] && break; sleep 0.05; done
-echo "dataplaned: poller on CPU $pcpu; gpu-bench on CPU 0; $cpus CPUs, $(uname -r)"
+svc() { # NAME CPU PROVIDER [flags...]
+	n=$1 c=$2 p=$3
+	shift 3
+	"$B/dataplaned" --socket "$dir/$n.sock" --provider "$p" --cpus "$c" --spin-us 1000000 \
+		--server-name 127.0.0.1 --log-level warn "$@" 2>"$dir/$n.log" &
+	pids="$pids $!"
+	for _ in $(seq 200); do [ -S "$dir/$n.sock" ] && return 0; sleep 0.05; done
+	echo "bench-gpu: dataplaned $n did not start:" >&2
+	cat "$dir/$n.log" >&2
+	exit 1
+}
+p12=false
+for a in "$@"; do [ "$a" = p12 ] && p12=true; done
 rc=0
-"$B/gpu-bench" --socket "$dir/dp.sock" --cpu 0 "$@" || rc=$?
-[ $rc -eq 77 ] && echo "bench-gpu: skipped (no CUDA device or no CUDA build)" && rc=0
+if ! $p12; then
+	svc dp $pcpu none
+	echo "dataplaned: poller on CPU $pcpu; gpu-bench on CPU 0; $cpus CPUs, $(uname -r)"
+	"$B/gpu-bench" --socket "$dir/dp.sock" --cpu 0 "$@" || rc=$?
+	[ $rc -eq 77 ] && echo "bench-gpu: skipped (no CUDA device or no CUDA build)" && rc=0
+	exit $rc
+fi
+port=$((20000 + $$ % 20000))
+for mode in same-host fabric; do
+	if [ $mode = same-host ]; then
+		prov=tcp
+		more=""
+	else
+		prov=${P12_PROVIDER:-shm}
+		more=--no-same-host
+	fi
+	# shellcheck disable=SC2086
+	svc a $pcpu $prov $more
+	# shellcheck disable=SC2086
+	svc b $tcpu $prov --rpc-port $port $more
+	echo "== P12 $mode: services on CPUs $pcpu (initiator) and $tcpu (exporter), provider" \
+		"$prov${more:+, $more}; gpu-bench on CPU 0; $cpus CPUs, $(uname -r)"
+	r=0
+	"$B/gpu-bench" --socket "$dir/a.sock" --cpu 0 --service-cpu $pcpu \
+		--target-socket "$dir/b.sock" --target-peer 127.0.0.1:$port "$@" || r=$?
+	[ $r -eq 77 ] && echo "bench-gpu: skipped (no CUDA device or no CUDA build)" && r=0
+	[ $r -ne 0 ] && { rc=$r; cat "$dir/a.log" "$dir/b.log" >&2; }
+	stop
+	rm -f "$dir"/*.sock "$dir"/*.peer
+	port=$((port + 1))
+done
 exit $rc

@@ -7,6 +7,12 @@
  *   P9  host <-> device WRITE, pinned, 64 MiB    vs cudaMemcpyAsync H2D/D2H (>= 0.95x)
  *   P10 4 KiB device -> device, submit to completion seen, one outstanding
  *       vs cudaMemcpyAsync + cudaEventRecord + cudaEventSynchronize (p50 <= raw + 3 us)
+ *   P12 device -> device WRITE into a GPU segment exported through ANOTHER
+ *       service of this host (--target-socket, --target-peer), 4 MiB ..
+ *       1 GiB, vs cudaMemcpyAsync D2D (>= 0.8x at 64 MiB and above); and a
+ *       4 KiB one, p50, against the same transfer inside one service (<=
+ *       1.5x). The path the completions took is printed (same host, or the
+ *       fabric when the services run with --no-same-host).
  *   file  1 GiB file -> device READ through the service's staging pipeline
  *       (io_uring into pinned buffers, cudaMemcpyAsync out of them) vs the
  *       same pipeline written in-process: pread() into one of 4 pinned 1 MiB
@@ -19,7 +25,8 @@
  *
  * usage: gpu-bench [--socket PATH] [--cpu N] [--service-cpu N] [--device N]
  *                  [--quick] [--file PATH] [--no-peers] [--json]
- *                  [p8|p9|p10|file|all|probe]
+ *                  [--target-socket PATH --target-peer HOST:PORT]
+ *                  [p8|p9|p10|p12|file|all|probe]
  * Before the results: the placement (tools/bench-report.h), a cache-line
  * ping-pong between --cpu and --service-cpu (the service's poller).
  * --no-peers runs and prints nothing of the raw CUDA side (the file run's
@@ -46,6 +53,7 @@
 #include "dp_tool.h"
 
 static const char *sock_path, *file_path = "/var/tmp/dp-gpu-bench.file";
+static const char *target_sock, *target_peer; /* P12: the other service */
 static int client_cpu = 0, service_cpu = -1, device = 0;
 static bool quick, with_peers = true;
 
@@ -54,7 +62,7 @@ static void usage(void)
 	printf("usage: gpu-bench [--socket PATH] [--cpu N] [--service-cpu N] [--device N] "
 	       "[--quick]\n"
 	       "                 [--file PATH] [--no-peers] [--json] "
-	       "[p8|p9|p10|file|all|probe]\n"
+	       "[p8|p9|p10|p12|file|all|probe]\n"
 	       "GPU copies through dataplaned against the raw CUDA runtime on the same GPU\n"
 	       "(P8-P10, file -> GPU; default all).\n"
 	       "  --socket PATH   dataplaned's control socket (default $DP_SOCKET, else\n"
@@ -72,6 +80,9 @@ static void usage(void)
 	       "                  of them printed\n"
 	       "  --json          one JSON object with every figure on stdout (the text goes\n"
 	       "                  to stderr)\n"
+	       "  --target-socket PATH, --target-peer HOST:PORT\n"
+	       "                  p12: another dataplaned of this host (its control socket and\n"
+	       "                  its server name), which exports the destination\n"
 	       "  -h, --help      this text\n"
 	       "  --version       print the version and exit\n"
 	       "Exit codes: 0 every run completed and verified, 1 a failure, 2 bad usage,\n"
@@ -92,6 +103,8 @@ static const char *parse_args(int argc, char **argv)
 					     {"service-cpu", required_argument, 0, 'S'},
 					     {"no-peers", no_argument, 0, 'n'},
 					     {"json", no_argument, 0, 'j'},
+					     {"target-socket", required_argument, 0, 't'},
+					     {"target-peer", required_argument, 0, 'p'},
 					     {0, 0, 0, 0}};
 	const char *what = "all";
 	bool json = false;
@@ -123,6 +136,12 @@ static const char *parse_args(int argc, char **argv)
 		case 'j':
 			json = true;
 			break;
+		case 't':
+			target_sock = optarg;
+			break;
+		case 'p':
+			target_peer = optarg;
+			break;
 		case 'h':
 			usage();
 			exit(0);
@@ -136,11 +155,15 @@ static const char *parse_args(int argc, char **argv)
 	}
 	if (optind < argc)
 		what = argv[optind];
-	if (argc - optind > 1 ||
-	    (strcmp(what, "p8") && strcmp(what, "p9") && strcmp(what, "p10") &&
-	     strcmp(what, "file") && strcmp(what, "all") && strcmp(what, "probe"))) {
+	if (argc - optind > 1 || (strcmp(what, "p8") && strcmp(what, "p9") && strcmp(what, "p10") &&
+				  strcmp(what, "p12") && strcmp(what, "file") &&
+				  strcmp(what, "all") && strcmp(what, "probe"))) {
 		fprintf(stderr, "gpu-bench: unknown benchmark '%s'\nTry 'gpu-bench --help'.\n",
 			argv[argc - 1]);
+		exit(2);
+	}
+	if (!strcmp(what, "p12") && (!target_sock || !target_peer)) {
+		fprintf(stderr, "gpu-bench: p12 needs --target-socket and --target-peer\n");
 		exit(2);
 	}
 	if (service_cpu < 0)
@@ -261,8 +284,12 @@ static int reg_gpu(void *p, size_t len)
 	return r;
 }
 
-/* One WRITE through the service, busy-polled to its completion; ns. */
-static uint64_t ours(int region, uint64_t loff, int seg, uint64_t toff, uint64_t len)
+/* The flags the last WRITE completed with (P12 prints the path). */
+static uint32_t last_flags;
+
+/* One WRITE through the service, busy-polled to its completion; ns. Inside
+ * one service it must be the local GPU path. */
+static uint64_t ours_any(int region, uint64_t loff, int seg, uint64_t toff, uint64_t len)
 {
 	static uint64_t ud;
 	struct dp_desc d;
@@ -273,9 +300,25 @@ static uint64_t ours(int region, uint64_t loff, int seg, uint64_t toff, uint64_t
 	dp_prep_write(&d, region, loff, seg, toff, len, ++ud);
 	if ((rc = dp_tool_run_one(q, &d, -1, &cqe, &ns)))
 		die("WRITE", rc);
-	if (cqe.flags != (DP_CQE_F_LOCAL | DP_CQE_F_GPU))
+	last_flags = cqe.flags;
+	return ns;
+}
+
+static uint64_t ours(int region, uint64_t loff, int seg, uint64_t toff, uint64_t len)
+{
+	uint64_t ns = ours_any(region, loff, seg, toff, len);
+
+	if (last_flags != (DP_CQE_F_LOCAL | DP_CQE_F_GPU))
 		die("completion without DP_CQE_F_GPU", -EBADMSG);
 	return ns;
+}
+
+static const char *path_name(uint32_t f)
+{
+	return f & DP_CQE_F_SAME_HOST ? "same host (IPC handle)"
+	       : f & DP_CQE_F_FABRIC  ? "fabric"
+	       : f & DP_CQE_F_LOCAL   ? "local"
+				      : "?";
 }
 
 /* The same copy by the CUDA runtime in this process; ns. */
@@ -725,6 +768,129 @@ static void bench_p10(void)
 	free(t_raw);
 }
 
+/* 4 KiB WRITEs src -> seg, one outstanding: the p50 in us (n samples,
+ * after a warm-up), the sorted samples left in t. */
+static double small_p50(int rs, int seg, uint64_t *t, unsigned n)
+{
+	const uint64_t len = 4096;
+
+	for (unsigned i = 0; i < n / 10; i++)
+		ours_any(rs, (i % 256) * len, seg, (i % 256) * len, len);
+	for (unsigned i = 0; i < n; i++)
+		t[i] = ours_any(rs, (i % 256) * len, seg, (i % 256) * len, len);
+	qsort(t, n, sizeof(*t), cmp_u64);
+	return t[n / 2] / 1e3;
+}
+
+/*
+ * P12: GPU -> GPU into another service's export on this host. A second
+ * client of the target service registers and exports the destination; this
+ * client opens it by the target's name and WRITEs into it.
+ */
+static void bench_p12(void)
+{
+	const uint64_t max = 1024 * MiB;
+	unsigned reps = quick ? 3 : 10, n = quick ? 5000 : 20000;
+	uint64_t t_ours[16], t_raw[16], *t_small = malloc(n * sizeof(uint64_t));
+	struct dp_client *tc;
+	void *src, *dst, *ldst;
+	int rs, rd, rl, seg, lseg, rc;
+	double small, local_small;
+	bool all = true;
+
+	if (!t_small)
+		die("malloc", -ENOMEM);
+	if ((rc = dp_connect(target_sock, "gpu-bench-target", &tc)) < 0) {
+		dp_tool_connect_error("gpu-bench", target_sock, rc);
+		exit(1);
+	}
+	src = gpu_random(max, 12);
+	ck(cudaMalloc(&dst, max), "cudaMalloc");
+	zero(dst, max);
+	rs = reg_gpu(src, max);
+	rd = dp_register_cuda(tc, dst, max);
+	if (rd < 0)
+		die("dp_register_cuda (target service)", rd);
+	if ((rc = dp_segment_export(tc, rd, "p12-dst", DP_ACCESS_RW)))
+		die("dp_segment_export (target service)", rc);
+	seg = dp_segment_open(cl, target_peer, "p12-dst", DP_ACCESS_RW);
+	if (seg < 0)
+		die("dp_segment_open (the other service's export)", seg);
+	ours_any(rs, 0, seg, 0, 4096);
+	printf("P12 GPU -> GPU across services of this host (%s), device -> device WRITE, GB/s "
+	       "(median of %u)\n",
+	       path_name(last_flags), reps);
+	printf("  %9s %10s %10s %7s\n", "size", "dataplane", "raw", "ratio");
+	report_obj("p12");
+	report_str("what", "P12: GPU -> GPU WRITE into another service's export, same host");
+	report_str("path", path_name(last_flags));
+	report_u64("reps", reps);
+	report_str("peer", "cudaMemcpyAsync D2D + cudaEventRecord + cudaEventSynchronize");
+	report_arr("sizes");
+	for (uint64_t len = 4 * MiB; len <= max; len *= 4) {
+		double o, r;
+		bool gated = len >= 64 * MiB;
+
+		ours_any(rs, 0, seg, 0, len);
+		for (unsigned i = 0; i < reps; i++) {
+			uint64_t off = (i % (max / len)) * len;
+
+			t_ours[i] = ours_any(rs, off, seg, off, len);
+		}
+		raw(dst, src, len);
+		for (unsigned i = 0; i < reps; i++) {
+			uint64_t off = (i % (max / len)) * len;
+
+			t_raw[i] = raw((uint8_t *)dst + off, (uint8_t *)src + off, len);
+		}
+		zero(dst, len);
+		ours_any(rs, 0, seg, 0, len);
+		verify_gpu(dst, src, len, "P12");
+		o = median_gbs(t_ours, reps, len);
+		r = median_gbs(t_raw, reps, len);
+		if (gated)
+			all &= o >= 0.8 * r;
+		printf("  %5llu MiB %10.1f %10.1f %6.3fx  %s\n", (unsigned long long)(len / MiB), o,
+		       r, o / r, gated ? verdict(o >= 0.8 * r) : "(not gated)");
+		report_obj(NULL);
+		report_u64("size", len);
+		report_num("gb_per_s", o);
+		report_num("raw_gb_per_s", r);
+		report_num("ratio", o / r);
+		report_end();
+	}
+	report_end();
+	printf("  target >= 0.8x raw cudaMemcpyAsync at 64 MiB and above: %s\n", verdict(all));
+	report_str("target", ">= 0.8x at 64 MiB and above");
+	report_bool("pass", all);
+	/* 4 KiB across services vs inside this one. */
+	ldst = NULL;
+	ck(cudaMalloc(&ldst, 256 * 4096), "cudaMalloc");
+	rl = reg_gpu(ldst, 256 * 4096);
+	lseg = segment(rl, "p12-local");
+	local_small = small_p50(rs, lseg, t_small, n);
+	small = small_p50(rs, seg, t_small, n);
+	printf("  4 KiB p50: across services %.2f us (p99 %.2f), inside one service %.2f us: "
+	       "%.2fx  target <= 1.5x  %s\n",
+	       small, t_small[n * 99 / 100] / 1e3, local_small, small / local_small,
+	       verdict(small <= 1.5 * local_small));
+	report_num("small_p50_us", small);
+	report_num("small_p99_us", t_small[n * 99 / 100] / 1e3);
+	report_num("local_small_p50_us", local_small);
+	report_num("small_ratio", small / local_small);
+	report_bool("small_pass", small <= 1.5 * local_small);
+	report_end();
+	dp_segment_close(cl, lseg);
+	dp_segment_close(cl, seg);
+	dp_free(cl, rl);
+	dp_free(cl, rs);
+	dp_close(tc);
+	ck(cudaFree(ldst), "cudaFree");
+	ck(cudaFree(src), "cudaFree");
+	ck(cudaFree(dst), "cudaFree");
+	free(t_small);
+}
+
 /*
  * Not a target, a probe of the hardware under the engine's design: how long
  * a 4 KiB device -> device cudaMemcpyAsync takes alone, and issued 50 us
@@ -882,6 +1048,8 @@ int main(int argc, char **argv)
 		bench_p9();
 	if (!strcmp(what, "p10") || !strcmp(what, "all"))
 		bench_p10();
+	if (!strcmp(what, "p12"))
+		bench_p12();
 	if (!strcmp(what, "file") || !strcmp(what, "all"))
 		bench_file_gpu();
 	if (!strcmp(what, "probe"))

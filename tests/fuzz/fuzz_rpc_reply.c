@@ -64,3 +64,29 @@ bool fabric_virt_addr(void)
 {
 	return false;
 }
+bool samehost_enabled(void)
+{
+	return false;
+}
+const uint8_t *samehost_id(void)
+{
+	static const uint8_t id[DP_HOST_ID_LEN];
+
+	return id;
+}
+const char *samehost_path(void)
+{
+	return "";
+}
+void samehost_start(int epfd)
+{
+	(void)epfd;
+}
+int samehost_describe(const struct segment *s, struct dp_samehost_desc *d, int *fds, unsigned *nfds)
+{
+	(void)s;
+	(void)d;
+	(void)fds;
+	*nfds = 0;
+	return -ENOTSUP;
+}

@@ -1,0 +1,488 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * samehost.c - segments of another service on this host (samehost.h): the
+ * host identity, the export table and its words (the `samehost` engine's
+ * export hooks), and the importer's side: peers known by their pidfd, and
+ * exports mapped once. Control thread, except samehost_alive (pollers).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "event.h"
+#include "gpu.h"
+#include "rpc.h"
+#include "samehost.h"
+
+#define TABLE_BYTES (SAMEHOST_SLOTS * sizeof(uint64_t))
+
+/* Another service of this host that gave us memory. */
+struct samehost_peer {
+	struct ev_handler ev; /* its pidfd: readable when it exits */
+	char name[DP_NAME_MAX];
+	const _Atomic uint64_t *table; /* its export table, read-only */
+	atomic_int dead;
+	unsigned refs; /* imported segments, plus one while in the list */
+	struct samehost_peer *next;
+};
+
+static struct {
+	bool off; /* --no-same-host */
+	bool on;  /* enabled and set up */
+	char path[DP_SUN_PATH_MAX];
+	uint8_t id[DP_HOST_ID_LEN];
+	int epfd;
+	int pidfd;		 /* ours, sent to importers */
+	int table_fd;		 /* our export table */
+	_Atomic uint64_t *table; /* mapped read-write */
+	uint64_t gen[SAMEHOST_SLOTS];
+	uint8_t used[SAMEHOST_SLOTS];
+	struct samehost_peer *peers;
+} sh = {.epfd = -1, .pidfd = -1, .table_fd = -1};
+
+void samehost_configure(bool off, const char *path)
+{
+	if (off)
+		sh.off = true;
+	if (path)
+		snprintf(sh.path, sizeof(sh.path), "%s", path);
+}
+
+bool samehost_enabled(void)
+{
+	return sh.on;
+}
+
+const uint8_t *samehost_id(void)
+{
+	return sh.id;
+}
+
+const char *samehost_path(void)
+{
+	return sh.on ? sh.path : "";
+}
+
+/* The kernel's boot id, "xxxxxxxx-xxxx-...": one per boot of one host. */
+static int read_boot_id(uint8_t *id)
+{
+	char buf[64];
+	unsigned n = 0;
+	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+
+	if (!f)
+		return -errno;
+	if (!fgets(buf, sizeof(buf), f)) {
+		fclose(f);
+		return -EIO;
+	}
+	fclose(f);
+	for (const char *c = buf; *c && n < 2 * DP_HOST_ID_LEN; c++) {
+		unsigned v;
+
+		if (*c == '-' || *c == '\n')
+			continue;
+		if (sscanf(c, "%1x", &v) != 1)
+			return -EIO;
+		id[n / 2] = (uint8_t)(n % 2 ? id[n / 2] | v : v << 4);
+		n++;
+	}
+	return n == 2 * DP_HOST_ID_LEN ? 0 : -EIO;
+}
+
+static int samehost_init(void)
+{
+	int rc;
+
+	if (sh.off) {
+		log_info("same host: off (--no-same-host): peers of this host go through the "
+			 "fabric");
+		return 0;
+	}
+	if (!sh.path[0] && snprintf(sh.path, sizeof(sh.path), "%s.peer", cfg.socket_path) >=
+				   (int)sizeof(sh.path)) {
+		log_warn("same host: off: the socket path is too long for '%s.peer' (use "
+			 "--peer-socket)",
+			 cfg.socket_path);
+		return 0;
+	}
+	rc = read_boot_id(sh.id);
+	if (rc) {
+		log_warn("same host: off: no boot id: %s", strerror(-rc));
+		return 0;
+	}
+	sh.pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+	if (sh.pidfd < 0) {
+		log_warn("same host: off: pidfd_open: %s", strerror(errno));
+		return 0;
+	}
+	sh.table_fd = memfd_create("dataplane-exports", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (sh.table_fd < 0 || ftruncate(sh.table_fd, TABLE_BYTES) < 0 ||
+	    fcntl(sh.table_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
+		log_warn("same host: off: export table: %s", strerror(errno));
+		goto fail;
+	}
+	sh.table = mmap(NULL, TABLE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, sh.table_fd, 0);
+	if (sh.table == MAP_FAILED) {
+		sh.table = NULL;
+		log_warn("same host: off: export table: %s", strerror(errno));
+		goto fail;
+	}
+	sh.on = true;
+	log_info("same host: peers of this host map exports directly; peer socket %s", sh.path);
+	return 0;
+fail:
+	if (sh.table_fd >= 0)
+		close(sh.table_fd);
+	close(sh.pidfd);
+	sh.table_fd = sh.pidfd = -1;
+	return 0;
+}
+
+static void peer_unref(struct samehost_peer *p)
+{
+	if (--p->refs)
+		return;
+	munmap((void *)p->table, TABLE_BYTES);
+	free(p);
+}
+
+static void samehost_fini(void)
+{
+	while (sh.peers) {
+		struct samehost_peer *p = sh.peers;
+
+		sh.peers = p->next;
+		if (p->ev.fd >= 0) {
+			/* The control loop and its epoll set are gone. */
+			close(p->ev.fd);
+			p->ev.fd = -1;
+		}
+		atomic_store(&p->dead, 1);
+		peer_unref(p);
+	}
+	if (sh.table)
+		munmap(sh.table, TABLE_BYTES);
+	if (sh.table_fd >= 0)
+		close(sh.table_fd);
+	if (sh.pidfd >= 0)
+		close(sh.pidfd);
+	sh.table = NULL;
+	sh.table_fd = sh.pidfd = -1;
+	sh.on = false;
+}
+
+void samehost_start(int epfd)
+{
+	sh.epfd = epfd;
+}
+
+/* ---- exporter ---- */
+
+/* An export's word: slot + 1 in its engine slot (0: none). */
+static int samehost_export(struct segment *s)
+{
+	unsigned i;
+
+	if (!sh.on)
+		return 0;
+	for (i = 0; i < SAMEHOST_SLOTS && sh.used[i]; i++)
+		;
+	if (i == SAMEHOST_SLOTS) {
+		log_debug("same host: %u exports have words; '%s' is reached through the fabric",
+			  SAMEHOST_SLOTS, s->name);
+		return 0;
+	}
+	sh.used[i] = 1;
+	sh.gen[i] += sh.gen[i] & 1 ? 2 : 1; /* odd while alive */
+	atomic_store_explicit(&sh.table[i], sh.gen[i], memory_order_release);
+	s->eng[ENGINE_samehost] = (void *)(uintptr_t)(i + 1);
+	return 0;
+}
+
+/* The export goes: its word changes before its memory can (the region's
+ * last reference is dropped after this hook). */
+static void samehost_unexport(struct segment *s)
+{
+	uintptr_t slot = (uintptr_t)s->eng[ENGINE_samehost];
+
+	if (!slot)
+		return;
+	slot--;
+	sh.gen[slot]++; /* even: gone */
+	atomic_store_explicit(&sh.table[slot], sh.gen[slot], memory_order_release);
+	sh.used[slot] = 0;
+	s->eng[ENGINE_samehost] = NULL;
+}
+
+int samehost_describe(const struct segment *s, struct dp_samehost_desc *d, int *fds, unsigned *nfds)
+{
+	uintptr_t slot = (uintptr_t)s->eng[ENGINE_samehost];
+	const struct region *r = s->region;
+	long page = sysconf(_SC_PAGESIZE);
+	int rc;
+
+	if (!sh.on || !slot)
+		return -ENOTSUP;
+	memset(d, 0, sizeof(*d));
+	d->slot = (uint32_t)(slot - 1);
+	d->gen = sh.gen[slot - 1];
+	*nfds = 0;
+	if (r->kind == REGION_HOST && r->fd >= 0) {
+		d->kind = SAMEHOST_HOST;
+		d->map_off = r->file_off & ~(uint64_t)(page - 1);
+		d->base_off = r->file_off - d->map_off;
+		d->map_len = r->len + d->base_off;
+	} else if (r->kind == REGION_CUDA) {
+		d->kind = SAMEHOST_CUDA;
+		rc = gpu_region_ipc(r, &d->cuda);
+		if (rc)
+			return rc;
+	} else {
+		return -ENOTSUP;
+	}
+	fds[0] = fcntl(sh.pidfd, F_DUPFD_CLOEXEC, 0);
+	fds[1] = fcntl(sh.table_fd, F_DUPFD_CLOEXEC, 0);
+	fds[2] = d->kind == SAMEHOST_HOST ? fcntl(r->fd, F_DUPFD_CLOEXEC, 0) : -1;
+	*nfds = d->kind == SAMEHOST_HOST ? 3 : 2;
+	for (unsigned i = 0; i < *nfds; i++)
+		if (fds[i] < 0) {
+			for (unsigned j = 0; j < *nfds; j++)
+				if (fds[j] >= 0)
+					close(fds[j]);
+			*nfds = 0;
+			return -EMFILE;
+		}
+	return 0;
+}
+
+/* ---- importer ---- */
+
+bool samehost_candidate(const struct dp_rpc_lookup_reply *r)
+{
+	return sh.on && r->flags & DP_RPC_F_SAME_HOST &&
+	       !memcmp(r->host_id, sh.id, DP_HOST_ID_LEN) && r->local_path[0] &&
+	       strcmp(r->server_name, cfg.server_name);
+}
+
+bool samehost_same(const struct segment *s, const struct dp_rpc_lookup_reply *r)
+{
+	const struct samehost_seg *ss = s->same;
+
+	return ss && !strcmp(ss->peer->name, r->server_name) && samehost_alive(ss) &&
+	       ss->word == &ss->peer->table[r->same.slot] && ss->gen == r->same.gen;
+}
+
+static void on_peer_exit(struct ev_handler *h, uint32_t events)
+{
+	struct samehost_peer *p = (struct samehost_peer *)h;
+
+	(void)events;
+	log_info("same host: peer %s exited; its segments fail from now on", p->name);
+	atomic_store_explicit(&p->dead, 1, memory_order_release);
+	ev_del(sh.epfd, &p->ev, "a same-host peer");
+	close(p->ev.fd);
+	p->ev.fd = -1;
+	for (struct samehost_peer **pp = &sh.peers; *pp; pp = &(*pp)->next)
+		if (*pp == p) {
+			*pp = p->next;
+			break;
+		}
+	peer_unref(p); /* the list's */
+}
+
+static bool pidfd_exited(int pidfd)
+{
+	struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
+
+	return poll(&pfd, 1, 0) != 0;
+}
+
+/* The pid a pidfd refers to (its fdinfo's "Pid:"), -1 if unknown. */
+static long pidfd_pid(int pidfd)
+{
+	char path[64], line[128];
+	long pid = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Pid: %ld", &pid) == 1)
+			break;
+	fclose(f);
+	return pid;
+}
+
+/* The peer these fds come from: the one we know, when it is the same
+ * process still running (the new pidfd and table are closed), else a new
+ * one (which takes them). */
+static struct samehost_peer *peer_get(const char *name, int pidfd, int table_fd)
+{
+	struct samehost_peer *p;
+	struct stat st;
+	void *map;
+
+	/* The same process: same name, and both pidfds name one live pid (a
+	 * restarted peer's old pidfd has fired, and two services of one name
+	 * in two network namespaces are two pids). */
+	for (p = sh.peers; p; p = p->next)
+		if (!strcmp(p->name, name) && !atomic_load(&p->dead) && !pidfd_exited(p->ev.fd) &&
+		    pidfd_pid(p->ev.fd) > 0 && pidfd_pid(p->ev.fd) == pidfd_pid(pidfd)) {
+			close(pidfd);
+			close(table_fd);
+			return p;
+		}
+	if (fstat(table_fd, &st) < 0 || st.st_size < (off_t)TABLE_BYTES || pidfd_exited(pidfd))
+		goto bad;
+	map = mmap(NULL, TABLE_BYTES, PROT_READ, MAP_SHARED, table_fd, 0);
+	if (map == MAP_FAILED)
+		goto bad;
+	close(table_fd);
+	p = calloc(1, sizeof(*p));
+	if (!p) {
+		munmap(map, TABLE_BYTES);
+		close(pidfd);
+		return NULL;
+	}
+	snprintf(p->name, sizeof(p->name), "%s", name);
+	p->table = map;
+	p->refs = 1;
+	p->ev = (struct ev_handler){.fd = pidfd, .on_event = on_peer_exit};
+	if (ev_add(sh.epfd, &p->ev, EPOLLIN, "a same-host peer")) {
+		munmap(map, TABLE_BYTES);
+		close(pidfd);
+		free(p);
+		return NULL;
+	}
+	p->next = sh.peers;
+	sh.peers = p;
+	return p;
+bad:
+	close(pidfd);
+	close(table_fd);
+	return NULL;
+}
+
+/* The region a same-host reply describes, mapped here. */
+static int region_import(const struct dp_rpc_lookup_reply *r, int memfd, struct region **out)
+{
+	const struct dp_samehost_desc *d = &r->same;
+	struct region *reg = calloc(1, sizeof(*reg));
+	struct stat st;
+	int rc;
+
+	if (!reg)
+		return -ENOMEM;
+	atomic_init(&reg->refs, 1);
+	reg->fd = -1;
+	reg->owner_pid = 0;
+	if (d->kind == SAMEHOST_CUDA) {
+		rc = gpu_region_open(reg, &d->cuda);
+		if (rc || reg->len != r->len) {
+			free(reg);
+			return rc ? rc : -EBADMSG;
+		}
+		*out = reg;
+		return 0;
+	}
+	rc = -EBADMSG;
+	if (memfd < 0 || fstat(memfd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    d->map_len < d->base_off || d->map_len - d->base_off != r->len ||
+	    d->map_off + d->map_len < d->map_off ||
+	    d->map_off + d->map_len > (uint64_t)st.st_size ||
+	    d->map_off % (uint64_t)sysconf(_SC_PAGESIZE))
+		goto fail;
+	reg->map =
+		mmap(NULL, d->map_len, PROT_READ | (r->access & DP_ACCESS_WRITE ? PROT_WRITE : 0),
+		     MAP_SHARED, memfd, (off_t)d->map_off);
+	if (reg->map == MAP_FAILED) {
+		rc = -errno;
+		goto fail;
+	}
+	reg->kind = REGION_HOST;
+	reg->map_len = d->map_len;
+	reg->base = (uint8_t *)reg->map + d->base_off;
+	reg->len = r->len;
+	*out = reg;
+	return 0;
+fail:
+	free(reg);
+	return rc;
+}
+
+int samehost_import(const char *peer, const char *name, const struct dp_rpc_lookup_reply *r,
+		    int *fds, unsigned nfds, struct segment **out)
+{
+	const struct dp_samehost_desc *d = &r->same;
+	struct samehost_peer *p = NULL;
+	struct samehost_seg *ss;
+	struct region *reg = NULL;
+	struct segment *s;
+	int rc = -EBADMSG;
+
+	if (nfds != (d->kind == SAMEHOST_HOST ? 3u : 2u) ||
+	    (d->kind != SAMEHOST_HOST && d->kind != SAMEHOST_CUDA) || d->slot >= SAMEHOST_SLOTS ||
+	    !(d->gen & 1))
+		goto out_fds;
+	rc = region_import(r, nfds > 2 ? fds[2] : -1, &reg);
+	if (rc)
+		goto out_fds;
+	if (nfds > 2)
+		close(fds[2]);
+	p = peer_get(r->server_name, fds[0], fds[1]);
+	nfds = 0;
+	s = calloc(1, sizeof(*s));
+	ss = calloc(1, sizeof(*ss));
+	if (!p || !s || !ss) {
+		free(s);
+		free(ss);
+		region_put(reg);
+		return p ? -ENOMEM : -EBADMSG;
+	}
+	p->refs++;
+	*ss = (struct samehost_seg){
+		.peer = p, .word = &p->table[d->slot], .gen = d->gen, .peer_dead = &p->dead};
+	atomic_init(&s->refs, 1);
+	s->region = reg;
+	s->access = r->access;
+	s->same = ss;
+	snprintf(s->name, sizeof(s->name), "%s", name);
+	snprintf(s->owner_name, sizeof(s->owner_name), "%s", peer);
+	log_info("segment '%s' on %s (%s): %llu bytes of %s memory, %s, mapped (same host)", name,
+		 peer, r->server_name, (unsigned long long)r->len,
+		 d->kind == SAMEHOST_CUDA ? "GPU" : "host",
+		 r->access == DP_ACCESS_RW ? "rw" : "ro");
+	*out = s;
+	return 0;
+out_fds:
+	for (unsigned i = 0; i < nfds; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	return rc;
+}
+
+void samehost_seg_free(struct samehost_seg *ss)
+{
+	peer_unref(ss->peer);
+	free(ss);
+}
+
+const struct engine samehost_engine = {
+	.name = "samehost",
+	.init = samehost_init,
+	.fini = samehost_fini,
+	.segment_export = samehost_export,
+	.segment_unexport = samehost_unexport,
+};

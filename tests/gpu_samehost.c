@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: MIT */
+/* gpu_samehost.c - GPU memory between two services of one host without the
+ * fabric: the exporter's CUDA IPC handle goes to the importer over the
+ * same-host socket, copies are cudaMemcpyAsync (DP_CQE_F_SAME_HOST |
+ * DP_CQE_F_GPU); GPU <-> GPU and host <-> GPU, WRITE and READ, 1 B to 1 GiB,
+ * 64 in flight, byte-accurate. Any provider: the fabric is not used. */
+#include "helpers.h"
+
+#ifdef DP_HAVE_CUDA
+
+TestSuite(gpu_samehost, .fini = fab_teardown, .timeout = 300);
+
+#define SH_FLAGS (DP_CQE_F_SAME_HOST | DP_CQE_F_GPU)
+
+/* Service 0 (A, the initiator) and 1 (B, the exporter), same host. */
+static void start_pair(char *peer_b, size_t len)
+{
+	static char sa[96], sb[96];
+	const char *a[] = {"--provider", "tcp", "--server-name", "127.0.0.1", "--peer-socket",
+			   sa,		 NULL};
+	const char *b[] = {"--provider", "tcp", "--server-name", "127.0.0.1", "--peer-socket",
+			   sb,		 NULL};
+
+	snprintf(sa, sizeof(sa), "/tmp/dp-gpu-sh-a-%d.peer", (int)getpid());
+	snprintf(sb, sizeof(sb), "/tmp/dp-gpu-sh-b-%d.peer", (int)getpid());
+	start_svc(&fab_svc[1], b);
+	start_svc(&fab_svc[0], a);
+	snprintf(peer_b, len, "127.0.0.1:%d", fab_rpc_port(&fab_svc[1]));
+}
+
+static struct dp_cqe run1(struct dp_queue *q, bool write, int lreg, uint64_t loff, int seg,
+			  uint64_t toff, uint64_t len, uint64_t id)
+{
+	struct dp_desc d;
+
+	if (write)
+		dp_prep_write(&d, lreg, loff, seg, toff, len, id);
+	else
+		dp_prep_read(&d, lreg, loff, seg, toff, len, id);
+	return run_wait(q, &d, 60000);
+}
+
+static void expect_sh(struct dp_cqe c, uint64_t len, const char *what)
+{
+	cr_assert_eq(c.status, 0, "%s of %llu B: %s", what, (unsigned long long)len,
+		     dp_strerror(c.status));
+	cr_assert_eq(c.bytes, len, "%s: %llu bytes", what, (unsigned long long)c.bytes);
+	cr_assert_eq(c.flags & (SH_FLAGS | DP_CQE_F_LOCAL | DP_CQE_F_FABRIC), SH_FLAGS,
+		     "%s: flags %#x, want DP_CQE_F_SAME_HOST | DP_CQE_F_GPU", what, c.flags);
+}
+
+/* A's GPU buffer <-> B's exported GPU buffer, sizes 1 B .. 1 GiB. */
+Test(gpu_samehost, GpuToGpuBothWays)
+{
+	static const uint64_t lens[] = {1, 4096, MiB + 3, 64 * MiB, 1024 * MiB};
+	const size_t len = 1024 * MiB + 4096;
+	struct dp_client *ca, *cb;
+	struct dp_queue *q;
+	char peer[64];
+	void *da, *db;
+	int ra, rb, seg;
+
+	GPU_REQUIRE();
+	start_pair(peer, sizeof(peer));
+	ca = connect_client(&fab_svc[0], "gpu-initiator");
+	cb = connect_client(&fab_svc[1], "gpu-exporter");
+	ra = gpu_region(ca, len, -1, &da);
+	rb = gpu_region(cb, len, -1, &db);
+	cr_assert_eq(dp_segment_export(cb, rb, "gpu-sh", DP_ACCESS_RW), 0);
+	seg = open_segment(ca, peer, "gpu-sh", DP_ACCESS_RW);
+	q = make_queue(ca, 64);
+	for (unsigned i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		uint64_t n = lens[i];
+
+		/* WRITE: A -> B. */
+		gpu_memset(db, 0, len);
+		{
+			void *src = gpu_buf(n, 30 + i);
+
+			CK(cudaMemcpy(da, src, n, cudaMemcpyDeviceToDevice));
+			CK(cudaFree(src));
+		}
+		expect_sh(run1(q, true, ra, 0, seg, 4096, n, 100 + i), n, "WRITE GPU -> GPU");
+		gpu_expect((uint8_t *)db + 4096, n, 30 + i, 0, "WRITE GPU -> GPU");
+		/* READ: B -> A. */
+		gpu_memset(da, 0, len);
+		expect_sh(run1(q, false, ra, 7, seg, 4096, n, 200 + i), n, "READ GPU <- GPU");
+		gpu_expect((uint8_t *)da + 7, n, 30 + i, 0, "READ GPU <- GPU");
+	}
+	dp_queue_destroy(q);
+	dp_close(ca);
+	dp_close(cb);
+	CK(cudaFree(da));
+	CK(cudaFree(db));
+}
+
+/* Host memory on one side, GPU on the other, both ways. */
+Test(gpu_samehost, HostAndGpuBothWays)
+{
+	const size_t len = 64 * MiB;
+	struct dp_client *ca, *cb;
+	struct dp_queue *q;
+	char peer[64];
+	uint8_t *host;
+	void *dg;
+	int rg, rh, seg;
+
+	GPU_REQUIRE();
+	start_pair(peer, sizeof(peer));
+	ca = connect_client(&fab_svc[0], "gpu-initiator");
+	cb = connect_client(&fab_svc[1], "host-exporter");
+	/* A's GPU memory -> B's exported host memory and back. */
+	rg = gpu_region(ca, len, 41, &dg);
+	rh = alloc_region(cb, len, &host);
+	memset(host, 0, len);
+	cr_assert_eq(dp_segment_export(cb, rh, "host-sh", DP_ACCESS_RW), 0);
+	seg = open_segment(ca, peer, "host-sh", DP_ACCESS_RW);
+	q = make_queue(ca, 8);
+	expect_sh(run1(q, true, rg, 0, seg, 0, len, 1), len, "WRITE GPU -> host");
+	cr_assert_eq(pattern_check(host, len, 41), -1, "GPU -> host: mismatch");
+	pattern_fill(host, len, 42);
+	expect_sh(run1(q, false, rg, 0, seg, 0, len, 2), len, "READ GPU <- host");
+	gpu_expect(dg, len, 42, 0, "host -> GPU");
+	dp_queue_destroy(q);
+	dp_close(ca);
+	CK(cudaFree(dg));
+
+	/* B's exported GPU memory <- A's host memory, and back. */
+	{
+		struct dp_client *cc = connect_client(&fab_svc[0], "host-initiator");
+		uint8_t *h2;
+		void *dx;
+		int r2 = alloc_region(cc, len, &h2);
+		int rx = gpu_region(cb, len, -1, &dx);
+		int s2;
+
+		cr_assert_eq(dp_segment_export(cb, rx, "gpu-sh2", DP_ACCESS_RW), 0);
+		s2 = open_segment(cc, peer, "gpu-sh2", DP_ACCESS_RW);
+		q = make_queue(cc, 8);
+		pattern_fill(h2, len, 43);
+		expect_sh(run1(q, true, r2, 0, s2, 0, len, 3), len, "WRITE host -> GPU");
+		gpu_expect(dx, len, 43, 0, "host -> GPU");
+		memset(h2, 0, len);
+		expect_sh(run1(q, false, r2, 0, s2, 0, len, 4), len, "READ host <- GPU");
+		cr_assert_eq(pattern_check(h2, len, 43), -1, "GPU -> host: mismatch");
+		dp_queue_destroy(q);
+		dp_close(cc);
+		dp_close(cb);
+		CK(cudaFree(dx));
+	}
+}
+
+/* 64 in flight, 4 MiB each, into distinct slots of the exported buffer. */
+Test(gpu_samehost, SixtyFourInFlight)
+{
+	enum { N = 64 };
+	const size_t slot = 4 * MiB, len = N * slot;
+	struct dp_desc d[N];
+	struct dp_cqe c[N];
+	struct dp_client *ca, *cb;
+	struct dp_queue *q;
+	char peer[64];
+	void *da, *db;
+	int ra, rb, seg;
+
+	GPU_REQUIRE();
+	start_pair(peer, sizeof(peer));
+	ca = connect_client(&fab_svc[0], "gpu-initiator");
+	cb = connect_client(&fab_svc[1], "gpu-exporter");
+	ra = gpu_region(ca, len, 51, &da);
+	rb = gpu_region(cb, len, -1, &db);
+	cr_assert_eq(dp_segment_export(cb, rb, "gpu-many", DP_ACCESS_RW), 0);
+	seg = open_segment(ca, peer, "gpu-many", DP_ACCESS_RW);
+	q = make_queue(ca, N);
+	for (unsigned i = 0; i < N; i++)
+		dp_prep_write(&d[i], ra, i * slot, seg, (N - 1 - i) * slot, slot, i);
+	gpu_run(q, d, N, c, 60000);
+	for (unsigned i = 0; i < N; i++) {
+		expect_sh(c[i], slot, "WRITE");
+		gpu_expect((uint8_t *)db + (N - 1 - i) * slot, slot, 51, i * slot, "64 in flight");
+	}
+	dp_queue_destroy(q);
+	dp_close(ca);
+	dp_close(cb);
+	CK(cudaFree(da));
+	CK(cudaFree(db));
+}
+
+#else
+
+Test(gpu_samehost, GpuToGpuBothWays)
+{
+	cr_skip_test("built without CUDA");
+}
+
+#endif /* DP_HAVE_CUDA */
