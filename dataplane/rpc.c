@@ -146,6 +146,8 @@ int rpc_segment_record(const struct segment *s, struct dp_rpc_lookup_reply *r)
 	r->len = s->region->len;
 	r->base = fabric_virt_addr() ? (uint64_t)(uintptr_t)s->region->base : 0;
 	r->flags = fabric_virt_addr() ? DP_RPC_F_VIRT_ADDR : 0;
+	if (!s->eng[ENGINE_fabric])
+		r->flags |= DP_RPC_F_GPU_UNREGISTERED;
 	r->nrails = fabric_nrails();
 	for (unsigned i = 0; i < r->nrails; i++) {
 		size_t len = DP_FABRIC_ADDR_MAX;
@@ -170,9 +172,12 @@ static void fill_reply(const struct dp_rpc_lookup *req, struct dp_rpc_lookup_rep
 		return;
 	}
 	s = export_find(req->name);
-	/* Only exports with fabric registrations are reachable: a region's
-	 * own (local-access) registration never leaves the service. */
-	if (!s || !s->eng[ENGINE_fabric]) {
+	/* Exports with fabric registrations are reachable: a region's own
+	 * (local-access) registration never leaves the service. One without
+	 * (GPU memory on rails without FI_HMEM) is described as such, so that
+	 * transfers to it fail with -ENOTSUP rather than the open -ENOENT. */
+	if (!s ||
+	    (!s->eng[ENGINE_fabric] && (!fabric_nrails() || s->region->kind == REGION_FILE))) {
 		r->status = -ENOENT;
 		return;
 	}
@@ -421,7 +426,7 @@ int rpc_reply_check(const struct dp_rpc_hdr *h, const struct dp_rpc_lookup_reply
 		return -EBADMSG;
 	if (!r->len || r->base + r->len < r->base)
 		return -EBADMSG;
-	if (!r->nrails || r->nrails > DP_MAX_RAILS || r->flags & ~DP_RPC_F_VIRT_ADDR)
+	if (!r->nrails || r->nrails > DP_MAX_RAILS || r->flags & ~DP_RPC_F_ALL)
 		return -EBADMSG;
 	for (unsigned i = 0; i < r->nrails; i++)
 		if (!r->rail[i].addr_len || r->rail[i].addr_len > DP_FABRIC_ADDR_MAX)

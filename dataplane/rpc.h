@@ -27,6 +27,12 @@
 #define RPC_MAX_CONNS 64	 /* served connections at once; one more evicts the oldest */
 #define RPC_MAX_CALLS 256	 /* lookups in flight; one more fails -EAGAIN */
 #define DP_RPC_F_VIRT_ADDR 1u	 /* targets are virtual addresses, not offsets */
+/* The export is GPU memory its owner could not register on its rails (no
+ * FI_HMEM there; with --stage-host, host memory standing in for it): the
+ * keys mean nothing, and transfers to it fail with -ENOTSUP, not -ENOENT
+ * (the owner does not stage for its peers). */
+#define DP_RPC_F_GPU_UNREGISTERED 2u
+#define DP_RPC_F_ALL (DP_RPC_F_VIRT_ADDR | DP_RPC_F_GPU_UNREGISTERED)
 
 struct dp_rpc_hdr {
 	uint32_t magic;
@@ -87,7 +93,8 @@ void rpc_sweep(void);
 /* At exit: closes the connections; lookups in flight end -ECANCELED. */
 void rpc_shutdown(void);
 
-/* The description of an export (one with fabric registrations) as a
+/* The description of an export (one with fabric registrations, or GPU
+ * memory the rails could not register: DP_RPC_F_GPU_UNREGISTERED) as a
  * lookup reply: what the RPC port answers and what the cluster directory
  * publishes (directory.c). 0 or -EIO. */
 int rpc_segment_record(const struct segment *s, struct dp_rpc_lookup_reply *r);
