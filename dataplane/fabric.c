@@ -13,6 +13,10 @@
  * while this transfer had slices out. A 64 MiB transfer over a slow link
  * thus takes as long as it takes, and one transfer stuck behind others to
  * a live peer fails alone.
+ *
+ * A transfer's local side is a descriptor's region, or a buffer of another
+ * engine on this poller (fabric_post: stage.c's bounce buffers), which then
+ * hears of the end through a callback instead of a completion.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -29,6 +33,7 @@
 #include "fabric.h"
 #include "fabric_internal.h"
 #include "fault.h"
+#include "rpc.h"
 #include "stats.h"
 
 struct fab_slice {
@@ -40,15 +45,23 @@ struct fab_slice {
 	struct fab_slice *next;
 };
 
-/* One descriptor's transfer. Freed when completed and no slice is out. */
+/* One descriptor's transfer, or another engine's (fabric_post). Freed when
+ * completed and no slice is out. */
 struct fab_op {
-	struct queue *q; /* NULL once completed */
+	bool open;	 /* not completed yet */
+	struct queue *q; /* a descriptor's; NULL for fabric_post's */
 	uint64_t user_data;
 	uint64_t submit_ns;
 	uint8_t opcode;
-	struct region *local;
+	struct region *local; /* a descriptor's (a reference); NULL for fabric_post's */
 	struct segment *seg;
-	uint64_t loc_off, tgt_off, len;
+	uint8_t *buf;		/* the local side's byte 0 */
+	struct region_mrs *mrs; /* its registration on every rail */
+	fab_done_fn done;	/* fabric_post's callbacks, and their argument */
+	fab_done_fn release;
+	void *arg;
+	int done_status;
+	uint64_t tgt_off, len;
 	uint64_t next_off; /* bytes sliced so far */
 	unsigned out;	   /* slices posted, not yet returned */
 	unsigned next_rail;
@@ -70,17 +83,26 @@ static void op_complete(struct fab_op *op, int status)
 {
 	struct queue *q = op->q;
 
-	if (!q)
+	if (!op->open)
 		return;
-	op->q = NULL;
+	op->open = false;
+	if (op->done) {
+		op->done_status = status;
+		op->done(op->arg, status);
+		return;
+	}
 	q->inflight--;
 	queue_complete_ns(q, op->user_data, op->submit_ns, status, status ? 0 : op->len,
 			  DP_CQE_F_FABRIC);
 }
 
+/* Nothing of op is in the provider's hands any more. */
 static void op_free(struct fab_op *op)
 {
-	region_put(op->local);
+	if (op->release)
+		op->release(op->arg, op->done_status);
+	if (op->local)
+		region_put(op->local);
 	segment_put(op->seg);
 	while (op->retry) {
 		struct fab_slice *s = op->retry;
@@ -91,46 +113,35 @@ static void op_free(struct fab_op *op)
 	free(op);
 }
 
-static void fabric_submit(struct poller *p, const struct xfer *x)
+int fabric_target_check(struct poller *p, struct segment *seg)
 {
-	struct fab_poller *fp = p->eng[ENGINE_fabric];
-	struct queue *q = x->q;
-	const struct dp_desc *d = x->d;
-	struct region *local = x->ra;
-	struct segment *seg = x->seg;
 	struct remote_seg *rs = seg->remote;
-	struct fab_op *op;
+	const char *prov;
 
 	/* A peer known to be gone fails at once, not after the timeout. */
-	if (!fp || !local->eng[ENGINE_fabric] || rs->peer->nrails == 0 ||
-	    atomic_load(&rs->peer->dead)) {
-		queue_complete_ns(q, d->user_data, d->submit_ns, -EHOSTUNREACH, 0, DP_CQE_F_FABRIC);
-		return;
+	if (!p->eng[ENGINE_fabric] || rs->peer->nrails == 0 || atomic_load(&rs->peer->dead))
+		return -EHOSTUNREACH;
+	if (!(rs->flags & DP_RPC_F_GPU_UNREGISTERED))
+		return 0;
+	/* Its owner has no registration of it to read or write: not a
+	 * missing segment nor a lost peer, a limit of its rails. */
+	if (!atomic_exchange(&rs->warned, 1)) {
+		prov = fabric_rail_provider(0);
+		log_warn("fabric: rail 0 (%s): segment '%s' of %s is GPU memory its owner could "
+			 "not register (no FI_HMEM on its rails) and the owner does not stage it; "
+			 "transfers to it fail with ENOTSUP",
+			 prov, seg->name, rs->peer->name);
 	}
-	op = calloc(1, sizeof(*op));
-	if (!op) {
-		queue_complete_ns(q, d->user_data, d->submit_ns, -ENOMEM, 0, 0);
-		return;
-	}
-	atomic_fetch_add(&local->refs, 1);
-	atomic_fetch_add(&seg->refs, 1);
-	*op = (struct fab_op){.q = q,
-			      .user_data = d->user_data,
-			      .submit_ns = d->submit_ns,
-			      .opcode = d->opcode,
-			      .local = local,
-			      .seg = seg,
-			      .loc_off = d->local_off,
-			      .tgt_off = d->target_off,
-			      .len = d->len,
-			      .next_rail = (unsigned)(d->user_data % rs->peer->nrails),
-			      .progress_ns = dp_now_ns()};
-	q->inflight++;
-	if (!op->len) {
-		op_complete(op, 0);
-		op_free(op);
-		return;
-	}
+	return -ENOTSUP;
+}
+
+/* Queues @op (filled in) on @p: slices go out from the next progress. */
+static void op_queue(struct poller *p, struct fab_poller *fp, struct fab_op *op)
+{
+	atomic_fetch_add(&op->seg->refs, 1);
+	op->open = true;
+	op->next_rail = (unsigned)(op->user_data % op->seg->remote->peer->nrails);
+	op->progress_ns = dp_now_ns();
 	if (fp->tail)
 		fp->tail->next = op;
 	else
@@ -140,15 +151,83 @@ static void fabric_submit(struct poller *p, const struct xfer *x)
 	engine_kick(p, ENGINE_fabric);
 }
 
+static void fabric_submit(struct poller *p, const struct xfer *x)
+{
+	struct fab_poller *fp = p->eng[ENGINE_fabric];
+	struct queue *q = x->q;
+	const struct dp_desc *d = x->d;
+	struct region *local = x->ra;
+	struct fab_op *op;
+	int rc;
+
+	/* route() sends memory without a registration to the stage engine;
+	 * what is left here without one (a file region) has no way over. */
+	rc = fabric_target_check(p, x->seg);
+	if (!rc && !local->eng[ENGINE_fabric])
+		rc = -EHOSTUNREACH;
+	if (rc) {
+		queue_complete_ns(q, d->user_data, d->submit_ns, rc, 0, DP_CQE_F_FABRIC);
+		return;
+	}
+	if (!d->len) {
+		queue_complete_ns(q, d->user_data, d->submit_ns, 0, 0, DP_CQE_F_FABRIC);
+		return;
+	}
+	op = calloc(1, sizeof(*op));
+	if (!op) {
+		queue_complete_ns(q, d->user_data, d->submit_ns, -ENOMEM, 0, 0);
+		return;
+	}
+	atomic_fetch_add(&local->refs, 1);
+	*op = (struct fab_op){.q = q,
+			      .user_data = d->user_data,
+			      .submit_ns = d->submit_ns,
+			      .opcode = d->opcode,
+			      .local = local,
+			      .seg = x->seg,
+			      .buf = local->base + d->local_off,
+			      .mrs = local->eng[ENGINE_fabric],
+			      .tgt_off = d->target_off,
+			      .len = d->len};
+	q->inflight++;
+	op_queue(p, fp, op);
+}
+
+int fabric_post(struct poller *p, uint8_t opcode, struct segment *seg, uint64_t tgt_off, void *buf,
+		struct region_mrs *mrs, uint64_t len, fab_done_fn done, fab_done_fn release,
+		void *arg)
+{
+	struct fab_poller *fp = p->eng[ENGINE_fabric];
+	struct fab_op *op;
+	int rc = fabric_target_check(p, seg);
+
+	if (rc)
+		return rc;
+	op = calloc(1, sizeof(*op));
+	if (!op)
+		return -ENOMEM;
+	*op = (struct fab_op){.user_data = fp->nposted++,
+			      .opcode = opcode,
+			      .seg = seg,
+			      .buf = buf,
+			      .mrs = mrs,
+			      .done = done,
+			      .release = release,
+			      .arg = arg,
+			      .tgt_off = tgt_off,
+			      .len = len};
+	op_queue(p, fp, op);
+	return 0;
+}
+
 /* Posts one slice; 0, -FI_EAGAIN (try later), or another error. */
 static int slice_post(struct fab_poller *fp, struct fab_slice *s)
 {
 	struct fab_op *op = s->op;
 	struct remote_seg *rs = op->seg->remote;
-	struct region_mrs *m = op->local->eng[ENGINE_fabric];
 	struct rail_ep *e = &fp->ep[s->rail];
-	void *buf = op->local->base + op->loc_off + s->off;
-	void *desc = fi_mr_desc(m->mr[s->rail]);
+	void *buf = op->buf + s->off;
+	void *desc = fi_mr_desc(op->mrs->mr[s->rail]);
 	uint64_t raddr = (virt_addr ? rs->base : 0) + op->tgt_off + s->off;
 	fi_addr_t dest = rs->peer->addr[s->rail];
 	ssize_t rc;
@@ -185,7 +264,7 @@ static void slice_failed(struct fab_op *op, struct fab_slice *s, int err)
 	struct peer *peer = op->seg->remote->peer;
 	unsigned n = peer->nrails;
 
-	if (op->q && s->tries < n && !atomic_load(&op->seg->dead)) {
+	if (op->open && s->tries < n && !atomic_load(&op->seg->dead)) {
 		s->tries++;
 		s->rail = (s->rail + 1) % n;
 		s->next = op->retry;
@@ -200,7 +279,7 @@ static void slice_failed(struct fab_op *op, struct fab_slice *s, int err)
 	 * restarted peer no longer honours must be asked for again. */
 	if (atomic_load(&peer->dead))
 		err = -EHOSTUNREACH;
-	else if (op->q)
+	else if (op->open)
 		fabric_peer_lost(peer);
 	if (!op->status)
 		op->status = err;
@@ -295,7 +374,7 @@ static int op_post(struct fab_poller *fp, struct fab_op *op)
 	unsigned n = op->seg->remote->peer->nrails;
 	int posted = 0, rc;
 
-	while (op->retry && op->q) {
+	while (op->retry && op->open) {
 		struct fab_slice *s = op->retry;
 
 		rc = slice_post(fp, s);
@@ -308,7 +387,7 @@ static int op_post(struct fab_poller *fp, struct fab_op *op)
 		}
 		posted++;
 	}
-	while (op->next_off < op->len && op->q && !op->status) {
+	while (op->next_off < op->len && op->open && !op->status) {
 		struct fab_slice *s = malloc(sizeof(*s));
 		uint64_t len = op->len - op->next_off;
 
@@ -345,7 +424,7 @@ static int op_post(struct fab_poller *fp, struct fab_op *op)
  * keep the op, and its completion, until the timeout, and after it forever. */
 static bool op_finished_posting(const struct fab_op *op)
 {
-	return op->status || !op->q || (!op->retry && op->next_off == op->len);
+	return op->status || !op->open || (!op->retry && op->next_off == op->len);
 }
 
 /* Since when op has made no progress: its submission or its last completed
@@ -410,9 +489,9 @@ static int fabric_progress(struct poller *p)
 	for (pp = &fp->head; *pp;) {
 		struct fab_op *op = *pp;
 
-		if (op->q && !op->status)
+		if (op->open && !op->status)
 			work += op_post(fp, op);
-		if (t && op->q && op_stalled_since(op) + timeout_ns() < t)
+		if (t && op->open && op_stalled_since(op) + timeout_ns() < t)
 			op_timed_out(op, t);
 		if (op_finished_posting(op) && !op->out) {
 			op_complete(op, op->status);

@@ -14,6 +14,9 @@
 #ifndef DP_FABRIC_H
 #define DP_FABRIC_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
+
 #include <rdma/fabric.h>
 
 #include "dp_internal.h"
@@ -28,6 +31,10 @@ struct remote_seg {
 	unsigned access;
 	unsigned nrails;
 	uint64_t key[DP_MAX_RAILS];
+	/* DP_RPC_F_GPU_UNREGISTERED (rpc.h): GPU memory its owner could not
+	 * register on its rails; transfers to it fail with -ENOTSUP. */
+	uint32_t flags;
+	atomic_int warned; /* the -ENOTSUP reason was logged (any poller) */
 };
 
 /* Another service, known by its server name. Control thread only, except
@@ -55,6 +62,18 @@ struct fabric_config {
 	char nics[256];	   /* comma list of domain names, or "auto" */
 	size_t slice;	   /* bytes per RMA operation */
 	unsigned timeout_ms;
+	/* --no-hmem: rails are opened without FI_HMEM, so GPU memory is
+	 * never registered and goes through host staging (stage.c). */
+	bool no_hmem;
+	/* --stage-bufs: bounce buffers of `slice` bytes per poller for host
+	 * staging (0: off; GPU memory the rails cannot register then fails
+	 * with -ENOTSUP). */
+	unsigned stage_bufs;
+	/* --stage-host (a test option): host memory stands in for GPU memory
+	 * on rails without FI_HMEM: host regions and exports get no fabric
+	 * registration, so transfers from them are staged (memcpy in place
+	 * of cudaMemcpyAsync) and transfers to them fail with -ENOTSUP. */
+	bool stage_host;
 };
 extern struct fabric_config fab_cfg;
 

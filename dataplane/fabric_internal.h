@@ -7,7 +7,11 @@
  *                  endpoints and CQs, registration of regions and exports
  *   fabric_peer.c  peers: their addresses into the AVs, a peer marked lost
  *   fabric.c       the data path (the engine: submit, progress, slices,
- *                  retries, timeouts, sleeping, cancel at shutdown)
+ *                  retries, timeouts, sleeping, cancel at shutdown), also
+ *                  for another engine's buffers (fabric_post: stage.c)
+ *   stage.c        host staging of memory the rails cannot register (GPU
+ *                  memory without FI_HMEM) through registered bounce
+ *                  buffers, posted with fabric_post
  *
  * Threads as in fabric.h: rails and endpoints are set up and torn down on
  * the main thread and read by the pollers; registrations run on the control
@@ -58,6 +62,7 @@ struct fab_poller {
 	struct fab_op *head, *tail; /* ops with slices to post or out */
 	unsigned nops;
 	uint64_t last_timeout_scan;
+	uint64_t nposted; /* fabric_post's transfers so far: their first rail */
 };
 
 /* A region's or an export's registration on every rail
@@ -80,6 +85,39 @@ int fabric_region_register(struct region *reg);
 void fabric_region_deregister(struct region *reg);
 int fabric_export_register(struct segment *s);
 void fabric_export_deregister(struct segment *s);
+
+/* fabric_rail.c: memory of another engine (stage.c's bounce buffers,
+ * host memory) registered on every rail for local access, as a region's
+ * is; NULL when a rail refused it (logged). Main or control thread. */
+struct region_mrs *fabric_mem_register(void *buf, size_t len);
+void fabric_mem_deregister(struct region_mrs *m);
+/* The first rail that cannot register @reg (memory that is then staged),
+ * and why, for the log line of a refusal; a rail's provider name. */
+int fabric_rail_unfit(const struct region *reg, const char **why);
+const char *fabric_rail_provider(unsigned r);
+
+/*
+ * fabric.c, for another engine on the same poller (stage.c): @len bytes
+ * between @buf, inside memory registered on every rail as @mrs, and
+ * @tgt_off of @seg, another service's segment; WRITE sends @buf, READ fills
+ * it. Sliced, bounded, retried and timed out exactly like a descriptor's
+ * transfer (the same fab_op). @done is called once, when a descriptor would
+ * complete, with 0 or the -errno it would complete with; @release once,
+ * after it (at once on success; after a timeout or a cancel, when the
+ * slices still out came back), when the provider holds nothing of @buf any
+ * more. Both on this poller, from the fabric's progress or cancel_all,
+ * never from inside this call. Returns 0, or the error of
+ * fabric_target_check, or -ENOMEM (nothing posted, no call).
+ */
+typedef void (*fab_done_fn)(void *arg, int status);
+int fabric_post(struct poller *p, uint8_t opcode, struct segment *seg, uint64_t tgt_off, void *buf,
+		struct region_mrs *mrs, uint64_t len, fab_done_fn done, fab_done_fn release,
+		void *arg);
+/* Whether transfers to @seg can start on @p: 0, -EHOSTUNREACH (no fabric
+ * here, or its peer is known to be gone), or -ENOTSUP (GPU memory its
+ * owner could not register; logged once per segment, naming the rail and
+ * the reason). Poller thread. */
+int fabric_target_check(struct poller *p, struct segment *seg);
 
 /* fabric_peer.c: marks @pr gone (logged once); the control thread drops
  * its cached segments (rpc.c checks `dead` on the next open). Any poller.

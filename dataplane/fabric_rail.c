@@ -20,7 +20,7 @@
 #include "stats.h"
 
 struct fabric_config fab_cfg = {
-	.provider = "auto", .nics = "auto", .slice = 1u << 20, .timeout_ms = 5000};
+	.provider = "auto", .nics = "auto", .slice = 1u << 20, .timeout_ms = 5000, .stage_bufs = 4};
 
 struct rail rails[DP_MAX_RAILS];
 unsigned nrails;
@@ -134,7 +134,8 @@ static int get_infos(struct fi_info **out)
 	int rc = -FI_ENODATA;
 
 #ifdef DP_HAVE_CUDA
-	hmem = true;
+	/* --no-hmem: GPU memory goes through host staging (stage.c). */
+	hmem = !fab_cfg.no_hmem;
 #endif
 	for (unsigned i = 0; i < n; i++) {
 		/* FI_HMEM first where GPU memory can exist; a provider without
@@ -359,26 +360,37 @@ int fabric_rail_addr(unsigned rail, void *buf, size_t *len)
 
 /* Regions a rail can register: host memory always; GPU memory only where
  * the provider took FI_HMEM (without it a provider would treat a device
- * pointer as host memory: the crash of libfabric issue 12328). */
+ * pointer as host memory: the crash of libfabric issue 12328). Memory a
+ * rail does not take goes through host staging (stage.c). --stage-host
+ * (tests): host memory is treated as such GPU memory. */
 static bool rail_takes(const struct rail *r, const struct region *reg)
 {
-	return reg->kind == REGION_HOST || (reg->kind == REGION_CUDA && r->info->caps & FI_HMEM);
+	if (reg->kind == REGION_HOST)
+		return !fab_cfg.stage_host;
+	return reg->kind == REGION_CUDA && r->info->caps & FI_HMEM;
 }
 
-static int mr_reg(struct rail *r, struct region *reg, uint64_t access, struct fid_mr **mr)
+static int mr_reg_mem(struct rail *r, void *base, size_t len, bool cuda, int device,
+		      uint64_t access, struct fid_mr **mr)
 {
-	struct iovec iov = {.iov_base = reg->base, .iov_len = reg->len};
+	struct iovec iov = {.iov_base = base, .iov_len = len};
 	struct fi_mr_attr attr = {.mr_iov = &iov,
 				  .iov_count = 1,
 				  .access = access,
 				  .requested_key = r->next_key++,
 				  .iface = FI_HMEM_SYSTEM};
 
-	if (reg->kind == REGION_CUDA) {
+	if (cuda) {
 		attr.iface = FI_HMEM_CUDA;
-		attr.device.cuda = reg->device;
+		attr.device.cuda = device;
 	}
 	return fi_mr_regattr(r->domain, &attr, 0, mr);
+}
+
+static int mr_reg(struct rail *r, struct region *reg, uint64_t access, struct fid_mr **mr)
+{
+	return mr_reg_mem(r, reg->base, reg->len, reg->kind == REGION_CUDA, reg->device, access,
+			  mr);
 }
 
 static bool rails_take(const struct region *reg)
@@ -387,6 +399,57 @@ static bool rails_take(const struct region *reg)
 		if (!rail_takes(&rails[r], reg))
 			return false;
 	return nrails > 0;
+}
+
+int fabric_rail_unfit(const struct region *reg, const char **why)
+{
+	for (unsigned r = 0; r < nrails; r++) {
+		if (rail_takes(&rails[r], reg))
+			continue;
+		if (reg->kind == REGION_HOST)
+			*why = "--stage-host: host memory stands in for GPU memory";
+		else if (fab_cfg.no_hmem)
+			*why = "no FI_HMEM (--no-hmem)";
+		else
+			*why = "its provider has no FI_HMEM";
+		return (int)r;
+	}
+	*why = "its registration of GPU memory failed";
+	return 0;
+}
+
+const char *fabric_rail_provider(unsigned r)
+{
+	return r < nrails ? rails[r].info->fabric_attr->prov_name : "none";
+}
+
+struct region_mrs *fabric_mem_register(void *buf, size_t len)
+{
+	struct region_mrs *m = calloc(1, sizeof(*m));
+
+	if (!m)
+		return NULL;
+	for (unsigned r = 0; r < nrails; r++) {
+		int rc = mr_reg_mem(&rails[r], buf, len, false, 0, FI_READ | FI_WRITE, &m->mr[r]);
+
+		if (rc) {
+			log_err("fabric: registering %zu bytes of staging memory on rail %u: %s",
+				len, r, fi_strerror(-rc));
+			fabric_mem_deregister(m);
+			return NULL;
+		}
+	}
+	return m;
+}
+
+void fabric_mem_deregister(struct region_mrs *m)
+{
+	if (!m)
+		return;
+	for (unsigned r = 0; r < nrails; r++)
+		if (m->mr[r])
+			fi_close(&m->mr[r]->fid);
+	free(m);
 }
 
 int fabric_region_register(struct region *reg)
@@ -405,13 +468,13 @@ int fabric_region_register(struct region *reg)
 			log_warn("fabric: registering %llu bytes of %s memory on rail %u: %s%s",
 				 (unsigned long long)reg->len,
 				 reg->kind == REGION_CUDA ? "GPU" : "host", r, fi_strerror(-rc),
-				 reg->kind == REGION_CUDA ? "; the region serves local copies only"
+				 reg->kind == REGION_CUDA ? "; its fabric transfers are staged"
 							  : "");
 			reg->eng[ENGINE_fabric] = m;
 			fabric_region_deregister(reg);
 			/* GPU memory the provider cannot register still works
-			 * for local copies; its fabric transfers fail with
-			 * -EHOSTUNREACH (no registration). */
+			 * for local copies; its fabric transfers go through
+			 * host staging (stage.c). */
 			return reg->kind == REGION_CUDA ? 0 : -ENOMEM;
 		}
 	}
@@ -421,14 +484,7 @@ int fabric_region_register(struct region *reg)
 
 void fabric_region_deregister(struct region *reg)
 {
-	struct region_mrs *m = reg->eng[ENGINE_fabric];
-
-	if (!m)
-		return;
-	for (unsigned r = 0; r < nrails; r++)
-		if (m->mr[r])
-			fi_close(&m->mr[r]->fid);
-	free(m);
+	fabric_mem_deregister(reg->eng[ENGINE_fabric]);
 	reg->eng[ENGINE_fabric] = NULL;
 }
 
@@ -450,7 +506,8 @@ int fabric_export_register(struct segment *s)
 			s->eng[ENGINE_fabric] = m;
 			fabric_export_deregister(s);
 			/* As above: a GPU export the provider cannot register
-			 * is reachable by this service's clients only. */
+			 * is described to peers as such (rpc.h,
+			 * DP_RPC_F_GPU_UNREGISTERED): -ENOTSUP there. */
 			return s->region->kind == REGION_CUDA ? 0 : -ENOMEM;
 		}
 		keys[r] = fi_mr_key(m->mr[r]);
@@ -461,13 +518,6 @@ int fabric_export_register(struct segment *s)
 
 void fabric_export_deregister(struct segment *s)
 {
-	struct region_mrs *m = s->eng[ENGINE_fabric];
-
-	if (!m)
-		return;
-	for (unsigned r = 0; r < nrails; r++)
-		if (m->mr[r])
-			fi_close(&m->mr[r]->fid);
-	free(m);
+	fabric_mem_deregister(s->eng[ENGINE_fabric]);
 	s->eng[ENGINE_fabric] = NULL;
 }

@@ -97,14 +97,17 @@ void queue_complete_ns(struct queue *q, uint64_t user_data, uint64_t submit_ns, 
 
 /*
  * The routing rule (docs/architecture.md): a segment of another service
- * goes to the fabric; on this service, a file on either side goes to the
+ * goes to the fabric, or to host staging when the local memory has no
+ * fabric registration (GPU memory on rails without FI_HMEM; host memory
+ * with --stage-host); on this service, a file on either side goes to the
  * file engine, GPU memory on either side to the GPU engine, and host
  * memory to host memory is a memcpy.
  */
 static inline enum engine_id route(const struct xfer *x)
 {
 	if (!x->rb)
-		return ENGINE_fabric;
+		return x->ra->eng[ENGINE_fabric] || x->ra->kind == REGION_FILE ? ENGINE_fabric
+									       : ENGINE_stage;
 	if (x->ra->kind == REGION_FILE || x->rb->kind == REGION_FILE)
 		return ENGINE_file;
 	if (x->ra->kind == REGION_CUDA || x->rb->kind == REGION_CUDA)

@@ -160,9 +160,9 @@ int rpc_segment_record(const struct segment *s, struct dp_rpc_lookup_reply *r)
 		memcpy(r->host_id, samehost_id(), DP_HOST_ID_LEN);
 		snprintf(r->local_path, sizeof(r->local_path), "%s", samehost_path());
 	}
-	/* An export the fabric does not reach (GPU memory on a rail without
-	 * FI_HMEM) is described to services of this host only. */
-	r->nrails = s->eng[ENGINE_fabric] ? fabric_nrails() : 0;
+	if (!s->eng[ENGINE_fabric])
+		r->flags |= DP_RPC_F_GPU_UNREGISTERED;
+	r->nrails = fabric_nrails();
 	for (unsigned i = 0; i < r->nrails; i++) {
 		size_t len = DP_FABRIC_ADDR_MAX;
 
@@ -191,10 +191,13 @@ static void fill_reply(struct srv_conn *k, struct dp_rpc_lookup_reply *r)
 		return;
 	}
 	s = export_find(req->name);
-	/* Reachable: exports with fabric registrations (a region's own,
-	 * local-access registration never leaves the service), and for a
-	 * service of this host every export it can map. */
-	if (!s || (!s->eng[ENGINE_fabric] && !(same && s->eng[ENGINE_samehost]))) {
+	/* Exports with fabric registrations are reachable: a region's own
+	 * (local-access) registration never leaves the service. One without
+	 * (GPU memory on rails without FI_HMEM) is described as such, so that
+	 * transfers to it fail with -ENOTSUP rather than the open -ENOENT; a
+	 * service of this host maps any export that has a word. */
+	if (!s || (!s->eng[ENGINE_fabric] && !(same && s->eng[ENGINE_samehost]) &&
+		   (!fabric_nrails() || s->region->kind == REGION_FILE))) {
 		r->status = -ENOENT;
 		return;
 	}
@@ -473,7 +476,7 @@ int rpc_reply_check(const struct dp_rpc_hdr *h, const struct dp_rpc_lookup_reply
 		return -EBADMSG;
 	if (!r->len || r->base + r->len < r->base)
 		return -EBADMSG;
-	if (r->nrails > DP_MAX_RAILS || r->flags & ~(DP_RPC_F_VIRT_ADDR | DP_RPC_F_SAME_HOST))
+	if (r->nrails > DP_MAX_RAILS || r->flags & ~DP_RPC_F_ALL)
 		return -EBADMSG;
 	/* Without rails, the export is for services of its host only. */
 	if (!r->nrails && !(r->flags & DP_RPC_F_SAME_HOST))

@@ -29,7 +29,14 @@
 #define RPC_MAX_CALLS 256	 /* lookups in flight; one more fails -EAGAIN */
 #define DP_RPC_F_VIRT_ADDR 1u	 /* targets are virtual addresses, not offsets */
 #define DP_RPC_F_SAME_HOST 2u	 /* host_id and local_path are set (samehost.h) */
-#define DP_RPC_Q_SAME_HOST 1u	 /* request: the asker is on this host, send the memory */
+/* The export is GPU memory its owner could not register on its rails (no
+ * FI_HMEM there; with --stage-host, host memory standing in for it): the
+ * keys mean nothing, and transfers to it through the fabric fail with
+ * -ENOTSUP, not -ENOENT (the owner does not stage for its peers); a
+ * service of the same host maps it instead (samehost.h). */
+#define DP_RPC_F_GPU_UNREGISTERED 4u
+#define DP_RPC_F_ALL (DP_RPC_F_VIRT_ADDR | DP_RPC_F_SAME_HOST | DP_RPC_F_GPU_UNREGISTERED)
+#define DP_RPC_Q_SAME_HOST 1u /* request: the asker is on this host, send the memory */
 
 struct dp_rpc_hdr {
 	uint32_t magic;
@@ -100,7 +107,8 @@ void rpc_sweep(void);
 /* At exit: closes the connections; lookups in flight end -ECANCELED. */
 void rpc_shutdown(void);
 
-/* The description of an export (one with fabric registrations) as a
+/* The description of an export (one with fabric registrations, or GPU
+ * memory the rails could not register: DP_RPC_F_GPU_UNREGISTERED) as a
  * lookup reply: what the RPC port answers and what the cluster directory
  * publishes (directory.c). 0 or -EIO. */
 int rpc_segment_record(const struct segment *s, struct dp_rpc_lookup_reply *r);

@@ -111,7 +111,7 @@ static int samehost_init(void)
 	if (!sh.path[0] && snprintf(sh.path, sizeof(sh.path), "%s.peer", cfg.socket_path) >=
 				   (int)sizeof(sh.path)) {
 		log_warn("same host: off: the socket path is too long for '%s.peer' (use "
-			 "--peer-socket)",
+			 "--same-host-socket)",
 			 cfg.socket_path);
 		return 0;
 	}

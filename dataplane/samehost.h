@@ -70,7 +70,7 @@ static inline bool samehost_alive(const struct samehost_seg *ss)
 	       !atomic_load_explicit(ss->peer_dead, memory_order_acquire);
 }
 
-/* Options (service.c): --no-same-host, --peer-socket PATH. */
+/* Options (service.c): --no-same-host, --same-host-socket PATH. */
 void samehost_configure(bool off, const char *path);
 /* On (and its identity and path known) after the engine's init. */
 bool samehost_enabled(void);

@@ -198,7 +198,8 @@ static struct peer *peer_get(const struct dp_rpc_lookup_reply *r)
 static bool remote_same(const struct remote_seg *rs, const struct peer *pr,
 			const struct dp_rpc_lookup_reply *r)
 {
-	if (rs->peer != pr || rs->base != r->base || rs->len != r->len || rs->access != r->access)
+	if (rs->peer != pr || rs->base != r->base || rs->len != r->len || rs->access != r->access ||
+	    rs->flags != (r->flags & DP_RPC_F_GPU_UNREGISTERED))
 		return false;
 	for (unsigned i = 0; i < rs->nrails; i++)
 		if (rs->key[i] != r->rail[i].key)
@@ -260,6 +261,7 @@ static int remote_install(const char *peer, const char *name, const struct dp_rp
 	rs->base = r->base;
 	rs->len = r->len;
 	rs->access = r->access;
+	rs->flags = r->flags & DP_RPC_F_GPU_UNREGISTERED;
 	rs->nrails = rs->peer->nrails;
 	for (unsigned i = 0; i < rs->nrails; i++)
 		rs->key[i] = r->rail[i].key;
@@ -270,9 +272,12 @@ static int remote_install(const char *peer, const char *name, const struct dp_rp
 	snprintf(s->owner_name, sizeof(s->owner_name), "%s", peer);
 	s->next = remotes;
 	remotes = s;
-	log_info("segment '%s' on %s (%s): %llu bytes, %s, %u rail(s)", name,
+	log_info("segment '%s' on %s (%s): %llu bytes, %s, %u rail(s)%s", name,
 		 peer[0] ? peer : "the directory", rs->peer->name, (unsigned long long)rs->len,
-		 rs->access == DP_ACCESS_RW ? "rw" : "ro", rs->nrails);
+		 rs->access == DP_ACCESS_RW ? "rw" : "ro", rs->nrails,
+		 rs->flags & DP_RPC_F_GPU_UNREGISTERED
+			 ? "; GPU memory its owner could not register: transfers fail ENOTSUP"
+			 : "");
 	*out = s;
 	return 0;
 }

@@ -275,6 +275,23 @@ static void set_fabric_timeout(const char *a)
 	fab_cfg.timeout_ms = (unsigned)parse_num("--fabric-timeout-ms", a, 1, 3600000);
 }
 
+static void set_no_hmem(const char *a)
+{
+	(void)a;
+	fab_cfg.no_hmem = true;
+}
+
+static void set_stage_bufs(const char *a)
+{
+	fab_cfg.stage_bufs = (unsigned)parse_num("--stage-bufs", a, 0, 64);
+}
+
+static void set_stage_host(const char *a)
+{
+	(void)a;
+	fab_cfg.stage_host = true;
+}
+
 static void set_file_root(const char *a)
 {
 	if (!*a || strlen(a) >= sizeof(fio_cfg.root))
@@ -335,10 +352,10 @@ static void set_no_same_host(const char *a)
 	samehost_configure(true, NULL);
 }
 
-static void set_peer_socket(const char *a)
+static void set_same_host_socket(const char *a)
 {
 	if (!*a || strlen(a) >= DP_SUN_PATH_MAX)
-		die_usage("--peer-socket %s: want a path shorter than 108 bytes", a);
+		die_usage("--same-host-socket %s: want a path shorter than 108 bytes", a);
 	samehost_configure(false, a);
 }
 
@@ -379,8 +396,8 @@ static const struct flag {
 	const char *name;
 	int has_arg;
 	void (*set)(const char *arg);
-	const char *arg; /* what --help calls the argument; NULL: none */
-	const char *help;
+	const char *arg;  /* what --help calls the argument; NULL: none */
+	const char *help; /* "(tests) ...": a test option, in the man page, not in --help */
 } flags[] = {
 	{"socket", required_argument, set_socket, "PATH",
 	 "control socket (default $XDG_RUNTIME_DIR/dataplane/dataplane.sock,\n"
@@ -423,7 +440,7 @@ static const struct flag {
 	 "root, else ~/.local/state/dataplane/peer.key, made when missing)"},
 	{"server-name", required_argument, set_server_name, "HOST",
 	 "host part of this service's name HOST:PORT (default: hostname)"},
-	{"peer-socket", required_argument, set_peer_socket, "PATH",
+	{"same-host-socket", required_argument, set_same_host_socket, "PATH",
 	 "Unix socket on which services of this host are given exported\n"
 	 "memory directly (default: the socket path + \".peer\")"},
 	{"no-same-host", no_argument, set_no_same_host, NULL,
@@ -438,6 +455,16 @@ static const struct flag {
 	 "fabric transfers go in slices of this size (default 1048576)"},
 	{"fabric-timeout-ms", required_argument, set_fabric_timeout, "N",
 	 "a fabric transfer with no slice done for this long fails with ETIMEDOUT (default 5000)"},
+	{"no-hmem", no_argument, set_no_hmem, NULL,
+	 "open rails without FI_HMEM: GPU memory goes over the fabric\n"
+	 "through host staging (default: FI_HMEM where the provider has it)"},
+	{"stage-bufs", required_argument, set_stage_bufs, "N",
+	 "host staging of GPU memory over rails without FI_HMEM: N bounce\n"
+	 "buffers of --slice bytes per poller (default 4, at most 64;\n"
+	 "0: off, such transfers fail with ENOTSUP)"},
+	{"stage-host", no_argument, set_stage_host, NULL,
+	 "(tests) host memory stands in for GPU memory the rails cannot\n"
+	 "register: staged through memcpy, its exports unregistered"},
 	{"file-root", required_argument, set_file_root, "DIR",
 	 "dp_open_file paths are opened beneath DIR (default: none, refused)"},
 	{"io-depth", required_argument, set_io_depth, "N",
@@ -475,8 +502,12 @@ static void usage(FILE *f)
 	fprintf(f, "usage: dataplaned [options]\n");
 	for (size_t i = 0; i < NFLAGS; i++) {
 		const char *h = flags[i].help;
-		int n = fprintf(f, "  --%s%s%s", flags[i].name, flags[i].arg ? " " : "",
-				flags[i].arg ? flags[i].arg : "");
+		int n;
+
+		if (!strncmp(h, "(tests)", 7))
+			continue;
+		n = fprintf(f, "  --%s%s%s", flags[i].name, flags[i].arg ? " " : "",
+			    flags[i].arg ? flags[i].arg : "");
 
 		/* At least two spaces between the flag and its text. */
 		fprintf(f, "%*s", n + 2 > HELP_COL ? 2 : HELP_COL - n, "");

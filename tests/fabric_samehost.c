@@ -34,7 +34,7 @@ static void pair_start(struct pair *p, bool same_a, bool same_b, const char *con
 	args[n++] = "--server-name";
 	args[n++] = "127.0.0.1";
 	if (same_b) {
-		args[n++] = "--peer-socket";
+		args[n++] = "--same-host-socket";
 		args[n++] = p->sock_b;
 	}
 	for (; b_more && *b_more; b_more++)
@@ -43,7 +43,7 @@ static void pair_start(struct pair *p, bool same_a, bool same_b, const char *con
 	start_svc(&fab_svc[1], args);
 	n = 4;
 	if (same_a) {
-		args[n++] = "--peer-socket";
+		args[n++] = "--same-host-socket";
 		args[n++] = p->sock_a;
 	}
 	args[n] = NULL;

@@ -38,7 +38,7 @@ Test(gpu_fabric, GpuFabricShmHmem)
 	 * but answers "Cannot register memory for uninitialized iface" for
 	 * FI_HMEM_CUDA (seen on the H200); the service then keeps the region
 	 * for local copies and says so. Nothing here can be tested then. */
-	if (svc_log_has(&fab_svc[0], "serves local copies only"))
+	if (svc_log_has(&fab_svc[0], "its fabric transfers are staged"))
 		cr_skip_test("this libfabric cannot register CUDA memory (built without CUDA)");
 	rc = dp_segment_export(ca, ra, "gpu-kv", DP_ACCESS_RW);
 	cr_assert_eq(rc, 0, "export: %s", dp_strerror(rc));

@@ -16,9 +16,9 @@ TestSuite(gpu_samehost, .fini = fab_teardown, .timeout = 300);
 static void start_pair(char *peer_b, size_t len)
 {
 	static char sa[96], sb[96];
-	const char *a[] = {"--provider", "tcp", "--server-name", "127.0.0.1", "--peer-socket",
+	const char *a[] = {"--provider", "tcp", "--server-name", "127.0.0.1", "--same-host-socket",
 			   sa,		 NULL};
-	const char *b[] = {"--provider", "tcp", "--server-name", "127.0.0.1", "--peer-socket",
+	const char *b[] = {"--provider", "tcp", "--server-name", "127.0.0.1", "--same-host-socket",
 			   sb,		 NULL};
 
 	snprintf(sa, sizeof(sa), "/tmp/dp-gpu-sh-a-%d.peer", (int)getpid());

@@ -102,7 +102,7 @@ int svc_start_in(struct svc *s, const char *const *prefix, const char *const *ex
 	argv[argc++] = "--spin-us";
 	argv[argc++] = "20";
 	for (; extra && *extra && argc < 62; extra++) {
-		same_host |= !strcmp(*extra, "--peer-socket");
+		same_host |= !strcmp(*extra, "--same-host-socket");
 		argv[argc++] = *extra;
 	}
 	/* Services of one test talk through the fabric, which is what the

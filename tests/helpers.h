@@ -69,7 +69,7 @@ extern const char *const local_only[];
 /* Starts build/dataplaned (found through $DP_BUILD) with a private socket and
  * the extra flags given (NULL-terminated), and waits until it accepts
  * clients. Services of a test reach each other through the fabric
- * (--no-same-host is added) unless the flags name a --peer-socket (the
+ * (--no-same-host is added) unless the flags name a --same-host-socket (the
  * same-host suite). Returns 0 or -errno; on failure the log is printed. */
 int svc_start(struct svc *s, const char *const *extra_args);
 /* The same, run under a command prefix (NULL-terminated, at most 16 words),

@@ -9,6 +9,14 @@
 # default (the same-host path), then both with --no-same-host over
 # $P12_PROVIDER (default shm: FI_HMEM where libfabric was built with CUDA),
 # so the fabric's figure stands beside it.
+#
+# bench-gpu.sh BIN p13 [gpu-bench args] - P13: two services on this host over
+# tcp (loopback), both --no-same-host (the fabric, as between hosts), the
+# initiator with --no-hmem so that GPU memory goes through host staging (the
+# stage engine): GPU -> the other's host segment vs the same WRITEs from host
+# memory, both columns and the ratio. Without a GPU the host column alone
+# runs. CPUs: gpu-bench on 0, the initiator's poller on 1, the target's on 2
+# (1 on a 2-CPU machine, shared).
 set -eu
 B=${1:-build}
 shift || true
@@ -44,6 +52,18 @@ svc() { # NAME CPU PROVIDER [flags...]
 p12=false
 for a in "$@"; do [ "$a" = p12 ] && p12=true; done
 rc=0
+if [ "${1:-}" = p13 ]; then
+	shift
+	port=$((20000 + $$ % 20000))
+	svc b $tcpu tcp --rpc-port $port --no-same-host
+	svc a $pcpu tcp --no-hmem --no-same-host
+	echo "dataplaned: initiator (--no-hmem) poller on CPU $pcpu, target poller on CPU $tcpu;" \
+		"gpu-bench on CPU 0; tcp over loopback, --no-same-host; $cpus CPUs, $(uname -r)"
+	"$B/gpu-bench" --socket "$dir/a.sock" --cpu 0 --service-cpu $pcpu \
+		--peer 127.0.0.1:$port --peer-socket "$dir/b.sock" "$@" p13 || rc=$?
+	[ $rc -eq 77 ] && echo "bench-gpu: skipped (no CUDA build)" && rc=0
+	exit $rc
+fi
 if ! $p12; then
 	svc dp $pcpu none
 	echo "dataplaned: poller on CPU $pcpu; gpu-bench on CPU 0; $cpus CPUs, $(uname -r)"
@@ -68,7 +88,7 @@ for mode in same-host fabric; do
 		"$prov${more:+, $more}; gpu-bench on CPU 0; $cpus CPUs, $(uname -r)"
 	r=0
 	"$B/gpu-bench" --socket "$dir/a.sock" --cpu 0 --service-cpu $pcpu \
-		--target-socket "$dir/b.sock" --target-peer 127.0.0.1:$port "$@" || r=$?
+		--peer-socket "$dir/b.sock" --peer 127.0.0.1:$port "$@" || r=$?
 	[ $r -eq 77 ] && echo "bench-gpu: skipped (no CUDA device or no CUDA build)" && r=0
 	[ $r -ne 0 ] && { rc=$r; cat "$dir/a.log" "$dir/b.log" >&2; }
 	stop

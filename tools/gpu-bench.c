@@ -8,7 +8,7 @@
  *   P10 4 KiB device -> device, submit to completion seen, one outstanding
  *       vs cudaMemcpyAsync + cudaEventRecord + cudaEventSynchronize (p50 <= raw + 3 us)
  *   P12 device -> device WRITE into a GPU segment exported through ANOTHER
- *       service of this host (--target-socket, --target-peer), 4 MiB ..
+ *       service of this host (--peer-socket, --peer), 4 MiB ..
  *       1 GiB, vs cudaMemcpyAsync D2D (>= 0.8x at 64 MiB and above); and a
  *       4 KiB one, p50, against the same transfer inside one service (<=
  *       1.5x). The path the completions took is printed (same host, or the
@@ -23,10 +23,17 @@
  * completion seen by this thread. GB/s counts bytes copied (1 GB = 1e9 B).
  * Buffers hold non-zero data; every timed run's bytes are checked after.
  *
+ * P13 (issue 16): GPU -> a host segment of another service over tcp through
+ *       host staging (the stage engine; the service runs with --no-hmem),
+ *       against the same WRITEs from host memory (pinned by the service when
+ *       it has a GPU); target >= 0.9x. Needs --peer HOST:PORT and
+ *       --peer-socket PATH (tools/bench-gpu.sh BIN p13 starts both
+ *       services). Without a GPU the host column alone runs.
+ *
  * usage: gpu-bench [--socket PATH] [--cpu N] [--service-cpu N] [--device N]
  *                  [--quick] [--file PATH] [--no-peers] [--json]
- *                  [--target-socket PATH --target-peer HOST:PORT]
- *                  [p8|p9|p10|p12|file|all|probe]
+ *                  [--peer-socket PATH --peer HOST:PORT]
+ *                  [p8|p9|p10|p12|p13|file|all|probe]
  * Before the results: the placement (tools/bench-report.h), a cache-line
  * ping-pong between --cpu and --service-cpu (the service's poller).
  * --no-peers runs and prints nothing of the raw CUDA side (the file run's
@@ -62,7 +69,8 @@ static void usage(void)
 	printf("usage: gpu-bench [--socket PATH] [--cpu N] [--service-cpu N] [--device N] "
 	       "[--quick]\n"
 	       "                 [--file PATH] [--no-peers] [--json] "
-	       "[p8|p9|p10|p12|file|all|probe]\n"
+	       "[--peer-socket PATH --peer HOST:PORT]\n"
+	       "                 [p8|p9|p10|p12|p13|file|all|probe]\n"
 	       "GPU copies through dataplaned against the raw CUDA runtime on the same GPU\n"
 	       "(P8-P10, file -> GPU; default all).\n"
 	       "  --socket PATH   dataplaned's control socket (default $DP_SOCKET, else\n"
@@ -80,9 +88,9 @@ static void usage(void)
 	       "                  of them printed\n"
 	       "  --json          one JSON object with every figure on stdout (the text goes\n"
 	       "                  to stderr)\n"
-	       "  --target-socket PATH, --target-peer HOST:PORT\n"
-	       "                  p12: another dataplaned of this host (its control socket and\n"
-	       "                  its server name), which exports the destination\n"
+	       "  --peer-socket PATH, --peer HOST:PORT\n"
+	       "                  p12, p13: another dataplaned (its control socket, and its\n"
+	       "                  server name as ours reaches it), which exports the target\n"
 	       "  -h, --help      this text\n"
 	       "  --version       print the version and exit\n"
 	       "Exit codes: 0 every run completed and verified, 1 a failure, 2 bad usage,\n"
@@ -103,8 +111,8 @@ static const char *parse_args(int argc, char **argv)
 					     {"service-cpu", required_argument, 0, 'S'},
 					     {"no-peers", no_argument, 0, 'n'},
 					     {"json", no_argument, 0, 'j'},
-					     {"target-socket", required_argument, 0, 't'},
-					     {"target-peer", required_argument, 0, 'p'},
+					     {"peer-socket", required_argument, 0, 't'},
+					     {"peer", required_argument, 0, 'p'},
 					     {0, 0, 0, 0}};
 	const char *what = "all";
 	bool json = false;
@@ -155,15 +163,16 @@ static const char *parse_args(int argc, char **argv)
 	}
 	if (optind < argc)
 		what = argv[optind];
-	if (argc - optind > 1 || (strcmp(what, "p8") && strcmp(what, "p9") && strcmp(what, "p10") &&
-				  strcmp(what, "p12") && strcmp(what, "file") &&
-				  strcmp(what, "all") && strcmp(what, "probe"))) {
+	if (argc - optind > 1 ||
+	    (strcmp(what, "p8") && strcmp(what, "p9") && strcmp(what, "p10") &&
+	     strcmp(what, "p12") && strcmp(what, "p13") && strcmp(what, "file") &&
+	     strcmp(what, "all") && strcmp(what, "probe"))) {
 		fprintf(stderr, "gpu-bench: unknown benchmark '%s'\nTry 'gpu-bench --help'.\n",
 			argv[argc - 1]);
 		exit(2);
 	}
-	if (!strcmp(what, "p12") && (!target_sock || !target_peer)) {
-		fprintf(stderr, "gpu-bench: p12 needs --target-socket and --target-peer\n");
+	if ((!strcmp(what, "p12") || !strcmp(what, "p13")) && (!target_sock || !target_peer)) {
+		fprintf(stderr, "gpu-bench: %s needs --peer-socket and --peer\n", what);
 		exit(2);
 	}
 	if (service_cpu < 0)
@@ -1004,6 +1013,192 @@ static void bench_probe(void)
 	report_end();
 }
 
+/* ---- P13: GPU -> remote host through staging vs host -> remote host ---- */
+
+#define P13_SPAN (256 * MiB)
+#define P13_DEPTH 4
+
+/* @total WRITEs of @len from @src (rotating over P13_SPAN) to @seg, up to
+ * P13_DEPTH outstanding; GB/s. The completions' flags go to *flags. */
+static double p13_stream(int src, int seg, uint64_t len, unsigned total, uint32_t *flags)
+{
+	struct dp_cqe cqe[P13_DEPTH];
+	unsigned sent = 0, done = 0;
+	uint64_t t0 = dp_now_ns();
+
+	while (done < total) {
+		while (sent < total && sent - done < P13_DEPTH) {
+			uint64_t off = (sent % (P13_SPAN / len)) * len;
+			struct dp_desc d;
+			int rc;
+
+			dp_prep_write(&d, src, off, seg, off, len, sent);
+			if ((rc = dp_submit(q, &d, 1)) != 1)
+				die("submit", rc < 0 ? rc : -EAGAIN);
+			sent++;
+		}
+		int k = dp_wait(q, cqe, P13_DEPTH, 30000);
+
+		if (k <= 0)
+			die("wait", k < 0 ? k : -ETIMEDOUT);
+		for (int i = 0; i < k; i++) {
+			if (cqe[i].status)
+				die("P13 WRITE", cqe[i].status);
+			*flags = cqe[i].flags;
+		}
+		done += (unsigned)k;
+	}
+	return (double)total * len / (double)(dp_now_ns() - t0);
+}
+
+/* Median GB/s of @reps streams of @len WRITEs (a warm-up first). */
+static double p13_measure(int src, int seg, uint64_t len, unsigned reps, uint32_t *flags)
+{
+	unsigned total = (unsigned)((quick ? 256 * MiB : 1024 * MiB) / len);
+	double r[16];
+
+	if (total < 4)
+		total = 4;
+	p13_stream(src, seg, len, total / 4, flags);
+	for (unsigned i = 0; i < reps; i++)
+		r[i] = p13_stream(src, seg, len, total, flags);
+	for (unsigned i = 1; i < reps; i++)
+		for (unsigned j = i; j > 0 && r[j - 1] > r[j]; j--) {
+			double t = r[j];
+
+			r[j] = r[j - 1];
+			r[j - 1] = t;
+		}
+	return r[reps / 2];
+}
+
+/* The segment's bytes (P13_SPAN at @tgt) after a last full pass from @src
+ * must be @want's (host memory, or a GPU buffer when @gpu). */
+static void p13_verify(int src, int seg, uint8_t *tgt, const void *want, bool gpu)
+{
+	uint8_t *h = (uint8_t *)want;
+	uint32_t flags;
+
+	memset(tgt, 0, P13_SPAN);
+	p13_stream(src, seg, 64 * MiB, P13_SPAN / (64 * MiB), &flags);
+	if (gpu) {
+		h = malloc(P13_SPAN);
+		if (!h)
+			die("malloc", -ENOMEM);
+		ck(cudaMemcpy(h, want, P13_SPAN, cudaMemcpyDeviceToHost), "verify copy");
+	}
+	if (memcmp(tgt, h, P13_SPAN)) {
+		fprintf(stderr, "gpu-bench: DATA MISMATCH after P13 (%s)\n", gpu ? "GPU" : "host");
+		exit(1);
+	}
+	if (gpu)
+		free(h);
+}
+
+static void bench_p13(bool have_gpu)
+{
+	static const uint64_t sizes[] = {4 * MiB, 64 * MiB};
+	unsigned reps = quick ? 3 : 5;
+	struct dp_client *pc;
+	uint8_t *host, *tgt;
+	void *g = NULL;
+	int rh, rg = -1, rt, seg, rc;
+	bool all = true;
+
+	if ((rc = dp_connect(target_sock, "gpu-bench-target", &pc)) < 0)
+		die("connect to --peer-socket", rc);
+	if ((rt = dp_alloc(pc, P13_SPAN, 0, (void **)&tgt)) < 0)
+		die("dp_alloc (target)", rt);
+	if ((rc = dp_segment_export(pc, rt, "p13-dst", DP_ACCESS_RW)) < 0)
+		die("dp_segment_export (target)", rc);
+	if ((seg = dp_segment_open(cl, target_peer, "p13-dst", DP_ACCESS_RW)) < 0)
+		die("dp_segment_open through --peer", seg);
+	if ((rh = dp_alloc(cl, P13_SPAN, 0, (void **)&host)) < 0)
+		die("dp_alloc", rh);
+	fill_random(host, P13_SPAN, 13);
+	if (have_gpu) {
+		g = gpu_random(P13_SPAN, 14);
+		rg = reg_gpu(g, P13_SPAN);
+	}
+	printf("P13 WRITE to a host segment of another service (%s) over the fabric, %u "
+	       "outstanding, GB/s (median of %u)\n",
+	       target_peer, P13_DEPTH, reps);
+	printf("  %9s %12s %14s %7s\n", "size", "host memory", "GPU, staged", "ratio");
+	report_obj("p13");
+	report_str("what", "P13: GPU -> remote host through host staging vs host -> remote host");
+	report_str("target_peer", target_peer);
+	report_u64("depth", P13_DEPTH);
+	report_u64("reps", reps);
+	report_str("target", ">= 0.9x");
+	report_arr("sizes");
+	for (unsigned i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		uint32_t fh = 0, fg = 0;
+		double h = p13_measure(rh, seg, sizes[i], reps, &fh), gb;
+
+		if (fh & DP_CQE_F_GPU)
+			die("host WRITE reported DP_CQE_F_GPU", -EBADMSG);
+		report_obj(NULL);
+		report_u64("size", sizes[i]);
+		report_num("host_gb_per_s", h);
+		if (!have_gpu) {
+			printf("  %5llu MiB %12.3f %14s %7s\n",
+			       (unsigned long long)(sizes[i] / MiB), h, "no GPU", "-");
+			report_end();
+			continue;
+		}
+		gb = p13_measure(rg, seg, sizes[i], reps, &fg);
+		if ((fg & (DP_CQE_F_FABRIC | DP_CQE_F_GPU)) != (DP_CQE_F_FABRIC | DP_CQE_F_GPU))
+			die("GPU WRITE without DP_CQE_F_FABRIC | DP_CQE_F_GPU", -EBADMSG);
+		all &= gb >= 0.9 * h;
+		printf("  %5llu MiB %12.3f %14.3f %6.3fx  %s\n",
+		       (unsigned long long)(sizes[i] / MiB), h, gb, gb / h, verdict(gb >= 0.9 * h));
+		report_num("gpu_staged_gb_per_s", gb);
+		report_num("ratio", gb / h);
+		report_bool("pass", gb >= 0.9 * h);
+		report_end();
+	}
+	report_end();
+	p13_verify(rh, seg, tgt, host, false);
+	if (have_gpu) {
+		p13_verify(rg, seg, tgt, g, true);
+		printf("  target >= 0.9x the host-memory figure: %s\n", verdict(all));
+		report_bool("pass", all);
+	} else {
+		printf("  GPU column: skipped (no CUDA device %d here)\n", device);
+		report_str("gpu_skipped", "no CUDA device");
+	}
+	report_end();
+	dp_segment_close(cl, seg);
+	dp_free(cl, rh);
+	if (have_gpu) {
+		dp_free(cl, rg);
+		ck(cudaFree(g), "cudaFree");
+	}
+	dp_close(pc);
+}
+
+/* P13 where there is no GPU: the host column alone. */
+static int p13_host_only(void)
+{
+	int rc;
+
+	report_obj("cpus");
+	report_num("client", client_cpu);
+	report_num("service", service_cpu);
+	report_end();
+	bench_place_and_pin(client_cpu, service_cpu);
+	if ((rc = dp_connect(sock_path, "gpu-bench", &cl)) < 0) {
+		dp_tool_connect_error("gpu-bench", sock_path, rc);
+		exit(1);
+	}
+	if ((rc = dp_queue_create(cl, 256, &q)) < 0)
+		die("dp_queue_create", rc);
+	bench_p13(false);
+	dp_close(cl);
+	report_close();
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *what = parse_args(argc, argv);
@@ -1013,6 +1208,8 @@ int main(int argc, char **argv)
 	if (cudaGetDeviceCount(&n) != cudaSuccess || n <= device) {
 		char why[64];
 
+		if (!strcmp(what, "p13"))
+			return p13_host_only();
 		snprintf(why, sizeof(why), "no CUDA device %d here", device);
 		return skip(why);
 	}
@@ -1054,6 +1251,8 @@ int main(int argc, char **argv)
 		bench_file_gpu();
 	if (!strcmp(what, "probe"))
 		bench_probe();
+	if (!strcmp(what, "p13"))
+		bench_p13(true);
 	dp_close(cl);
 	report_close();
 	return 0;

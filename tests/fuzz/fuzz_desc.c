@@ -73,6 +73,8 @@ const struct engine gpu_engine = {.name = "gpu-test", .submit = never_submit};
 const struct engine file_engine = {.name = "file-test", .submit = never_submit};
 const struct engine fabric_engine = {.name = "fabric-test", .submit = fabric_test_submit};
 const struct engine samehost_engine = {.name = "samehost-test"};
+/* Its host regions have no fabric registration: route() stages them. */
+const struct engine stage_engine = {.name = "stage-test", .submit = fabric_test_submit};
 #define ENGINE(name) [ENGINE_##name] = &name##_engine,
 const struct engine *const engines[DP_ENGINES] = {
 #include "engines.def"

@@ -1,0 +1,467 @@
+/* fabric_stage.c - the stage engine (host staging of memory the rails cannot register) between two dataplaned over tcp and sockets, with host memory standing in for GPU memory (--stage-host): WRITE and READ 1 B..64 MiB byte-accurate, small slices through few buffers, many in flight, a peer SIGKILLed mid-transfer, and -ENOTSUP where staging is off or the owner could not register its export. */
+#include <criterion/criterion.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers.h"
+
+TestSuite(fabric_stage, .fini = fab_teardown, .timeout = 90);
+
+#define GUARD 0x5a
+
+/* The initiator A (fab_svc[0]) and the target B (fab_svc[1]), each with a
+ * client of this process. */
+struct pair {
+	struct dp_client *ca, *cb;
+	char peer_b[64]; /* "127.0.0.1:<B's RPC port>" */
+};
+
+static void pair_start(struct pair *p, const char *prov, const char *const *a_more,
+		       const char *const *b_more)
+{
+	const char *args[24];
+	unsigned n = 0;
+
+	memset(p, 0, sizeof(*p));
+	args[n++] = "--provider";
+	args[n++] = prov;
+	args[n++] = "--server-name";
+	args[n++] = "127.0.0.1";
+	for (; b_more && *b_more; b_more++)
+		args[n++] = *b_more;
+	args[n] = NULL;
+	start_svc(&fab_svc[1], args);
+	n = 4;
+	for (; a_more && *a_more; a_more++)
+		args[n++] = *a_more;
+	args[n] = NULL;
+	start_svc(&fab_svc[0], args);
+	snprintf(p->peer_b, sizeof(p->peer_b), "127.0.0.1:%d", fab_rpc_port(&fab_svc[1]));
+	p->ca = connect_client(&fab_svc[0], "initiator");
+	p->cb = connect_client(&fab_svc[1], "target");
+}
+
+static void pair_stop(struct pair *p)
+{
+	dp_close(p->ca);
+	dp_close(p->cb);
+	for (unsigned i = 0; i < 2; i++)
+		cr_assert_eq(svc_stop(&fab_svc[i]), 0, "service %u did not exit cleanly", i);
+}
+
+static void guard_fill(uint8_t *buf, uint64_t buf_len, uint64_t off, uint64_t len)
+{
+	uint64_t lo = off >= 64 ? off - 64 : 0, hi = off + len + 64;
+
+	memset(buf + lo, GUARD, (hi < buf_len ? hi : buf_len) - lo);
+}
+
+/* ---- WRITE and READ through the bounce buffers, byte-accurate ---- */
+
+static void sizes(const char *prov, const char *const *a_more, uint64_t max)
+{
+	static const struct {
+		uint64_t len, loff, toff;
+	} xs[] = {
+		{1, 5, 7},
+		{4095, 1, 12345},
+		{MiB + 12345, 3, 65536 + 3},
+		{5 * MiB + 1, 4096, 17},
+		{64 * MiB, 0, 65536},
+	};
+	const uint64_t llen = max + 8192, tlen = max + 65536;
+	struct pair p;
+	uint8_t *loc, *tgt;
+	int lreg, treg, seg;
+	struct dp_queue *q;
+
+	pair_start(&p, prov, a_more, NULL);
+	treg = alloc_region(p.cb, tlen, &tgt);
+	export_segment(p.cb, treg, "stage-sizes", DP_ACCESS_RW);
+	lreg = alloc_region(p.ca, llen, &loc);
+	seg = open_segment(p.ca, p.peer_b, "stage-sizes", DP_ACCESS_RW);
+	q = make_queue(p.ca, 64);
+	for (unsigned i = 0; i < sizeof(xs) / sizeof(xs[0]) && xs[i].len <= max; i++) {
+		uint64_t len = xs[i].len, lo = xs[i].loff, to = xs[i].toff;
+		struct dp_desc d;
+
+		guard_fill(tgt, tlen, to, len);
+		pattern_fill(loc + lo, len, 10 + i);
+		dp_prep_write(&d, lreg, lo, seg, to, len, 100 + i);
+		run_ok(q, &d, DP_CQE_F_FABRIC, 60000);
+		fab_check(tgt + to, len, 10 + i, tgt, tgt + tlen, GUARD, "staged WRITE");
+		pattern_fill(tgt + to, len, 20 + i);
+		guard_fill(loc, llen, lo, len);
+		dp_prep_read(&d, lreg, lo, seg, to, len, 200 + i);
+		run_ok(q, &d, DP_CQE_F_FABRIC, 60000);
+		fab_check(loc + lo, len, 20 + i, loc, loc + llen, GUARD, "staged READ");
+	}
+	pair_stop(&p);
+}
+
+static const char *const staged[] = {"--stage-host", NULL};
+/* 64 KiB slices through 2 buffers: a 64 MiB transfer is 1024 slices, each
+ * buffer reused 512 times. */
+static const char *const staged_small[] = {"--stage-host", "--slice", "65536",
+					   "--stage-bufs", "2",	      NULL};
+
+Test(fabric_stage, tcp_sizes_1B_to_64MiB)
+{
+	sizes("tcp", staged, 64 * MiB);
+}
+
+Test(fabric_stage, sockets_sizes_1B_to_64MiB)
+{
+	sizes("sockets", staged, 64 * MiB);
+}
+
+Test(fabric_stage, tcp_small_slices_two_buffers)
+{
+	sizes("tcp", staged_small, 64 * MiB);
+}
+
+/* ---- many in flight over 4 queues on 2 pollers, sizes mixed ---- */
+
+#define NOPS 64
+#define NQ 4
+#define OP_LEN(i) ((i) % 3 == 0 ? MiB + (i) : (i) % 3 == 1 ? 3 * MiB - (i) : 4096 + (i))
+
+static void check_batch(const struct dp_cqe *cqes, unsigned n, bool *seen, uint64_t base_ud)
+{
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t k = cqes[i].user_data - base_ud;
+
+		cr_assert_lt(k, NOPS, "unexpected user_data %llu",
+			     (unsigned long long)cqes[i].user_data);
+		cr_assert_not(seen[k], "user_data %llu completed twice",
+			      (unsigned long long)cqes[i].user_data);
+		seen[k] = true;
+		cr_assert_eq(cqes[i].status, 0, "op %llu: %s", (unsigned long long)k,
+			     dp_strerror(cqes[i].status));
+		cr_assert_eq(cqes[i].bytes, OP_LEN(k));
+		cr_assert_eq(cqes[i].flags & (DP_CQE_F_FABRIC | DP_CQE_F_LOCAL | DP_CQE_F_GPU),
+			     DP_CQE_F_FABRIC, "flags 0x%x", cqes[i].flags);
+	}
+}
+
+static void many(const char *prov)
+{
+	static const char *const a_more[] = {"--stage-host", "--pollers", "2",
+					     "--slice",	     "262144",	  NULL};
+	const uint64_t stride = 4 * MiB, len = NOPS * stride;
+	struct dp_desc d[NQ][NOPS / NQ];
+	struct dp_cqe cqes[NQ][NOPS / NQ];
+	struct dp_queue *q[NQ];
+	bool seen[NOPS];
+	uint8_t *loc, *tgt;
+	int lreg, treg, seg;
+	struct pair p;
+
+	pair_start(&p, prov, a_more, NULL);
+	treg = alloc_region(p.cb, len, &tgt);
+	export_segment(p.cb, treg, "stage-many", DP_ACCESS_RW);
+	lreg = alloc_region(p.ca, len, &loc);
+	seg = open_segment(p.ca, p.peer_b, "stage-many", DP_ACCESS_RW);
+	for (unsigned k = 0; k < NQ; k++)
+		q[k] = make_queue(p.ca, 64);
+
+	for (unsigned i = 0; i < NOPS; i++) {
+		pattern_fill(loc + i * stride, OP_LEN(i), 1000 + i);
+		dp_prep_write(&d[i % NQ][i / NQ], lreg, i * stride, seg, i * stride + 17, OP_LEN(i),
+			      5000 + i);
+	}
+	memset(seen, 0, sizeof(seen));
+	for (unsigned k = 0; k < NQ; k++)
+		submit_all(q[k], d[k], NOPS / NQ, 10000);
+	for (unsigned k = 0; k < NQ; k++) {
+		reap(q[k], cqes[k], NOPS / NQ, 60000);
+		check_batch(cqes[k], NOPS / NQ, seen, 5000);
+	}
+	for (unsigned i = 0; i < NOPS; i++)
+		cr_assert_eq(pattern_check(tgt + i * stride + 17, OP_LEN(i), 1000 + i), -1,
+			     "WRITE %u: bytes wrong", i);
+
+	for (unsigned i = 0; i < NOPS; i++) {
+		pattern_fill(tgt + i * stride + 17, OP_LEN(i), 2000 + i);
+		dp_prep_read(&d[i % NQ][i / NQ], lreg, i * stride, seg, i * stride + 17, OP_LEN(i),
+			     7000 + i);
+	}
+	memset(loc, 0, len);
+	memset(seen, 0, sizeof(seen));
+	for (unsigned k = 0; k < NQ; k++)
+		submit_all(q[k], d[k], NOPS / NQ, 10000);
+	for (unsigned k = 0; k < NQ; k++) {
+		reap(q[k], cqes[k], NOPS / NQ, 60000);
+		check_batch(cqes[k], NOPS / NQ, seen, 7000);
+	}
+	for (unsigned i = 0; i < NOPS; i++)
+		cr_assert_eq(pattern_check(loc + i * stride, OP_LEN(i), 2000 + i), -1,
+			     "READ %u: bytes wrong", i);
+	pair_stop(&p);
+}
+
+Test(fabric_stage, tcp_64_in_flight_4_queues)
+{
+	many("tcp");
+}
+
+Test(fabric_stage, sockets_64_in_flight_4_queues)
+{
+	many("sockets");
+}
+
+/* ---- a peer SIGKILLed mid-transfer: errors, never a hang ---- */
+
+#define KILL_TIMEOUT_MS 2000
+#define KILL_SLACK_MS 2000
+#define KILL_SEG (64 * MiB)
+
+static bool fabric_error(int status)
+{
+	return status == -EHOSTUNREACH || status == -ETIMEDOUT || status == -EIO ||
+	       status == -ECONNRESET;
+}
+
+static void peer_killed(const char *prov)
+{
+	static const char *const a_more[] = {"--stage-host", "--fabric-timeout-ms", "2000", NULL};
+	static struct dp_cqe cqes[256];
+	static uint8_t done[4096];
+	unsigned sent = 0, reaped = 0, ok = 0, failed = 0;
+	uint64_t t_kill = 0;
+	uint8_t *loc, *tgt;
+	int lreg, treg, seg;
+	struct dp_queue *q;
+	struct dp_desc d;
+	struct pair p;
+
+	pair_start(&p, prov, a_more, NULL);
+	treg = alloc_region(p.cb, KILL_SEG, &tgt);
+	export_segment(p.cb, treg, "victim", DP_ACCESS_RW);
+	lreg = alloc_region(p.ca, KILL_SEG, &loc);
+	pattern_fill(loc, KILL_SEG, 77);
+	seg = open_segment(p.ca, p.peer_b, "victim", DP_ACCESS_RW);
+	q = make_queue(p.ca, 128);
+	/* Up to 32 x 2 MiB (WRITEs and READs) in flight; B dies once 16 are
+	 * done, then 16 more are handed over for the dead peer. */
+	for (;;) {
+		uint64_t now = now_ns();
+		unsigned limit = t_kill ? 0 : 32;
+		int k;
+
+		while (sent - reaped < limit && sent < sizeof(done)) {
+			uint64_t off = (sent % 32) * 2 * MiB;
+
+			if (sent % 2)
+				dp_prep_read(&d, lreg, off, seg, off, 2 * MiB, sent);
+			else
+				dp_prep_write(&d, lreg, off, seg, off, 2 * MiB, sent);
+			submit_all(q, &d, 1, 10000);
+			sent++;
+		}
+		if (!t_kill && ok >= 16) {
+			dp_close(p.cb);
+			p.cb = NULL;
+			svc_kill(&fab_svc[1]);
+			t_kill = now_ns();
+			for (unsigned i = 0; i < 16; i++, sent++) {
+				dp_prep_write(&d, lreg, 0, seg, 0, 2 * MiB, sent);
+				submit_all(q, &d, 1, 10000);
+			}
+		}
+		if (t_kill && reaped == sent)
+			break;
+		cr_assert(!t_kill || now < t_kill + (KILL_TIMEOUT_MS + KILL_SLACK_MS) * 1000000ull,
+			  "%u of %u descriptors unanswered %d ms after the peer died",
+			  sent - reaped, sent, KILL_TIMEOUT_MS + KILL_SLACK_MS);
+		cr_assert(t_kill || sent < 2048, "no 16 transfers in the first 2048");
+		k = dp_wait(q, cqes, sizeof(cqes) / sizeof(cqes[0]), 100);
+		cr_assert_geq(k, 0, "dp_wait: %s", dp_strerror(k));
+		for (int i = 0; i < k; i++) {
+			uint64_t ud = cqes[i].user_data;
+
+			cr_assert_lt(ud, sent, "unknown user_data %llu", (unsigned long long)ud);
+			cr_assert_not(done[ud], "user_data %llu completed twice",
+				      (unsigned long long)ud);
+			done[ud] = 1;
+			cr_assert_eq(cqes[i].flags & DP_CQE_F_FABRIC, DP_CQE_F_FABRIC);
+			if (!cqes[i].status) {
+				ok++;
+				continue;
+			}
+			cr_assert(fabric_error(cqes[i].status), "op %llu failed with %s",
+				  (unsigned long long)ud, dp_strerror(cqes[i].status));
+			cr_assert(t_kill, "op %llu failed before the kill: %s",
+				  (unsigned long long)ud, dp_strerror(cqes[i].status));
+			failed++;
+		}
+		reaped += (unsigned)k;
+	}
+	cr_assert_geq(failed, 16, "only %u of %u failed after the kill", failed, sent);
+	/* Nothing of the dead peer's transfers is left spinning, and the
+	 * bounce buffers came back: a fresh peer is served through them. */
+	{
+		double cpu = cpu_share(fab_svc[0].pid, 500);
+
+		cr_assert_lt(cpu, 0.5, "the idle survivor uses %.0f%% of a CPU", cpu * 100);
+	}
+	{
+		const char *args[] = {"--provider", prov, "--server-name", "127.0.0.1", NULL};
+		char peer[64];
+
+		start_svc(&fab_svc[1], args);
+		p.cb = connect_client(&fab_svc[1], "target2");
+		treg = alloc_region(p.cb, 8 * MiB, &tgt);
+		export_segment(p.cb, treg, "again", DP_ACCESS_RW);
+		snprintf(peer, sizeof(peer), "127.0.0.1:%d", fab_rpc_port(&fab_svc[1]));
+		seg = open_segment(p.ca, peer, "again", DP_ACCESS_RW);
+		pattern_fill(loc, 8 * MiB, 99);
+		dp_prep_write(&d, lreg, 0, seg, 0, 8 * MiB, 1u << 20);
+		run_ok(q, &d, DP_CQE_F_FABRIC, 20000);
+		cr_assert_eq(pattern_check(tgt, 8 * MiB, 99), -1, "WRITE after the kill");
+	}
+	pair_stop(&p);
+}
+
+Test(fabric_stage, tcp_peer_killed_mid_transfer)
+{
+	peer_killed("tcp");
+}
+
+Test(fabric_stage, sockets_peer_killed_mid_transfer)
+{
+	peer_killed("sockets");
+}
+
+/* ---- -ENOTSUP: what cannot be done, said so ---- */
+
+/* A descriptor that must fail with @status and report the fabric. */
+static void fails(struct dp_queue *q, const struct dp_desc *d, int status, const char *what)
+{
+	struct dp_cqe cqe = run_wait(q, d, 10000);
+
+	cr_assert_eq(cqe.status, status, "%s: %s, want %s", what, dp_strerror(cqe.status),
+		     dp_strerror(status));
+	cr_assert_eq(cqe.bytes, 0);
+	cr_assert_eq(cqe.flags & DP_CQE_F_FABRIC, DP_CQE_F_FABRIC, "%s: flags 0x%x", what,
+		     cqe.flags);
+}
+
+/* Memory the rails cannot register, with staging off: -ENOTSUP (not
+ * -EHOSTUNREACH), while the same service still moves registered memory
+ * and local copies. */
+static void staging_off(const char *prov)
+{
+	static const char *const a_more[] = {"--stage-host", "--stage-bufs", "0", NULL};
+	struct pair p;
+	uint8_t *loc, *tgt, *home;
+	int lreg, treg, seg, hreg, hseg;
+	struct dp_queue *q;
+	struct dp_desc d;
+
+	pair_start(&p, prov, a_more, NULL);
+	treg = alloc_region(p.cb, MiB, &tgt);
+	export_segment(p.cb, treg, "stage-off", DP_ACCESS_RW);
+	lreg = alloc_region(p.ca, MiB, &loc);
+	seg = open_segment(p.ca, p.peer_b, "stage-off", DP_ACCESS_RW);
+	q = make_queue(p.ca, 16);
+	memset(tgt, 0, MiB);
+	pattern_fill(loc, MiB, 5);
+	dp_prep_write(&d, lreg, 0, seg, 0, 4096, 1);
+	fails(q, &d, -ENOTSUP, "WRITE, staging off");
+	dp_prep_read(&d, lreg, 0, seg, 0, MiB, 2);
+	fails(q, &d, -ENOTSUP, "READ, staging off");
+	cr_assert_eq(pattern_check(loc, MiB, 5), -1, "a refused READ wrote bytes");
+	for (unsigned i = 0; i < MiB; i++)
+		cr_assert_eq(tgt[i], 0, "a refused WRITE wrote byte %u", i);
+	/* Local copies are another engine's: unaffected. */
+	hreg = alloc_region(p.ca, 4096, &home);
+	hseg = export_open(p.ca, hreg, "home", DP_ACCESS_RW, DP_ACCESS_RW);
+	dp_prep_write(&d, lreg, 0, hseg, 0, 4096, 3);
+	run_ok(q, &d, DP_CQE_F_LOCAL, 5000);
+	cr_assert_eq(pattern_check(home, 4096, 5), -1);
+	pair_stop(&p);
+}
+
+Test(fabric_stage, tcp_staging_off_is_enotsup)
+{
+	staging_off("tcp");
+}
+
+Test(fabric_stage, sockets_staging_off_is_enotsup)
+{
+	staging_off("sockets");
+}
+
+/* The owner could not register its export (it stands in for GPU memory on
+ * rails without FI_HMEM): the open succeeds (not -ENOENT) and every
+ * transfer to it fails with -ENOTSUP (not -EHOSTUNREACH), from registered
+ * and from staged memory alike; the owner's peer stays usable. */
+static void owner_unregistered(const char *prov)
+{
+	static const char *const b_more[] = {"--stage-host", NULL};
+	static const char *const a_more[] = {"--pollers", "2", NULL};
+	struct pair p;
+	uint8_t *loc, *tgt;
+	int lreg, treg, seg, rc;
+	struct dp_queue *q;
+	struct dp_desc d;
+
+	pair_start(&p, prov, a_more, b_more);
+	treg = alloc_region(p.cb, MiB, &tgt);
+	memset(tgt, 0, MiB);
+	export_segment(p.cb, treg, "unreg", DP_ACCESS_RW);
+	lreg = alloc_region(p.ca, MiB, &loc);
+	rc = dp_segment_open(p.ca, p.peer_b, "unreg", DP_ACCESS_RW);
+	cr_assert_geq(rc, 0,
+		      "open of an unregistered export: %s (want it open, its "
+		      "transfers ENOTSUP)",
+		      dp_strerror(rc));
+	seg = rc;
+	q = make_queue(p.ca, 16);
+	pattern_fill(loc, MiB, 9);
+	for (unsigned i = 0; i < 3; i++) {
+		dp_prep_write(&d, lreg, 0, seg, 0, 4096 << i, 10 + i);
+		fails(q, &d, -ENOTSUP, "WRITE to an unregistered export");
+		dp_prep_read(&d, lreg, 0, seg, 0, 4096 << i, 20 + i);
+		fails(q, &d, -ENOTSUP, "READ of an unregistered export");
+	}
+	cr_assert_eq(pattern_check(loc, MiB, 9), -1, "a refused READ wrote bytes");
+	for (unsigned i = 0; i < MiB; i++)
+		cr_assert_eq(tgt[i], 0, "a refused WRITE wrote byte %u", i);
+	pair_stop(&p);
+}
+
+Test(fabric_stage, tcp_owner_unregistered_is_enotsup)
+{
+	owner_unregistered("tcp");
+}
+
+Test(fabric_stage, sockets_owner_unregistered_is_enotsup)
+{
+	owner_unregistered("sockets");
+}
+
+/* Staged memory (A) to an export its owner could not register (B, both
+ * with --stage-host): -ENOTSUP too, before any bounce buffer is used. */
+Test(fabric_stage, tcp_staged_to_unregistered_is_enotsup)
+{
+	struct pair p;
+	uint8_t *loc, *tgt;
+	int lreg, treg, seg;
+	struct dp_queue *q;
+	struct dp_desc d;
+
+	pair_start(&p, "tcp", staged, staged);
+	treg = alloc_region(p.cb, MiB, &tgt);
+	export_segment(p.cb, treg, "unreg2", DP_ACCESS_RW);
+	lreg = alloc_region(p.ca, MiB, &loc);
+	seg = open_segment(p.ca, p.peer_b, "unreg2", DP_ACCESS_RW);
+	q = make_queue(p.ca, 16);
+	dp_prep_write(&d, lreg, 0, seg, 0, MiB, 1);
+	fails(q, &d, -ENOTSUP, "staged WRITE to an unregistered export");
+	dp_prep_read(&d, lreg, 0, seg, 0, MiB, 2);
+	fails(q, &d, -ENOTSUP, "staged READ of an unregistered export");
+	pair_stop(&p);
+}
