@@ -132,7 +132,7 @@ deps:
 		pc:criterion=libcriterion-dev pc:numa=libnuma-dev \
 		pc:hiredis=libhiredis-dev bin:redis-server=redis-server bin:ip=iproute2 \
 		bin:$(PYTHON)=python3 file:$(or $(PY_INCLUDE),/usr/include/python3)/Python.h=python3-dev \
-		py:numpy=python3-numpy py:pytest=python3-pytest py:setuptools=python3-setuptools \
+		py:numpy=python3-numpy py:pytest=python3-pytest py:setuptools=python3-setuptools py:wheel=python3-wheel \
 		py:pip=python3-pip
 
 deps-bench: deps
