@@ -206,12 +206,13 @@ test: deps
 	@$(MAKE) --no-print-directory all $(B)/tests/dp-tests
 	$(if $(SAN),,@$(MAKE) --no-print-directory check-package)
 	DP_BUILD=$(abspath $(B)) DP_STRESS_SCALE=$(DP_STRESS_SCALE) $(B)/tests/dp-tests $(CRITERION_ARGS)
-	$(if $(SAN),,@$(MAKE) --no-print-directory test-python)
+	$(if $(SAN)$(filter 0,$(PYTHON_TESTS)),,@$(MAKE) --no-print-directory test-python)
 
 # The Python suite (tests/python, pytest) against real services; not under
 # the sanitizers (the extension would need a sanitized interpreter).
-# PYTEST_ARGS="-k lifetime" picks tests.
+# PYTEST_ARGS="-k lifetime" picks tests; make test PYTHON_TESTS=0 leaves them out.
 PYTEST_ARGS ?=
+PYTHON_TESTS ?= 1
 test-python: deps
 	@$(MAKE) --no-print-directory all python
 	DP_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath $(B))/python PYTHONDONTWRITEBYTECODE=1 \
