@@ -13,8 +13,12 @@
 #   make bench-gpu       GPU copies vs raw cudaMemcpyAsync on this GPU (P8-P10)
 #   make bench-file      1 GiB file read through the service vs fio, O_DIRECT and buffered (P11)
 #   make bench-instr     instructions per 64 B local WRITE in the poller (callgrind)
+#   make python          the Python package (dataplane, libclient/python) into $(B)/python
+#   make bench-python    Python vs C: batch of 32 64 B WRITEs, single 64 B WRITE p50
 #   make format-check    clang-format --dry-run over the sources
 #   CUDA=0|1             force CUDA off/on (default: detected)
+#   PYTHON=python3.12    the interpreter of `make python`, its tests and install (default:
+#                        Debian's /usr/bin/python3); PYTHONDIR= where install puts the package
 #   FAULTS=1             compile in fault injection (DP_FAULTS; docs/reliability.md)
 #   LIBFABRIC=PREFIX     build against the libfabric installed in PREFIX (e.g. 2.6 from
 #                        ../shared/libfabric/build.sh) instead of Debian's; binaries get an rpath
@@ -100,8 +104,22 @@ TOOLS := $(B)/dp-bench $(B)/ring-stat $(B)/dp-demo $(B)/api-example \
 	$(B)/gpu-bench $(B)/file-bench
 TESTS := $(B)/tests/dp-tests $(B)/tests/ring-tests
 
+# The Python package (docs/python.md): one extension built against the
+# stable ABI (Py_LIMITED_API 3.11), libclient linked in statically, plus the
+# pure-Python modules, laid out in $(B)/python as an importable tree.
+PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
+PY_INCLUDE := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_path("include"))' 2>/dev/null)
+PY_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+PYTHONDIR ?= $(LIBDIR)/python$(PY_VERSION)/dist-packages
+PY_SRC := libclient/python/dataplane
+PY_FILES := $(wildcard $(PY_SRC)/*.py $(PY_SRC)/*.pyi) $(PY_SRC)/py.typed
+PY_EXT := $(B)/python/dataplane/_dataplane.abi3.so
+PY_OUT := $(PY_EXT) $(patsubst $(PY_SRC)/%,$(B)/python/dataplane/%,$(PY_FILES))
+# make install installs the package where Python's headers are (else says why not).
+HAVE_PY := $(if $(wildcard $(PY_INCLUDE)/Python.h),1,0)
+
 .SECONDARY:
-.PHONY: stress all deps deps-bench run test test-ring asan tsan bench-ring bench-local \
+.PHONY: python bench-python test-python stress all deps deps-bench run test test-ring asan tsan bench-ring bench-local \
 	bench-gpu bench-file bench-fabric bench-instr format format-check gpu-tests clean \
 	deps-fuzz fuzz fuzz-regress stress faults install uninstall check-package
 all: $(LIBRING) $(LIBCLIENT_A) $(LIBCLIENT_SO) $(if $(SERVICE_SRCS),$(SERVICE)) \
@@ -109,10 +127,13 @@ all: $(LIBRING) $(LIBCLIENT_A) $(LIBCLIENT_SO) $(if $(SERVICE_SRCS),$(SERVICE)) 
 
 # ---- dependencies (Debian packages, installed when missing and root) ----
 deps:
-	@tools/deps.sh bin:pkg-config=pkg-config bin:gcc=gcc bin:make=make \
+	@PYTHON=$(PYTHON) tools/deps.sh bin:pkg-config=pkg-config bin:gcc=gcc bin:make=make \
 		pc:libfabric=libfabric-dev pc:liburing=liburing-dev \
 		pc:criterion=libcriterion-dev pc:numa=libnuma-dev \
-		pc:hiredis=libhiredis-dev bin:redis-server=redis-server bin:ip=iproute2
+		pc:hiredis=libhiredis-dev bin:redis-server=redis-server bin:ip=iproute2 \
+		bin:$(PYTHON)=python3 file:$(or $(PY_INCLUDE),/usr/include/python3)/Python.h=python3-dev \
+		py:numpy=python3-numpy py:pytest=python3-pytest py:setuptools=python3-setuptools py:wheel=python3-wheel \
+		py:pip=python3-pip
 
 deps-bench: deps
 	@tools/deps.sh pc:libdpdk=dpdk-dev bin:fi_pingpong=libfabric-bin bin:fio=fio \
@@ -151,6 +172,19 @@ $(B)/gpu-bench: $(B)/obj/tools/bench-report.o
 $(B)/%: $(B)/obj/examples/%.o $(LIBCLIENT_A)
 	$(CC) -o $@ $^ $(LDLIBS)
 
+# ---- the Python package ----
+python: $(PY_OUT)
+$(PY_EXT): $(PY_SRC)/_dataplane.c $(LIBCLIENT_A) libclient/dataplane.h
+	@mkdir -p $(dir $@)
+	@test -f '$(PY_INCLUDE)/Python.h' || { echo "make python: no Python.h for $(PYTHON)" \
+		"(apt-get install python3-dev, or make deps)" >&2; exit 1; }
+	$(CC) $(CFLAGS) -Wno-missing-field-initializers -Wno-cast-function-type \
+		-I'$(PY_INCLUDE)' -fvisibility=hidden -shared -o $@ $< $(LIBCLIENT_A) \
+		$(CLIENT_LIBS) -Wl,--exclude-libs,ALL
+$(B)/python/dataplane/%: $(PY_SRC)/%
+	@mkdir -p $(dir $@)
+	cp $< $@
+
 # ---- tests ----
 # fabric_rpc speaks the peer protocol itself: it links the service's HMAC.
 $(B)/tests/dp-tests: $(call obj,$(TEST_SRCS) tests/helpers.c dataplane/auth.c) $(LIBCLIENT_A)
@@ -172,6 +206,17 @@ test: deps
 	@$(MAKE) --no-print-directory all $(B)/tests/dp-tests
 	$(if $(SAN),,@$(MAKE) --no-print-directory check-package)
 	DP_BUILD=$(abspath $(B)) DP_STRESS_SCALE=$(DP_STRESS_SCALE) $(B)/tests/dp-tests $(CRITERION_ARGS)
+	$(if $(SAN)$(filter 0,$(PYTHON_TESTS)),,@$(MAKE) --no-print-directory test-python)
+
+# The Python suite (tests/python, pytest) against real services; not under
+# the sanitizers (the extension would need a sanitized interpreter).
+# PYTEST_ARGS="-k lifetime" picks tests; make test PYTHON_TESTS=0 leaves them out.
+PYTEST_ARGS ?=
+PYTHON_TESTS ?= 1
+test-python: deps
+	@$(MAKE) --no-print-directory all python
+	DP_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath $(B))/python PYTHONDONTWRITEBYTECODE=1 \
+		$(PYTHON) -m pytest -q -p no:cacheprovider tests/python $(PYTEST_ARGS)
 
 # The long runs: full-size ring stress and wake-up loops, long chaos.
 stress: deps
@@ -269,7 +314,7 @@ gpu-tests: deps
 INSTALL ?= install
 INSTALL_BINS := dataplaned ring-stat dp-bench
 MAN_PAGES := $(wildcard man/*.[138])
-install: all
+install: all $(if $(filter 1,$(HAVE_PY)),python)
 	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) \
 		$(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(SYSTEMDDIR) \
 		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man8
@@ -287,6 +332,13 @@ install: all
 	for m in $(MAN_PAGES); do \
 		$(INSTALL) -m 644 $$m $(DESTDIR)$(MANDIR)/man$${m##*.}/ || exit 1; \
 	done
+ifeq ($(HAVE_PY),1)
+	$(INSTALL) -d $(DESTDIR)$(PYTHONDIR)/dataplane
+	$(INSTALL) -m 644 $(filter-out $(PY_EXT),$(PY_OUT)) $(DESTDIR)$(PYTHONDIR)/dataplane/
+	$(INSTALL) -m 755 $(PY_EXT) $(DESTDIR)$(PYTHONDIR)/dataplane/
+else
+	@echo "make install: no Python.h for $(PYTHON): the Python package is not installed" >&2
+endif
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(INSTALL_BINS)) \
 		$(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libdataplane.so \
@@ -294,6 +346,8 @@ uninstall:
 		$(DESTDIR)$(INCLUDEDIR)/dp_version.h \
 		$(DESTDIR)$(PKGCONFIGDIR)/dataplane.pc $(DESTDIR)$(SYSTEMDDIR)/dataplaned.service
 	for m in $(notdir $(MAN_PAGES)); do rm -f $(DESTDIR)$(MANDIR)/man$${m##*.}/$$m; done
+	rm -rf $(DESTDIR)$(PYTHONDIR)/dataplane
+	-rmdir $(DESTDIR)$(PYTHONDIR) $(DESTDIR)$(LIBDIR)/python$(PY_VERSION) 2>/dev/null
 
 # The package as a user meets it: install into a scratch DESTDIR, then build
 # docs/api.md's example through `pkg-config dataplane`, dynamically and
@@ -340,8 +394,15 @@ bench-file: deps
 	@$(MAKE) --no-print-directory all
 	tools/bench-file.sh $(B)
 
+# Python vs C on one service: batch of 32 64 B WRITEs, single 64 B WRITE p50
+# (tools/bench-python.sh; docs/benchmarks.md, "Python").
+bench-python: deps
+	@$(MAKE) --no-print-directory all python
+	PYTHON=$(PYTHON) tools/bench-python.sh $(B)
+
 # ---- formatting ----
-FORMAT_SRCS = $(wildcard ring/*.[ch] libclient/*.[ch] dataplane/*.[ch] tools/*.c tests/*.[ch] examples/*.c)
+FORMAT_SRCS = $(wildcard ring/*.[ch] libclient/*.[ch] dataplane/*.[ch] tools/*.c tests/*.[ch] \
+	examples/*.c libclient/python/dataplane/*.c)
 format:
 	clang-format -i $(FORMAT_SRCS)
 format-check:

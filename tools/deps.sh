@@ -1,7 +1,8 @@
 #!/bin/sh
 # deps.sh - install the Debian packages whose checks fail.
 # Each argument is CHECK=PACKAGE, CHECK being pc:NAME (pkg-config module),
-# bin:NAME (a command on PATH) or file:PATH. Nothing is done when all pass.
+# bin:NAME (a command on PATH), file:PATH or py:MODULE (importable by
+# $PYTHON, default python3). Nothing is done when all pass.
 # Exit codes: 0 all present (or installed), 1 missing and cannot install.
 set -eu
 missing=""
@@ -14,6 +15,7 @@ for arg in "$@"; do
 	pc) pkg-config --exists "$what" 2>/dev/null && continue ;;
 	bin) command -v "$what" >/dev/null 2>&1 && continue ;;
 	file) [ -e "$what" ] && continue ;;
+	py) "${PYTHON:-python3}" -c "import $what" >/dev/null 2>&1 && continue ;;
 	*) echo "deps.sh: bad check '$arg'" >&2; exit 1 ;;
 	esac
 	case " $missing " in *" $pkg "*) ;; *) missing="$missing $pkg" ;; esac

@@ -1,0 +1,304 @@
+# SPDX-License-Identifier: MIT
+"""dataplane: move bytes between processes through a host's dataplaned.
+
+The Python binding of libclient (docs/python.md; the C API is docs/api.md).
+A Client connects to the service; it allocates or registers memory
+(Regions), exports regions as named segments and opens segments by name
+(on this service or on a peer), and moves bytes through a Queue: write()
+copies local region -> segment, read() segment -> local region, Batch and
+submit()/run() take many descriptors in one C call. Completions come back by
+poll(), wait() (sleeps with the GIL released) or ``await queue.wait_async()``.
+
+    import dataplane, numpy as np
+    with dataplane.Client(name="demo") as c:
+        src = c.alloc(1 << 20)
+        dst = c.alloc(1 << 20)
+        c.export(dst, "demo/dst")
+        seg = c.open("demo/dst")
+        q = c.queue()
+        np.frombuffer(src, np.uint8)[:5] = list(b"hello")
+        q.write(src, 0, seg, 0, 5, user_data=1)
+        (cqe,) = q.wait(timeout=1)
+        assert cqe.status == 0 and bytes(memoryview(dst)[:5]) == b"hello"
+        del ...  # views of src/dst must go before the client closes
+
+Lifetime: a region's memory is only reachable through the buffer protocol
+(memoryview, numpy.frombuffer, torch.frombuffer); each view keeps the
+Region, and the Region its Client, alive, and Region.close()/Client.close()
+refuse (RegionInUseError) while views exist, so no view can outlive the
+memory. Errors raise DataplaneError subclasses carrying errno and
+libclient's dp_last_error() text. dataplane.mooncake has a Mooncake-shaped
+layer (transfer_sync_write/read by address).
+"""
+
+import asyncio as _asyncio
+import builtins as _builtins
+import errno as _errno
+
+from . import _dataplane
+from ._dataplane import (
+    ABI_VERSION,
+    ACCESS_READ,
+    ACCESS_RW,
+    ACCESS_WRITE,
+    COMPLETION_SIZE,
+    DESC_SIZE,
+    F_FABRIC,
+    F_FILE,
+    F_GPU,
+    F_LOCAL,
+    OP_NOP,
+    OP_READ,
+    OP_WRITE,
+    SEGMENT_NAME_MAX,
+    Batch,
+    Client,
+    Completion,
+    Queue,
+    Region,
+    Segment,
+    last_error,
+    strerror,
+)
+
+__all__ = [
+    "Client", "Queue", "Region", "Segment", "Batch", "Completion",
+    "DataplaneError", "ClosedError", "RegionInUseError", "BusyError", "TransferError",
+    "ConnectionLostError", "NotFoundError", "NoServiceError", "PermissionDeniedError",
+    "ExistsError", "DataplaneTimeoutError", "InvalidArgumentError", "BadHandleError",
+    "OutOfBoundsError", "NotSupportedError", "NoDeviceError", "UnreachableError",
+    "LimitError", "ProtocolError",
+    "OP_WRITE", "OP_READ", "OP_NOP", "ACCESS_READ", "ACCESS_WRITE", "ACCESS_RW",
+    "F_LOCAL", "F_FABRIC", "F_GPU", "F_FILE", "ABI_VERSION", "SEGMENT_NAME_MAX",
+    "DESC_SIZE", "COMPLETION_SIZE", "COMPLETION_DTYPE", "strerror", "last_error",
+    "cuda_pointer",
+]
+
+__version__ = "0.1"
+
+
+# ---- errors ----
+
+class DataplaneError(OSError):
+    """A libclient call failed. ``errno`` is the positive errno, ``strerror``
+    what it meant for that call (dp_last_error(), e.g. "dp_segment_open: no
+    segment of that name ... (ENOENT)"). Subclasses by errno below; most
+    are also the matching builtin (``except FileNotFoundError`` works)."""
+
+
+class ConnectionLostError(DataplaneError, ConnectionResetError):
+    """ECONNRESET: the service went away (or a segment's owner left); close
+    the client and connect again."""
+
+
+class NoServiceError(DataplaneError, ConnectionRefusedError):
+    """ECONNREFUSED: no service listens on that socket."""
+
+
+class NotFoundError(DataplaneError, FileNotFoundError):
+    """ENOENT: no such segment, file, or socket."""
+
+
+class PermissionDeniedError(DataplaneError, PermissionError):
+    """EPERM / EACCES: access beyond an export's, a file outside --file-root, ..."""
+
+
+class ExistsError(DataplaneError, FileExistsError):
+    """EEXIST: the segment name is taken."""
+
+
+class DataplaneTimeoutError(DataplaneError, TimeoutError):
+    """ETIMEDOUT: the service, a peer or the directory did not answer in time,
+    or Queue.run() did not finish within its timeout."""
+
+
+class InvalidArgumentError(DataplaneError, ValueError):
+    """EINVAL: a bad name, depth, length or access mode."""
+
+
+class BadHandleError(DataplaneError):
+    """EBADF: a region, segment or queue the service does not know."""
+
+
+class ClosedError(BadHandleError, ValueError):
+    """The object (or its client) is closed: no call reaches libclient."""
+
+
+class OutOfBoundsError(DataplaneError, IndexError):
+    """EFAULT: offset + length beyond the region or the segment."""
+
+
+class NotSupportedError(DataplaneError):
+    """ENOTSUP: not built for it (CUDA), or a transfer the service does not do."""
+
+
+class NoDeviceError(NotSupportedError):
+    """ENODEV: no usable GPU here, or the service sees none."""
+
+
+class UnreachableError(DataplaneError, ConnectionError):
+    """EHOSTUNREACH: the peer service (or the cluster directory) cannot be reached."""
+
+
+class LimitError(DataplaneError):
+    """ENOSPC, EDQUOT, EMFILE, EUSERS: a limit of the client or the service."""
+
+
+class ProtocolError(DataplaneError):
+    """EPROTONOSUPPORT, EBADMSG, EPROTO: library and service do not match, or
+    a ring was overwritten."""
+
+
+class BusyError(DataplaneError, BlockingIOError):
+    """EBUSY / EAGAIN: a queue with no room (reap first), an object in use by
+    another thread, the service's lookups all in flight (try again)."""
+
+
+class RegionInUseError(BusyError, BufferError):
+    """A region (or the client of one) with buffer views alive cannot close:
+    release the views (del the arrays, memoryview.release()) first."""
+
+
+class TransferError(DataplaneError):
+    """Descriptors completed with a failure status (Queue.run(), the
+    Mooncake layer). ``completions``: the failed Completion objects; errno
+    is the first one's."""
+
+    def __init__(self, errno, strerror, completions=()):
+        super().__init__(errno, strerror)
+        self.completions = list(completions)
+
+
+_ERRNO_CLASSES = {
+    _errno.ECONNRESET: ConnectionLostError,
+    _errno.ECONNREFUSED: NoServiceError,
+    _errno.ENOENT: NotFoundError,
+    _errno.EPERM: PermissionDeniedError,
+    _errno.EACCES: PermissionDeniedError,
+    _errno.EEXIST: ExistsError,
+    _errno.ETIMEDOUT: DataplaneTimeoutError,
+    _errno.EINVAL: InvalidArgumentError,
+    _errno.EBADF: BadHandleError,
+    _errno.EFAULT: OutOfBoundsError,
+    _errno.ENOTSUP: NotSupportedError,
+    _errno.ENODEV: NoDeviceError,
+    _errno.EHOSTUNREACH: UnreachableError,
+    _errno.ENOSPC: LimitError,
+    _errno.EDQUOT: LimitError,
+    _errno.EMFILE: LimitError,
+    _errno.EUSERS: LimitError,
+    _errno.EPROTONOSUPPORT: ProtocolError,
+    _errno.EBADMSG: ProtocolError,
+    _errno.EPROTO: ProtocolError,
+    _errno.EBUSY: BusyError,
+    _errno.EAGAIN: BusyError,
+}
+
+_dataplane._init_errors(_ERRNO_CLASSES, DataplaneError, ClosedError, RegionInUseError,
+                        BusyError, TransferError)
+
+
+# ---- numpy view of completions (Queue.poll_into) ----
+
+def __getattr__(name):
+    if name == "COMPLETION_DTYPE":
+        import numpy
+        dt = numpy.dtype([("user_data", "<u8"), ("status", "<i4"), ("flags", "<u4"),
+                          ("bytes", "<u8"), ("reserved", "<u8")])
+        assert dt.itemsize == COMPLETION_SIZE
+        globals()["COMPLETION_DTYPE"] = dt
+        return dt
+    raise AttributeError(f"module 'dataplane' has no attribute {name!r}")
+
+
+# ---- CUDA memory ----
+
+def cuda_pointer(obj, length=None):
+    """(device pointer, length in bytes) of a CUDA tensor or array: a torch
+    tensor (data_ptr(), contiguous), an object with __cuda_array_interface__
+    (CuPy, Numba, torch), or an int pointer with length."""
+    if isinstance(obj, int):
+        if length is None:
+            raise TypeError("a raw device pointer needs length=")
+        return obj, int(length)
+    if hasattr(obj, "data_ptr") and hasattr(obj, "element_size"):  # torch.Tensor
+        if not getattr(obj, "is_cuda", False):
+            raise ValueError("not a CUDA tensor (register host memory with Client.alloc)")
+        if not obj.is_contiguous():
+            raise ValueError("the tensor is not contiguous")
+        n = obj.numel() * obj.element_size()
+        return obj.data_ptr(), n if length is None else int(length)
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if cai is None:
+        raise TypeError("want a CUDA tensor, an object with __cuda_array_interface__, "
+                        "or an int device pointer with length=")
+    ptr = cai["data"][0]
+    shape = cai.get("shape", ())
+    itemsize = int(cai["typestr"][2:])
+    n = itemsize
+    for s in shape:
+        n *= s
+    strides = cai.get("strides")
+    if strides is not None:
+        want, expect = itemsize, []
+        for s in reversed(shape):
+            expect.append(want)
+            want *= s
+        if tuple(reversed(expect)) != tuple(strides):
+            raise ValueError("the array is not C-contiguous")
+    return ptr, n if length is None else int(length)
+
+
+def _register_cuda(self, obj, length=None):
+    """register_cuda(obj, length=None)
+
+    Registers GPU memory (dp_register_cuda): a CUDA torch tensor (through
+    data_ptr()), any object with __cuda_array_interface__, or an int device
+    pointer with length. The memory must come from cudaMalloc (PyTorch's
+    caching allocator is cudaMalloc underneath). The region keeps obj alive;
+    close the region before freeing the memory otherwise. It has no host
+    buffer. Ordering: synchronize the GPU work that writes a source (or
+    touches a destination) before submitting (docs/gpu.md)."""
+    ptr, n = cuda_pointer(obj, length)
+    return self._register_cuda(ptr, n, None if isinstance(obj, int) else obj)
+
+
+Client.register_cuda = _register_cuda
+
+
+# ---- asyncio ----
+
+async def _wait_async(self, timeout=None, max=None):
+    """wait_async(timeout=None, max=None)
+
+    As wait(), for asyncio: awaits the queue's doorbell (fileno()) with
+    loop.add_reader instead of blocking the loop. Returns a list of
+    Completion, empty on timeout. Looks at the service's liveness every
+    0.2 s (ConnectionLostError when it died with descriptors in flight)."""
+    cqes = self.poll(max)
+    if cqes:
+        return cqes
+    loop = _asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    fd = self.fileno()
+    while True:
+        if not self.arm():
+            cqes = self.poll(max)
+            if cqes:
+                return cqes
+            continue
+        fut = loop.create_future()
+        loop.add_reader(fd, lambda: fut.done() or fut.set_result(None))
+        try:
+            left = 0.2 if deadline is None else min(0.2, _builtins.max(0.0, deadline - loop.time()))
+            await _asyncio.wait([fut], timeout=left)
+        finally:
+            loop.remove_reader(fd)
+        cqes = self.poll(max)  # disarms, drains the doorbell
+        if cqes:
+            return cqes
+        if deadline is not None and loop.time() >= deadline:
+            return []
+
+
+Queue.wait_async = _wait_async
