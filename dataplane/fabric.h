@@ -58,7 +58,7 @@ struct peer {
 };
 
 struct fabric_config {
-	char provider[32]; /* efa, tcp, shm, sockets, auto, none */
+	char provider[32]; /* efa, efa-direct, tcp, shm, sockets, auto, none */
 	char nics[256];	   /* comma list of domain names, or "auto" */
 	size_t slice;	   /* bytes per RMA operation */
 	unsigned timeout_ms;

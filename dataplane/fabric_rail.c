@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -17,6 +18,7 @@
 
 #include "fabric.h"
 #include "fabric_internal.h"
+#include "samehost.h"
 #include "stats.h"
 
 struct fabric_config fab_cfg = {
@@ -84,13 +86,18 @@ static struct fi_info *rail_hints(const char *prov, bool hmem, bool delivery)
 }
 
 /* Drops the entries of *list whose provider is not exactly `name` (fi_getinfo
- * also lists utility providers layered on it); -FI_ENODATA if none is left. */
-static int keep_exact(struct fi_info **list, const char *name)
+ * also lists utility providers layered on it), and for EFA those of the
+ * other fabric (struct prov_cand); -FI_ENODATA if none is left. */
+static int keep_exact(struct fi_info **list, const char *name, bool direct)
 {
 	struct fi_info **pp = list, *fi;
 
 	while ((fi = *pp)) {
-		if (strcmp(fi->fabric_attr->prov_name, name)) {
+		bool is_direct =
+			fi->fabric_attr->name && !strcmp(fi->fabric_attr->name, "efa-direct");
+
+		if (strcmp(fi->fabric_attr->prov_name, name) ||
+		    (!strcmp(name, "efa") && is_direct != direct)) {
 			*pp = fi->next;
 			fi->next = NULL;
 			fi_freeinfo(fi);
@@ -108,19 +115,27 @@ static int keep_exact(struct fi_info **list, const char *name)
 struct prov_cand {
 	const char *name;
 	bool exact;
+	/* The EFA provider of libfabric 2.x offers two fabrics, "efa" (with
+	 * its SHM path and emulated operations) and "efa-direct" (the device
+	 * alone), and the fabric name is the only field that tells them
+	 * apart: direct keeps only "efa-direct", plain efa drops it (1.x
+	 * names its fabric otherwise and has no direct one). */
+	bool direct;
 };
 
 static unsigned candidates(struct prov_cand *c)
 {
 	unsigned n = 0;
 
-	if (!strcmp(fab_cfg.provider, "auto"))
-		c[n++] = (struct prov_cand){"efa", false};
+	if (!strcmp(fab_cfg.provider, "auto") || !strcmp(fab_cfg.provider, "efa"))
+		c[n++] = (struct prov_cand){"efa", true, false};
+	if (!strcmp(fab_cfg.provider, "efa-direct"))
+		c[n++] = (struct prov_cand){"efa", true, true};
 	if (!strcmp(fab_cfg.provider, "auto") || !strcmp(fab_cfg.provider, "tcp")) {
-		c[n++] = (struct prov_cand){"tcp", true};
-		c[n++] = (struct prov_cand){"tcp;ofi_rxm", false};
-	} else {
-		c[n++] = (struct prov_cand){fab_cfg.provider, false};
+		c[n++] = (struct prov_cand){"tcp", true, false};
+		c[n++] = (struct prov_cand){"tcp;ofi_rxm", false, false};
+	} else if (strncmp(fab_cfg.provider, "efa", 3)) {
+		c[n++] = (struct prov_cand){fab_cfg.provider, false, false};
 	}
 	return n;
 }
@@ -128,7 +143,7 @@ static unsigned candidates(struct prov_cand *c)
 /* Candidates for the configured provider, in order (see candidates()). */
 static int get_infos(struct fi_info **out)
 {
-	struct prov_cand c[3];
+	struct prov_cand c[4];
 	unsigned n = candidates(c);
 	bool hmem = false;
 	int rc = -FI_ENODATA;
@@ -148,14 +163,18 @@ static int get_infos(struct fi_info **out)
 				rc = fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, out);
 				fi_freeinfo(hints);
 				if (!rc && c[i].exact)
-					rc = keep_exact(out, c[i].name);
+					rc = keep_exact(out, c[i].name, c[i].direct);
 				if (!rc) {
 					uint32_t v = fi_version();
 
-					log_info("fabric: libfabric %u.%u, provider %s (asked for "
-						 "%s)",
+					log_info("fabric: libfabric %u.%u, provider %s, fabric %s "
+						 "(asked for %s)",
 						 FI_MAJOR(v), FI_MINOR(v),
-						 (*out)->fabric_attr->prov_name, fab_cfg.provider);
+						 (*out)->fabric_attr->prov_name,
+						 (*out)->fabric_attr->name
+							 ? (*out)->fabric_attr->name
+							 : "?",
+						 fab_cfg.provider);
 					return 0;
 				}
 			}
@@ -170,7 +189,7 @@ static bool nic_wanted(const char *domain, unsigned have)
 
 	if (!strcmp(fab_cfg.nics, "auto")) {
 		/* EFA: every device is a rail. Others: the first domain. */
-		return !strcmp(fab_cfg.provider, "efa") || !have;
+		return !strncmp(fab_cfg.provider, "efa", 3) || !have;
 	}
 	snprintf(list, sizeof(list), "%s", fab_cfg.nics);
 	for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
@@ -452,6 +471,41 @@ void fabric_mem_deregister(struct region_mrs *m)
 	free(m);
 }
 
+/*
+ * GPU memory registered on an EFA rail ("efa" fabric, not efa-direct) whose
+ * SHM path is on: a peer service of this host reached through the fabric
+ * (the same-host path off, or not possible) takes that path, where EFA
+ * providers without the FI_HMEM fix host-memcpy into GPU buffers and crash
+ * (ofiwg/libfabric issue 12328; docs/efa.md). Said once.
+ */
+static void shm_transfer_check(void)
+{
+	static bool said;
+	const char *v = getenv("FI_EFA_ENABLE_SHM_TRANSFER");
+
+	if (said || (v && (!strcmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no"))))
+		return;
+	for (unsigned r = 0; r < nrails; r++) {
+		const struct fi_fabric_attr *f = rails[r].info->fabric_attr;
+
+		if (strcmp(f->prov_name, "efa") || (f->name && !strcmp(f->name, "efa-direct")))
+			continue;
+		said = true;
+		log_warn(
+			"fabric: GPU memory is registered on EFA rail %u with its SHM path on "
+			"(FI_EFA_ENABLE_SHM_TRANSFER unset): GPU transfers with another service of "
+			"this host that go through the fabric%s may take libfabric's SHM path, "
+			"which "
+			"host-memcpys into GPU buffers on EFA providers without the FI_HMEM fix; "
+			"set "
+			"FI_EFA_ENABLE_SHM_TRANSFER=0 there (docs/efa.md)",
+			r,
+			samehost_enabled() ? " (only where the same-host path cannot map them)"
+					   : "");
+		return;
+	}
+}
+
 int fabric_region_register(struct region *reg)
 {
 	struct region_mrs *m;
@@ -479,6 +533,8 @@ int fabric_region_register(struct region *reg)
 		}
 	}
 	reg->eng[ENGINE_fabric] = m;
+	if (reg->kind == REGION_CUDA)
+		shm_transfer_check();
 	return 0;
 }
 

@@ -24,6 +24,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -246,13 +247,11 @@ static void srv_reply(struct srv_conn *k, int status)
 					     .len = sizeof(*r) + DP_AUTH_MAC};
 	memcpy(r->server_name, cfg.server_name, sizeof(r->server_name));
 	if (!status) {
-		struct auth_part in[5] = {{k->nonce, DP_AUTH_NONCE},
+		struct auth_part in[3] = {{k->nonce, DP_AUTH_NONCE},
 					  {q->nonce, DP_AUTH_NONCE},
-					  {q->name, sizeof(q->name)},
-					  {&q->flags, sizeof(q->flags)},
-					  {q->host_id, sizeof(q->host_id)}};
+					  {q, offsetof(struct dp_rpc_lookup, nonce)}};
 
-		if (!auth_check(LABEL_LOOKUP, in, 5, q->mac)) {
+		if (!auth_check(LABEL_LOOKUP, in, 3, q->mac)) {
 			log_debug("peer RPC: a lookup failed authentication (not our fleet key)");
 			status = -EACCES;
 		}
@@ -261,6 +260,10 @@ static void srv_reply(struct srv_conn *k, int status)
 		r->status = status;
 	else
 		fill_reply(k, r);
+	/* A proven asker's fabric addresses go into our address vectors,
+	 * whatever the reply (efa-direct needs them to be a target). */
+	if (!status && q->nrails)
+		segments_peer_learn(q->server_name, q->nrails, q->rail);
 	if (status != -EBADMSG && status != -EPROTONOSUPPORT) {
 		struct auth_part out[3] = {
 			{q->nonce, DP_AUTH_NONCE}, {k->nonce, DP_AUTH_NONCE}, {r, sizeof(*r)}};
@@ -635,14 +638,12 @@ static int call_challenge_check(const struct dp_rpc_hdr *h)
 static void call_request(struct call *k)
 {
 	struct dp_rpc_lookup *q = &k->out.req;
-	struct auth_part parts[5] = {{k->ch.c.nonce, DP_AUTH_NONCE},
+	struct auth_part parts[3] = {{k->ch.c.nonce, DP_AUTH_NONCE},
 				     {q->nonce, DP_AUTH_NONCE},
-				     {q->name, sizeof(q->name)},
-				     {&q->flags, sizeof(q->flags)},
-				     {q->host_id, sizeof(q->host_id)}};
+				     {q, offsetof(struct dp_rpc_lookup, nonce)}};
 
 	auth_nonce(q->nonce);
-	auth_mac(LABEL_LOOKUP, parts, 5, q->mac);
+	auth_mac(LABEL_LOOKUP, parts, 3, q->mac);
 }
 
 static void call_advance(struct call *k)
@@ -816,6 +817,16 @@ static int call_start(int fd, const struct sockaddr *sa, socklen_t salen, const 
 		memcpy(k->out.req.host_id, samehost_id(), DP_HOST_ID_LEN);
 	k->local = local;
 	k->out.req.flags = local ? DP_RPC_Q_SAME_HOST : 0;
+	/* Who asks, and where our rails are (see struct dp_rpc_lookup). */
+	memcpy(k->out.req.server_name, cfg.server_name, sizeof(k->out.req.server_name));
+	for (unsigned i = 0; !local && i < fabric_nrails() && i < DP_MAX_RAILS; i++) {
+		size_t alen = DP_FABRIC_ADDR_MAX;
+
+		if (fabric_rail_addr(i, k->out.req.rail[i].addr, &alen))
+			break;
+		k->out.req.rail[i].addr_len = (uint32_t)alen;
+		k->out.req.nrails = i + 1;
+	}
 	snprintf(k->peer, sizeof(k->peer), "%s", peer);
 	/* Connecting: wait until writable. Connected (loopback may be at
 	 * once): wait for the challenge. Either way `done` never runs inside

@@ -51,22 +51,29 @@ struct dp_rpc_challenge {
 	uint8_t nonce[DP_AUTH_NONCE];
 };
 
-/* mac = HMAC(fleet key, "dp-rpc lookup", server nonce, nonce, name, flags,
- * host_id). flags: DP_RPC_Q_*; host_id: the asker's (samehost.h). */
-struct dp_rpc_lookup {
-	char name[DP_NAME_MAX];
-	uint32_t flags;
-	uint32_t reserved;
-	uint8_t host_id[DP_HOST_ID_LEN];
-	uint8_t nonce[DP_AUTH_NONCE];
-	uint8_t mac[DP_AUTH_MAC];
-};
-
 struct dp_rpc_rail {
 	uint32_t addr_len;
 	uint32_t reserved;
 	uint64_t key;
 	uint8_t addr[DP_FABRIC_ADDR_MAX];
+};
+
+/* mac = HMAC(fleet key, "dp-rpc lookup", server nonce, nonce, every byte
+ * before `nonce`). flags: DP_RPC_Q_*; host_id: the asker's (samehost.h);
+ * server_name and rail[]: the asker and its fabric addresses (keys 0),
+ * which the server inserts into its address vectors, so that providers
+ * whose target must know its initiator (efa-direct) can be used. */
+struct dp_rpc_lookup {
+	char name[DP_NAME_MAX];
+	uint32_t flags;
+	uint32_t reserved;
+	uint8_t host_id[DP_HOST_ID_LEN];
+	char server_name[DP_NAME_MAX];
+	uint32_t nrails;
+	uint32_t reserved2;
+	struct dp_rpc_rail rail[DP_MAX_RAILS];
+	uint8_t nonce[DP_AUTH_NONCE];
+	uint8_t mac[DP_AUTH_MAC];
 };
 
 /* On the wire a reply is followed by its MAC: HMAC(fleet key, "dp-rpc

@@ -151,20 +151,22 @@ static void remotes_prune(void)
 	}
 }
 
-static struct peer *peer_get(const struct dp_rpc_lookup_reply *r)
+/* The peer `name` with these rail addresses: the one we know, or a new one
+ * inserted into our address vectors. */
+static struct peer *peer_find(const char *name, unsigned nrails, const struct dp_rpc_rail *rail)
 {
 	uint8_t addrs[DP_MAX_RAILS][DP_FABRIC_ADDR_MAX];
 	uint32_t lens[DP_MAX_RAILS];
 	struct peer *p;
 
 	for (p = peers; p; p = p->next) {
-		bool same = p->nsent == r->nrails;
+		bool same = p->nsent == nrails;
 
-		if (strcmp(p->name, r->server_name) || atomic_load(&p->dead))
+		if (strcmp(p->name, name) || atomic_load(&p->dead))
 			continue;
-		for (unsigned i = 0; same && i < r->nrails; i++)
-			same = p->sent_len[i] == r->rail[i].addr_len &&
-			       !memcmp(p->sent[i], r->rail[i].addr, r->rail[i].addr_len);
+		for (unsigned i = 0; same && i < nrails; i++)
+			same = p->sent_len[i] == rail[i].addr_len &&
+			       !memcmp(p->sent[i], rail[i].addr, rail[i].addr_len);
 		if (same)
 			return p;
 		/* Restarted under the same name: the old process is gone. */
@@ -174,15 +176,15 @@ static struct peer *peer_get(const struct dp_rpc_lookup_reply *r)
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return NULL;
-	memcpy(p->name, r->server_name, sizeof(p->name));
-	for (unsigned i = 0; i < r->nrails; i++) {
-		memcpy(addrs[i], r->rail[i].addr, DP_FABRIC_ADDR_MAX);
-		lens[i] = r->rail[i].addr_len;
-		memcpy(p->sent[i], r->rail[i].addr, DP_FABRIC_ADDR_MAX);
-		p->sent_len[i] = r->rail[i].addr_len;
+	snprintf(p->name, sizeof(p->name), "%s", name);
+	for (unsigned i = 0; i < nrails; i++) {
+		memcpy(addrs[i], rail[i].addr, DP_FABRIC_ADDR_MAX);
+		lens[i] = rail[i].addr_len;
+		memcpy(p->sent[i], rail[i].addr, DP_FABRIC_ADDR_MAX);
+		p->sent_len[i] = rail[i].addr_len;
 	}
-	p->nsent = r->nrails;
-	if (fabric_peer_insert(p, addrs, lens, r->nrails)) {
+	p->nsent = nrails;
+	if (fabric_peer_insert(p, addrs, lens, nrails)) {
 		log_warn("peer %s: fabric addresses rejected", p->name);
 		free(p);
 		return NULL;
@@ -191,7 +193,26 @@ static struct peer *peer_get(const struct dp_rpc_lookup_reply *r)
 	 * slices point at them, and their AV entries are few. */
 	p->next = peers;
 	peers = p;
+	stats_peer_known();
 	return p;
+}
+
+static struct peer *peer_get(const struct dp_rpc_lookup_reply *r)
+{
+	return peer_find(r->server_name, r->nrails, r->rail);
+}
+
+void segments_peer_learn(const char *name, unsigned nrails, const struct dp_rpc_rail *rail)
+{
+	char n[DP_NAME_MAX];
+
+	/* The asker proved the fleet key; its fields are still checked. */
+	if (!fabric_nrails() || !nrails || nrails > DP_MAX_RAILS ||
+	    strnlen(name, DP_NAME_MAX) == DP_NAME_MAX || !name[0] || !strcmp(name, cfg.server_name))
+		return;
+	snprintf(n, sizeof(n), "%s", name);
+	if (!peer_find(n, nrails, rail))
+		log_debug("peer RPC: the fabric addresses of asker %s were refused", n);
 }
 
 /* Does a cached description still match what the peer answered? */

@@ -63,6 +63,12 @@ typedef void (*segment_resolved_fn)(void *arg, int rc, struct segment *s);
 int segment_resolve(const char *peer, const char *name, struct segment **out,
 		    segment_resolved_fn fn, void *arg);
 
+/* A peer that asked us (rpc.c, after it proved the fleet key) and sent its
+ * rail addresses: inserted into our address vectors like a peer we asked,
+ * so that providers whose target must know its initiator work. */
+struct dp_rpc_rail;
+void segments_peer_learn(const char *name, unsigned nrails, const struct dp_rpc_rail *rail);
+
 /* The directory's word on a name (directory_invalidate_fn, directory.h). */
 void remotes_invalidate(const char *name, bool kill);
 

@@ -248,13 +248,15 @@ static void set_server_name(const char *a)
 
 static void set_provider(const char *a)
 {
-	static const char *const provs[] = {"efa", "tcp", "shm", "sockets", "auto", "none"};
+	static const char *const provs[] = {"efa",     "efa-direct", "tcp", "shm",
+					    "sockets", "auto",	     "none"};
 	bool ok = false;
 
-	for (unsigned i = 0; i < 6; i++)
+	for (unsigned i = 0; i < sizeof(provs) / sizeof(provs[0]); i++)
 		ok |= !strcmp(a, provs[i]);
 	if (!ok)
-		die_usage("--provider %s: want efa, tcp, shm, sockets, auto or none", a);
+		die_usage("--provider %s: want efa, efa-direct, tcp, shm, sockets, auto or none",
+			  a);
 	snprintf(fab_cfg.provider, sizeof(fab_cfg.provider), "%s", a);
 }
 
@@ -446,7 +448,8 @@ static const struct flag {
 	{"no-same-host", no_argument, set_no_same_host, NULL,
 	 "services of this host go through the fabric like any other"},
 	{"provider", required_argument, set_provider, "P",
-	 "fabric provider: efa, tcp, shm, sockets, auto (efa, else tcp)\n"
+	 "fabric provider: efa, efa-direct, tcp, shm, sockets, auto (efa,\n"
+	 "else tcp)\n"
 	 "or none (local transfers only) (default auto)"},
 	{"nics", required_argument, set_nics, "LIST",
 	 "fabric domains (NICs) to use as rails, comma-separated, or auto\n"

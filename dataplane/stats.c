@@ -636,6 +636,12 @@ void stats_segment_removed(void)
 		svc_add(&hdr->svc.segments, -1);
 }
 
+void stats_peer_known(void)
+{
+	if (hdr)
+		svc_add(&hdr->svc.peers_known, 1);
+}
+
 /* ---- rails ---- */
 
 void stats_rail_name(unsigned idx, const char *provider, const char *fabric, const char *domain)

@@ -97,6 +97,7 @@ void stats_region_added(uint64_t len);
 void stats_region_removed(uint64_t len);
 void stats_segment_added(void);
 void stats_segment_removed(void);
+void stats_peer_known(void);
 
 /*
  * Fabric rails. stats_rail_name() names rail idx (control thread, at

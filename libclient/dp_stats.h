@@ -56,7 +56,7 @@
 
 #define DP_STATS_MAGIC 0x54535044u /* "DPST" */
 /* 2: the poller block gained the file I/O slice counters; 3: the samehost
- * path. */
+ * path, peers_known. */
 #define DP_STATS_ABI_VERSION 3u
 #define DP_STATS_NAME_MAX 64 /* shm_open name, NUL included, no '/' */
 #define DP_STATS_PREFIX "dataplane-"
@@ -118,6 +118,10 @@ struct dp_stats_service {
 	uint64_t regions;	   /* registered now */
 	uint64_t registered_bytes; /* bytes of those regions */
 	uint64_t segments;	   /* exported now */
+	/* Other services in our fabric address vectors: those whose segments
+	 * we opened, and those that opened ours (their lookups carry their
+	 * addresses); kept for the service's life. */
+	uint64_t peers_known;
 };
 
 struct dp_stats_header {

@@ -5,10 +5,12 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../dataplane/auth.h"
+#include "dp_stats.h"
 #include "helpers.h"
 
 TestSuite(fabric_rpc, .fini = fab_teardown, .timeout = 60);
@@ -29,26 +31,30 @@ struct rpc_hdr {
 	uint32_t reserved;
 };
 
+struct rpc_rail {
+	uint32_t addr_len;
+	uint32_t reserved;
+	uint64_t key;
+	uint8_t addr[128];
+};
+
 struct rpc_lookup {
 	char name[64];
 	uint32_t flags; /* 1: same host (the Unix socket only) */
 	uint32_t reserved;
-	uint8_t host_id[16]; /* the asker's boot id */
+	uint8_t host_id[16];  /* the asker's boot id */
+	char server_name[64]; /* the asker */
+	uint32_t nrails;      /* its fabric addresses */
+	uint32_t reserved2;
+	struct rpc_rail rail[8];
 	uint8_t nonce[32];
-	/* HMAC(key, "dp-rpc lookup\0", server nonce, nonce, name, flags, host_id) */
+	/* HMAC(key, "dp-rpc lookup\0", server nonce, nonce, every byte before nonce) */
 	uint8_t mac[32];
 };
 
 struct rpc_challenge_msg {
 	struct rpc_hdr h;
 	uint8_t nonce[32];
-};
-
-struct rpc_rail {
-	uint32_t addr_len;
-	uint32_t reserved;
-	uint64_t key;
-	uint8_t addr[128];
 };
 
 struct rpc_reply {
@@ -78,7 +84,7 @@ struct rpc_reply_msg {
 
 _Static_assert(sizeof(struct rpc_hdr) == 16, "header");
 _Static_assert(sizeof(struct rpc_reply) == 1520, "reply");
-_Static_assert(sizeof(struct rpc_lookup) == 152, "lookup");
+_Static_assert(sizeof(struct rpc_lookup) == 1376, "lookup");
 
 /* The fleet key the services of these tests use (their user's default,
  * made by whichever starts first), and one that is not it. */
@@ -91,14 +97,12 @@ static void key_load(void)
 
 static void sign(struct rpc_req_msg *m, const uint8_t server_nonce[32])
 {
-	struct auth_part parts[5] = {{server_nonce, 32},
+	struct auth_part parts[3] = {{server_nonce, 32},
 				     {m->req.nonce, 32},
-				     {m->req.name, sizeof(m->req.name)},
-				     {&m->req.flags, sizeof(m->req.flags)},
-				     {m->req.host_id, sizeof(m->req.host_id)}};
+				     {&m->req, offsetof(struct rpc_lookup, nonce)}};
 
 	auth_nonce(m->req.nonce);
-	auth_mac("dp-rpc lookup", parts, 5, m->req.mac);
+	auth_mac("dp-rpc lookup", parts, 3, m->req.mac);
 }
 
 static void reply_sign(struct rpc_reply_msg *rep, const struct rpc_req_msg *req,
@@ -848,4 +852,57 @@ Test(fabric_rpc, hostile_replies_are_rejected)
 	dp_close(t.c);
 	cr_assert_eq(svc_stop(&fab_svc[0]), 0);
 	cr_assert_eq(svc_stop(&fab_svc[1]), 0);
+}
+
+/* ---- the asker's addresses (efa-direct: a target must know its initiator) ---- */
+
+static uint64_t peers_known(const struct svc *s)
+{
+	const struct dp_stats_header *h = stats_map(s);
+	uint64_t n = __atomic_load_n(&h->svc.peers_known, __ATOMIC_ACQUIRE);
+
+	stats_unmap(h);
+	return n;
+}
+
+/* A lookup carries the asker's rail addresses: the target inserts them
+ * into its address vectors (peers_known), once per asker; addresses that
+ * do not look like its provider's, or an unsigned lookup, insert nothing. */
+Test(fabric_rpc, askers_addresses_are_learned)
+{
+	static const char *const tcp_args[] = {"--provider", "tcp", "--server-name", "127.0.0.1",
+					       NULL};
+	struct rpc_req_msg m = lookup_msg("rpc-seg");
+	struct dp_client *c;
+	struct target t;
+	char peer[64];
+	int seg;
+
+	target_start(&fab_svc[0], &t, NULL);
+	cr_assert_eq(peers_known(&fab_svc[0]), 0);
+	start_svc(&fab_svc[1], tcp_args);
+	c = connect_client(&fab_svc[1], "asker");
+	snprintf(peer, sizeof(peer), "127.0.0.1:%d", t.port);
+	seg = open_segment(c, peer, "rpc-seg", DP_ACCESS_RW);
+	cr_assert_eq(peers_known(&fab_svc[1]), 1, "the asker knows the target");
+	cr_assert_eq(peers_known(&fab_svc[0]), 1, "the target did not learn its asker");
+	/* Again: the same addresses, no new peer. */
+	dp_segment_close(c, seg);
+	seg = open_segment(c, peer, "rpc-seg", DP_ACCESS_RW);
+	cr_assert_eq(peers_known(&fab_svc[0]), 1, "the same asker counted twice");
+	/* A signed lookup with an address of the wrong shape (a tcp address
+	 * is a sockaddr_in of 16 bytes), and an unsigned one: nothing. */
+	snprintf(m.req.server_name, sizeof(m.req.server_name), "forger:1");
+	m.req.nrails = 1;
+	m.req.rail[0].addr_len = 5;
+	memset(m.req.rail[0].addr, 0x7f, 5);
+	cr_assert_eq(request_status(t.port, &m, sizeof(m), NULL), 0);
+	m.req.rail[0].addr_len = 16;
+	cr_assert_eq(request_as(t.port, &m, sizeof(m), NULL, UNSIGNED), -EACCES);
+	cr_assert_eq(peers_known(&fab_svc[0]), 1, "a bad or unproven address was inserted");
+	still_serving(&fab_svc[0], &t);
+	dp_close(c);
+	dp_close(t.c);
+	cr_assert_eq(svc_stop(&fab_svc[1]), 0);
+	cr_assert_eq(svc_stop(&fab_svc[0]), 0);
 }
