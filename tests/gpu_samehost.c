@@ -13,9 +13,12 @@
 
 TestSuite(gpu_samehost, .fini = fab_teardown, .timeout = 300);
 
-#define SH_FLAGS (DP_CQE_F_SAME_HOST | DP_CQE_F_GPU)
+/* The path under test: its completions' flags. */
+static uint32_t SH_FLAGS = DP_CQE_F_SAME_HOST | DP_CQE_F_GPU;
+static bool fabric_mode;
 
-/* Service 0 (A, the initiator) and 1 (B, the exporter), same host. */
+/* Service 0 (A, the initiator) and 1 (B, the exporter), same host: with
+ * the same-host path, or (fabric_mode) through shm with FI_HMEM. */
 static void start_pair(char *peer_b, size_t len)
 {
 	static char sa[96], sb[96];
@@ -26,8 +29,16 @@ static void start_pair(char *peer_b, size_t len)
 
 	snprintf(sa, sizeof(sa), "/tmp/dp-gpu-sh-a-%d.peer", (int)getpid());
 	snprintf(sb, sizeof(sb), "/tmp/dp-gpu-sh-b-%d.peer", (int)getpid());
+	if (fabric_mode) {
+		/* No --same-host-socket: the test helper adds --no-same-host. */
+		a[1] = b[1] = "shm";
+		a[4] = b[4] = NULL;
+		SH_FLAGS = DP_CQE_F_FABRIC | DP_CQE_F_GPU;
+	}
 	start_svc(&fab_svc[1], b);
 	start_svc(&fab_svc[0], a);
+	if (fabric_mode && !svc_log_has(&fab_svc[1], "FI_HMEM"))
+		cr_skip_test("this libfabric's shm provider does not offer FI_HMEM");
 	snprintf(peer_b, len, "127.0.0.1:%d", fab_rpc_port(&fab_svc[1]));
 }
 
