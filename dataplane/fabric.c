@@ -92,8 +92,11 @@ static void op_complete(struct fab_op *op, int status)
 		return;
 	}
 	q->inflight--;
+	/* GPU memory of ours moved by RMA (FI_HMEM): DP_CQE_F_GPU too, as
+	 * when the stage engine moves it. */
 	queue_complete_ns(q, op->user_data, op->submit_ns, status, status ? 0 : op->len,
-			  DP_CQE_F_FABRIC);
+			  DP_CQE_F_FABRIC |
+				  (op->local && op->local->kind == REGION_CUDA ? DP_CQE_F_GPU : 0));
 }
 
 /* Nothing of op is in the provider's hands any more. */

@@ -690,6 +690,23 @@ int dp_alloc(struct dp_client *c, size_t len, unsigned flags, void **addr)
 	return fail(C_ALLOC, alloc_(c, len, flags, addr));
 }
 
+int dp__alloc_detach(struct dp_client *c, int region, void **addr, size_t *len)
+{
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&c->lock);
+	for (unsigned i = 0; i < c->nallocs; i++)
+		if (c->allocs[i].region == region) {
+			*addr = c->allocs[i].addr;
+			*len = c->allocs[i].len;
+			c->allocs[i] = c->allocs[--c->nallocs];
+			rc = 0;
+			break;
+		}
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
 int dp_free(struct dp_client *c, int region)
 {
 	struct dp_msg_id req = {.id = (uint32_t)region};

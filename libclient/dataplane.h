@@ -66,8 +66,9 @@ struct dp_cqe {
 #define DP_CQE_F_LOCAL 1u
 /** The transfer went through the fabric (libfabric RMA to another service). */
 #define DP_CQE_F_FABRIC 2u
-/** A GPU took part (cudaMemcpyAsync on the poller's stream; with
- * DP_CQE_F_LOCAL for a same-service copy). */
+/** A GPU took part: a copy on the poller's stream (cudaMemcpyAsync; with
+ * DP_CQE_F_LOCAL or DP_CQE_F_SAME_HOST), or this service's GPU memory over
+ * the fabric (FI_HMEM RMA or host staging; with DP_CQE_F_FABRIC). */
 #define DP_CQE_F_GPU 4u
 /** A file took part (io_uring). */
 #define DP_CQE_F_FILE 8u

@@ -14,6 +14,13 @@
 int dp__queue_ring(struct dp_queue *q, struct dp_ring_pair **pair, int *sq_efd)
 	__attribute__((visibility("hidden")));
 
+/* Takes the client's mapping of a dp_alloc region away from libclient:
+ * neither dp_free nor dp_close will unmap it; the caller munmaps *addr,
+ * *len when it is done (the Python binding, whose views may outlive the
+ * region's registration). 0 or -ENOENT (not a dp_alloc region). */
+int dp__alloc_detach(struct dp_client *c, int region, void **addr, size_t *len)
+	__attribute__((visibility("hidden")));
+
 /* The queue's CQ doorbell: the client's end (docs/ring.md). */
 int dp__queue_cq_doorbell(struct dp_queue *q) __attribute__((visibility("hidden")));
 

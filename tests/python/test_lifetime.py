@@ -54,16 +54,38 @@ def test_views_keep_region_and_client_alive(service):
 
 
 def test_torch_view_if_available(client):
+    """torch.frombuffer keeps a reference to the Region and releases its
+    buffer view at once: close() cannot refuse, so the memory must outlive
+    the close until the tensor goes."""
     torch = pytest.importorskip("torch")
     r = client.alloc(4096)
     t = torch.frombuffer(r, dtype=torch.uint8)
-    with pytest.raises(dp.RegionInUseError):
-        r.close()
     t[0] = 5
     assert memoryview(r)[0] == 5
+    r.close()
+    # Deregistered, still mapped: the tensor reads and writes its memory.
+    assert int(t[0]) == 5
+    t[4095] = 7
+    assert int(t.sum()) == 12
+    with pytest.raises(BufferError):
+        memoryview(r)
     del t
     gc.collect()
+
+
+def test_reference_without_view_outlives_close(client):
+    """The same without torch: a holder of the Region (as torch.frombuffer
+    holds it) reads the memory through ctypes after close()."""
+    import ctypes
+
+    r = client.alloc(4096)
+    with memoryview(r) as m:
+        m[0] = 9
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
     r.close()
+    assert ctypes.string_at(addr, 1) == b"\x09"
+    del r
+    gc.collect()
 
 
 def test_closed_client_objects_raise(service):

@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "dataplane.h"
@@ -122,7 +123,12 @@ typedef struct {
 	void *addr;
 	uint64_t size;
 	Py_ssize_t exports; /* buffer views alive */
-	PyObject *owner;    /* what keeps the memory alive (a CUDA tensor), or NULL */
+	/* Client.alloc memory: our own mapping (taken from libclient), unmapped
+	 * only when this object goes, so that a consumer holding a reference
+	 * instead of a buffer view (torch.frombuffer) never sees it vanish. */
+	void *map;
+	size_t map_len;
+	PyObject *owner; /* what keeps the memory alive (a CUDA tensor), or NULL */
 	PyObject *weaklist;
 } Region;
 
@@ -419,6 +425,8 @@ static Region *region_make(Client *c, int id, int kind, void *addr, uint64_t siz
 	r->addr = addr;
 	r->size = size;
 	r->exports = 0;
+	r->map = NULL;
+	r->map_len = 0;
 	r->owner = owner;
 	Py_XINCREF(owner);
 	r->weaklist = NULL;
@@ -445,6 +453,8 @@ static void region_dealloc(PyObject *self)
 	if (r->client && r->client->c)
 		dp_free(r->client->c, r->id);
 	region_detach(r);
+	if (r->map)
+		munmap(r->map, r->map_len);
 	free_self(self);
 }
 
@@ -1897,8 +1907,13 @@ static PyObject *client_alloc(PyObject *self, PyObject *args, PyObject *kw)
 	if (id < 0)
 		return raise_dp(id);
 	r = region_make(c, id, REGION_HOST, addr, size, NULL);
-	if (!r)
+	if (!r) {
 		dp_free(c->c, id);
+		return NULL;
+	}
+	/* The mapping is the Region's from now on (see Region.map). */
+	if (dp__alloc_detach(c->c, id, &r->map, &r->map_len))
+		r->map = NULL;
 	return (PyObject *)r;
 }
 
