@@ -108,7 +108,6 @@ struct region {
 	/* Each engine's own state on this region (engine.h): fabric
 	 * registrations, a file region's state, ...; NULL where it has none. */
 	void *eng[DP_ENGINES];
-	bool cuda_pinned; /* REGION_HOST: cudaHostRegister'ed (gpu.c) */
 	/* REGION_HOST that file I/O used: which io_uring fixed buffer of
 	 * which ring holds each window of it that was touched (fileio.c;
 	 * NULL until its first file I/O). Inline, not behind eng[], for the

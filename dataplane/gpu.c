@@ -144,6 +144,7 @@ typedef CUresult (*addr_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr p
 
 static int ndev;
 static cudaUUID_t uuids[GPU_MAX_DEVICES];
+static void pinner_start(void);
 static int prio_small, prio_bulk;
 static addr_range_fn addr_range;
 
@@ -210,6 +211,7 @@ static int gpu_init(void)
 		cudaSetDevice(0);
 	cudaGetLastError();
 	ndev = n;
+	pinner_start();
 	return 0;
 }
 
@@ -319,37 +321,242 @@ static void gpu_ipc_close(struct region *reg)
 	dev_leave(prev, reg->device);
 }
 
+/*
+ * Host memory that GPU copies touch is pinned (cudaHostRegister) so that
+ * cudaMemcpyAsync runs asynchronously, but only where copies touch it, a
+ * 16 MiB window at a time, and never on the control thread or a poller:
+ * pinning 4 GiB at registration took seconds during which every client's
+ * control calls waited (issue 15). A GPU copy that meets a window not yet
+ * pinned queues it for the pinner thread and runs pageable meanwhile;
+ * copies are split at window boundaries so that CUDA never sees a range
+ * that is half registered. At most PIN_MAX_FRACTION of the machine's
+ * memory is pinned this way; beyond it, windows stay pageable.
+ */
+#define PIN_WIN_SHIFT 24
+#define PIN_WIN ((size_t)1 << PIN_WIN_SHIFT)
+#define PIN_MAX_FRACTION 4 /* a quarter of physical memory */
+enum { PIN_NONE, PIN_QUEUED, PIN_DONE, PIN_REFUSED };
+
+struct gpu_pins {
+	size_t nwin;
+	_Atomic uint8_t st[]; /* per window */
+};
+
+struct pin_req {
+	struct region *reg; /* a reference, dropped once pinned */
+	size_t win;
+	struct pin_req *next;
+};
+
+static struct {
+	pthread_t thread;
+	bool running, stop;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct pin_req *head, *tail;
+	uint64_t pinned, max; /* bytes */
+} pinner = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+static size_t win_len(const struct region *reg, size_t w)
+{
+	size_t off = w << PIN_WIN_SHIFT;
+
+	return reg->map_len - off < PIN_WIN ? reg->map_len - off : PIN_WIN;
+}
+
+static void *pinner_main(void *arg)
+{
+	(void)arg;
+	cudaSetDevice(0);
+	pthread_mutex_lock(&pinner.lock);
+	for (;;) {
+		struct pin_req *q;
+		struct gpu_pins *pins;
+		size_t len;
+		cudaError_t err = cudaSuccess;
+		bool over;
+
+		while (!pinner.head && !pinner.stop)
+			pthread_cond_wait(&pinner.cond, &pinner.lock);
+		q = pinner.head;
+		if (!q)
+			break;
+		pinner.head = q->next;
+		if (!pinner.head)
+			pinner.tail = NULL;
+		pins = q->reg->eng[ENGINE_gpu];
+		len = win_len(q->reg, q->win);
+		over = pinner.stop || pinner.pinned + len > pinner.max;
+		if (!over)
+			pinner.pinned += len;
+		pthread_mutex_unlock(&pinner.lock);
+		if (!over)
+			err = cudaHostRegister((uint8_t *)q->reg->map + (q->win << PIN_WIN_SHIFT),
+					       len, cudaHostRegisterPortable);
+		if (!over && err != cudaSuccess) {
+			log_warn(
+				"gpu: cudaHostRegister of a %zu-byte window: %s; copies through it "
+				"stay pageable",
+				len, cudaGetErrorString(err));
+			cudaGetLastError();
+		}
+		atomic_store_explicit(&pins->st[q->win],
+				      !over && err == cudaSuccess ? PIN_DONE : PIN_REFUSED,
+				      memory_order_release);
+		pthread_mutex_lock(&pinner.lock);
+		if (!over && err != cudaSuccess)
+			pinner.pinned -= len;
+		pthread_mutex_unlock(&pinner.lock);
+		/* May be the last reference: the region is then released
+		 * here, its windows unregistered (gpu_region_release). */
+		region_put(q->reg);
+		free(q);
+		pthread_mutex_lock(&pinner.lock);
+	}
+	pthread_mutex_unlock(&pinner.lock);
+	return NULL;
+}
+
+static void pinner_start(void)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+
+	pinner.max = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / PIN_MAX_FRACTION
+					  : (uint64_t)1 << 32;
+	if (pthread_create(&pinner.thread, NULL, pinner_main, NULL)) {
+		log_warn("gpu: no pinner thread; copies with host memory stay pageable");
+		return;
+	}
+	pinner.running = true;
+}
+
+static void pinner_stop(void)
+{
+	if (!pinner.running)
+		return;
+	pthread_mutex_lock(&pinner.lock);
+	pinner.stop = true;
+	pthread_cond_signal(&pinner.cond);
+	pthread_mutex_unlock(&pinner.lock);
+	pthread_join(pinner.thread, NULL);
+	pinner.running = false;
+}
+
+static void gpu_fini(void)
+{
+	pinner_stop();
+}
+
+/* Poller: the windows of host region @reg that [p, p + len) touches are
+ * pinned, or queued for the pinner now (false). */
+static bool pins_ready(struct region *reg, const uint8_t *p, size_t len)
+{
+	struct gpu_pins *pins = reg->eng[ENGINE_gpu];
+	size_t w0, w1;
+	bool ready = true;
+
+	if (!pins || !len)
+		return true;
+	w0 = (size_t)(p - (const uint8_t *)reg->map) >> PIN_WIN_SHIFT;
+	w1 = (size_t)(p + len - 1 - (const uint8_t *)reg->map) >> PIN_WIN_SHIFT;
+	for (size_t w = w0; w <= w1 && w < pins->nwin; w++) {
+		uint8_t st = atomic_load_explicit(&pins->st[w], memory_order_acquire);
+		struct pin_req *q;
+
+		if (st == PIN_DONE || st == PIN_REFUSED)
+			continue;
+		ready = false;
+		if (st != PIN_NONE || !pinner.running ||
+		    !atomic_compare_exchange_strong(&pins->st[w], &st, PIN_QUEUED))
+			continue;
+		q = malloc(sizeof(*q));
+		if (!q) {
+			atomic_store(&pins->st[w], PIN_NONE);
+			continue;
+		}
+		atomic_fetch_add(&reg->refs, 1);
+		*q = (struct pin_req){.reg = reg, .win = w};
+		pthread_mutex_lock(&pinner.lock);
+		if (pinner.tail)
+			pinner.tail->next = q;
+		else
+			pinner.head = q;
+		pinner.tail = q;
+		pthread_cond_signal(&pinner.cond);
+		pthread_mutex_unlock(&pinner.lock);
+	}
+	return ready;
+}
+
+/* Control thread: host regions get their (empty) window table; nothing is
+ * pinned until a GPU copy touches it. */
 static int gpu_region_pin(struct region *reg)
 {
-	cudaError_t err;
+	size_t nwin;
+	struct gpu_pins *pins;
 
-	if (!ndev || reg->kind != REGION_HOST)
+	if (!ndev || reg->kind != REGION_HOST || !reg->map_len)
 		return 0;
-	err = cudaHostRegister(reg->map, reg->map_len, cudaHostRegisterPortable);
-	if (err != cudaSuccess) {
-		log_warn("gpu: cudaHostRegister of %zu bytes: %s; copies with GPUs will be "
-			 "synchronous",
-			 reg->map_len, cudaGetErrorString(err));
-		cudaGetLastError();
-		return 0;
-	}
-	reg->cuda_pinned = true;
+	nwin = (reg->map_len + PIN_WIN - 1) >> PIN_WIN_SHIFT;
+	pins = calloc(1, sizeof(*pins) + nwin);
+	if (!pins)
+		return 0; /* pageable copies */
+	pins->nwin = nwin;
+	reg->eng[ENGINE_gpu] = pins;
 	return 0;
 }
 
-/* Host regions: unpinned. GPU regions: the IPC mapping, which is the
- * region itself, closed after the fabric dropped its registration. */
+/* Host regions: the windows that were pinned, unpinned (no copy and no
+ * queued pin is left: each holds a reference). GPU regions: the IPC
+ * mapping, which is the region itself, closed after the fabric dropped its
+ * registration. */
 static void gpu_region_release(struct region *reg)
 {
+	struct gpu_pins *pins = reg->eng[ENGINE_gpu];
+
 	if (reg->kind == REGION_CUDA) {
 		gpu_ipc_close(reg);
 		free(reg->eng[ENGINE_gpu]);
 		reg->eng[ENGINE_gpu] = NULL;
 		return;
 	}
-	if (reg->cuda_pinned)
-		cudaHostUnregister(reg->map);
-	reg->cuda_pinned = false;
+	if (!pins)
+		return;
+	for (size_t w = 0; w < pins->nwin; w++)
+		if (atomic_load(&pins->st[w]) == PIN_DONE) {
+			cudaHostUnregister((uint8_t *)reg->map + (w << PIN_WIN_SHIFT));
+			pthread_mutex_lock(&pinner.lock);
+			pinner.pinned -= win_len(reg, w);
+			pthread_mutex_unlock(&pinner.lock);
+		}
+	free(pins);
+	reg->eng[ENGINE_gpu] = NULL;
+}
+
+/* cudaMemcpyAsync, split at the pin windows of the host side (region
+ * @host, where the copy's host bytes start at @h; NULL when both sides are
+ * GPU memory) so that no piece is half registered. */
+static cudaError_t copy_split(void *dst, const void *src, size_t len, const struct region *host,
+			      const uint8_t *h, cudaStream_t s)
+{
+	size_t done = 0;
+
+	if (!host || !host->eng[ENGINE_gpu])
+		return cudaMemcpyAsync(dst, src, len, cudaMemcpyDefault, s);
+	while (done < len) {
+		size_t off = (size_t)(h + done - (const uint8_t *)host->map);
+		size_t n = PIN_WIN - (off & (PIN_WIN - 1));
+		cudaError_t err;
+
+		if (n > len - done)
+			n = len - done;
+		err = cudaMemcpyAsync((uint8_t *)dst + done, (const uint8_t *)src + done, n,
+				      cudaMemcpyDefault, s);
+		if (err != cudaSuccess)
+			return err;
+		done += n;
+	}
+	return cudaSuccess;
 }
 
 /* ---- the copy path (one poller) ---- */
@@ -455,9 +662,18 @@ static void gpu_submit(struct poller *p, const struct xfer *req)
 	ev = err == cudaSuccess ? event_get(d) : NULL;
 	if (err == cudaSuccess && !ev)
 		err = cudaErrorMemoryAllocation;
-	if (err == cudaSuccess)
-		err = DP_FAULT_CUDA(cudaMemcpyAsync(req->dst, req->src, req->len, cudaMemcpyDefault,
-						    l->stream));
+	if (err == cudaSuccess) {
+		/* The host side, if any: its windows pinned, or queued. */
+		struct region *host = rdst->kind == REGION_HOST	  ? (struct region *)rdst
+				      : rsrc->kind == REGION_HOST ? (struct region *)rsrc
+								  : NULL;
+
+		const uint8_t *hp = host == rdst ? req->dst : req->src;
+
+		if (host)
+			pins_ready(host, hp, req->len);
+		err = DP_FAULT_CUDA(copy_split(req->dst, req->src, req->len, host, hp, l->stream));
+	}
 	if (err == cudaSuccess) {
 		err = cudaEventRecord(ev, l->stream);
 		/* The copy was queued but cannot be tracked: wait for it (an
@@ -668,6 +884,7 @@ int gpu_stage_poll(struct poller *p, struct gpu_ticket *t)
 const struct engine gpu_engine = {
 	.name = "gpu",
 	.init = gpu_init,
+	.fini = gpu_fini,
 	.submit = gpu_submit,
 	.progress = gpu_progress,
 	.busy = gpu_busy,
