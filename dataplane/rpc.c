@@ -12,7 +12,12 @@
  *
  * Client: each lookup is a struct call, a non-blocking connect, send and
  * receive on the same epoll set with its own deadline (DP_RPC_TIMEOUT_MS),
- * which reports through a callback from the loop.
+ * which reports through a callback from the loop. A peer given by host name
+ * is resolved first with glibc's getaddrinfo_a() (its own threads); its
+ * completion writes an eventfd in the epoll set (SIGEV_THREAD, no signal),
+ * and the call goes on from there. A resolution glibc is still running when
+ * its lookup ends (deadline, shutdown) stays glibc's until it completes,
+ * and is freed then.
  *
  * Deadlines are kept by rpc_sweep(), which the loop runs after every batch
  * with rpc_timeout_ms() as its epoll timeout; objects closed during a batch
@@ -28,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -84,11 +90,25 @@ struct srv_conn {
 
 /* ---- lookups ---- */
 
-enum call_state { CALL_CONNECTING, CALL_CHALLENGE, CALL_SENDING, CALL_RECEIVING };
+enum call_state { CALL_RESOLVING, CALL_CONNECTING, CALL_CHALLENGE, CALL_SENDING, CALL_RECEIVING };
+
+struct call;
+
+/* A host name being resolved: glibc's (getaddrinfo_a) until it completes,
+ * even after its lookup ended (call NULL). */
+struct gai_req {
+	struct gaicb cb;
+	struct addrinfo hints;
+	char host[DP_NAME_MAX];
+	char port[16];
+	struct call *call;
+	struct gai_req *next;
+};
 
 struct call {
-	struct ev_handler ev;
+	struct ev_handler ev; /* fd -1 while resolving */
 	enum call_state state;
+	struct gai_req *gai; /* CALL_RESOLVING */
 	uint64_t deadline_ns;
 	rpc_done_fn done;
 	void *arg;
@@ -111,7 +131,11 @@ static struct {
 	/* Closed during this batch: freed by rpc_sweep(). */
 	struct srv_conn *dead_conns;
 	struct call *dead_calls;
-} rpc = {.epfd = -1};
+	/* Resolutions glibc has: the eventfd their completions write. */
+	struct ev_handler gai_ev;
+	struct gai_req *gais;
+	unsigned ngais;
+} rpc = {.epfd = -1, .gai_ev.fd = -1};
 
 int rpc_listen(void)
 {
@@ -474,8 +498,7 @@ static bool addr_is_ours(const struct sockaddr *sa)
 bool rpc_is_self(const char *peer)
 {
 	char host[DP_NAME_MAX], port[16], self[DP_NAME_MAX + 16];
-	struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai;
-	bool self_addr;
+	struct sockaddr_in sa = {.sin_family = AF_INET};
 
 	if (split_peer(peer, host, sizeof(host), port, sizeof(port)))
 		return false;
@@ -484,14 +507,35 @@ bool rpc_is_self(const char *peer)
 		return true;
 	if (atoi(port) != cfg.rpc_port)
 		return false;
-	if (getaddrinfo(host, port, &hints, &ai))
+	/* A host name is not resolved here (that could wait on DNS): its
+	 * lookup finds out, once resolved (RPC_LOOKUP_SELF). */
+	if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
 		return false;
-	self_addr = addr_is_ours(ai->ai_addr);
-	freeaddrinfo(ai);
-	return self_addr;
+	return addr_is_ours((const struct sockaddr *)&sa);
 }
 
 /* ---- lookups ---- */
+
+static void gai_unlink(struct gai_req *g)
+{
+	for (struct gai_req **pp = &rpc.gais; *pp; pp = &(*pp)->next)
+		if (*pp == g) {
+			*pp = g->next;
+			break;
+		}
+	rpc.ngais--;
+}
+
+/* Its lookup has ended: freed now if glibc had not started it, else when
+ * it completes (on_gai_event). */
+static void gai_abandon(struct gai_req *g)
+{
+	g->call = NULL;
+	if (gai_cancel(&g->cb) == EAI_CANCELED) {
+		gai_unlink(g);
+		free(g);
+	}
+}
 
 static void call_unlink(struct call *k)
 {
@@ -502,9 +546,14 @@ static void call_unlink(struct call *k)
 	if (k->next)
 		k->next->prev = k->prev;
 	rpc.ncalls--;
-	ev_del(rpc.epfd, &k->ev, "a peer RPC lookup");
-	close(k->ev.fd);
-	k->ev.fd = -1;
+	if (k->ev.fd >= 0) {
+		ev_del(rpc.epfd, &k->ev, "a peer RPC lookup");
+		close(k->ev.fd);
+		k->ev.fd = -1;
+	}
+	if (k->gai)
+		gai_abandon(k->gai);
+	k->gai = NULL;
 	k->next = rpc.dead_calls;
 	rpc.dead_calls = k;
 }
@@ -675,55 +724,142 @@ static void on_call_event(struct ev_handler *h, uint32_t events)
 	call_advance(k);
 }
 
-/* host, port -> an IPv4 address. A literal address is read at once; a
- * name goes through getaddrinfo() (the hosts file, or DNS: see rpc.h). */
-static int resolve(const char *host, const char *port, struct sockaddr_in *sa)
+/* Connects `k` to `sa`, without waiting: 0, or -errno (nothing left). */
+static int call_connect(struct call *k, const struct sockaddr_in *sa)
 {
-	struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai;
-
-	memset(sa, 0, sizeof(*sa));
-	sa->sin_family = AF_INET;
-	sa->sin_port = htons((uint16_t)atoi(port));
-	if (atoi(port) <= 0 || atoi(port) > 65535)
-		return -EINVAL;
-	if (inet_pton(AF_INET, host, &sa->sin_addr) == 1)
-		return 0;
-	if (getaddrinfo(host, port, &hints, &ai))
-		return -EHOSTUNREACH;
-	*sa = *(const struct sockaddr_in *)ai->ai_addr;
-	freeaddrinfo(ai);
-	return 0;
-}
-
-int rpc_lookup_start(const char *peer, const char *name, rpc_done_fn done, void *arg)
-{
-	struct sockaddr_in sa;
-	char host[DP_NAME_MAX], port[16];
-	struct call *k;
 	int fd, rc;
 
-	if (split_peer(peer, host, sizeof(host), port, sizeof(port)))
-		return -EINVAL;
-	if (rpc.ncalls >= RPC_MAX_CALLS)
-		return -EAGAIN;
-	rc = resolve(host, port, &sa);
-	if (rc)
-		return rc;
 	fd = dp_net_socket(AF_INET, SOCK_STREAM);
 	if (fd < 0)
 		return fd;
-	rc = dp_net_connect_start(fd, (struct sockaddr *)&sa, sizeof(sa));
+	rc = dp_net_connect_start(fd, (const struct sockaddr *)sa, sizeof(*sa));
 	if (rc && rc != -EINPROGRESS) {
 		close(fd);
 		return -EHOSTUNREACH;
 	}
-	k = calloc(1, sizeof(*k));
-	if (!k) {
-		close(fd);
-		return -ENOMEM;
-	}
-	k->ev = (struct ev_handler){.fd = fd, .on_event = on_call_event};
+	k->ev.fd = fd;
 	k->state = rc ? CALL_CONNECTING : CALL_CHALLENGE;
+	/* Connecting: wait until writable. Connected (loopback may be at
+	 * once): wait for the challenge. Either way `done` never runs inside
+	 * this call. */
+	if (ev_add(rpc.epfd, &k->ev, rc ? EPOLLOUT : EPOLLIN, "a peer RPC lookup")) {
+		close(fd);
+		k->ev.fd = -1;
+		return -EHOSTUNREACH;
+	}
+	return 0;
+}
+
+/* From a glibc thread: a resolution completed. */
+static void gai_notify(union sigval v)
+{
+	uint64_t one = 1;
+
+	(void)!write(v.sival_int, &one, sizeof(one));
+}
+
+/* Starts resolving `host` for `k` (getaddrinfo_a): 0 or -errno. */
+static int call_resolve(struct call *k, const char *host, const char *port)
+{
+	struct sigevent sev = {.sigev_notify = SIGEV_THREAD,
+			       .sigev_notify_function = gai_notify,
+			       .sigev_value.sival_int = rpc.gai_ev.fd};
+	struct gaicb *list[1];
+	struct gai_req *g;
+
+	if (rpc.gai_ev.fd < 0)
+		return -EHOSTUNREACH;
+	/* Resolutions glibc still runs for lookups that ended count too. */
+	if (rpc.ngais >= RPC_MAX_CALLS)
+		return -EAGAIN;
+	g = calloc(1, sizeof(*g));
+	if (!g)
+		return -ENOMEM;
+	snprintf(g->host, sizeof(g->host), "%s", host);
+	snprintf(g->port, sizeof(g->port), "%s", port);
+	g->hints = (struct addrinfo){.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
+	g->cb = (struct gaicb){.ar_name = g->host, .ar_service = g->port, .ar_request = &g->hints};
+	g->call = k;
+	list[0] = &g->cb;
+	if (getaddrinfo_a(GAI_NOWAIT, list, 1, &sev)) {
+		free(g);
+		return -EHOSTUNREACH;
+	}
+	g->next = rpc.gais;
+	rpc.gais = g;
+	rpc.ngais++;
+	k->gai = g;
+	k->state = CALL_RESOLVING;
+	return 0;
+}
+
+/* A resolved name goes on to connect; this service's own address and
+ * port ends the lookup RPC_LOOKUP_SELF, a failure -EHOSTUNREACH. */
+static void call_resolved(struct call *k, struct gai_req *g, int err)
+{
+	struct sockaddr_in sa;
+	int rc;
+
+	k->gai = NULL;
+	if (err || !g->cb.ar_result || g->cb.ar_result->ai_family != AF_INET) {
+		log_info("peer RPC: %s: %s", g->host, err ? gai_strerror(err) : "no IPv4 address");
+		call_end(k, -EHOSTUNREACH);
+		return;
+	}
+	sa = *(const struct sockaddr_in *)g->cb.ar_result->ai_addr;
+	if (ntohs(sa.sin_port) == cfg.rpc_port && addr_is_ours((const struct sockaddr *)&sa)) {
+		call_end(k, RPC_LOOKUP_SELF);
+		return;
+	}
+	rc = call_connect(k, &sa);
+	if (rc)
+		call_end(k, rc);
+}
+
+/* Resolutions completed: each goes to its lookup, if it still has one. */
+static void on_gai_event(struct ev_handler *h, uint32_t events)
+{
+	struct gai_req *g, *next, *done = NULL;
+	uint64_t n;
+
+	(void)events;
+	(void)!read(h->fd, &n, sizeof(n));
+	/* Taken off the list first: a lookup's end may start others. */
+	for (g = rpc.gais; g; g = next) {
+		next = g->next;
+		if (gai_error(&g->cb) == EAI_INPROGRESS)
+			continue;
+		gai_unlink(g);
+		g->next = done;
+		done = g;
+	}
+	for (g = done; g; g = next) {
+		next = g->next;
+		if (g->call)
+			call_resolved(g->call, g, gai_error(&g->cb));
+		if (g->cb.ar_result)
+			freeaddrinfo(g->cb.ar_result);
+		free(g);
+	}
+}
+
+int rpc_lookup_start(const char *peer, const char *name, rpc_done_fn done, void *arg)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	char host[DP_NAME_MAX], port[16];
+	struct call *k;
+	int rc;
+
+	if (split_peer(peer, host, sizeof(host), port, sizeof(port)))
+		return -EINVAL;
+	if (atoi(port) <= 0 || atoi(port) > 65535)
+		return -EINVAL;
+	if (rpc.ncalls >= RPC_MAX_CALLS)
+		return -EAGAIN;
+	k = calloc(1, sizeof(*k));
+	if (!k)
+		return -ENOMEM;
+	k->ev = (struct ev_handler){.fd = -1, .on_event = on_call_event};
 	k->deadline_ns = dp_now_ns() + DP_RPC_TIMEOUT_MS * NS_PER_MS;
 	k->done = done;
 	k->arg = arg;
@@ -733,13 +869,16 @@ int rpc_lookup_start(const char *peer, const char *name, rpc_done_fn done, void 
 				       .len = sizeof(k->out.req)};
 	snprintf(k->out.req.name, sizeof(k->out.req.name), "%s", name);
 	snprintf(k->peer, sizeof(k->peer), "%s", peer);
-	/* Connecting: wait until writable. Connected (loopback may be at
-	 * once): wait for the challenge. Either way `done` never runs inside
-	 * this call. */
-	if (ev_add(rpc.epfd, &k->ev, rc ? EPOLLOUT : EPOLLIN, "a peer RPC lookup")) {
-		close(fd);
+	/* A literal address costs nothing; a name is resolved without
+	 * waiting, and the deadline counts from now. */
+	sa.sin_port = htons((uint16_t)atoi(port));
+	if (inet_pton(AF_INET, host, &sa.sin_addr) == 1)
+		rc = call_connect(k, &sa);
+	else
+		rc = call_resolve(k, host, port);
+	if (rc) {
 		free(k);
-		return -EHOSTUNREACH;
+		return rc;
 	}
 	k->next = rpc.calls;
 	if (rpc.calls)
@@ -753,7 +892,18 @@ int rpc_lookup_start(const char *peer, const char *name, rpc_done_fn done, void 
 
 void rpc_start(int epfd)
 {
+	int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+
 	rpc.epfd = epfd;
+	/* Never closed: a resolution glibc still runs at exit may write it. */
+	if (fd < 0) {
+		log_warn("peer RPC: eventfd: %s; peers given by host name are unreachable",
+			 strerror(errno));
+		return;
+	}
+	rpc.gai_ev = (struct ev_handler){.fd = fd, .on_event = on_gai_event};
+	if (ev_add(epfd, &rpc.gai_ev, EPOLLIN, "the peer RPC resolver"))
+		rpc.gai_ev.fd = -1; /* leaks the eventfd: nothing else may write */
 }
 
 int rpc_timeout_ms(void)

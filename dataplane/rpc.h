@@ -103,13 +103,19 @@ int rpc_reply_check(const struct dp_rpc_hdr *h, const struct dp_rpc_lookup_reply
  * -EBADMSG, -ECANCELED (rpc_shutdown) or the peer's status. Or at once:
  * -EINVAL (not host:port), -EHOSTUNREACH, -EAGAIN (RPC_MAX_CALLS in
  * flight), -ENOMEM. A host that is a literal IPv4 address costs nothing;
- * a name is resolved with getaddrinfo() on the calling thread.
+ * a name is resolved without waiting (getaddrinfo_a(), within the same
+ * deadline: -EHOSTUNREACH when it does not resolve), and when it names
+ * this service (an address of this host, with our RPC port) `done` gets
+ * RPC_LOOKUP_SELF instead of a reply: the caller resolves locally.
  */
+#define RPC_LOOKUP_SELF 1
 typedef void (*rpc_done_fn)(void *arg, int rc, const struct dp_rpc_lookup_reply *r);
 int rpc_lookup_start(const char *peer, const char *name, rpc_done_fn done, void *arg);
 
 /* True when `peer` names this service: its server name, or its RPC port
- * on a loopback address, 0.0.0.0 or an address of this host. */
+ * on a loopback address, 0.0.0.0 or an address of this host given as a
+ * literal IPv4 address (a host name is never resolved here: see
+ * RPC_LOOKUP_SELF). */
 bool rpc_is_self(const char *peer);
 
 #endif /* DP_RPC_H */
