@@ -1,4 +1,4 @@
-/* directory_hung.c - the control thread never waits on Redis (issue 15): while Redis hangs (SIGSTOP, after it was up) or a silent listener stands in for it (accepts, never answers), a bystander's local control calls (dp_connect, dp_alloc, dp_free, an open and close of a local export) stay fast, while exports and lookups that need the directory get -ETIMEDOUT / -EHOSTUNREACH within the documented time; and the directory works again when Redis answers. */
+/* directory_hung.c - the control thread never waits on Redis (issue 15): while Redis hangs (SIGSTOP, after it was up) or a silent listener stands in for it (accepts, never answers), a bystander's local control calls (dp_connect, dp_alloc, dp_free, an open and close of a local export) stay fast, while exports and lookups that need the directory get -ETIMEDOUT / -EHOSTUNREACH within the documented time; and the directory works again when Redis answers; an export whose client dies while Redis is slow to answer is withdrawn once published. */
 #include <criterion/criterion.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -181,5 +181,63 @@ Test(directory_hung, silent_redis_does_not_delay_bystanders)
 	bystander_check(&b, "Redis is a silent listener");
 	ctl_bystander_free(&b);
 	close(lfd);
+	cr_assert_eq(svc_stop(&fab_svc[0]), 0);
+}
+
+/* An export waits for Redis; its client dies meanwhile; Redis answers:
+ * the record it published is withdrawn at once, and the name is free. */
+Test(directory_hung, client_gone_before_its_publish_is_answered)
+{
+	struct dp_client *c;
+	long hset0, del0;
+	uint8_t *mem;
+	uint64_t t0;
+	pid_t pid;
+	int p[2];
+	char go;
+
+	dir_redis_start(&dir_redis, 0, NULL);
+	/* TTL 10 s: no heartbeat meets the stopped Redis in this test. */
+	dir_svc_start(0, dir_redis.url, 10, NULL);
+	hset0 = dir_calls(&dir_redis, "hset");
+	del0 = dir_calls(&dir_redis, "del");
+	cr_assert_eq(pipe(p), 0);
+	kill(dir_redis.pid, SIGSTOP);
+	wait_stopped(dir_redis.pid);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (!pid) {
+		struct dp_client *cc = NULL;
+		void *m;
+		int reg;
+
+		if (dp_connect(fab_svc[0].sock, "orphan", &cc) ||
+		    (reg = dp_alloc(cc, 1 << 20, 0, &m)) < 0)
+			_exit(1);
+		(void)!write(p[1], "g", 1);
+		dp_segment_export(cc, reg, "orphan", DP_ACCESS_READ);
+		_exit(0);
+	}
+	close(p[1]);
+	cr_assert_eq(read(p[0], &go, 1), 1, "the child did not get to its export");
+	close(p[0]);
+	sleep_ms(100); /* its EXPORT is with the directory thread now */
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	sleep_ms(100);
+	kill(dir_redis.pid, SIGCONT); /* before the 500 ms timeout: published */
+
+	t0 = now_ns();
+	while (dir_calls(&dir_redis, "del") == del0) {
+		cr_assert_lt(dir_ms_since(t0), 5000, "the orphan's record was not withdrawn");
+		sleep_ms(20);
+	}
+	cr_assert_gt(dir_calls(&dir_redis, "hset"), hset0, "the export was never published");
+	cr_assert_eq(dir_int(&dir_redis, "EXISTS %s", DIR_KEY("orphan")), 0);
+	/* Nothing left of it here: the name is free for another client. */
+	c = connect_client(&fab_svc[0], "heir");
+	export_segment(c, alloc_region(c, 4096, &mem), "orphan", DP_ACCESS_READ);
+	cr_assert_eq(dir_int(&dir_redis, "EXISTS %s", DIR_KEY("orphan")), 1);
+	dp_close(c);
 	cr_assert_eq(svc_stop(&fab_svc[0]), 0);
 }
