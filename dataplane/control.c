@@ -528,14 +528,6 @@ out_fd:
 	return rc;
 }
 
-static int on_segment_unexport(struct client *c, struct msg_in *m, struct msg_out *o)
-{
-	const struct dp_msg_segment_name *req = m->payload;
-
-	(void)o;
-	return export_remove(c, req->name);
-}
-
 /* A handle on `s` for `c` with `access`, and the open's reply. */
 static int segment_grant(struct client *c, struct segment *s, unsigned access, struct msg_out *o)
 {
@@ -566,13 +558,14 @@ static int segment_grant(struct client *c, struct segment *s, unsigned access, s
 
 /*
  * A control call answered later (segments.h SEGMENT_PENDING): a
- * SEGMENT_OPEN waiting for a peer's or the directory's answer, or a
- * SEGMENT_EXPORT waiting for the directory's publish. The handler returns
+ * SEGMENT_OPEN waiting for a peer's or the directory's answer, a
+ * SEGMENT_EXPORT waiting for the directory's publish, or a SEGMENT_UNEXPORT
+ * for the withdrawal of its record. The handler returns
  * CTL_PENDING (no reply now) and on_call_done() replies from the loop. It
  * holds a reference on its client, whose connection may close meanwhile:
  * the answer then goes nowhere (and an export made meanwhile goes again).
  * One per client (libclient makes one control call at a time): a client
- * cannot pile up lookups or publishes.
+ * cannot pile up lookups, publishes or withdrawals.
  */
 struct ctl_wait {
 	struct client *c;
@@ -639,7 +632,7 @@ static int export_done(struct client *c, int rc, struct segment *s)
 	reg = atomic_load_explicit(&c->regions[s->region->id], memory_order_relaxed);
 	if (client_connected(c) && reg == s->region)
 		return 0;
-	export_remove(c, s->name);
+	export_remove(c, s->name, NULL, NULL);
 	return -EBADF;
 }
 
@@ -658,7 +651,7 @@ static void on_call_done(void *arg, int rc, struct segment *s)
 	o.hang_up = false;
 	if (w->hdr.type == DP_MSG_SEGMENT_EXPORT)
 		rc = export_done(w->c, rc, s);
-	else if (!rc && client_connected(w->c))
+	else if (w->hdr.type == DP_MSG_SEGMENT_OPEN && !rc && client_connected(w->c))
 		rc = segment_grant(w->c, s, w->access, &o);
 	if (client_connected(w->c))
 		reply(w->c, &w->hdr, rc, &o);
@@ -683,6 +676,21 @@ static int on_segment_export(struct client *c, struct msg_in *m, struct msg_out 
 	/* Answered by on_call_done() when the directory has the record. */
 	rc = export_add(c, reg, req->name, req->access, on_call_done, w);
 	return wait_pending(w, rc);
+}
+
+static int on_segment_unexport(struct client *c, struct msg_in *m, struct msg_out *o)
+{
+	const struct dp_msg_segment_name *req = m->payload;
+	struct ctl_wait *w;
+	int rc;
+
+	(void)o;
+	w = wait_new(c, m, 0, &rc);
+	if (!w)
+		return rc;
+	/* Answered by on_call_done() once the record is gone, if it had one:
+	 * a name unexported is found by no one when the call returns. */
+	return wait_pending(w, export_remove(c, req->name, on_call_done, w));
 }
 
 static int on_segment_open(struct client *c, struct msg_in *m, struct msg_out *o)

@@ -147,7 +147,8 @@ struct dir_req {
 	struct dir_record rec; /* REQ_PUBLISH: the record to publish */
 	int rc;		       /* the answer */
 	struct dp_rpc_lookup_reply reply;
-	bool kill; /* REQ_INVALIDATE */
+	bool kill;   /* REQ_INVALIDATE */
+	bool answer; /* REQ_WITHDRAW: answered (done) */
 	/* The control thread's alone: */
 	directory_done_fn done;
 	void *arg;
@@ -1162,7 +1163,10 @@ static void on_request_event(struct ev_handler *h, uint32_t events)
 			break;
 		case REQ_WITHDRAW:
 			do_withdraw(q->name);
-			free(q);
+			if (q->answer)
+				queue_put(&answers, q);
+			else
+				free(q);
 			break;
 		default: /* REQ_STOP (static), the last one */
 			dir.stop = true;
@@ -1329,7 +1333,7 @@ void directory_cancel(void)
 		q->cancelled = true;
 		/* Published meanwhile, or later: withdrawn after it. */
 		if (q->type == REQ_PUBLISH)
-			directory_withdraw(q->name);
+			directory_withdraw(q->name, NULL, NULL);
 		q->done(q->arg, -ECANCELED, NULL);
 	}
 }
@@ -1398,20 +1402,24 @@ int directory_publish(const struct segment *s, directory_done_fn done, void *arg
 	return DIRECTORY_PENDING;
 }
 
-void directory_withdraw(const char *name)
+int directory_withdraw(const char *name, directory_done_fn done, void *arg)
 {
 	struct dir_req *q;
 
 	if (!conf.on || !ctlside.running)
-		return;
+		return 0;
 	q = calloc(1, sizeof(*q));
 	if (!q) {
 		log_err("directory: out of memory: the record of '%s' is left to expire", name);
-		return;
+		return 0;
 	}
 	q->type = REQ_WITHDRAW;
 	snprintf(q->name, sizeof(q->name), "%s", name);
+	q->answer = done != NULL;
+	q->done = done;
+	q->arg = arg;
 	ask(q);
+	return done ? DIRECTORY_PENDING : 0;
 }
 
 int directory_lookup(const char *name, directory_done_fn done, void *arg)

@@ -63,8 +63,10 @@ typedef void (*directory_done_fn)(void *arg, int rc, const struct dp_rpc_lookup_
  * (r NULL). */
 int directory_publish(const struct segment *s, directory_done_fn done, void *arg);
 /* Deletes the record of an export that goes, if it is still ours; after
- * any publish of the name asked before (one queue, in order). */
-void directory_withdraw(const char *name);
+ * any publish of the name asked before (one queue, in order). With `done`,
+ * DIRECTORY_PENDING: done(arg, 0, NULL) once deleted (or, Redis
+ * unreachable, kept to delete at reconnect); else 0. */
+int directory_withdraw(const char *name, directory_done_fn done, void *arg);
 /* Looks a name up, validated as an RPC reply is, and watches it for
  * invalidation (subscribed before the record is read, so no invalidation
  * is missed): later 0 with the record, -ENOENT, -EBADMSG a malformed

@@ -13,11 +13,11 @@
  * Client: each lookup is a struct call, a non-blocking connect, send and
  * receive on the same epoll set with its own deadline (DP_RPC_TIMEOUT_MS),
  * which reports through a callback from the loop. A peer given by host name
- * is resolved first with glibc's getaddrinfo_a() (its own threads); its
- * completion writes an eventfd in the epoll set (SIGEV_THREAD, no signal),
- * and the call goes on from there. A resolution glibc is still running when
- * its lookup ends (deadline, shutdown) stays glibc's until it completes,
- * and is freed then.
+ * is resolved first by a thread of its own (detached, one per name being
+ * resolved, at most RPC_MAX_RESOLVING): getaddrinfo(), then the answer on
+ * a list and a write to an eventfd in the epoll set, and the call goes on
+ * from there. A resolution still running when its lookup ends (deadline,
+ * shutdown) is left to finish, and freed then.
  *
  * Deadlines are kept by rpc_sweep(), which the loop runs after every batch
  * with rpc_timeout_ms() as its epoll timeout; objects closed during a batch
@@ -34,6 +34,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -94,15 +95,19 @@ enum call_state { CALL_RESOLVING, CALL_CONNECTING, CALL_CHALLENGE, CALL_SENDING,
 
 struct call;
 
-/* A host name being resolved: glibc's (getaddrinfo_a) until it completes,
+/* A host name being resolved by its thread, until the thread is done,
  * even after its lookup ended (call NULL). */
 struct gai_req {
-	struct gaicb cb;
-	struct addrinfo hints;
 	char host[DP_NAME_MAX];
 	char port[16];
+	int efd; /* written when done */
+	/* The thread's until it puts the request on the done list: */
+	int err;
+	struct addrinfo *res;
+	struct gai_req *done_next;
+	/* The control thread's: */
 	struct call *call;
-	struct gai_req *next;
+	struct gai_req *next; /* rpc.gais */
 };
 
 struct call {
@@ -131,11 +136,16 @@ static struct {
 	/* Closed during this batch: freed by rpc_sweep(). */
 	struct srv_conn *dead_conns;
 	struct call *dead_calls;
-	/* Resolutions glibc has: the eventfd their completions write. */
+	/* Resolutions running (their lookups may have ended), and the
+	 * eventfd their threads write when done. */
 	struct ev_handler gai_ev;
 	struct gai_req *gais;
 	unsigned ngais;
 } rpc = {.epfd = -1, .gai_ev.fd = -1};
+
+/* Resolutions done, from their threads to the control thread. */
+static pthread_mutex_t gai_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct gai_req *gai_done;
 
 int rpc_listen(void)
 {
@@ -526,15 +536,10 @@ static void gai_unlink(struct gai_req *g)
 	rpc.ngais--;
 }
 
-/* Its lookup has ended: freed now if glibc had not started it, else when
- * it completes (on_gai_event). */
+/* Its lookup has ended: freed when its thread is done (on_gai_event). */
 static void gai_abandon(struct gai_req *g)
 {
 	g->call = NULL;
-	if (gai_cancel(&g->cb) == EAI_CANCELED) {
-		gai_unlink(g);
-		free(g);
-	}
 }
 
 static void call_unlink(struct call *k)
@@ -750,44 +755,58 @@ static int call_connect(struct call *k, const struct sockaddr_in *sa)
 	return 0;
 }
 
-/* From a glibc thread: a resolution completed. */
-static void gai_notify(union sigval v)
+/* A resolution's thread: getaddrinfo() may wait seconds on a name server,
+ * here and nowhere else. */
+static void *gai_main(void *arg)
 {
+	struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
+	struct gai_req *g = arg;
 	uint64_t one = 1;
+	int efd = g->efd;
 
-	(void)!write(v.sival_int, &one, sizeof(one));
+	g->err = getaddrinfo(g->host, g->port, &hints, &g->res);
+	pthread_mutex_lock(&gai_lock);
+	g->done_next = gai_done;
+	gai_done = g;
+	pthread_mutex_unlock(&gai_lock);
+	/* `g` is the control thread's from here on. */
+	(void)!write(efd, &one, sizeof(one));
+	return NULL;
 }
 
-/* Starts resolving `host` for `k` (getaddrinfo_a): 0 or -errno. */
+/* Starts resolving `host` for `k`, on a thread: 0 or -errno. */
 static int call_resolve(struct call *k, const char *host, const char *port)
 {
-	struct sigevent sev = {.sigev_notify = SIGEV_THREAD,
-			       .sigev_notify_function = gai_notify,
-			       .sigev_value.sival_int = rpc.gai_ev.fd};
-	struct gaicb *list[1];
+	pthread_attr_t attr;
 	struct gai_req *g;
+	pthread_t t;
+	int rc;
 
 	if (rpc.gai_ev.fd < 0)
 		return -EHOSTUNREACH;
-	/* Resolutions glibc still runs for lookups that ended count too. */
-	if (rpc.ngais >= RPC_MAX_CALLS)
+	/* Resolutions still running for lookups that ended count too. */
+	if (rpc.ngais >= RPC_MAX_RESOLVING)
 		return -EAGAIN;
 	g = calloc(1, sizeof(*g));
 	if (!g)
 		return -ENOMEM;
 	snprintf(g->host, sizeof(g->host), "%s", host);
 	snprintf(g->port, sizeof(g->port), "%s", port);
-	g->hints = (struct addrinfo){.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
-	g->cb = (struct gaicb){.ar_name = g->host, .ar_service = g->port, .ar_request = &g->hints};
+	g->efd = rpc.gai_ev.fd;
 	g->call = k;
-	list[0] = &g->cb;
-	if (getaddrinfo_a(GAI_NOWAIT, list, 1, &sev)) {
-		free(g);
-		return -EHOSTUNREACH;
-	}
+	/* Listed before the thread can finish: on_gai_event unlinks it. */
 	g->next = rpc.gais;
 	rpc.gais = g;
 	rpc.ngais++;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	rc = pthread_create(&t, &attr, gai_main, g);
+	pthread_attr_destroy(&attr);
+	if (rc) {
+		gai_unlink(g);
+		free(g);
+		return -EAGAIN;
+	}
 	k->gai = g;
 	k->state = CALL_RESOLVING;
 	return 0;
@@ -795,18 +814,19 @@ static int call_resolve(struct call *k, const char *host, const char *port)
 
 /* A resolved name goes on to connect; this service's own address and
  * port ends the lookup RPC_LOOKUP_SELF, a failure -EHOSTUNREACH. */
-static void call_resolved(struct call *k, struct gai_req *g, int err)
+static void call_resolved(struct call *k, struct gai_req *g)
 {
 	struct sockaddr_in sa;
 	int rc;
 
 	k->gai = NULL;
-	if (err || !g->cb.ar_result || g->cb.ar_result->ai_family != AF_INET) {
-		log_info("peer RPC: %s: %s", g->host, err ? gai_strerror(err) : "no IPv4 address");
+	if (g->err || !g->res || g->res->ai_family != AF_INET) {
+		log_info("peer RPC: %s: %s", g->host,
+			 g->err ? gai_strerror(g->err) : "no IPv4 address");
 		call_end(k, -EHOSTUNREACH);
 		return;
 	}
-	sa = *(const struct sockaddr_in *)g->cb.ar_result->ai_addr;
+	sa = *(const struct sockaddr_in *)g->res->ai_addr;
 	if (ntohs(sa.sin_port) == cfg.rpc_port && addr_is_ours((const struct sockaddr *)&sa)) {
 		call_end(k, RPC_LOOKUP_SELF);
 		return;
@@ -816,29 +836,25 @@ static void call_resolved(struct call *k, struct gai_req *g, int err)
 		call_end(k, rc);
 }
 
-/* Resolutions completed: each goes to its lookup, if it still has one. */
+/* Resolutions done: each goes to its lookup, if it still has one. */
 static void on_gai_event(struct ev_handler *h, uint32_t events)
 {
-	struct gai_req *g, *next, *done = NULL;
+	struct gai_req *g, *next;
 	uint64_t n;
 
 	(void)events;
 	(void)!read(h->fd, &n, sizeof(n));
-	/* Taken off the list first: a lookup's end may start others. */
-	for (g = rpc.gais; g; g = next) {
-		next = g->next;
-		if (gai_error(&g->cb) == EAI_INPROGRESS)
-			continue;
+	pthread_mutex_lock(&gai_lock);
+	g = gai_done;
+	gai_done = NULL;
+	pthread_mutex_unlock(&gai_lock);
+	for (; g; g = next) {
+		next = g->done_next;
 		gai_unlink(g);
-		g->next = done;
-		done = g;
-	}
-	for (g = done; g; g = next) {
-		next = g->next;
 		if (g->call)
-			call_resolved(g->call, g, gai_error(&g->cb));
-		if (g->cb.ar_result)
-			freeaddrinfo(g->cb.ar_result);
+			call_resolved(g->call, g);
+		if (g->res)
+			freeaddrinfo(g->res);
 		free(g);
 	}
 }
@@ -895,7 +911,7 @@ void rpc_start(int epfd)
 	int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 
 	rpc.epfd = epfd;
-	/* Never closed: a resolution glibc still runs at exit may write it. */
+	/* Never closed: a resolution still running at exit may write it. */
 	if (fd < 0) {
 		log_warn("peer RPC: eventfd: %s; peers given by host name are unreachable",
 			 strerror(errno));

@@ -26,6 +26,7 @@
 #define RPC_SERVE_TIMEOUT_MS 500 /* a served connection, accept to reply */
 #define RPC_MAX_CONNS 64	 /* served connections at once; one more evicts the oldest */
 #define RPC_MAX_CALLS 256	 /* lookups in flight; one more fails -EAGAIN */
+#define RPC_MAX_RESOLVING 64	 /* host names being resolved; one more fails -EAGAIN */
 #define DP_RPC_F_VIRT_ADDR 1u	 /* targets are virtual addresses, not offsets */
 
 struct dp_rpc_hdr {
@@ -103,8 +104,9 @@ int rpc_reply_check(const struct dp_rpc_hdr *h, const struct dp_rpc_lookup_reply
  * -EBADMSG, -ECANCELED (rpc_shutdown) or the peer's status. Or at once:
  * -EINVAL (not host:port), -EHOSTUNREACH, -EAGAIN (RPC_MAX_CALLS in
  * flight), -ENOMEM. A host that is a literal IPv4 address costs nothing;
- * a name is resolved without waiting (getaddrinfo_a(), within the same
- * deadline: -EHOSTUNREACH when it does not resolve), and when it names
+ * a name is resolved without waiting (getaddrinfo() on a thread of its
+ * own, within the same deadline: -EHOSTUNREACH when it does not resolve;
+ * -EAGAIN with RPC_MAX_RESOLVING names being resolved), and when it names
  * this service (an address of this host, with our RPC port) `done` gets
  * RPC_LOOKUP_SELF instead of a reply: the caller resolves locally.
  */

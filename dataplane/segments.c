@@ -50,7 +50,6 @@ static void export_kill(struct segment *s)
 		}
 	atomic_store_explicit(&s->dead, 1, memory_order_release);
 	stats_segment_removed();
-	directory_withdraw(s->name);
 }
 
 static void export_release(struct segment *s)
@@ -151,17 +150,50 @@ int export_add(struct client *owner, struct region *reg, const char *name, unsig
 	return 0;
 }
 
-int export_remove(struct client *c, const char *name)
+/* An unexport waiting for its record's withdrawal (or the directory's
+ * failure to: the record is then deleted at reconnect or expires). */
+struct pending_unexport {
+	segment_resolved_fn fn;
+	void *arg;
+};
+
+static void unexport_withdrawn(void *arg, int rc, const struct dp_rpc_lookup_reply *r)
+{
+	struct pending_unexport *p = arg;
+
+	(void)rc; /* unexported here, whatever the directory said */
+	(void)r;
+	p->fn(p->arg, 0, NULL);
+	free(p);
+}
+
+int export_remove(struct client *c, const char *name, segment_resolved_fn fn, void *arg)
 {
 	struct segment *s = export_find(name);
+	struct pending_unexport *p = NULL;
+	int rc;
 
 	if (!s)
 		return -ENOENT;
 	if (s->owner != c)
 		return -EPERM;
+	if (fn) {
+		p = malloc(sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		p->fn = fn;
+		p->arg = arg;
+	}
 	export_kill(s);
+	/* Answered once the record is gone (an export the fabric does not
+	 * reach has none). */
+	rc = s->eng[ENGINE_fabric] ? directory_withdraw(s->name, p ? unexport_withdrawn : NULL, p)
+				   : 0;
 	qsbr_synchronize();
 	export_release(s);
+	if (rc == DIRECTORY_PENDING)
+		return SEGMENT_PENDING;
+	free(p);
 	return 0;
 }
 
@@ -173,6 +205,8 @@ struct segment *exports_kill(const struct client *owner, const struct region *re
 		next = s->next;
 		if ((owner && s->owner == owner) || (reg && s->region == reg)) {
 			export_kill(s);
+			if (s->eng[ENGINE_fabric])
+				directory_withdraw(s->name, NULL, NULL);
 			s->next = dead;
 			dead = s;
 		}

@@ -42,8 +42,11 @@ int export_add(struct client *owner, struct region *reg, const char *name, unsig
 	       segment_resolved_fn fn, void *arg);
 
 /* Unexports `name` for client `c` (kill, grace period, release): 0,
- * -ENOENT, or -EPERM (another client's export). */
-int export_remove(struct client *c, const char *name);
+ * -ENOENT, or -EPERM (another client's export). With `fn`, and a record in
+ * the cluster directory, SEGMENT_PENDING: fn(arg, 0, NULL) is called from
+ * the loop once the directory thread has deleted the record (or, unreachable,
+ * kept it to delete at reconnect), or with -ECANCELED at shutdown. */
+int export_remove(struct client *c, const char *name, segment_resolved_fn fn, void *arg);
 
 /* Unlinks and marks dead every export of `owner` (when not NULL) or of
  * region `reg` (when not NULL); returns them as a list for

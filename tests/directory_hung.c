@@ -199,6 +199,14 @@ Test(directory_hung, client_gone_before_its_publish_is_answered)
 	dir_redis_start(&dir_redis, 0, NULL);
 	/* TTL 10 s: no heartbeat meets the stopped Redis in this test. */
 	dir_svc_start(0, dir_redis.url, 10, NULL);
+	/* A first export: the directory is up (the service may accept
+	 * connections before its first handshake is through). */
+	c = connect_client(&fab_svc[0], "heir");
+	t0 = now_ns();
+	while (dp_segment_export(c, alloc_region(c, 4096, &mem), "warm", DP_ACCESS_READ)) {
+		cr_assert_lt(dir_ms_since(t0), 10000, "the directory never came up");
+		sleep_ms(50);
+	}
 	hset0 = dir_calls(&dir_redis, "hset");
 	del0 = dir_calls(&dir_redis, "del");
 	cr_assert_eq(pipe(p), 0);
@@ -235,7 +243,6 @@ Test(directory_hung, client_gone_before_its_publish_is_answered)
 	cr_assert_gt(dir_calls(&dir_redis, "hset"), hset0, "the export was never published");
 	cr_assert_eq(dir_int(&dir_redis, "EXISTS %s", DIR_KEY("orphan")), 0);
 	/* Nothing left of it here: the name is free for another client. */
-	c = connect_client(&fab_svc[0], "heir");
 	export_segment(c, alloc_region(c, 4096, &mem), "orphan", DP_ACCESS_READ);
 	cr_assert_eq(dir_int(&dir_redis, "EXISTS %s", DIR_KEY("orphan")), 1);
 	dp_close(c);
