@@ -50,7 +50,7 @@
 /* Refused connections that wait for their HELLO, to be told why (at most
  * --hello-timeout-ms each); beyond this many the service hangs up at once. */
 #define MAX_REFUSING 64
-/* A handler's return for "the reply comes later" (on_segment_open). */
+/* A handler's return for "the reply comes later" (struct ctl_wait). */
 #define CTL_PENDING 1
 
 /* A client's connection: its socket's handler in the epoll set. */
@@ -530,26 +530,6 @@ out_fd:
 	return rc;
 }
 
-static int on_segment_export(struct client *c, struct msg_in *m, struct msg_out *o)
-{
-	const struct dp_msg_segment_export *req = m->payload;
-	struct region *reg;
-
-	(void)o;
-	reg = atomic_load_explicit(&c->regions[req->region], memory_order_relaxed);
-	if (!reg)
-		return -EBADF;
-	return export_add(c, reg, req->name, req->access);
-}
-
-static int on_segment_unexport(struct client *c, struct msg_in *m, struct msg_out *o)
-{
-	const struct dp_msg_segment_name *req = m->payload;
-
-	(void)o;
-	return export_remove(c, req->name);
-}
-
 /* A handle on `s` for `c` with `access`, and the open's reply. */
 static int segment_grant(struct client *c, struct segment *s, unsigned access, struct msg_out *o)
 {
@@ -578,17 +558,25 @@ static int segment_grant(struct client *c, struct segment *s, unsigned access, s
 	return reply_with(o, &r, sizeof(r), 0);
 }
 
-/* An open waiting for a peer's answer (segments.h SEGMENT_PENDING). It
+/*
+ * A control call answered later (segments.h SEGMENT_PENDING): a
+ * SEGMENT_OPEN waiting for a peer's or the directory's answer, a
+ * SEGMENT_EXPORT waiting for the directory's publish, or a SEGMENT_UNEXPORT
+ * for the withdrawal of its record. The handler returns
+ * CTL_PENDING (no reply now) and on_call_done() replies from the loop. It
  * holds a reference on its client, whose connection may close meanwhile:
- * the answer then goes nowhere. */
-struct open_wait {
+ * the answer then goes nowhere (and an export made meanwhile goes again).
+ * One per client (libclient makes one control call at a time): a client
+ * cannot pile up lookups, publishes or withdrawals.
+ */
+struct ctl_wait {
 	struct client *c;
 	struct dp_msg_hdr hdr; /* the request's, for the reply's type and seq */
-	unsigned access;
-	struct open_wait *next;
+	unsigned access;       /* SEGMENT_OPEN's */
+	struct ctl_wait *next;
 };
 
-static struct open_wait *open_waits;
+static struct ctl_wait *waits;
 
 static bool client_connected(const struct client *c)
 {
@@ -598,58 +586,129 @@ static bool client_connected(const struct client *c)
 	return false;
 }
 
-static void on_segment_resolved(void *arg, int rc, struct segment *s)
+/* A wait for `c`'s request `m`, not listed yet; NULL with *rc -EBUSY
+ * (another call of the client waits) or -ENOMEM. */
+static struct ctl_wait *wait_new(struct client *c, const struct msg_in *m, unsigned access, int *rc)
 {
-	struct open_wait *w = arg;
+	struct ctl_wait *w;
+
+	for (w = waits; w; w = w->next)
+		if (w->c == c) {
+			*rc = -EBUSY;
+			return NULL;
+		}
+	w = calloc(1, sizeof(*w));
+	if (!w) {
+		*rc = -ENOMEM;
+		return NULL;
+	}
+	w->c = c;
+	w->hdr = m->hdr;
+	w->access = access;
+	atomic_fetch_add(&c->refs, 1);
+	return w;
+}
+
+/* After the segment call: listed (CTL_PENDING) or freed (its status). */
+static int wait_pending(struct ctl_wait *w, int rc)
+{
+	if (rc == SEGMENT_PENDING) {
+		w->next = waits;
+		waits = w;
+		return CTL_PENDING;
+	}
+	client_put(w->c);
+	free(w);
+	return rc;
+}
+
+/* An export's answer: the export stays only if its client is still there
+ * with the region (a client that sends without waiting may have freed it
+ * meanwhile). */
+static int export_done(struct client *c, int rc, struct segment *s)
+{
+	struct region *reg;
+
+	if (rc)
+		return rc;
+	reg = atomic_load_explicit(&c->regions[s->region->id], memory_order_relaxed);
+	if (client_connected(c) && reg == s->region)
+		return 0;
+	export_remove(c, s->name, NULL, NULL);
+	return -EBADF;
+}
+
+static void on_call_done(void *arg, int rc, struct segment *s)
+{
+	struct ctl_wait *w = arg;
 	struct msg_out o;
 
-	for (struct open_wait **pp = &open_waits; *pp; pp = &(*pp)->next)
+	for (struct ctl_wait **pp = &waits; *pp; pp = &(*pp)->next)
 		if (*pp == w) {
 			*pp = w->next;
 			break;
 		}
-	if (client_connected(w->c)) {
-		o.len = 0;
-		o.nfds = 0;
-		o.hang_up = false;
-		if (!rc)
-			rc = segment_grant(w->c, s, w->access, &o);
+	o.len = 0;
+	o.nfds = 0;
+	o.hang_up = false;
+	if (w->hdr.type == DP_MSG_SEGMENT_EXPORT)
+		rc = export_done(w->c, rc, s);
+	else if (w->hdr.type == DP_MSG_SEGMENT_OPEN && !rc && client_connected(w->c))
+		rc = segment_grant(w->c, s, w->access, &o);
+	if (client_connected(w->c))
 		reply(w->c, &w->hdr, rc, &o);
-	}
 	client_put(w->c);
 	free(w);
+}
+
+static int on_segment_export(struct client *c, struct msg_in *m, struct msg_out *o)
+{
+	const struct dp_msg_segment_export *req = m->payload;
+	struct ctl_wait *w;
+	struct region *reg;
+	int rc;
+
+	(void)o;
+	reg = atomic_load_explicit(&c->regions[req->region], memory_order_relaxed);
+	if (!reg)
+		return -EBADF;
+	w = wait_new(c, m, 0, &rc);
+	if (!w)
+		return rc;
+	/* Answered by on_call_done() when the directory has the record. */
+	rc = export_add(c, reg, req->name, req->access, on_call_done, w);
+	return wait_pending(w, rc);
+}
+
+static int on_segment_unexport(struct client *c, struct msg_in *m, struct msg_out *o)
+{
+	const struct dp_msg_segment_name *req = m->payload;
+	struct ctl_wait *w;
+	int rc;
+
+	(void)o;
+	w = wait_new(c, m, 0, &rc);
+	if (!w)
+		return rc;
+	/* Answered by on_call_done() once the record is gone, if it had one:
+	 * a name unexported is found by no one when the call returns. */
+	return wait_pending(w, export_remove(c, req->name, on_call_done, w));
 }
 
 static int on_segment_open(struct client *c, struct msg_in *m, struct msg_out *o)
 {
 	const struct dp_msg_segment_open *req = m->payload;
-	struct open_wait *w;
+	struct ctl_wait *w;
 	struct segment *s;
 	int rc;
 
-	/* One open in flight per client (libclient makes one control call
-	 * at a time): a client cannot pile up lookups. */
-	for (w = open_waits; w; w = w->next)
-		if (w->c == c)
-			return -EBUSY;
-	w = calloc(1, sizeof(*w));
+	w = wait_new(c, m, req->access, &rc);
 	if (!w)
-		return -ENOMEM;
-	w->c = c;
-	w->hdr = m->hdr;
-	w->access = req->access;
-	atomic_fetch_add(&c->refs, 1);
+		return rc;
 	/* Whatever a peer or the directory answered (-EBADMSG too) is the
-	 * status: only the message checks make strikes. */
-	rc = segment_resolve(req->peer, req->name, &s, on_segment_resolved, w);
-	if (rc == SEGMENT_PENDING) {
-		/* Answered by on_segment_resolved(), from the loop. */
-		w->next = open_waits;
-		open_waits = w;
-		return CTL_PENDING;
-	}
-	client_put(c);
-	free(w);
+	 * status: only the message checks make strikes. Answered by
+	 * on_call_done() from the loop when pending. */
+	rc = wait_pending(w, segment_resolve(req->peer, req->name, &s, on_call_done, w));
 	if (rc)
 		return rc;
 	return segment_grant(c, s, req->access, o);

@@ -2,9 +2,20 @@
 /*
  * directory.c - segment records in Redis (directory.h, docs/cluster.md).
  *
+ * One thread of its own, the directory thread, owns everything below: the
+ * connections, the records and the watches, with an epoll set of its own
+ * (event.h handlers: its timer, its sockets, and the eventfd of its request
+ * queue). The control thread never waits on Redis: directory_publish(),
+ * directory_lookup() and directory_withdraw() put a request on that queue
+ * and return; the answers (and invalidations) come back, in the order the
+ * thread produced them, on a second queue whose eventfd is in the control
+ * loop, and are handed to their callbacks there (on_done_event). While the
+ * thread is not connected (`up` false), exports and lookups fail at once.
+ * A request waits behind the one in progress, at most one command timeout.
+ *
  * Two connections. `cmd` carries commands, each synchronous with a 500 ms
  * timeout (several at once are pipelined). `sub` is in subscribe mode and
- * is read from the control thread's epoll loop: it carries invalidations of
+ * is read from the directory thread's epoll loop: it carries invalidations of
  * the names this service looked up, on two channels per name: one the
  * owner publishes to when it deletes or replaces a record, and the key's
  * keyspace channel, on which Redis reports the record's expiry (when
@@ -31,11 +42,13 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <time.h>
@@ -121,9 +134,61 @@ static struct {
 	char keyspace_prefix[64]; /* "__keyspace@<db>__:dataplane:seg:" */
 } conf = {.ttl_s = DP_DIRECTORY_TTL_S};
 
+/*
+ * A request to the directory thread, and its answer on the way back: one
+ * object, handed over whole with each queue. An invalidation is an answer
+ * nobody asked for (REQ_INVALIDATE, name "" for "everything").
+ */
+enum req_type { REQ_PUBLISH, REQ_WITHDRAW, REQ_LOOKUP, REQ_STOP, REQ_INVALIDATE };
+
+struct dir_req {
+	enum req_type type;
+	char name[DP_NAME_MAX];
+	struct dir_record rec; /* REQ_PUBLISH: the record to publish */
+	int rc;		       /* the answer */
+	struct dp_rpc_lookup_reply reply;
+	bool kill;   /* REQ_INVALIDATE */
+	bool answer; /* REQ_WITHDRAW: answered (done) */
+	/* The control thread's alone: */
+	directory_done_fn done;
+	void *arg;
+	bool cancelled;
+	struct dir_req *next;	       /* in a queue */
+	struct dir_req *oprev, *onext; /* in the control thread's list of those in flight */
+};
+
+/* A queue between the threads: FIFO, a mutex, an eventfd for the reader. */
+struct req_queue {
+	pthread_mutex_t lock;
+	struct dir_req *head, **tail;
+	int efd;
+};
+
+/* What the control thread keeps: the answers' queue is read in its loop. */
+static struct {
+	int epfd;
+	struct ev_handler done_ev; /* fd: answers.efd */
+	struct dir_req *inflight;  /* asked, not answered yet */
+	pthread_t thread;
+	bool running;
+	directory_invalidate_fn invalidate;
+} ctlside = {.epfd = -1, .done_ev.fd = -1};
+
+static struct req_queue requests = {PTHREAD_MUTEX_INITIALIZER, NULL, &requests.head, -1};
+static struct req_queue answers = {PTHREAD_MUTEX_INITIALIZER, NULL, &answers.head, -1};
+static struct dir_req stop_req = {.type = REQ_STOP};
+
+/* Connected: the one thing the control thread reads of the thread's state
+ * (to fail exports and lookups at once while it is not). */
+static atomic_bool dir_up;
+
+/* The directory thread's: */
 static struct {
 	enum dir_state state;
-	int epfd;
+	int epfd;		  /* its own epoll set */
+	struct ev_handler req_ev; /* fd: requests.efd */
+	bool stop;
+	bool first_done;	   /* the first connection attempt ended (UP or DOWN) */
 	struct ev_handler timer;   /* the timerfd */
 	struct ev_handler sock[2]; /* CONNECTING: the sockets; UP: the contexts' */
 	bool connected[2];
@@ -133,12 +198,62 @@ static struct {
 	bool quiet; /* this outage was logged */
 	bool expiry_events;
 	char sha[NSCRIPTS][48];
-	directory_invalidate_fn invalidate;
 	struct own_rec *own, *graves;
 	struct watch *watches;
 	uint64_t last_gen;
 	unsigned seed;
-} dir = {.timer.fd = -1, .sock = {{.fd = -1}, {.fd = -1}}};
+} dir = {.epfd = -1, .req_ev.fd = -1, .timer.fd = -1, .sock = {{.fd = -1}, {.fd = -1}}};
+
+/* The first connection attempt, for directory_start() to wait on. */
+static pthread_mutex_t first_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t first_cond = PTHREAD_COND_INITIALIZER;
+
+/* ---- the queues ---- */
+
+static void queue_put(struct req_queue *q, struct dir_req *r)
+{
+	uint64_t one = 1;
+
+	r->next = NULL;
+	pthread_mutex_lock(&q->lock);
+	*q->tail = r;
+	q->tail = &r->next;
+	pthread_mutex_unlock(&q->lock);
+	/* Cannot block: an eventfd counter is far from overflowing. */
+	(void)!write(q->efd, &one, sizeof(one));
+}
+
+/* Everything queued, oldest first. */
+static struct dir_req *queue_take(struct req_queue *q)
+{
+	struct dir_req *all;
+	uint64_t n;
+
+	(void)!read(q->efd, &n, sizeof(n));
+	pthread_mutex_lock(&q->lock);
+	all = q->head;
+	q->head = NULL;
+	q->tail = &q->head;
+	pthread_mutex_unlock(&q->lock);
+	return all;
+}
+
+/* From the directory thread: a name's record is gone or replaced (kill),
+ * or everything may have changed (name NULL, a reconnect). */
+static void post_invalidate(const char *name, bool kill)
+{
+	struct dir_req *r = calloc(1, sizeof(*r));
+
+	if (!r) {
+		log_err("directory: out of memory: an invalidation of '%s' is lost",
+			name ? name : "(all)");
+		return;
+	}
+	r->type = REQ_INVALIDATE;
+	snprintf(r->name, sizeof(r->name), "%s", name ? name : "");
+	r->kill = kill;
+	queue_put(&answers, r);
+}
 
 /* ---- configuration ---- */
 
@@ -323,6 +438,7 @@ static void conn_down(const char *why)
 	dir.quiet = true;
 	conn_close();
 	dir.state = DIR_DOWN;
+	atomic_store(&dir_up, false);
 	/* Jitter: a fleet that lost its Redis does not come back in step. */
 	dir.due_ms = dp_now_ms() + b / 2 + (unsigned)rand_r(&dir.seed) % (b / 2 + 1);
 	dir.backoff_ms = b * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : b * 2;
@@ -664,14 +780,14 @@ static void handshake(void)
 	if (!dir.ctx[CMD])
 		return;
 	dir.state = DIR_UP;
+	atomic_store(&dir_up, true);
 	dir.backoff_ms = BACKOFF_MIN_MS;
 	dir.quiet = false;
 	log_info("directory %s: connected%s", conf.shown,
 		 dir.expiry_events ? ""
 				   : " (keyspace notifications could not be enabled: records that "
 				     "expire are noticed by the next failed transfer)");
-	if (dir.invalidate)
-		dir.invalidate(NULL, false);
+	post_invalidate(NULL, false);
 	bury_graves();
 	if (dir.state != DIR_UP || republish())
 		return;
@@ -774,8 +890,7 @@ static void dispatch(const redisReply *r)
 	log_info("directory: record of '%s' %s; segments opened by that name are dropped", name,
 		 ev);
 	unwatch(name);
-	if (dir.invalidate)
-		dir.invalidate(name, true);
+	post_invalidate(name, true);
 }
 
 /* Dispatches the replies `sub` has already read. */
@@ -842,86 +957,11 @@ static int watch(const char *name)
 	return dir.state == DIR_UP ? 0 : -EHOSTUNREACH;
 }
 
-/* ---- the interface ---- */
+/* ---- the directory thread ---- */
 
 static void on_timer_event(struct ev_handler *h, uint32_t events);
 static void on_sock_event(struct ev_handler *h, uint32_t events);
-
-int directory_start(int epfd, directory_invalidate_fn invalidate)
-{
-	int rc;
-
-	if (!conf.on)
-		return 0;
-	dir.epfd = epfd;
-	dir.invalidate = invalidate;
-	dir.backoff_ms = BACKOFF_MIN_MS;
-	dir.seed = (unsigned)getpid() ^ (unsigned)dp_now_ms();
-	dir.timer.fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-	if (dir.timer.fd < 0)
-		return -errno;
-	dir.timer.on_event = on_timer_event;
-	dir.sock[CMD].on_event = on_sock_event;
-	dir.sock[SUB].on_event = on_sock_event;
-	rc = ev_add(epfd, &dir.timer, EPOLLIN, "the directory's timer");
-	if (rc) {
-		close(dir.timer.fd);
-		dir.timer.fd = -1;
-		return rc;
-	}
-	log_info("directory %s: records \"%s<name>\", TTL %u s, refreshed every %u ms", conf.shown,
-		 KEY_PREFIX, conf.ttl_s, conf.ttl_s * 1000u / 3);
-	conn_start();
-	/* The first connection is waited for here, before any client is
-	 * served, so that an export right after start-up finds it up. */
-	while (dir.state == DIR_CONNECTING) {
-		struct pollfd pfd[2];
-		int map[2], n = 0, k;
-		uint64_t now = dp_now_ms();
-
-		for (int i = 0; i < 2; i++)
-			if (!dir.connected[i]) {
-				pfd[n] = (struct pollfd){.fd = dir.sock[i].fd, .events = POLLOUT};
-				map[n++] = i;
-			}
-		k = now < dir.due_ms ? poll(pfd, (nfds_t)n, (int)(dir.due_ms - now)) : 0;
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0) {
-			conn_down("connect timed out");
-			break;
-		}
-		for (int j = 0; j < n && dir.state == DIR_CONNECTING; j++)
-			if (pfd[j].revents)
-				connect_done(map[j], pfd[j].revents);
-	}
-	return 0;
-}
-
-void directory_stop(void)
-{
-	if (!conf.on)
-		return;
-	/* Normally empty: the exports were withdrawn with their clients. */
-	while (dir.own) {
-		struct own_rec *o = dir.own;
-
-		dir.own = o->next;
-		free(o);
-	}
-	while (dir.graves) {
-		struct own_rec *o = dir.graves;
-
-		dir.graves = o->next;
-		free(o);
-	}
-	conn_close();
-	if (dir.timer.fd >= 0) {
-		ev_del(dir.epfd, &dir.timer, "the directory's timer");
-		close(dir.timer.fd);
-		dir.timer.fd = -1;
-	}
-}
+static void on_request_event(struct ev_handler *h, uint32_t events);
 
 /* The timer: the next connect attempt, a connect that took too long, or
  * the heartbeat. */
@@ -984,20 +1024,18 @@ static void on_sock_event(struct ev_handler *h, uint32_t events)
 	}
 }
 
-int directory_publish(const struct segment *s)
+static int do_publish(struct dir_req *q)
 {
 	struct own_rec *o;
 	uint64_t gen;
 	int rc;
 
-	if (!conf.on || !s->eng[ENGINE_fabric])
-		return 0;
 	if (dir.state != DIR_UP)
 		return -EHOSTUNREACH;
 	o = calloc(1, sizeof(*o));
 	if (!o)
 		return -ENOMEM;
-	snprintf(o->name, sizeof(o->name), "%s", s->name);
+	snprintf(o->name, sizeof(o->name), "%s", q->name);
 	/* The export's generation: microseconds since the epoch, rising
 	 * within this process, so that a restarted service (same server
 	 * name) replaces its old records visibly. */
@@ -1006,15 +1044,9 @@ int directory_publish(const struct segment *s)
 		gen = dir.last_gen + 1;
 	dir.last_gen = gen;
 	snprintf(o->gen, sizeof(o->gen), "%llu", (unsigned long long)gen);
-	o->rec.h = (struct dp_rpc_hdr){.magic = DP_RPC_MAGIC,
-				       .version = DP_RPC_VERSION,
-				       .type = DP_RPC_LOOKUP | DP_RPC_REPLY,
-				       .len = sizeof(o->rec.r)};
-	rc = rpc_segment_record(s, &o->rec.r);
-	if (!rc) {
-		o->pending = true;
-		rc = pipeline(o, S_PUBLISH);
-	}
+	o->rec = q->rec;
+	o->pending = true;
+	rc = pipeline(o, S_PUBLISH);
 	if (!rc && o->result != 1) {
 		log_info("directory: '%s' is held by another live service", o->name);
 		rc = -EEXIST;
@@ -1029,12 +1061,10 @@ int directory_publish(const struct segment *s)
 	return 0;
 }
 
-void directory_withdraw(const char *name)
+static void do_withdraw(const char *name)
 {
 	struct own_rec **pp, *o;
 
-	if (!conf.on)
-		return;
 	for (pp = &dir.own; (o = *pp); pp = &o->next)
 		if (!strcmp(o->name, name))
 			break;
@@ -1060,7 +1090,7 @@ void directory_withdraw(const char *name)
 	dir.graves = o;
 }
 
-int directory_lookup(const char *name, struct dp_rpc_lookup_reply *out)
+static int do_lookup(const char *name, struct dp_rpc_lookup_reply *out)
 {
 	char key[DP_NAME_MAX + 32];
 	const char *argv[5] = {"HMGET", key, "owner", "gen", "rec"};
@@ -1068,8 +1098,6 @@ int directory_lookup(const char *name, struct dp_rpc_lookup_reply *out)
 	redisReply *r, **e;
 	int rc;
 
-	if (!conf.on)
-		return -ENOENT;
 	if (dir.state != DIR_UP)
 		return -EHOSTUNREACH;
 	rc = watch(name);
@@ -1102,12 +1130,313 @@ int directory_lookup(const char *name, struct dp_rpc_lookup_reply *out)
 	freeReplyObject(r);
 	if (rc == -EBADMSG)
 		log_warn("directory: the record of '%s' is malformed; ignored", name);
-	/* Nothing is cached for these: no invalidation to wait for. */
+	/* Nothing is cached for these: no invalidation to wait for. A record
+	 * of this service is answered all the same (segments.c resolves it
+	 * to the export here, or -ENOENT). */
 	if (rc || !strcmp(rec.r.server_name, cfg.server_name)) {
 		if (dir.state == DIR_UP)
 			unwatch(name);
-		return rc;
+		if (rc)
+			return rc;
 	}
 	*out = rec.r;
 	return 0;
+}
+
+/* The requests queued, in order; answers go back on the answers' queue. */
+static void on_request_event(struct ev_handler *h, uint32_t events)
+{
+	struct dir_req *q, *next;
+
+	(void)h;
+	(void)events;
+	for (q = queue_take(&requests); q; q = next) {
+		next = q->next;
+		switch (q->type) {
+		case REQ_PUBLISH:
+			q->rc = do_publish(q);
+			queue_put(&answers, q);
+			break;
+		case REQ_LOOKUP:
+			q->rc = do_lookup(q->name, &q->reply);
+			queue_put(&answers, q);
+			break;
+		case REQ_WITHDRAW:
+			do_withdraw(q->name);
+			if (q->answer)
+				queue_put(&answers, q);
+			else
+				free(q);
+			break;
+		default: /* REQ_STOP (static), the last one */
+			dir.stop = true;
+			break;
+		}
+	}
+}
+
+/* Tells directory_start() once the first connection attempt has ended. */
+static void first_check(void)
+{
+	if (dir.first_done || dir.state == DIR_CONNECTING)
+		return;
+	pthread_mutex_lock(&first_lock);
+	dir.first_done = true;
+	pthread_cond_signal(&first_cond);
+	pthread_mutex_unlock(&first_lock);
+}
+
+static void *directory_main(void *arg)
+{
+	struct epoll_event evs[8];
+
+	(void)arg;
+	pthread_setname_np(pthread_self(), "dp-directory");
+	conn_start();
+	first_check();
+	while (!dir.stop) {
+		int n = epoll_wait(dir.epfd, evs, 8, -1);
+
+		for (int i = 0; i < n; i++) {
+			struct ev_handler *h = evs[i].data.ptr;
+
+			h->on_event(h, evs[i].events);
+		}
+		first_check();
+	}
+	/* Normally empty: the exports were withdrawn with their clients. */
+	while (dir.own) {
+		struct own_rec *o = dir.own;
+
+		dir.own = o->next;
+		free(o);
+	}
+	while (dir.graves) {
+		struct own_rec *o = dir.graves;
+
+		dir.graves = o->next;
+		free(o);
+	}
+	conn_close();
+	return NULL;
+}
+
+/* ---- the control thread's side ---- */
+
+static void inflight_unlink(struct dir_req *q)
+{
+	if (q->oprev)
+		q->oprev->onext = q->onext;
+	else
+		ctlside.inflight = q->onext;
+	if (q->onext)
+		q->onext->oprev = q->oprev;
+	q->oprev = q->onext = NULL;
+}
+
+/* Answers (and invalidations), in the order the directory thread gave
+ * them. A callback may ask the directory again: that goes on the other
+ * queue. */
+static void on_done_event(struct ev_handler *h, uint32_t events)
+{
+	struct dir_req *q, *next;
+
+	(void)h;
+	(void)events;
+	for (q = queue_take(&answers); q; q = next) {
+		next = q->next;
+		if (q->type == REQ_INVALIDATE) {
+			if (ctlside.invalidate)
+				ctlside.invalidate(q->name[0] ? q->name : NULL, q->kill);
+		} else {
+			inflight_unlink(q);
+			if (!q->cancelled)
+				q->done(q->arg, q->rc, q->rc ? NULL : &q->reply);
+		}
+		free(q);
+	}
+}
+
+/* A request to the thread, remembered until answered when it has a
+ * callback. */
+static void ask(struct dir_req *q)
+{
+	if (q->done) {
+		q->onext = ctlside.inflight;
+		if (q->onext)
+			q->onext->oprev = q;
+		ctlside.inflight = q;
+	}
+	queue_put(&requests, q);
+}
+
+static int efd_new(void)
+{
+	int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+
+	return fd < 0 ? -errno : fd;
+}
+
+int directory_start(int epfd, directory_invalidate_fn invalidate)
+{
+	struct timespec until;
+	int rc;
+
+	if (!conf.on)
+		return 0;
+	ctlside.epfd = epfd;
+	ctlside.invalidate = invalidate;
+	dir.backoff_ms = BACKOFF_MIN_MS;
+	dir.seed = (unsigned)getpid() ^ (unsigned)dp_now_ms();
+	dir.epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (dir.epfd < 0)
+		return -errno;
+	dir.timer.fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (dir.timer.fd < 0)
+		return -errno;
+	if ((rc = requests.efd = efd_new()) < 0 || (rc = answers.efd = efd_new()) < 0)
+		return rc;
+	dir.timer.on_event = on_timer_event;
+	dir.sock[CMD].on_event = on_sock_event;
+	dir.sock[SUB].on_event = on_sock_event;
+	dir.req_ev = (struct ev_handler){.fd = requests.efd, .on_event = on_request_event};
+	ctlside.done_ev = (struct ev_handler){.fd = answers.efd, .on_event = on_done_event};
+	if ((rc = ev_add(dir.epfd, &dir.timer, EPOLLIN, "the directory's timer")) ||
+	    (rc = ev_add(dir.epfd, &dir.req_ev, EPOLLIN, "the directory's requests")) ||
+	    (rc = ev_add(epfd, &ctlside.done_ev, EPOLLIN, "the directory's answers")))
+		return rc;
+	log_info("directory %s: records \"%s<name>\", TTL %u s, refreshed every %u ms", conf.shown,
+		 KEY_PREFIX, conf.ttl_s, conf.ttl_s * 1000u / 3);
+	rc = pthread_create(&ctlside.thread, NULL, directory_main, NULL);
+	if (rc)
+		return -rc;
+	ctlside.running = true;
+	/* The first connection is waited for here, before any client is
+	 * served, so that an export right after start-up finds it up; at
+	 * most 2 s (a host name that resolves slowly is no start-up hang). */
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 2;
+	pthread_mutex_lock(&first_lock);
+	while (!dir.first_done)
+		if (pthread_cond_timedwait(&first_cond, &first_lock, &until) == ETIMEDOUT)
+			break;
+	pthread_mutex_unlock(&first_lock);
+	return 0;
+}
+
+void directory_cancel(void)
+{
+	struct dir_req *q;
+
+	while ((q = ctlside.inflight)) {
+		inflight_unlink(q);
+		q->cancelled = true;
+		/* Published meanwhile, or later: withdrawn after it. */
+		if (q->type == REQ_PUBLISH)
+			directory_withdraw(q->name, NULL, NULL);
+		q->done(q->arg, -ECANCELED, NULL);
+	}
+}
+
+void directory_stop(void)
+{
+	struct dir_req *q;
+
+	if (!conf.on)
+		return;
+	directory_cancel();
+	if (ctlside.running) {
+		/* After everything asked before it (withdrawals). */
+		queue_put(&requests, &stop_req);
+		pthread_join(ctlside.thread, NULL);
+		ctlside.running = false;
+	}
+	/* Answers nobody waits for any more. */
+	if (answers.efd >= 0)
+		for (q = queue_take(&answers); q;) {
+			struct dir_req *next = q->next;
+
+			free(q);
+			q = next;
+		}
+	if (ctlside.done_ev.fd >= 0)
+		ev_del(ctlside.epfd, &ctlside.done_ev, "the directory's answers");
+	if (requests.efd >= 0)
+		close(requests.efd);
+	if (answers.efd >= 0)
+		close(answers.efd);
+	if (dir.timer.fd >= 0)
+		close(dir.timer.fd);
+	if (dir.epfd >= 0)
+		close(dir.epfd);
+	requests.efd = answers.efd = dir.timer.fd = dir.epfd = ctlside.done_ev.fd = -1;
+}
+
+int directory_publish(const struct segment *s, directory_done_fn done, void *arg)
+{
+	struct dir_req *q;
+	int rc;
+
+	if (!conf.on || !s->eng[ENGINE_fabric])
+		return 0;
+	if (!atomic_load(&dir_up))
+		return -EHOSTUNREACH;
+	q = calloc(1, sizeof(*q));
+	if (!q)
+		return -ENOMEM;
+	q->type = REQ_PUBLISH;
+	snprintf(q->name, sizeof(q->name), "%s", s->name);
+	q->rec.h = (struct dp_rpc_hdr){.magic = DP_RPC_MAGIC,
+				       .version = DP_RPC_VERSION,
+				       .type = DP_RPC_LOOKUP | DP_RPC_REPLY,
+				       .len = sizeof(q->rec.r)};
+	/* Here: the engines' registrations are the control thread's. */
+	rc = rpc_segment_record(s, &q->rec.r);
+	if (rc) {
+		free(q);
+		return rc;
+	}
+	q->done = done;
+	q->arg = arg;
+	ask(q);
+	return DIRECTORY_PENDING;
+}
+
+int directory_withdraw(const char *name, directory_done_fn done, void *arg)
+{
+	struct dir_req *q;
+
+	if (!conf.on || !ctlside.running)
+		return 0;
+	q = calloc(1, sizeof(*q));
+	if (!q) {
+		log_err("directory: out of memory: the record of '%s' is left to expire", name);
+		return 0;
+	}
+	q->type = REQ_WITHDRAW;
+	snprintf(q->name, sizeof(q->name), "%s", name);
+	q->answer = done != NULL;
+	q->done = done;
+	q->arg = arg;
+	ask(q);
+	return done ? DIRECTORY_PENDING : 0;
+}
+
+int directory_lookup(const char *name, directory_done_fn done, void *arg)
+{
+	struct dir_req *q;
+
+	if (!conf.on)
+		return -ENOENT;
+	if (!atomic_load(&dir_up))
+		return -EHOSTUNREACH;
+	q = calloc(1, sizeof(*q));
+	if (!q)
+		return -ENOMEM;
+	q->type = REQ_LOOKUP;
+	snprintf(q->name, sizeof(q->name), "%s", name);
+	q->done = done;
+	q->arg = arg;
+	ask(q);
+	return DIRECTORY_PENDING;
 }

@@ -4,10 +4,11 @@
  * segment can be opened by name alone anywhere in a fleet (docs/cluster.md).
  *
  * A record is the peer protocol's lookup reply (rpc.h) for an export,
- * stored under "dataplane:seg:<name>" with a TTL its owner refreshes. Every
- * function here runs on the control thread; Redis is spoken to through
- * hiredis with short timeouts, and the connection is re-made with backoff.
- * Without --directory every call is a no-op (lookups: -ENOENT).
+ * stored under "dataplane:seg:<name>" with a TTL its owner refreshes. Redis
+ * is spoken to by one directory thread, through hiredis with short
+ * timeouts (directory.c); the control thread only hands it requests and
+ * takes its answers from an eventfd in the control loop, so it never waits
+ * on Redis. Without --directory every call is a no-op (lookups: -ENOENT).
  */
 #ifndef DP_DIRECTORY_H
 #define DP_DIRECTORY_H
@@ -34,23 +35,45 @@ bool directory_enabled(void);
  */
 typedef void (*directory_invalidate_fn)(const char *name, bool kill);
 
-/* Start and stop, with the control thread's epoll set, into which the
- * directory registers its timer and sockets with handlers of its own
- * (event.h). Start tries to connect at once (an unreachable Redis is no
- * start-up failure: the service retries with backoff); stop forgets
+/* Start and stop. Start registers the answers' eventfd in the control
+ * thread's epoll set (event.h), starts the directory thread and waits (at
+ * most 2 s, before any client is served) for its first connection attempt,
+ * so that an export right after start-up finds Redis up; an unreachable
+ * Redis is no start-up failure (the thread retries with backoff). Stop ends
+ * the thread after what was asked of it (withdrawals included) and forgets
  * everything. */
 int directory_start(int epfd, directory_invalidate_fn invalidate);
 void directory_stop(void);
 
-/* Publishes the record of a new export (nothing for one the fabric does
- * not reach): 0, -EEXIST another live service holds the name,
- * -EHOSTUNREACH / -ETIMEDOUT the directory is unreachable. */
-int directory_publish(const struct segment *s);
-/* Deletes the record of an export that goes, if it is still ours. */
-void directory_withdraw(const char *name);
+/*
+ * The calls below run on the control thread and never wait: an answer
+ * comes later, from the control loop (never from inside the call), through
+ * `done(arg, rc, reply)`, exactly once. They return DIRECTORY_PENDING when
+ * it will, or a result at once: while the directory thread is not
+ * connected, -EHOSTUNREACH (exports and lookups fail at once, as before).
+ * Answers come in the order the directory thread produced them, and
+ * invalidations (directory_invalidate_fn) in that same order.
+ */
+#define DIRECTORY_PENDING 1
+typedef void (*directory_done_fn)(void *arg, int rc, const struct dp_rpc_lookup_reply *r);
+
+/* Publishes the record of a new export: 0 at once for one the fabric does
+ * not reach (nothing to publish); later 0, -EEXIST another live service
+ * holds the name, -EHOSTUNREACH / -ETIMEDOUT the directory is unreachable
+ * (r NULL). */
+int directory_publish(const struct segment *s, directory_done_fn done, void *arg);
+/* Deletes the record of an export that goes, if it is still ours; after
+ * any publish of the name asked before (one queue, in order). With `done`,
+ * DIRECTORY_PENDING: done(arg, 0, NULL) once deleted (or, Redis
+ * unreachable, kept to delete at reconnect); else 0. */
+int directory_withdraw(const char *name, directory_done_fn done, void *arg);
 /* Looks a name up, validated as an RPC reply is, and watches it for
- * invalidation: 0, -ENOENT, -EBADMSG a malformed record, -EHOSTUNREACH /
- * -ETIMEDOUT the directory is unreachable. */
-int directory_lookup(const char *name, struct dp_rpc_lookup_reply *out);
+ * invalidation (subscribed before the record is read, so no invalidation
+ * is missed): later 0 with the record, -ENOENT, -EBADMSG a malformed
+ * record, -EHOSTUNREACH / -ETIMEDOUT the directory is unreachable. */
+int directory_lookup(const char *name, directory_done_fn done, void *arg);
+/* At exit, before directory_stop(): the publishes and lookups in flight
+ * end -ECANCELED (their records are withdrawn if they were published). */
+void directory_cancel(void);
 
 #endif /* DP_DIRECTORY_H */

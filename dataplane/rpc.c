@@ -12,7 +12,12 @@
  *
  * Client: each lookup is a struct call, a non-blocking connect, send and
  * receive on the same epoll set with its own deadline (DP_RPC_TIMEOUT_MS),
- * which reports through a callback from the loop.
+ * which reports through a callback from the loop. A peer given by host name
+ * is resolved first by a thread of its own (detached, one per name being
+ * resolved, at most RPC_MAX_RESOLVING): getaddrinfo(), then the answer on
+ * a list and a write to an eventfd in the epoll set, and the call goes on
+ * from there. A resolution still running when its lookup ends (deadline,
+ * shutdown) is left to finish, and freed then.
  *
  * Deadlines are kept by rpc_sweep(), which the loop runs after every batch
  * with rpc_timeout_ms() as its epoll timeout; objects closed during a batch
@@ -29,6 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -90,11 +97,29 @@ struct srv_conn {
 
 /* ---- lookups ---- */
 
-enum call_state { CALL_CONNECTING, CALL_CHALLENGE, CALL_SENDING, CALL_RECEIVING };
+enum call_state { CALL_RESOLVING, CALL_CONNECTING, CALL_CHALLENGE, CALL_SENDING, CALL_RECEIVING };
+
+struct call;
+
+/* A host name being resolved by its thread, until the thread is done,
+ * even after its lookup ended (call NULL). */
+struct gai_req {
+	char host[DP_NAME_MAX];
+	char port[16];
+	int efd; /* written when done */
+	/* The thread's until it puts the request on the done list: */
+	int err;
+	struct addrinfo *res;
+	struct gai_req *done_next;
+	/* The control thread's: */
+	struct call *call;
+	struct gai_req *next; /* rpc.gais */
+};
 
 struct call {
-	struct ev_handler ev;
+	struct ev_handler ev; /* fd -1 while resolving */
 	enum call_state state;
+	struct gai_req *gai; /* CALL_RESOLVING */
 	uint64_t deadline_ns;
 	rpc_done_fn done;
 	void *arg;
@@ -121,7 +146,16 @@ static struct {
 	struct srv_conn *dead_conns;
 	struct call *dead_calls;
 	struct ev_handler local; /* the same-host listener (samehost.h) */
-} rpc = {.epfd = -1, .local = {.fd = -1}};
+	/* Resolutions running (their lookups may have ended), and the
+	 * eventfd their threads write when done. */
+	struct ev_handler gai_ev;
+	struct gai_req *gais;
+	unsigned ngais;
+} rpc = {.epfd = -1, .local = {.fd = -1}, .gai_ev.fd = -1};
+
+/* Resolutions done, from their threads to the control thread. */
+static pthread_mutex_t gai_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct gai_req *gai_done;
 
 int rpc_listen(void)
 {
@@ -537,8 +571,7 @@ static bool addr_is_ours(const struct sockaddr *sa)
 bool rpc_is_self(const char *peer)
 {
 	char host[DP_NAME_MAX], port[16], self[DP_NAME_MAX + 16];
-	struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai;
-	bool self_addr;
+	struct sockaddr_in sa = {.sin_family = AF_INET};
 
 	if (split_peer(peer, host, sizeof(host), port, sizeof(port)))
 		return false;
@@ -547,14 +580,30 @@ bool rpc_is_self(const char *peer)
 		return true;
 	if (atoi(port) != cfg.rpc_port)
 		return false;
-	if (getaddrinfo(host, port, &hints, &ai))
+	/* A host name is not resolved here (that could wait on DNS): its
+	 * lookup finds out, once resolved (RPC_LOOKUP_SELF). */
+	if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
 		return false;
-	self_addr = addr_is_ours(ai->ai_addr);
-	freeaddrinfo(ai);
-	return self_addr;
+	return addr_is_ours((const struct sockaddr *)&sa);
 }
 
 /* ---- lookups ---- */
+
+static void gai_unlink(struct gai_req *g)
+{
+	for (struct gai_req **pp = &rpc.gais; *pp; pp = &(*pp)->next)
+		if (*pp == g) {
+			*pp = g->next;
+			break;
+		}
+	rpc.ngais--;
+}
+
+/* Its lookup has ended: freed when its thread is done (on_gai_event). */
+static void gai_abandon(struct gai_req *g)
+{
+	g->call = NULL;
+}
 
 static void call_unlink(struct call *k)
 {
@@ -567,9 +616,14 @@ static void call_unlink(struct call *k)
 	rpc.ncalls--;
 	while (k->nfds > 0)
 		close(k->fds[--k->nfds]);
-	ev_del(rpc.epfd, &k->ev, "a peer RPC lookup");
-	close(k->ev.fd);
-	k->ev.fd = -1;
+	if (k->ev.fd >= 0) {
+		ev_del(rpc.epfd, &k->ev, "a peer RPC lookup");
+		close(k->ev.fd);
+		k->ev.fd = -1;
+	}
+	if (k->gai)
+		gai_abandon(k->gai);
+	k->gai = NULL;
 	k->next = rpc.dead_calls;
 	rpc.dead_calls = k;
 }
@@ -764,45 +818,147 @@ static void on_call_event(struct ev_handler *h, uint32_t events)
 	call_advance(k);
 }
 
-/* host, port -> an IPv4 address. A literal address is read at once; a
- * name goes through getaddrinfo() (the hosts file, or DNS: see rpc.h). */
-static int resolve(const char *host, const char *port, struct sockaddr_in *sa)
+/* Connects `k` to `sa` (TCP, or the same-host Unix socket), without
+ * waiting: 0, or -errno (nothing left). */
+static int call_connect(struct call *k, const struct sockaddr *sa, socklen_t salen)
 {
-	struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai;
+	int fd, rc;
 
-	memset(sa, 0, sizeof(*sa));
-	sa->sin_family = AF_INET;
-	sa->sin_port = htons((uint16_t)atoi(port));
-	if (atoi(port) <= 0 || atoi(port) > 65535)
-		return -EINVAL;
-	if (inet_pton(AF_INET, host, &sa->sin_addr) == 1)
-		return 0;
-	if (getaddrinfo(host, port, &hints, &ai))
-		return -EHOSTUNREACH;
-	*sa = *(const struct sockaddr_in *)ai->ai_addr;
-	freeaddrinfo(ai);
-	return 0;
-}
-
-/* A lookup on a new socket `fd` to `sa`, without waiting (see rpc.h). */
-static int call_start(int fd, const struct sockaddr *sa, socklen_t salen, const char *peer,
-		      const char *name, bool local, rpc_done_fn done, void *arg)
-{
-	struct call *k;
-	int rc;
-
+	fd = dp_net_socket(sa->sa_family, SOCK_STREAM);
+	if (fd < 0)
+		return fd;
 	rc = dp_net_connect_start(fd, sa, salen);
 	if (rc && rc != -EINPROGRESS) {
 		close(fd);
 		return -EHOSTUNREACH;
 	}
-	k = calloc(1, sizeof(*k));
-	if (!k) {
-		close(fd);
-		return -ENOMEM;
-	}
-	k->ev = (struct ev_handler){.fd = fd, .on_event = on_call_event};
+	k->ev.fd = fd;
 	k->state = rc ? CALL_CONNECTING : CALL_CHALLENGE;
+	/* Connecting: wait until writable. Connected (loopback may be at
+	 * once): wait for the challenge. Either way `done` never runs inside
+	 * this call. */
+	if (ev_add(rpc.epfd, &k->ev, rc ? EPOLLOUT : EPOLLIN, "a peer RPC lookup")) {
+		close(fd);
+		k->ev.fd = -1;
+		return -EHOSTUNREACH;
+	}
+	return 0;
+}
+
+/* A resolution's thread: getaddrinfo() may wait seconds on a name server,
+ * here and nowhere else. */
+static void *gai_main(void *arg)
+{
+	struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
+	struct gai_req *g = arg;
+	uint64_t one = 1;
+	int efd = g->efd;
+
+	g->err = getaddrinfo(g->host, g->port, &hints, &g->res);
+	pthread_mutex_lock(&gai_lock);
+	g->done_next = gai_done;
+	gai_done = g;
+	pthread_mutex_unlock(&gai_lock);
+	/* `g` is the control thread's from here on. */
+	(void)!write(efd, &one, sizeof(one));
+	return NULL;
+}
+
+/* Starts resolving `host` for `k`, on a thread: 0 or -errno. */
+static int call_resolve(struct call *k, const char *host, const char *port)
+{
+	pthread_attr_t attr;
+	struct gai_req *g;
+	pthread_t t;
+	int rc;
+
+	if (rpc.gai_ev.fd < 0)
+		return -EHOSTUNREACH;
+	/* Resolutions still running for lookups that ended count too. */
+	if (rpc.ngais >= RPC_MAX_RESOLVING)
+		return -EAGAIN;
+	g = calloc(1, sizeof(*g));
+	if (!g)
+		return -ENOMEM;
+	snprintf(g->host, sizeof(g->host), "%s", host);
+	snprintf(g->port, sizeof(g->port), "%s", port);
+	g->efd = rpc.gai_ev.fd;
+	g->call = k;
+	/* Listed before the thread can finish: on_gai_event unlinks it. */
+	g->next = rpc.gais;
+	rpc.gais = g;
+	rpc.ngais++;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	rc = pthread_create(&t, &attr, gai_main, g);
+	pthread_attr_destroy(&attr);
+	if (rc) {
+		gai_unlink(g);
+		free(g);
+		return -EAGAIN;
+	}
+	k->gai = g;
+	k->state = CALL_RESOLVING;
+	return 0;
+}
+
+/* A resolved name goes on to connect; this service's own address and
+ * port ends the lookup RPC_LOOKUP_SELF, a failure -EHOSTUNREACH. */
+static void call_resolved(struct call *k, struct gai_req *g)
+{
+	struct sockaddr_in sa;
+	int rc;
+
+	k->gai = NULL;
+	if (g->err || !g->res || g->res->ai_family != AF_INET) {
+		log_info("peer RPC: %s: %s", g->host,
+			 g->err ? gai_strerror(g->err) : "no IPv4 address");
+		call_end(k, -EHOSTUNREACH);
+		return;
+	}
+	sa = *(const struct sockaddr_in *)g->res->ai_addr;
+	if (ntohs(sa.sin_port) == cfg.rpc_port && addr_is_ours((const struct sockaddr *)&sa)) {
+		call_end(k, RPC_LOOKUP_SELF);
+		return;
+	}
+	rc = call_connect(k, (const struct sockaddr *)&sa, sizeof(sa));
+	if (rc)
+		call_end(k, rc);
+}
+
+/* Resolutions done: each goes to its lookup, if it still has one. */
+static void on_gai_event(struct ev_handler *h, uint32_t events)
+{
+	struct gai_req *g, *next;
+	uint64_t n;
+
+	(void)events;
+	(void)!read(h->fd, &n, sizeof(n));
+	pthread_mutex_lock(&gai_lock);
+	g = gai_done;
+	gai_done = NULL;
+	pthread_mutex_unlock(&gai_lock);
+	for (; g; g = next) {
+		next = g->done_next;
+		gai_unlink(g);
+		if (g->call)
+			call_resolved(g->call, g);
+		if (g->res)
+			freeaddrinfo(g->res);
+		free(g);
+	}
+}
+
+/* A lookup of `name` on `peer`, not yet connected nor listed (on the
+ * same-host socket when `local`). */
+static struct call *call_new(const char *peer, const char *name, bool local, rpc_done_fn done,
+			     void *arg)
+{
+	struct call *k = calloc(1, sizeof(*k));
+
+	if (!k)
+		return NULL;
+	k->ev = (struct ev_handler){.fd = -1, .on_event = on_call_event};
 	k->deadline_ns = dp_now_ns() + DP_RPC_TIMEOUT_MS * NS_PER_MS;
 	k->done = done;
 	k->arg = arg;
@@ -828,55 +984,70 @@ static int call_start(int fd, const struct sockaddr *sa, socklen_t salen, const 
 		k->out.req.nrails = i + 1;
 	}
 	snprintf(k->peer, sizeof(k->peer), "%s", peer);
-	/* Connecting: wait until writable. Connected (loopback may be at
-	 * once): wait for the challenge. Either way `done` never runs inside
-	 * this call. */
-	if (ev_add(rpc.epfd, &k->ev, rc ? EPOLLOUT : EPOLLIN, "a peer RPC lookup")) {
-		close(fd);
-		free(k);
-		return -EHOSTUNREACH;
-	}
+	return k;
+}
+
+static void call_list(struct call *k)
+{
 	k->next = rpc.calls;
 	if (rpc.calls)
 		rpc.calls->prev = k;
 	rpc.calls = k;
 	rpc.ncalls++;
-	return 0;
 }
 
 int rpc_lookup_start(const char *peer, const char *name, rpc_done_fn done, void *arg)
 {
-	struct sockaddr_in sa;
+	struct sockaddr_in sa = {.sin_family = AF_INET};
 	char host[DP_NAME_MAX], port[16];
-	int fd, rc;
+	struct call *k;
+	int rc;
 
 	if (split_peer(peer, host, sizeof(host), port, sizeof(port)))
 		return -EINVAL;
+	if (atoi(port) <= 0 || atoi(port) > 65535)
+		return -EINVAL;
 	if (rpc.ncalls >= RPC_MAX_CALLS)
 		return -EAGAIN;
-	rc = resolve(host, port, &sa);
-	if (rc)
+	k = call_new(peer, name, false, done, arg);
+	if (!k)
+		return -ENOMEM;
+	/* A literal address costs nothing; a name is resolved without
+	 * waiting, and the deadline counts from now. */
+	sa.sin_port = htons((uint16_t)atoi(port));
+	if (inet_pton(AF_INET, host, &sa.sin_addr) == 1)
+		rc = call_connect(k, (const struct sockaddr *)&sa, sizeof(sa));
+	else
+		rc = call_resolve(k, host, port);
+	if (rc) {
+		free(k);
 		return rc;
-	fd = dp_net_socket(AF_INET, SOCK_STREAM);
-	if (fd < 0)
-		return fd;
-	return call_start(fd, (struct sockaddr *)&sa, sizeof(sa), peer, name, false, done, arg);
+	}
+	call_list(k);
+	return 0;
 }
 
 int rpc_lookup_local_start(const char *path, const char *peer, const char *name, rpc_done_fn done,
 			   void *arg)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int fd;
+	struct call *k;
+	int rc;
 
 	if (snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path) >= (int)sizeof(sa.sun_path))
 		return -EINVAL;
 	if (rpc.ncalls >= RPC_MAX_CALLS)
 		return -EAGAIN;
-	fd = dp_net_socket(AF_UNIX, SOCK_STREAM);
-	if (fd < 0)
-		return fd;
-	return call_start(fd, (struct sockaddr *)&sa, sizeof(sa), peer, name, true, done, arg);
+	k = call_new(peer, name, true, done, arg);
+	if (!k)
+		return -ENOMEM;
+	rc = call_connect(k, (const struct sockaddr *)&sa, sizeof(sa));
+	if (rc) {
+		free(k);
+		return rc;
+	}
+	call_list(k);
+	return 0;
 }
 
 /* ---- the loop's side ---- */
@@ -919,15 +1090,24 @@ static int local_listen(const char *path)
 
 void rpc_start(int epfd)
 {
-	int fd;
+	int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 
 	rpc.epfd = epfd;
 	samehost_start(epfd);
+	/* Never closed: a resolution still running at exit may write it. */
+	if (fd < 0) {
+		log_warn("peer RPC: eventfd: %s; peers given by host name are unreachable",
+			 strerror(errno));
+	} else {
+		rpc.gai_ev = (struct ev_handler){.fd = fd, .on_event = on_gai_event};
+		if (ev_add(epfd, &rpc.gai_ev, EPOLLIN, "the peer RPC resolver"))
+			rpc.gai_ev.fd = -1; /* leaks the eventfd: nothing else may write */
+	}
 	if (!samehost_enabled())
 		return;
 	fd = local_listen(samehost_path());
 	if (fd < 0) {
-		log_warn("same host: off: peer socket %s: %s", samehost_path(), strerror(-fd));
+		log_warn("same host: off: same-host socket %s: %s", samehost_path(), strerror(-fd));
 		return;
 	}
 	rpc.local = (struct ev_handler){.fd = fd, .on_event = on_local_listen};

@@ -27,6 +27,7 @@
 #define RPC_SERVE_TIMEOUT_MS 500 /* a served connection, accept to reply */
 #define RPC_MAX_CONNS 64	 /* served connections at once; one more evicts the oldest */
 #define RPC_MAX_CALLS 256	 /* lookups in flight; one more fails -EAGAIN */
+#define RPC_MAX_RESOLVING 64	 /* host names being resolved; one more fails -EAGAIN */
 #define DP_RPC_F_VIRT_ADDR 1u	 /* targets are virtual addresses, not offsets */
 #define DP_RPC_F_SAME_HOST 2u	 /* host_id and local_path are set (samehost.h) */
 /* The export is GPU memory its owner could not register on its rails (no
@@ -132,8 +133,13 @@ int rpc_reply_check(const struct dp_rpc_hdr *h, const struct dp_rpc_lookup_reply
  * over TCP. Or at once:
  * -EINVAL (not host:port), -EHOSTUNREACH, -EAGAIN (RPC_MAX_CALLS in
  * flight), -ENOMEM. A host that is a literal IPv4 address costs nothing;
- * a name is resolved with getaddrinfo() on the calling thread.
+ * a name is resolved without waiting (getaddrinfo() on a thread of its
+ * own, within the same deadline: -EHOSTUNREACH when it does not resolve;
+ * -EAGAIN with RPC_MAX_RESOLVING names being resolved), and when it names
+ * this service (an address of this host, with our RPC port) `done` gets
+ * RPC_LOOKUP_SELF instead of a reply: the caller resolves locally.
  */
+#define RPC_LOOKUP_SELF 1
 typedef void (*rpc_done_fn)(void *arg, int rc, const struct dp_rpc_lookup_reply *r, int *fds,
 			    unsigned nfds);
 int rpc_lookup_start(const char *peer, const char *name, rpc_done_fn done, void *arg);
@@ -144,7 +150,9 @@ int rpc_lookup_local_start(const char *path, const char *peer, const char *name,
 			   void *arg);
 
 /* True when `peer` names this service: its server name, or its RPC port
- * on a loopback address, 0.0.0.0 or an address of this host. */
+ * on a loopback address, 0.0.0.0 or an address of this host given as a
+ * literal IPv4 address (a host name is never resolved here: see
+ * RPC_LOOKUP_SELF). */
 bool rpc_is_self(const char *peer);
 
 #endif /* DP_RPC_H */

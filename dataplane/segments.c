@@ -19,6 +19,15 @@
 #include "stats.h"
 
 static struct segment *exports;
+/* Exports whose record the directory is publishing: their names are taken
+ * (export_add -EEXIST), but they are found by nobody until it answers. */
+struct pending_export {
+	struct segment *s;
+	segment_resolved_fn fn;
+	void *arg;
+	struct pending_export *next;
+};
+static struct pending_export *pending_exports;
 static struct segment *remotes; /* segments of other services, cached */
 static struct peer *peers;
 
@@ -42,7 +51,6 @@ static void export_kill(struct segment *s)
 		}
 	atomic_store_explicit(&s->dead, 1, memory_order_release);
 	stats_segment_removed();
-	directory_withdraw(s->name);
 }
 
 static void export_release(struct segment *s)
@@ -52,8 +60,49 @@ static void export_release(struct segment *s)
 	segment_put(s);
 }
 
-int export_add(struct client *owner, struct region *reg, const char *name, unsigned access)
+/* Undoes export_add()'s steps before the export is listed. */
+static void export_undo(struct segment *s)
 {
+	engines_segment_unexport(s);
+	region_put(s->region);
+	free(s);
+}
+
+static void export_list(struct segment *s)
+{
+	s->next = exports;
+	exports = s;
+	stats_segment_added();
+	log_info("client %u: exported '%s' (%llu bytes, %s)", s->owner->id, s->name,
+		 (unsigned long long)s->region->len, s->access == DP_ACCESS_RW ? "rw" : "ro");
+}
+
+/* The directory's answer to an export's publish (directory.h). */
+static void export_published(void *arg, int rc, const struct dp_rpc_lookup_reply *r)
+{
+	struct pending_export *p = arg;
+	struct segment *s = p->s;
+
+	(void)r;
+	for (struct pending_export **pp = &pending_exports; *pp; pp = &(*pp)->next)
+		if (*pp == p) {
+			*pp = p->next;
+			break;
+		}
+	if (rc) {
+		export_undo(s);
+		s = NULL;
+	} else {
+		export_list(s);
+	}
+	p->fn(p->arg, rc, s);
+	free(p);
+}
+
+int export_add(struct client *owner, struct region *reg, const char *name, unsigned access,
+	       segment_resolved_fn fn, void *arg)
+{
+	struct pending_export *p;
 	struct segment *s;
 	int rc;
 
@@ -61,6 +110,9 @@ int export_add(struct client *owner, struct region *reg, const char *name, unsig
 		return -EPERM;
 	if (export_find(name))
 		return -EEXIST;
+	for (p = pending_exports; p; p = p->next)
+		if (!strcmp(p->s->name, name))
+			return -EEXIST;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
@@ -75,33 +127,74 @@ int export_add(struct client *owner, struct region *reg, const char *name, unsig
 		free(s);
 		return -ENOMEM;
 	}
-	/* -EEXIST when another live service holds the name fleet-wide. */
-	rc = directory_publish(s);
+	p = calloc(1, sizeof(*p));
+	if (!p) {
+		export_undo(s);
+		return -ENOMEM;
+	}
+	p->s = s;
+	p->fn = fn;
+	p->arg = arg;
+	/* Later -EEXIST when another live service holds the name fleet-wide. */
+	rc = directory_publish(s, export_published, p);
+	if (rc == DIRECTORY_PENDING) {
+		p->next = pending_exports;
+		pending_exports = p;
+		return SEGMENT_PENDING;
+	}
+	free(p);
 	if (rc) {
-		engines_segment_unexport(s);
-		region_put(reg);
-		free(s);
+		export_undo(s);
 		return rc;
 	}
-	s->next = exports;
-	exports = s;
-	stats_segment_added();
-	log_info("client %u: exported '%s' (%llu bytes, %s)", owner->id, s->name,
-		 (unsigned long long)reg->len, s->access == DP_ACCESS_RW ? "rw" : "ro");
+	export_list(s);
 	return 0;
 }
 
-int export_remove(struct client *c, const char *name)
+/* An unexport waiting for its record's withdrawal (or the directory's
+ * failure to: the record is then deleted at reconnect or expires). */
+struct pending_unexport {
+	segment_resolved_fn fn;
+	void *arg;
+};
+
+static void unexport_withdrawn(void *arg, int rc, const struct dp_rpc_lookup_reply *r)
+{
+	struct pending_unexport *p = arg;
+
+	(void)rc; /* unexported here, whatever the directory said */
+	(void)r;
+	p->fn(p->arg, 0, NULL);
+	free(p);
+}
+
+int export_remove(struct client *c, const char *name, segment_resolved_fn fn, void *arg)
 {
 	struct segment *s = export_find(name);
+	struct pending_unexport *p = NULL;
+	int rc;
 
 	if (!s)
 		return -ENOENT;
 	if (s->owner != c)
 		return -EPERM;
+	if (fn) {
+		p = malloc(sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		p->fn = fn;
+		p->arg = arg;
+	}
 	export_kill(s);
+	/* Answered once the record is gone (an export the fabric does not
+	 * reach has none). */
+	rc = s->eng[ENGINE_fabric] ? directory_withdraw(s->name, p ? unexport_withdrawn : NULL, p)
+				   : 0;
 	qsbr_synchronize();
 	export_release(s);
+	if (rc == DIRECTORY_PENDING)
+		return SEGMENT_PENDING;
+	free(p);
 	return 0;
 }
 
@@ -113,6 +206,8 @@ struct segment *exports_kill(const struct client *owner, const struct region *re
 		next = s->next;
 		if ((owner && s->owner == owner) || (reg && s->region == reg)) {
 			export_kill(s);
+			if (s->eng[ENGINE_fabric])
+				directory_withdraw(s->name, NULL, NULL);
 			s->next = dead;
 			dead = s;
 		}
@@ -303,30 +398,7 @@ static int remote_install(const char *peer, const char *name, const struct dp_rp
 	return 0;
 }
 
-/* Resolves a segment through the cluster directory, or from the cache. */
-static int directory_open(const char *name, struct segment **out)
-{
-	struct dp_rpc_lookup_reply r;
-	int rc;
-
-	if (!fabric_nrails())
-		return -EHOSTUNREACH;
-	remotes_prune();
-	/* The directory keeps its records fresh (remotes_invalidate). */
-	for (struct segment *s = remotes; s; s = s->next)
-		if (!strcmp(s->name, name) && !s->owner_name[0]) {
-			*out = s;
-			return 0;
-		}
-	rc = directory_lookup(name, &r);
-	if (rc) {
-		log_info("segment '%s' on the directory: %s", name, strerror(-rc));
-		return rc;
-	}
-	return remote_install("", name, &r, out);
-}
-
-/* ---- lookups through a peer's RPC port, in flight ---- */
+/* ---- lookups in flight: through a peer's RPC port, or the directory ---- */
 
 /* One who waits for a lookup. */
 struct waiter {
@@ -335,9 +407,10 @@ struct waiter {
 	struct waiter *next;
 };
 
-/* A lookup of (peer, name) in flight; opens of the same pair while it is
- * share it. A peer of this host is asked twice: its RPC port says where it
- * lives, its same-host socket gives the memory (samehost.h). */
+/* A lookup of (peer, name) in flight (peer "": the directory); opens of the
+ * same pair while it is share it. A peer of this host is asked twice: its
+ * RPC port says where it lives, its same-host socket gives the memory
+ * (samehost.h). */
 struct lookup {
 	char peer[DP_NAME_MAX];
 	char name[DP_NAME_MAX];
@@ -391,7 +464,8 @@ static void lookup_finish(struct lookup *lk, int rc, struct segment *s)
 			break;
 		}
 	if (rc)
-		log_info("segment '%s' on %s: %s", lk->name, lk->peer, strerror(-rc));
+		log_info("segment '%s' on %s: %s", lk->name,
+			 lk->peer[0] ? lk->peer : "the directory", strerror(-rc));
 	/* The cache holds `s` while the waiters take their references. */
 	while ((w = lk->waiters)) {
 		lk->waiters = w->next;
@@ -426,6 +500,12 @@ static void lookup_done(void *arg, int rc, const struct dp_rpc_lookup_reply *r, 
 
 	while (nfds)
 		close(fds[--nfds]);
+	if (rc == RPC_LOOKUP_SELF) {
+		/* A host name that turned out to be this service's. */
+		s = export_find(lk->name);
+		lookup_finish(lk, s ? 0 : -ENOENT, s);
+		return;
+	}
 	if (!rc && samehost_candidate(r)) {
 		lk->first = *r;
 		rc = rpc_lookup_local_start(r->local_path, lk->peer, lk->name, lookup_same_done,
@@ -443,21 +523,24 @@ static void lookup_done(void *arg, int rc, const struct dp_rpc_lookup_reply *r, 
 	lookup_finish(lk, rc, s);
 }
 
+/* The directory's answer: a record, as the peer's reply would be (no fds;
+ * the directory path goes through the fabric, docs/cluster.md). */
+static void lookup_dir_done(void *arg, int rc, const struct dp_rpc_lookup_reply *r)
+{
+	lookup_done(arg, rc, r, NULL, 0);
+}
+
 /*
- * Asks `peer` for `name`, without waiting: `fn` is called from the loop.
- * A host:port is asked again at every open (no cache read): its export
- * may have been replaced (new keys), or the peer restarted on the same
- * port (new addresses), without a transfer failing in between. Opens of
- * the same (peer, name) while one lookup is in flight share its answer.
+ * Asks `peer` (or, "", the directory) for `name`, without waiting: `fn` is
+ * called from the loop. Opens of the same (peer, name) while one lookup is
+ * in flight share its answer.
  */
-static int peer_open(const char *peer, const char *name, segment_resolved_fn fn, void *arg)
+static int lookup_join(const char *peer, const char *name, segment_resolved_fn fn, void *arg)
 {
 	struct lookup *lk;
 	struct waiter *w;
 	int rc;
 
-	if (!fabric_nrails() && !samehost_enabled())
-		return -EHOSTUNREACH;
 	w = calloc(1, sizeof(*w));
 	if (!w)
 		return -ENOMEM;
@@ -477,9 +560,13 @@ static int peer_open(const char *peer, const char *name, segment_resolved_fn fn,
 	snprintf(lk->peer, sizeof(lk->peer), "%s", peer);
 	snprintf(lk->name, sizeof(lk->name), "%s", name);
 	lk->waiters = w;
-	rc = rpc_lookup_start(peer, name, lookup_done, lk);
-	if (rc) {
-		log_info("segment '%s' on %s: %s", name, peer, strerror(-rc));
+	if (peer[0])
+		rc = rpc_lookup_start(peer, name, lookup_done, lk);
+	else
+		rc = directory_lookup(name, lookup_dir_done, lk);
+	if (rc < 0) {
+		log_info("segment '%s' on %s: %s", name, peer[0] ? peer : "the directory",
+			 strerror(-rc));
 		free(w);
 		free(lk);
 		return rc;
@@ -487,6 +574,33 @@ static int peer_open(const char *peer, const char *name, segment_resolved_fn fn,
 	lk->next = lookups;
 	lookups = lk;
 	return SEGMENT_PENDING;
+}
+
+/*
+ * A host:port is asked again at every open (no cache read): its export
+ * may have been replaced (new keys), or the peer restarted on the same
+ * port (new addresses), without a transfer failing in between.
+ */
+static int peer_open(const char *peer, const char *name, segment_resolved_fn fn, void *arg)
+{
+	if (!fabric_nrails() && !samehost_enabled())
+		return -EHOSTUNREACH;
+	return lookup_join(peer, name, fn, arg);
+}
+
+/* Through the cluster directory, or from the cache, which the directory
+ * keeps fresh (remotes_invalidate). */
+static int directory_open(const char *name, struct segment **out, segment_resolved_fn fn, void *arg)
+{
+	if (!fabric_nrails())
+		return -EHOSTUNREACH;
+	remotes_prune();
+	for (struct segment *s = remotes; s; s = s->next)
+		if (!strcmp(s->name, name) && !s->owner_name[0]) {
+			*out = s;
+			return 0;
+		}
+	return lookup_join("", name, fn, arg);
 }
 
 /* The directory's word on a name (directory.h): a record gone or replaced
@@ -519,15 +633,17 @@ int segment_resolve(const char *peer, const char *name, struct segment **out,
 	if (peer[0] && !rpc_is_self(peer))
 		return peer_open(peer, name, fn, arg);
 	if (!peer[0] && directory_enabled() && !export_find(name))
-		return directory_open(name, out);
+		return directory_open(name, out, fn, arg);
 	*out = export_find(name);
 	return *out ? 0 : -ENOENT;
 }
 
 void segments_cleanup(void)
 {
-	/* Lookups in flight end (-ECANCELED) and tell their waiters. */
+	/* Lookups and publishes in flight end (-ECANCELED) and tell their
+	 * waiters. */
 	rpc_shutdown();
+	directory_cancel();
 	while (remotes) {
 		struct segment *s = remotes;
 

@@ -26,14 +26,27 @@
 /* The export of that name, or NULL. */
 struct segment *export_find(const char *name);
 
+#define SEGMENT_PENDING 1
+typedef void (*segment_resolved_fn)(void *arg, int rc, struct segment *s);
+
 /* Exports `reg` of client `owner` as `name`: 0, -EPERM (access beyond a
- * file region's), -EEXIST (the name is taken here, or fleet-wide in the
- * directory), -ENOMEM, or the directory's error (-EHOSTUNREACH, ...). */
-int export_add(struct client *owner, struct region *reg, const char *name, unsigned access);
+ * file region's), -EEXIST (the name is taken here, a publish of it
+ * included), -ENOMEM, -EHOSTUNREACH (the directory is not connected). Or,
+ * when the record goes to the cluster directory (directory.h),
+ * SEGMENT_PENDING: fn(arg, rc, s) is called once, later, from the control
+ * loop, with 0 and the export (listed now; no reference taken) or -EEXIST
+ * (another live service holds the name), -EHOSTUNREACH, -ETIMEDOUT,
+ * -ECANCELED (shutdown). Until then the name is taken but nobody finds
+ * the export. */
+int export_add(struct client *owner, struct region *reg, const char *name, unsigned access,
+	       segment_resolved_fn fn, void *arg);
 
 /* Unexports `name` for client `c` (kill, grace period, release): 0,
- * -ENOENT, or -EPERM (another client's export). */
-int export_remove(struct client *c, const char *name);
+ * -ENOENT, or -EPERM (another client's export). With `fn`, and a record in
+ * the cluster directory, SEGMENT_PENDING: fn(arg, 0, NULL) is called from
+ * the loop once the directory thread has deleted the record (or, unreachable,
+ * kept it to delete at reconnect), or with -ECANCELED at shutdown. */
+int export_remove(struct client *c, const char *name, segment_resolved_fn fn, void *arg);
 
 /* Unlinks and marks dead every export of `owner` (when not NULL) or of
  * region `reg` (when not NULL); returns them as a list for
@@ -48,18 +61,18 @@ void exports_release(struct segment *dead);
  * rpc_is_self), or an answer that does, resolves locally.
  *
  * Returns 0 with *out (no reference taken) when known now: a local export,
- * or through the directory (whose lookup is synchronous, with its own
- * 500 ms timeout: directory.h). Through a peer's RPC port the answer takes
- * a network exchange: SEGMENT_PENDING, and fn(arg, rc, s) is called once,
+ * or a segment the directory named before (cached). Through a peer's RPC
+ * port or the directory thread (directory.h) the answer takes a network
+ * exchange: SEGMENT_PENDING, and fn(arg, rc, s) is called once,
  * later, from the control loop (never from inside this call), with 0 and
  * the segment (no reference taken: take one before returning) or the
- * error; opens of the same (peer, name) in flight share one lookup. Errors:
+ * error; opens of the same (peer, name) in flight share one lookup. A peer
+ * given by host name that resolves to this service (with our port) is
+ * answered by the local export. Errors:
  * -ENOENT, -EHOSTUNREACH, -ETIMEDOUT, -EBADMSG (what a peer or the
  * directory answered), -EAGAIN (too many lookups in flight), -ENOMEM,
  * -ECANCELED (shutdown), or the peer's status.
  */
-#define SEGMENT_PENDING 1
-typedef void (*segment_resolved_fn)(void *arg, int rc, struct segment *s);
 int segment_resolve(const char *peer, const char *name, struct segment **out,
 		    segment_resolved_fn fn, void *arg);
 

@@ -761,6 +761,103 @@ void bystander_finish(struct bystander *b)
 	cr_assert_gt(atomic_load(&b->ops), 0, "the bystander made no progress");
 }
 
+#define CTL_BYSTANDER_MAX 20000
+
+static void ctl_bystander_time(struct ctl_bystander *b, uint64_t t0, int rc, const char *what)
+{
+	if (rc < 0 && !b->what[0])
+		snprintf(b->what, sizeof(b->what), "%s: %s", what, dp_strerror(rc));
+	if (b->n < CTL_BYSTANDER_MAX)
+		b->ms[b->n++] = (double)(now_ns() - t0) / 1e6;
+}
+
+static void *ctl_bystander_main(void *arg)
+{
+	struct ctl_bystander *b = arg;
+	struct dp_client *c = NULL;
+	int rc = dp_connect(b->s->sock, "ctl-bystander", &c);
+
+	if (rc) {
+		snprintf(b->what, sizeof(b->what), "dp_connect: %s", dp_strerror(rc));
+		return NULL;
+	}
+	for (unsigned i = 0; !atomic_load(&b->stop) && !b->what[0]; i++) {
+		struct dp_client *c2;
+		uint64_t t0 = now_ns();
+		void *mem;
+
+		rc = dp_alloc(c, 64 * 1024, 0, &mem);
+		ctl_bystander_time(b, t0, rc, "dp_alloc");
+		if (rc >= 0) {
+			t0 = now_ns();
+			rc = dp_free(c, rc);
+			ctl_bystander_time(b, t0, rc, "dp_free");
+		}
+		t0 = now_ns();
+		rc = b->name[0] ? dp_segment_open(c, b->peer[0] ? b->peer : NULL, b->name,
+						  DP_ACCESS_READ)
+				: -1;
+		if (b->name[0])
+			ctl_bystander_time(b, t0, rc, "dp_segment_open");
+		if (rc >= 0) {
+			t0 = now_ns();
+			rc = dp_segment_close(c, rc);
+			ctl_bystander_time(b, t0, rc, "dp_segment_close");
+		}
+		if (i % 10 == 0) {
+			t0 = now_ns();
+			rc = dp_connect(b->s->sock, "ctl-bystander-2", &c2);
+			ctl_bystander_time(b, t0, rc, "dp_connect");
+			if (!rc)
+				dp_close(c2);
+		}
+		sleep_ms(2);
+	}
+	dp_close(c);
+	return NULL;
+}
+
+void ctl_bystander_start(struct ctl_bystander *b, const struct svc *s, const char *peer,
+			 const char *name)
+{
+	memset(b, 0, sizeof(*b));
+	b->s = s;
+	snprintf(b->name, sizeof(b->name), "%s", name ? name : "");
+	snprintf(b->peer, sizeof(b->peer), "%s", peer ? peer : "");
+	b->ms = calloc(CTL_BYSTANDER_MAX, sizeof(*b->ms));
+	cr_assert_not_null(b->ms);
+	cr_assert_eq(pthread_create(&b->thread, NULL, ctl_bystander_main, b), 0);
+}
+
+static int cmp_ms(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+void ctl_bystander_stop(struct ctl_bystander *b)
+{
+	atomic_store(&b->stop, 1);
+	pthread_join(b->thread, NULL);
+	cr_assert_eq(b->what[0], 0, "bystander: %s", b->what);
+	cr_assert_gt(b->n, 0, "the bystander made no call");
+	qsort(b->ms, b->n, sizeof(*b->ms), cmp_ms);
+}
+
+double ctl_bystander_q(const struct ctl_bystander *b, double q)
+{
+	unsigned i = (unsigned)(q * (b->n - 1) + 0.5);
+
+	return b->ms[i < b->n ? i : b->n - 1];
+}
+
+void ctl_bystander_free(struct ctl_bystander *b)
+{
+	free(b->ms);
+	b->ms = NULL;
+}
+
 void service_still_serves(void)
 {
 	struct dp_client *c;

@@ -219,6 +219,29 @@ struct bystander {
 void bystander_start(struct bystander *b);
 /* Stops it; it must have kept moving verified bytes the whole time. */
 void bystander_finish(struct bystander *b);
+/* A bystander of the control plane (issue 15): a client of its own in a
+ * thread that makes local control calls, one round every 2 ms: dp_alloc and
+ * dp_free of 64 KiB, an open and a close of `name` (a segment exported on
+ * that service, opened through `peer`: its server name, or NULL; no open
+ * when `name` is NULL), and every
+ * tenth round a dp_connect and dp_close. Each call's latency is kept. */
+struct ctl_bystander {
+	pthread_t thread;
+	const struct svc *s;
+	char name[64], peer[64];
+	atomic_int stop;
+	unsigned n;	/* calls measured */
+	double *ms;	/* their latencies, sorted once stopped */
+	char what[160]; /* the first failed call, or "" */
+};
+void ctl_bystander_start(struct ctl_bystander *b, const struct svc *s, const char *peer,
+			 const char *name);
+/* Stops it; every call must have succeeded. Sorts the latencies. */
+void ctl_bystander_stop(struct ctl_bystander *b);
+/* The latency (ms) at quantile q (0..1) of a stopped bystander; max at 1. */
+double ctl_bystander_q(const struct ctl_bystander *b, double q);
+void ctl_bystander_free(struct ctl_bystander *b);
+
 /* The service lives, a new client moves bytes through it, and SIGTERM
  * still ends it with status 0. */
 void service_still_serves(void);
