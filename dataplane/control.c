@@ -405,19 +405,19 @@ static int on_region_register(struct client *c, struct msg_in *m, struct msg_out
 		 * into SIGBUS, so there is no unsealed way. The client can fix
 		 * this, or register its mapping with dp_register_mem: say so.
 		 * c->name is printable ASCII (on_hello). */
-		int ro = (fcntl(fd, F_GETFL) & O_ACCMODE) == O_RDONLY;
+		const char *why = "the memfd refused the seal";
 
+		if ((fcntl(fd, F_GETFL) & O_ACCMODE) == O_RDONLY)
+			why = "the memfd is open read-only";
+		else if (seals & F_SEAL_SEAL)
+			why = "the memfd does not allow sealing (F_SEAL_SEAL: memfd_create without "
+			      "MFD_ALLOW_SEALING)";
 		rc = -EPERM;
-		log_warn("client %u (pid %d '%s'): region refused (EPERM): %s; the service must "
-			 "seal it against shrinking (F_SEAL_SHRINK). Create it with "
-			 "memfd_create(name, MFD_ALLOW_SEALING) and pass it read-write, or register "
-			 "its mapping with dp_register_mem()",
-			 c->id, (int)c->pid, c->name,
-			 ro ? "the memfd is open read-only"
-			 : seals & F_SEAL_SEAL
-			     ? "the memfd does not allow sealing (F_SEAL_SEAL: memfd_create "
-			       "without MFD_ALLOW_SEALING)"
-			     : "the memfd refused the seal");
+		log_warn("client %u (pid %d '%s'): region refused (EPERM): %s; the service "
+			 "seals memfds against shrinking. Create it with memfd_create(name, "
+			 "MFD_ALLOW_SEALING), pass it read-write, or register its mapping with "
+			 "dp_register_mem()",
+			 c->id, (int)c->pid, c->name, why);
 		goto out_fd;
 	}
 	for (slot = 0; slot < DP_MAX_REGIONS; slot++)

@@ -46,7 +46,7 @@ struct alloc {
 
 struct dp_client {
 	int fd;
-	pid_t pid; /* the process that connected: the one whose memory dp_register_mem names */
+	pid_t pid;	   /* the process that connected (dp_register_mem names its memory) */
 	uint32_t seq;	   /* of the last request sent (never 0: the service's "no header") */
 	uint32_t stale_lo; /* replies to seqs stale_lo .. seq - 1 may still come (0: none) */
 	uint64_t timeout_ns;
