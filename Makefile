@@ -13,6 +13,7 @@
 #   make bench-gpu       GPU copies vs raw cudaMemcpyAsync on this GPU (P8-P10)
 #   make bench-file      1 GiB file read through the service vs fio, O_DIRECT and buffered (P11)
 #   make bench-instr     instructions per 64 B local WRITE in the poller (callgrind)
+#   make bench-vm        WRITEs from dp_register_mem memory vs dp_alloc regions, 64 KiB..256 MiB, 64 B
 #   make format-check    clang-format --dry-run over the sources
 #   CUDA=0|1             force CUDA off/on (default: detected)
 #   FAULTS=1             compile in fault injection (DP_FAULTS; docs/reliability.md)
@@ -102,7 +103,7 @@ TESTS := $(B)/tests/dp-tests $(B)/tests/ring-tests
 
 .SECONDARY:
 .PHONY: stress all deps deps-bench run test test-ring asan tsan bench-ring bench-local \
-	bench-gpu bench-file bench-fabric bench-instr format format-check gpu-tests clean \
+	bench-gpu bench-file bench-fabric bench-instr bench-vm format format-check gpu-tests clean \
 	deps-fuzz fuzz fuzz-regress stress faults install uninstall check-package
 all: $(LIBRING) $(LIBCLIENT_A) $(LIBCLIENT_SO) $(if $(SERVICE_SRCS),$(SERVICE)) \
 	$(foreach t,$(TOOLS),$(if $(wildcard tools/$(notdir $(t)).c examples/$(notdir $(t)).c),$(t)))
@@ -320,6 +321,12 @@ bench-gpu: deps
 bench-local: deps-bench
 	@$(MAKE) --no-print-directory all
 	tools/bench-local.sh $(B)
+
+# Memory the caller already has (dp_register_mem) vs shared regions, on the
+# CPUs bench-local uses (BENCH_ARGS: e.g. --quick).
+bench-vm: deps
+	@$(MAKE) --no-print-directory all
+	tools/bench-local.sh $(B) --no-peers $(BENCH_ARGS) vm
 
 # P6, P7: needs root (it creates two network namespaces joined by veth).
 bench-fabric: deps-bench

@@ -8,10 +8,12 @@
  * A REGION_VM names a range of the address space of the process that
  * opened the client's connection, held by a pidfd taken at registration
  * (SO_PEERPIDFD; pidfd_open of the SO_PEERCRED pid on kernels before 6.5).
- * process_vm_* take a pid, not a pidfd: before it touches a process in a
- * poller loop the engine asks the pidfd whether its pid is still that
- * process (pidfd_send_signal, signal 0: -ESRCH once it was reaped, after
- * which its pid could be recycled), at most once per process per loop. A
+ * process_vm_* take a pid, not a pidfd: before it touches a process the
+ * engine asks the pidfd whether its pid is still that process
+ * (pidfd_send_signal, signal 0: -ESRCH once it was reaped, after which its
+ * pid could be recycled), at most once per process per poller every
+ * ALIVE_NS: a pid is reused only after the kernel has handed out every
+ * other one (pid_max, 32768 at the least), which takes far longer. A
  * range the process unmapped fails its descriptor with -EFAULT, never a
  * signal here: the kernel's copy reports the fault.
  *
@@ -34,6 +36,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "engine.h"
 #include "vm.h"
 
@@ -43,8 +46,9 @@
 
 /* As copy.c: about 1 MiB per poller loop with the default chunk. */
 #define STEPS_PER_LOOP 4
-/* Processes whose liveness one poller remembers for the current loop. */
+/* Processes whose liveness one poller remembers, and for how long. */
 #define ALIVE_SLOTS 8
+#define ALIVE_NS 100000u
 
 /* A REGION_VM's state (reg->eng[ENGINE_vm]). */
 struct vm_mem {
@@ -74,13 +78,13 @@ struct vm_op {
 
 /* A poller's pending copies (p->eng[ENGINE_vm]), spare ops, the bounce
  * buffer of VM <-> VM copies (cfg.chunk bytes, made at the first), and the
- * processes found alive in loop `loop`. */
+ * processes found alive, when. */
 struct vm_poller {
 	struct vm_op *head, *tail, *spare;
 	uint8_t *bounce;
 	struct {
 		const struct vm_mem *vm;
-		uint64_t loop;
+		uint64_t ns;
 	} alive[ALIVE_SLOTS];
 };
 
@@ -110,21 +114,24 @@ static int vm_errno(int e)
 /*
  * Whether m's pid is still the process it was registered by: 0, or -ESRCH
  * once that process was reaped (its pid may belong to another by now).
- * Asked once per process per poller loop; a zombie still holds its pid,
- * and process_vm_* then fail with ESRCH themselves.
+ * Asked at most every ALIVE_NS per process per poller; a zombie still holds
+ * its pid, and process_vm_* then fail with ESRCH themselves. A slot that
+ * names a freed vm_mem whose address came back names one registered (and
+ * found alive) since the slot was filled, less than ALIVE_NS ago.
  */
-static int vm_alive(struct poller *p, struct vm_poller *v, const struct vm_mem *m)
+static int vm_alive(struct vm_poller *v, const struct vm_mem *m)
 {
 	unsigned i = (unsigned)(((uintptr_t)m >> 6) % ALIVE_SLOTS);
+	uint64_t now = dp_now_ns();
 
-	if (v->alive[i].vm == m && v->alive[i].loop == p->loops)
+	if (v->alive[i].vm == m && now - v->alive[i].ns < ALIVE_NS)
 		return 0;
 	/* EPERM would still mean it exists; the service runs as its uid or
 	 * as root, so it does not come. */
 	if (syscall(SYS_pidfd_send_signal, m->pidfd, 0, NULL, 0) < 0 && errno != EPERM)
 		return errno == ESRCH ? -ESRCH : -EIO;
 	v->alive[i].vm = m;
-	v->alive[i].loop = p->loops;
+	v->alive[i].ns = now;
 	return 0;
 }
 
@@ -143,15 +150,14 @@ static int vm_call(const struct vm_mem *m, uint64_t addr, uint8_t *host, uint64_
 }
 
 /* Bytes [off, off + n) of a transfer from src to dst, n <= cfg.chunk. */
-static int vm_move(struct poller *p, struct vm_poller *v, const struct vm_end *src,
-		   const struct vm_end *dst, uint64_t off, uint64_t n)
+static int vm_move(struct vm_poller *v, const struct vm_end *src, const struct vm_end *dst,
+		   uint64_t off, uint64_t n)
 {
 	int rc;
 
 	if (!n)
 		return 0;
-	if ((src->vm && (rc = vm_alive(p, v, src->vm))) ||
-	    (dst->vm && (rc = vm_alive(p, v, dst->vm))))
+	if ((src->vm && (rc = vm_alive(v, src->vm))) || (dst->vm && (rc = vm_alive(v, dst->vm))))
 		return rc;
 	if (!src->vm)
 		return vm_call(dst->vm, dst->addr + off, src->host + off, n, true);
@@ -214,8 +220,8 @@ static void vm_submit(struct poller *p, const struct xfer *x)
 	}
 	x->q->ctr.local_copies++;
 	if (x->len <= cfg.inline_max) {
-		rc = d->opcode == DP_OP_WRITE ? vm_move(p, v, &l, &t, 0, x->len)
-					      : vm_move(p, v, &t, &l, 0, x->len);
+		rc = d->opcode == DP_OP_WRITE ? vm_move(v, &l, &t, 0, x->len)
+					      : vm_move(v, &t, &l, 0, x->len);
 		queue_complete_ns(x->q, x->user_data, x->submit_ns, rc, rc ? 0 : x->len, x->path);
 		return;
 	}
@@ -261,7 +267,7 @@ static int vm_progress(struct poller *p)
 
 		if (n > cfg.chunk)
 			n = cfg.chunk;
-		rc = vm_move(p, v, &op->src, &op->dst, op->done, n);
+		rc = vm_move(v, &op->src, &op->dst, op->done, n);
 		op->done += n;
 		steps++;
 		v->head = op->next;
@@ -288,17 +294,11 @@ static bool vm_busy(const struct poller *p)
 	return v && v->head;
 }
 
-/* At shutdown copies are finished (a gone process fails them at once).
- * The loop counter stands still meanwhile: liveness is asked afresh for
- * every round. */
+/* At shutdown copies are finished (a gone process fails them at once). */
 static void vm_cancel_all(struct poller *p)
 {
-	struct vm_poller *v = p->eng[ENGINE_vm];
-
-	while (vm_busy(p)) {
-		memset(v->alive, 0, sizeof(v->alive));
+	while (vm_busy(p))
 		vm_progress(p);
-	}
 }
 
 static void vm_poller_free(struct poller *p)
