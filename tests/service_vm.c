@@ -319,7 +319,10 @@ Test(service_vm, client_exits_in_flight)
 	pid_t pid;
 
 	start_svc(&svc, local_only);
-	base = proc_fd_count(svc.pid);
+	/* The baseline once the start-up probe's connection is gone: the
+	 * count holds still for 100 ms. */
+	for (int prev = -1; (base = proc_fd_count(svc.pid)) != prev; prev = base)
+		sleep_ms(100);
 	for (int round = 0; round < 3; round++) {
 		int up[2];
 
