@@ -15,6 +15,7 @@
 #   make bench-instr     instructions per 64 B local WRITE in the poller (callgrind)
 #   make python          the Python package (dataplane, libclient/python) into $(B)/python
 #   make bench-python    Python vs C: batch of 32 64 B WRITEs, single 64 B WRITE p50
+#   make bench-vm        WRITEs from dp_register_mem memory vs dp_alloc regions, 64 KiB..256 MiB, 64 B
 #   make format-check    clang-format --dry-run over the sources
 #   CUDA=0|1             force CUDA off/on (default: detected)
 #   PYTHON=python3.12    the interpreter of `make python`, its tests and install (default:
@@ -119,9 +120,10 @@ PY_OUT := $(PY_EXT) $(patsubst $(PY_SRC)/%,$(B)/python/dataplane/%,$(PY_FILES))
 HAVE_PY := $(if $(wildcard $(PY_INCLUDE)/Python.h),1,0)
 
 .SECONDARY:
-.PHONY: python bench-python test-python stress all deps deps-bench run test test-ring asan tsan bench-ring bench-local \
-	bench-gpu bench-file bench-fabric bench-instr format format-check gpu-tests clean \
-	deps-fuzz fuzz fuzz-regress stress faults install uninstall check-package
+.PHONY: python bench-python test-python stress all deps deps-bench run test test-ring asan tsan \
+	bench-ring bench-local bench-gpu bench-file bench-fabric bench-instr bench-vm format \
+	format-check gpu-tests clean deps-fuzz fuzz fuzz-regress stress faults install uninstall \
+	check-package
 all: $(LIBRING) $(LIBCLIENT_A) $(LIBCLIENT_SO) $(if $(SERVICE_SRCS),$(SERVICE)) \
 	$(foreach t,$(TOOLS),$(if $(wildcard tools/$(notdir $(t)).c examples/$(notdir $(t)).c),$(t)))
 
@@ -374,6 +376,12 @@ bench-gpu: deps
 bench-local: deps-bench
 	@$(MAKE) --no-print-directory all
 	tools/bench-local.sh $(B)
+
+# Memory the caller already has (dp_register_mem) vs shared regions, on the
+# CPUs bench-local uses (BENCH_ARGS: e.g. --quick).
+bench-vm: deps
+	@$(MAKE) --no-print-directory all
+	tools/bench-local.sh $(B) --no-peers $(BENCH_ARGS) vm
 
 # P6, P7: needs root (it creates two network namespaces joined by veth).
 bench-fabric: deps-bench

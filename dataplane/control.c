@@ -44,6 +44,7 @@
 #include "rpc.h"
 #include "segments.h"
 #include "stats.h"
+#include "vm.h"
 
 #define MAX_STRIKES 3
 #define MAX_FDS 4
@@ -398,14 +399,25 @@ static int on_region_register(struct client *c, struct msg_in *m, struct msg_out
 		goto out_fd;
 	if (!(seals & F_SEAL_SHRINK) && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) < 0) {
 		/* EPERM: F_SEAL_SEAL is set (a memfd made without
-		 * MFD_ALLOW_SEALING, a /dev/shm file, or one sealed against
-		 * further seals) or the fd is read-only. The client can fix
-		 * this: say so. c->name is printable ASCII (on_hello). */
+		 * MFD_ALLOW_SEALING, or one sealed against further seals) or
+		 * the fd is read-only. Without the seal the client could
+		 * shrink the file under our mapping and turn our next access
+		 * into SIGBUS, so there is no unsealed way. The client can fix
+		 * this, or register its mapping with dp_register_mem: say so.
+		 * c->name is printable ASCII (on_hello). */
+		const char *why = "the memfd refused the seal";
+
+		if ((fcntl(fd, F_GETFL) & O_ACCMODE) == O_RDONLY)
+			why = "the memfd is open read-only";
+		else if (seals & F_SEAL_SEAL)
+			why = "the memfd does not allow sealing (F_SEAL_SEAL: memfd_create without "
+			      "MFD_ALLOW_SEALING)";
 		rc = -EPERM;
-		log_warn("client %u (pid %d '%s'): region refused: the memfd does not allow "
-			 "sealing (memfd_create without MFD_ALLOW_SEALING, F_SEAL_SEAL set, or "
-			 "a read-only fd)",
-			 c->id, (int)c->pid, c->name);
+		log_warn("client %u (pid %d '%s'): region refused (EPERM): %s; the service "
+			 "seals memfds against shrinking. Create it with memfd_create(name, "
+			 "MFD_ALLOW_SEALING), pass it read-write, or register its mapping with "
+			 "dp_register_mem()",
+			 c->id, (int)c->pid, c->name, why);
 		goto out_fd;
 	}
 	for (slot = 0; slot < DP_MAX_REGIONS; slot++)
@@ -479,6 +491,40 @@ static int on_region_register_cuda(struct client *c, struct msg_in *m, struct ms
 		return rc;
 	log_debug("client %u: GPU region %u, %llu bytes on device %d", c->id, slot,
 		  (unsigned long long)reg->len, reg->device);
+	return 0;
+}
+
+/* Memory of the client process (vm.c): its own, since the process is the
+ * one that connected (SO_PEERCRED), never one a message names. Not
+ * mapped here, so not charged to --max-mapped-gb-per-uid. */
+static int on_region_register_mem(struct client *c, struct msg_in *m, struct msg_out *o)
+{
+	const struct dp_msg_region_register_mem *req = m->payload;
+	struct region *reg;
+	unsigned slot;
+	int rc;
+
+	for (slot = 0; slot < DP_MAX_REGIONS; slot++)
+		if (!atomic_load_explicit(&c->regions[slot], memory_order_relaxed))
+			break;
+	if (slot == DP_MAX_REGIONS)
+		return -ENOSPC;
+	reg = calloc(1, sizeof(*reg));
+	if (!reg)
+		return -ENOMEM;
+	rc = vm_region_open(reg, c, req->addr, req->len);
+	if (rc) {
+		free(reg);
+		return rc;
+	}
+	atomic_init(&reg->refs, 1);
+	reg->id = slot;
+	reg->owner_pid = c->pid;
+	rc = region_publish(c, reg, slot, o);
+	if (rc)
+		return rc;
+	log_debug("client %u: memory region %u, %llu bytes of pid %d", c->id, slot,
+		  (unsigned long long)reg->len, (int)c->pid);
 	return 0;
 }
 
@@ -765,6 +811,7 @@ static const handler_fn handlers[CTL_MSG_NTYPES] = {
 	[DP_MSG_REGION_REGISTER_CUDA] = on_region_register_cuda,
 	[DP_MSG_REGION_REGISTER_FILE] = on_region_file,
 	[DP_MSG_REGION_OPEN_PATH] = on_region_file,
+	[DP_MSG_REGION_REGISTER_MEM] = on_region_register_mem,
 };
 
 /* ---- the dispatcher ---- */

@@ -88,6 +88,7 @@ enum region_kind {
 	REGION_HOST, /* a client's memfd, mapped here */
 	REGION_CUDA, /* GPU memory opened from a CUDA IPC handle (gpu.c) */
 	REGION_FILE, /* a file, read and written through io_uring */
+	REGION_VM,   /* memory of a client process, through process_vm_readv/writev (vm.c) */
 };
 
 struct region {
@@ -103,7 +104,8 @@ struct region {
 	uint64_t file_off; /* REGION_FILE: offset of byte 0 in the file */
 	pid_t owner_pid;
 	/* Bytes charged to its owner's uid (control.c, --max-mapped-gb-per-uid):
-	 * the mapping of a REGION_HOST, 0 for the others. */
+	 * the mapping of a REGION_HOST, 0 for the others (a REGION_VM maps
+	 * nothing here). */
 	uint64_t charged;
 	/* Each engine's own state on this region (engine.h): fabric
 	 * registrations, a file region's state, ...; NULL where it has none. */

@@ -96,8 +96,10 @@ void queue_complete_ns(struct queue *q, uint64_t user_data, uint64_t submit_ns, 
 }
 
 /*
- * The routing rule (docs/architecture.md): a segment of another service
- * goes to the fabric, or to host staging when the local memory has no
+ * The routing rule (docs/architecture.md): memory of a client process
+ * (dp_register_mem) on either side goes to the vm engine, which moves it
+ * to and from host memory and refuses the rest; a segment of another
+ * service goes to the fabric, or to host staging when the local memory has no
  * fabric registration (GPU memory on rails without FI_HMEM; host memory
  * with --stage-host); on this service, a file on either side goes to the
  * file engine, GPU memory on either side to the GPU engine, and host
@@ -105,6 +107,8 @@ void queue_complete_ns(struct queue *q, uint64_t user_data, uint64_t submit_ns, 
  */
 static inline enum engine_id route(const struct xfer *x)
 {
+	if (x->ra->kind == REGION_VM || (x->rb && x->rb->kind == REGION_VM))
+		return ENGINE_vm;
 	if (!x->rb)
 		return x->ra->eng[ENGINE_fabric] || x->ra->kind == REGION_FILE ? ENGINE_fabric
 									       : ENGINE_stage;

@@ -46,6 +46,7 @@ struct alloc {
 
 struct dp_client {
 	int fd;
+	pid_t pid;	   /* the process that connected (dp_register_mem names its memory) */
 	uint32_t seq;	   /* of the last request sent (never 0: the service's "no header") */
 	uint32_t stale_lo; /* replies to seqs stale_lo .. seq - 1 may still come (0: none) */
 	uint64_t timeout_ns;
@@ -82,6 +83,7 @@ enum call {
 	C_FREE,
 	C_REGISTER_FD,
 	C_REGISTER_CUDA,
+	C_REGISTER_MEM,
 	C_REGISTER_FILE,
 	C_OPEN_FILE,
 	C_EXPORT,
@@ -103,6 +105,7 @@ static const char *const call_names[] = {
 	[C_FREE] = "dp_free",
 	[C_REGISTER_FD] = "dp_register_fd",
 	[C_REGISTER_CUDA] = "dp_register_cuda",
+	[C_REGISTER_MEM] = "dp_register_mem",
 	[C_REGISTER_FILE] = "dp_register_file",
 	[C_OPEN_FILE] = "dp_open_file",
 	[C_EXPORT] = "dp_segment_export",
@@ -143,10 +146,21 @@ static const struct {
 	{C_ALLOC, -EDQUOT, "this uid's --max-mapped-gb-per-uid of the service is used up"},
 	{C_REGISTER_FD, -EINVAL, "the fd is not a memfd, or offset + length lies beyond its size"},
 	{C_REGISTER_FD, -EPERM,
-	 "the memfd does not allow sealing: create it with memfd_create(name, "
-	 "MFD_ALLOW_SEALING), do not set F_SEAL_SEAL, pass it read-write"},
+	 "the service cannot seal the memfd against shrinking: it was made without "
+	 "MFD_ALLOW_SEALING (create it with memfd_create(name, MFD_ALLOW_SEALING)), has "
+	 "F_SEAL_SEAL set, or is open read-only; or register its mapping with dp_register_mem()"},
 	{C_REGISTER_FD, -ENOSPC, "the client's region table is full (1024 regions)"},
 	{C_REGISTER_FD, -EDQUOT, "this uid's --max-mapped-gb-per-uid of the service is used up"},
+	{C_REGISTER_MEM, -EINVAL,
+	 "a NULL address, a length of 0, a range that wraps, or a process forked after "
+	 "dp_connect (register through a connection of its own)"},
+	{C_REGISTER_MEM, -EFAULT,
+	 "the first or the last byte of the range is not mapped in this process"},
+	{C_REGISTER_MEM, -EPERM,
+	 "the service may not access this process's memory (it runs as another uid and not "
+	 "as root, the process is not dumpable, or Yama ptrace_scope forbids it)"},
+	{C_REGISTER_MEM, -ESRCH, "the service cannot find this process (another pid namespace)"},
+	{C_REGISTER_MEM, -ENOSPC, "the client's region table is full (1024 regions)"},
 	{C_REGISTER_CUDA, -EINVAL,
 	 "not cudaMalloc device memory, or the range leaves the allocation"},
 	{C_REGISTER_FILE, -EPERM,
@@ -424,6 +438,7 @@ static int connect_(const char *socket_path, const char *name, struct dp_client 
 		goto err;
 	}
 	c->timeout_ns = ctl_timeout_ms() * 1000000ull;
+	c->pid = getpid();
 	if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		rc = -errno;
 		goto err;
@@ -579,6 +594,23 @@ int dp_register_cuda(struct dp_client *c, void *ptr, size_t len)
 	rc = rpc_locked(c, DP_MSG_REGION_REGISTER_CUDA, &req, sizeof(req), -1, &r, sizeof(r), NULL,
 			0);
 	return rc ? fail(C_REGISTER_CUDA, rc) : (int)r.id;
+}
+
+int dp_register_mem(struct dp_client *c, void *addr, size_t len)
+{
+	struct dp_msg_region_register_mem req = {.addr = (uint64_t)(uintptr_t)addr, .len = len};
+	struct dp_msg_id_reply r;
+	int rc;
+
+	if (!c || !addr || !len || req.addr + req.len < req.addr)
+		return fail(C_REGISTER_MEM, -EINVAL);
+	/* The service reads the memory of the process that connected: after
+	 * a fork, this process's addresses would name its parent's bytes. */
+	if (getpid() != c->pid)
+		return fail(C_REGISTER_MEM, -EINVAL);
+	rc = rpc_locked(c, DP_MSG_REGION_REGISTER_MEM, &req, sizeof(req), -1, &r, sizeof(r), NULL,
+			0);
+	return rc ? fail(C_REGISTER_MEM, rc) : (int)r.id;
 }
 
 int dp_register_file(struct dp_client *c, int fd, uint64_t offset, uint64_t len, unsigned flags)

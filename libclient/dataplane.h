@@ -146,19 +146,45 @@ int dp_queue_destroy(struct dp_queue *q);
  */
 int dp_alloc(struct dp_client *c, size_t len, unsigned flags, void **addr);
 
-/** Deregisters a region (dp_alloc, dp_register_fd, dp_register_cuda,
- * dp_register_file, dp_open_file); memory from dp_alloc is unmapped here too. */
+/** Deregisters a region (dp_alloc, dp_register_fd, dp_register_mem,
+ * dp_register_cuda, dp_register_file, dp_open_file); memory from dp_alloc is
+ * unmapped here too. */
 int dp_free(struct dp_client *c, int region);
 
 /**
  * Registers bytes [@p off, @p off + @p len) of a memfd the caller owns as a
  * region (the service maps it and seals it against shrinking). The memfd
  * must allow sealing: memfd_create(name, MFD_ALLOW_SEALING), opened
- * read-write, F_SEAL_SEAL not set (or F_SEAL_SHRINK set already). Returns
- * the region id. -EINVAL when the fd is not a memfd or too short, -EPERM
- * when it does not allow sealing (the service logs why).
+ * read-write, F_SEAL_SEAL not set (or F_SEAL_SHRINK set already): without
+ * the seal the file could shrink under the service's mapping. Returns the
+ * region id. -EINVAL when the fd is not a memfd or too short, -EPERM when
+ * the service cannot seal it (a memfd made without MFD_ALLOW_SEALING, or a
+ * read-only fd; dp_last_error() and the service's log say which). A memfd
+ * that cannot be sealed can still be mapped by the caller and that mapping
+ * registered with dp_register_mem().
  */
 int dp_register_fd(struct dp_client *c, int fd, uint64_t off, uint64_t len);
+
+/**
+ * Registers memory this process already has, bytes [@p addr, @p addr +
+ * @p len) of its address space (malloc'd memory, a numpy array, a torch CPU
+ * tensor), without copying it into shared memory. The service cannot map
+ * it: it reads and writes it with process_vm_readv/process_vm_writev, one
+ * system call per slice of a transfer (dp_submit stays free of system
+ * calls), which costs more than a region from dp_alloc (docs/api.md,
+ * "Memory the caller already has"). Transfers between such a region and
+ * host memory of the service (a dp_alloc/dp_register_fd region, an export
+ * of another client, either side) or another such region work; with GPU
+ * memory, a file or another service's segment they complete with
+ * -ENOTSUP. The memory stays the caller's: keep it mapped until
+ * dp_free(), or descriptors fail with -EFAULT; nothing here pins it. Not
+ * charged to the service's --max-mapped-gb-per-uid. Returns the region
+ * id. -EFAULT the first or last byte is not mapped, -EPERM the service may
+ * not access this process's memory (another uid and not root, a
+ * non-dumpable process, Yama ptrace_scope), -EINVAL NULL or empty, or
+ * called in a process forked after dp_connect().
+ */
+int dp_register_mem(struct dp_client *c, void *addr, size_t len);
 
 /**
  * Registers GPU memory: bytes [@p ptr, @p ptr + @p len) of an allocation

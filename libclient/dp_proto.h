@@ -70,6 +70,7 @@ enum dp_msg_type {
 	DP_MSG_REGION_REGISTER_CUDA = 10, /* gpu.c: a CUDA IPC handle */
 	DP_MSG_REGION_REGISTER_FILE = 11, /* fileio.c: an fd */
 	DP_MSG_REGION_OPEN_PATH = 12,	  /* fileio.c: a path under --file-root */
+	DP_MSG_REGION_REGISTER_MEM = 13,  /* vm.c: memory of the client process */
 };
 
 struct dp_msg_hdr {
@@ -162,6 +163,16 @@ struct dp_msg_region_file {
 struct dp_msg_region_path {
 	struct dp_msg_region_file file;
 	char path[DP_PATH_MAX];
+};
+
+/*
+ * REGION_REGISTER_MEM: bytes [addr, addr + len) of the address space of the
+ * process that connected (its pid is the connection's SO_PEERCRED, never a
+ * field of a message). No fd travels. Reply: dp_msg_id_reply. See vm.h.
+ */
+struct dp_msg_region_register_mem {
+	uint64_t addr;
+	uint64_t len;
 };
 
 /* Reply of REGION_REGISTER and SEGMENT_OPEN: the new id plus the size. */

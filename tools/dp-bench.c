@@ -21,12 +21,15 @@
  * fabric / bypass (--peer HOST:PORT --peer-socket PATH): P6 4 MiB WRITEs and
  * P7 64 B WRITEs to a segment of another service (tools/bench-fabric.sh runs
  * the peers), and the same to a segment of this service vs the other one.
+ * vm: WRITEs from memory the caller already has (dp_register_mem, read by
+ * the service with process_vm_readv) vs from a dp_alloc region (memcpy),
+ * into the same export: 64 KiB .. 256 MiB and 64 B latency, and the ratio.
  *
  * usage: dp-bench [--socket PATH | --dataplaned PATH] [--cpu N] [--service-cpu N]
  *                 [--quick] [--max-size BYTES] [--no-peers] [--json]
  *                 [--plot FILE.png] [--rounds N]
  *                 [--peer HOST:PORT --peer-socket PATH]
- *                 [latency|rate|bandwidth|overhead|fabric|bypass|placement|check|all]
+ *                 [latency|rate|bandwidth|overhead|fabric|bypass|vm|placement|check|all]
  * Long runs show a progress line on stderr; --json prints the results as one
  * JSON document on stdout (the text goes to stderr); --no-peers runs and
  * prints nothing of the peers; --plot draws the latency CDF and throughput
@@ -631,6 +634,139 @@ static void bench_bandwidth(void)
 		printf("  target >= 0.9x memcpy\n");
 }
 
+/* ---- vm: memory the caller already has (dp_register_mem) vs shared
+ * regions (dp_alloc), the same WRITEs into the same export ---- */
+
+/* One WRITE of `len` bytes from `region` into b's segment, busy-polled: ns. */
+static uint64_t vm_write(struct bench *b, int region, uint64_t off, uint64_t len, uint64_t ud)
+{
+	struct dp_desc d;
+	struct dp_cqe cqe;
+	uint64_t ns;
+	int rc;
+
+	dp_prep_write(&d, region, off, b->seg, off, len, ud);
+	if ((rc = dp_tool_run_one(b->q, &d, -1, &cqe, &ns)))
+		die("vm WRITE", rc);
+	return ns;
+}
+
+static void bench_vm(void)
+{
+	enum { REPS = 5, SIZES = 16, SHARED = 0, VM = 1 };
+	uint64_t top = max_size < 256 * MiB ? max_size : 256 * MiB, len, done = 0, total = 0;
+	unsigned n = quick ? 20000 : 100000, nsz = 0, k;
+	double bw[2][SIZES][REPS], med[2][SIZES], mc[SIZES], p50[2], p99[2];
+	uint64_t *lat = malloc(sizeof(*lat) * n);
+	struct progress pg;
+	struct bench b;
+	uint8_t *vm, *copy;
+	int vreg;
+
+	for (len = 64 * 1024; len <= top && nsz < SIZES; len *= 4, nsz++)
+		total += 2 * REPS * len;
+	vm = malloc(top);
+	copy = malloc(top);
+	if (!lat || !vm || !copy)
+		die("malloc", -ENOMEM);
+	ours_begin();
+	bench_open(&b, top);
+	memcpy(vm, b.srcp, top); /* the same bytes as the shared source */
+	memset(copy, 0, top);
+	if ((vreg = dp_register_mem(b.c, vm, top)) < 0) {
+		fprintf(stderr, "dp-bench: dp_register_mem: %s\n", dp_last_error());
+		exit(1);
+	}
+	progress_start(&pg, "vm bandwidth (bytes)", total);
+	for (k = 0, len = 64 * 1024; k < nsz; k++, len *= 4) {
+		/* Alternating, so that drift hurts both alike. */
+		for (unsigned r = 0; r < REPS; r++)
+			for (int w = 0; w < 2; w++) {
+				int from = (r + w) % 2 ? VM : SHARED;
+				uint64_t ns = vm_write(&b, from == VM ? vreg : b.src, 0, len, r);
+
+				bw[from][k][r] = (double)len / (double)ns;
+				done += len;
+				progress_update(&pg, done);
+			}
+		for (int w = 0; w < 2; w++) {
+			qsort(bw[w][k], REPS, sizeof(double), cmp_dbl);
+			med[w][k] = bw[w][k][REPS / 2];
+		}
+		memset(b.dstp, 0, len);
+		vm_write(&b, vreg, 0, len, 99);
+		if (memcmp(vm, b.dstp, len))
+			die("vm: DATA MISMATCH", -EBADMSG);
+		/* The client's own single-thread memcpy of the same bytes. */
+		{
+			double best[REPS];
+
+			for (unsigned r = 0; r < REPS; r++) {
+				uint64_t t0 = dp_now_ns();
+
+				memcpy(copy, vm, len);
+				best[r] = (double)len / (double)(dp_now_ns() - t0);
+			}
+			qsort(best, REPS, sizeof(double), cmp_dbl);
+			mc[k] = best[REPS / 2];
+		}
+	}
+	progress_end(&pg);
+	/* 64 B, one outstanding: shared and registered in alternating blocks. */
+	for (int w = 0; w < 2; w++) {
+		int region = w == VM ? vreg : b.src;
+
+		for (unsigned i = 0; i < n / 10; i++)
+			vm_write(&b, region, 0, 64, i);
+		for (unsigned i = 0; i < n; i++)
+			lat[i] = vm_write(&b, region, (i % 64) * 64, 64, i);
+		qsort(lat, n, sizeof(*lat), cmp_u64);
+		p50[w] = lat[n / 2] / 1e3;
+		p99[w] = lat[n * 99 / 100] / 1e3;
+	}
+	if (memcmp(vm, b.dstp, 4096))
+		die("vm: DATA MISMATCH (64 B)", -EBADMSG);
+	bench_close(&b);
+	ours_end();
+
+	printf("vm: WRITEs from memory the caller already has (dp_register_mem: "
+	       "process_vm_readv in the service) vs from a shared region (dp_alloc: memcpy), "
+	       "into the same host export (GB/s, median of %u)\n",
+	       REPS);
+	report_obj("vm_run");
+	print_ours_cpus();
+	report_end();
+	printf("  %10s %10s %10s %8s %12s\n", "size", "shared", "registered", "ratio",
+	       "client memcpy");
+	report_arr("vm_bandwidth");
+	for (k = 0, len = 64 * 1024; k < nsz; k++, len *= 4) {
+		printf("  %6llu KiB %10.2f %10.2f %7.2fx %12.2f\n", (unsigned long long)(len >> 10),
+		       med[SHARED][k], med[VM][k], med[VM][k] / med[SHARED][k], mc[k]);
+		report_obj(NULL);
+		report_u64("size", len);
+		report_num("shared_gb_per_s", med[SHARED][k]);
+		report_num("registered_gb_per_s", med[VM][k]);
+		report_num("ratio", med[VM][k] / med[SHARED][k]);
+		report_num("client_memcpy_gb_per_s", mc[k]);
+		report_end();
+	}
+	report_end();
+	printf("  64 B WRITE, one outstanding (%u samples each): shared p50 %.2f us p99 %.2f us; "
+	       "registered p50 %.2f us p99 %.2f us; ratio p50 %.2fx\n",
+	       n, p50[SHARED], p99[SHARED], p50[VM], p99[VM], p50[VM] / p50[SHARED]);
+	report_obj("vm_latency");
+	report_u64("samples", n);
+	report_num("shared_p50_us", p50[SHARED]);
+	report_num("shared_p99_us", p99[SHARED]);
+	report_num("registered_p50_us", p50[VM]);
+	report_num("registered_p99_us", p99[VM]);
+	report_num("ratio_p50", p50[VM] / p50[SHARED]);
+	report_end();
+	free(lat);
+	free(vm);
+	free(copy);
+}
+
 /* ---- stats overhead: the same P3/P4 runs against a service with its stats
  * region and one without (--no-stats), alternating, medians of the rounds ---- */
 
@@ -923,7 +1059,7 @@ static void usage(void)
 	       "[--rounds N]\n"
 	       "                [--peer HOST:PORT --peer-socket PATH] [--help] [--version]\n"
 	       "                "
-	       "[latency|rate|bandwidth|overhead|fabric|bypass|placement|check|all]\n"
+	       "[latency|rate|bandwidth|overhead|fabric|bypass|vm|placement|check|all]\n"
 	       "  latency, rate, bandwidth: P3, P4, P5 and their peers (fi_pingpong shm, io_uring "
 	       "NOP,\n"
 	       "    memcpy). With --dataplaned PATH (and no --socket) dp-bench starts a service "
@@ -938,6 +1074,9 @@ static void usage(void)
 	       "  fabric|bypass --peer HOST:PORT --peer-socket PATH: P6/P7 through another "
 	       "service,\n"
 	       "    and local vs fabric for the same transfers.\n"
+	       "  vm: WRITEs from memory registered with dp_register_mem vs from dp_alloc "
+	       "regions,\n"
+	       "    64 KiB .. 256 MiB (--max-size) and 64 B latency, with the ratio.\n"
 	       "  placement: only the cache-line ping-pong between --cpu and --service-cpu, which\n"
 	       "    every run prints first.\n"
 	       "  check: only the check for dataplaned pollers on --cpu and --service-cpu.\n"
@@ -949,7 +1088,7 @@ static void usage(void)
 static bool known_benchmark(const char *what)
 {
 	static const char *const names[] = {"latency", "rate",	 "bandwidth", "overhead", "all",
-					    "fabric",  "bypass", "placement", "check"};
+					    "fabric",  "bypass", "placement", "check",	  "vm"};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (!strcmp(what, names[i]))
@@ -1076,6 +1215,8 @@ static void run_benches(const char *what)
 		bench_fabric();
 	if (!strcmp(what, "bypass"))
 		bench_bypass();
+	if (!strcmp(what, "vm"))
+		bench_vm();
 }
 
 int main(int argc, char **argv)

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // api_check.cpp - dataplane.h from C++: the whole client API used once
-// (connect, alloc, export, open, dp_prep_write / dp_prep_read, submit, wait,
-// stats, dp_strerror / dp_last_error). tools/check-header.sh compiles and
+// (connect, alloc, register_mem, export, open, dp_prep_write / dp_prep_read,
+// submit, wait, stats, dp_strerror / dp_last_error). tools/check-header.sh compiles and
 // links it with every C++ standard; it runs the transfer only when a service
 // answers (usage: api_check [SOCKET]); with none it says so and exits 0.
 // Exit 0 ok or no service, 1 a failure.
@@ -72,7 +72,23 @@ int main(int argc, char **argv)
 	if (std::strcmp(static_cast<char *>(dst) + 64, "hello from C++") ||
 	    std::strcmp(static_cast<char *>(src) + 1024, "hello from C++"))
 		return fail("bytes", -EIO);
-	if ((rc = dp_queue_stats(q, &st)) < 0 || st.completed != 2)
+	// Memory of this process, not shared: dp_register_mem.
+	static char mine[64] = "hello from C++ memory";
+	int mem_region = dp_register_mem(c, mine, sizeof(mine));
+	if (mem_region < 0)
+		return fail("dp_register_mem", mem_region);
+	dp_prep_write(&d[0], mem_region, 0, seg, 2048, sizeof(mine), 3);
+	if ((rc = dp_submit(q, &d[0], 1)) != 1)
+		return fail("dp_submit", rc < 0 ? rc : -EAGAIN);
+	if ((rc = dp_wait(q, &cqe[0], 1, 5000)) != 1)
+		return fail("dp_wait", rc < 0 ? rc : -ETIMEDOUT);
+	if (cqe[0].status)
+		return fail("completion from dp_register_mem memory", cqe[0].status);
+	if (std::strcmp(static_cast<char *>(dst) + 2048, mine))
+		return fail("bytes from dp_register_mem memory", -EIO);
+	if ((rc = dp_free(c, mem_region)) < 0)
+		return fail("dp_free", rc);
+	if ((rc = dp_queue_stats(q, &st)) < 0 || st.completed != 3)
 		return fail("dp_queue_stats", rc < 0 ? rc : -EIO);
 	std::printf("api_check: ok, two transfers through %s\n", dp_server_name(c));
 	dp_segment_close(c, seg);

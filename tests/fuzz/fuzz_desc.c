@@ -64,7 +64,7 @@ static void never_submit(struct poller *p, const struct xfer *x)
 {
 	(void)p;
 	(void)x;
-	abort(); /* no file or GPU regions here */
+	abort(); /* no file, GPU or VM regions here */
 }
 
 /* The test engines, under the names route() sends to. */
@@ -75,6 +75,7 @@ const struct engine fabric_engine = {.name = "fabric-test", .submit = fabric_tes
 const struct engine samehost_engine = {.name = "samehost-test"};
 /* Its host regions have no fabric registration: route() stages them. */
 const struct engine stage_engine = {.name = "stage-test", .submit = fabric_test_submit};
+const struct engine vm_engine = {.name = "vm-test", .submit = never_submit};
 #define ENGINE(name) [ENGINE_##name] = &name##_engine,
 const struct engine *const engines[DP_ENGINES] = {
 #include "engines.def"
