@@ -266,6 +266,39 @@ def _register_cuda(self, obj, length=None):
 Client.register_cuda = _register_cuda
 
 
+def _register(self, obj):
+    """register(obj)
+
+    Registers memory this process already has, without copying it
+    (dp_register_mem; docs/api.md "Memory the caller already has"): any
+    writable, C-contiguous buffer (bytearray, numpy array, mmap,
+    memoryview) or a torch CPU tensor. The service reads and writes it
+    with process_vm_readv/writev: slower than Client.alloc memory (about
+    0.5-0.8x its bandwidth on the dev machine) but nothing is copied in
+    first. The buffer is held (exported) while the region lives, so it
+    cannot be resized or freed under the service; close the region to let
+    it go. GPU tensors: register_cuda()."""
+    if hasattr(obj, "is_cuda") and hasattr(obj, "numpy"):
+        if obj.is_cuda:
+            raise ValueError("a CUDA tensor: use register_cuda()")
+        obj = obj.numpy()
+    view = memoryview(obj)
+    if view.readonly:
+        raise ValueError("register() needs writable memory")
+    if not view.c_contiguous:
+        raise ValueError("register() needs C-contiguous memory")
+    view = view.cast("B")
+    if not view.nbytes:
+        raise ValueError("register() needs at least one byte")
+    import ctypes as _ctypes
+
+    addr = _ctypes.addressof(_ctypes.c_char.from_buffer(view))
+    return self._register_mem(addr, view.nbytes, view)
+
+
+Client.register = _register
+
+
 # ---- asyncio ----
 
 async def _wait_async(self, timeout=None, max=None):

@@ -132,8 +132,8 @@ typedef struct {
 	PyObject *weaklist;
 } Region;
 
-enum { REGION_HOST = 0, REGION_CUDA, REGION_FD, REGION_FILE };
-static const char *const kind_names[] = {"host", "cuda", "fd", "file"};
+enum { REGION_HOST = 0, REGION_CUDA, REGION_FD, REGION_FILE, REGION_MEM };
+static const char *const kind_names[] = {"host", "cuda", "fd", "file", "mem"};
 
 typedef struct {
 	PyObject_HEAD struct link link;
@@ -1943,6 +1943,35 @@ static PyObject *client_register_cuda(PyObject *self, PyObject *args, PyObject *
 	return (PyObject *)r;
 }
 
+/* Memory this process already has (dp_register_mem): `owner` (the buffer's
+ * exporter, a memoryview holding it) is kept with the region, so the memory
+ * can neither go nor move while the service may touch it. */
+static PyObject *client_register_mem(PyObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"ptr", "length", "owner", NULL};
+	Client *c = (Client *)self;
+	PyObject *ptro, *owner = Py_None;
+	unsigned long long len;
+	void *ptr;
+	Region *r;
+	int id;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO&|O:_register_mem", kwlist, &ptro, u64_conv,
+					 &len, &owner) ||
+	    client_check(c))
+		return NULL;
+	ptr = PyLong_AsVoidPtr(ptro);
+	if (!ptr && PyErr_Occurred())
+		return NULL;
+	id = CONTROL(c, dp_register_mem(c->c, ptr, (size_t)len));
+	if (id < 0)
+		return raise_dp(id);
+	r = region_make(c, id, REGION_MEM, ptr, len, owner == Py_None ? NULL : owner);
+	if (!r)
+		dp_free(c->c, id);
+	return (PyObject *)r;
+}
+
 static PyObject *client_register_fd(PyObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"fd", "length", "offset", NULL};
@@ -2157,6 +2186,11 @@ static PyMethodDef client_methods[] = {
 	 "_register_cuda($self, ptr, length, owner=None)\n--\n\nRegisters GPU memory at device "
 	 "pointer ptr (dp_register_cuda); owner is kept alive with the region. "
 	 "Client.register_cuda() takes tensors."},
+	{"_register_mem", (PyCFunction)(void (*)(void))client_register_mem,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "_register_mem($self, ptr, length, owner=None)\n--\n\nRegisters memory of this process "
+	 "at ptr (dp_register_mem); owner is kept alive with the region. Client.register() takes "
+	 "buffers."},
 	{"register_fd", (PyCFunction)(void (*)(void))client_register_fd,
 	 METH_VARARGS | METH_KEYWORDS,
 	 "register_fd($self, fd, length, offset=0)\n--\n\nRegisters bytes [offset, offset+length) "
