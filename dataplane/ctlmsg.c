@@ -29,6 +29,7 @@ static const struct {
 	[DP_MSG_REGION_REGISTER_CUDA] = {sizeof(struct dp_msg_region_register_cuda), false},
 	[DP_MSG_REGION_REGISTER_FILE] = {sizeof(struct dp_msg_region_file), true},
 	[DP_MSG_REGION_OPEN_PATH] = {sizeof(struct dp_msg_region_path), false},
+	[DP_MSG_NOTIFY_OPEN] = {sizeof(struct dp_msg_notify_open), false},
 };
 
 /* Every payload, so that one aligned copy serves all types. */
@@ -43,6 +44,7 @@ union payload {
 	struct dp_msg_region_register_cuda region_cuda;
 	struct dp_msg_region_file region_file;
 	struct dp_msg_region_path region_path;
+	struct dp_msg_notify_open notify_open;
 };
 
 _Static_assert(sizeof(struct dp_msg_hdr) + sizeof(union payload) <= DP_MSG_MAX,
@@ -127,6 +129,11 @@ int ctl_msg_check_payload(const struct dp_msg_hdr *hdr, const void *payload, uns
 	case DP_MSG_REGION_OPEN_PATH:
 		if (p.region_path.file.reserved ||
 		    !field_str_ok(p.region_path.path, sizeof(p.region_path.path)))
+			return -EINVAL;
+		return 0;
+	case DP_MSG_NOTIFY_OPEN:
+		/* 0 means the default, a power of two. */
+		if (p.notify_open.entries & (p.notify_open.entries - 1) || p.notify_open.reserved)
 			return -EINVAL;
 		return 0;
 	default: /* HELLO: the ABI version is negotiated by its handler */

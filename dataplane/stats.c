@@ -548,6 +548,8 @@ void stats_publish_poller(struct stats_poller *sp)
 	stats_set(&sh->file_direct_bytes, sp->file_direct_bytes);
 	stats_set(&sh->file_buffered_ios, sp->file_buffered_ios);
 	stats_set(&sh->file_buffered_bytes, sp->file_buffered_bytes);
+	stats_set(&sh->notify_delivered, sp->notify_delivered);
+	stats_set(&sh->notify_dropped, sp->notify_dropped);
 	{
 		uint64_t ops[DP_STATS_NPATH] = {0}, bytes[DP_STATS_NPATH] = {0};
 

@@ -56,8 +56,8 @@
 
 #define DP_STATS_MAGIC 0x54535044u /* "DPST" */
 /* 2: the poller block gained the file I/O slice counters; 3: the samehost
- * path. */
-#define DP_STATS_ABI_VERSION 3u
+ * path; 4: the notification counters. */
+#define DP_STATS_ABI_VERSION 4u
 #define DP_STATS_NAME_MAX 64 /* shm_open name, NUL included, no '/' */
 #define DP_STATS_PREFIX "dataplane-"
 
@@ -199,6 +199,10 @@ struct dp_stats_poller {
 	 * the page cache (refused O_DIRECT, short I/O) counts as buffered. */
 	uint64_t file_direct_ios, file_direct_bytes;
 	uint64_t file_buffered_ios, file_buffered_bytes;
+	/* Notifications (DP_DESC_F_NOTIFY) this poller handed to an owner of
+	 * this service: put on its notification ring, or dropped (the ring
+	 * was full, or the owner had none). docs/api.md "Notifications". */
+	uint64_t notify_delivered, notify_dropped;
 	/* Sums over the queues this poller retired. */
 	uint64_t retired_queues;
 	uint64_t retired_submitted, retired_completed, retired_failed, retired_bytes;

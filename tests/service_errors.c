@@ -140,8 +140,8 @@ Test(service_errors, nonzero_flags_or_reserved_is_einval, .timeout = 20)
 		d.reserved1 = 0x80000000u;
 		expect(&e, d, -EINVAL, 0, "reserved1");
 		d.reserved1 = 0;
-		d.reserved2 = 1ull << 63;
-		expect(&e, d, -EINVAL, 0, "reserved2");
+		d.notify = 1ull << 63; /* without DP_DESC_F_NOTIFY */
+		expect(&e, d, -EINVAL, 0, "notify without its flag");
 		expect_queue_works(&e);
 	}
 	env_done(&e);
@@ -414,7 +414,7 @@ Test(service_errors, every_class_in_one_full_batch, .timeout = 20)
 			break;
 		case 1:
 			d[i] = desc(DP_OP_READ, e.local, 0, e.seg_rw, 0, 64);
-			d[i].reserved2 = i;
+			d[i].notify = i;
 			want[i] = -EINVAL;
 			break;
 		case 2:

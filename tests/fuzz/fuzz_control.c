@@ -29,6 +29,7 @@ static void accepted(const struct dp_msg_hdr *h, const uint8_t *payload, size_t 
 		struct dp_msg_segment_open so;
 		struct dp_msg_region_register_cuda rc;
 		struct dp_msg_region_path rp;
+		struct dp_msg_notify_open no;
 		uint8_t raw[DP_MSG_MAX];
 	} p;
 
@@ -93,6 +94,10 @@ static void accepted(const struct dp_msg_hdr *h, const uint8_t *payload, size_t 
 		if (plen != sizeof(p.rp) || p.rp.file.reserved)
 			abort();
 		str_ok(p.rp.path, sizeof(p.rp.path), 0);
+		break;
+	case DP_MSG_NOTIFY_OPEN:
+		if (plen != sizeof(p.no) || p.no.reserved || (p.no.entries & (p.no.entries - 1)))
+			abort();
 		break;
 	default:
 		abort(); /* a type ctlmsg.c knows and this target does not */
