@@ -1037,6 +1037,8 @@ static void on_wake_event(struct ev_handler *h, uint32_t events)
 	(void)events;
 	wake_efd_drain(h->fd);
 	ctl.reap_broken = true;
+	/* Or notifications for other services' exports were handed over. */
+	notif_outbox_run();
 }
 
 /* ---- the socket and the loop ---- */
@@ -1199,6 +1201,7 @@ int control_run(int rpc_fd)
 	unlink(cfg.socket_path);
 	pollers_stop();
 	control_cleanup();
+	notif_remote_cleanup();
 	directory_stop();
 	close(ctl.epfd);
 	close(ctl.signals.fd);

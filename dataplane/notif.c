@@ -7,7 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fabric.h"
 #include "notif.h"
+#include "samehost.h"
 #include "stats.h"
 
 int notif_open(struct client *c, uint32_t entries, int fds[2])
@@ -76,7 +78,7 @@ static void entry_fill(struct dp_notification *e, const struct segment *seg,
 	memcpy(e->segment, seg->name, strnlen(seg->name, sizeof(e->segment) - 1));
 }
 
-void notif_deliver(struct poller *p, struct segment *seg, const struct notif_req *n)
+bool notif_ring_put(struct segment *seg, const struct notif_req *n)
 {
 	struct notif_ring *r = NULL;
 	struct dp_notification *e;
@@ -105,5 +107,27 @@ void notif_deliver(struct poller *p, struct segment *seg, const struct notif_req
 		if (ring)
 			dp_doorbell_ring(r->db);
 	}
-	stats_notify(p, ok);
+	return ok;
+}
+
+void notif_deliver(struct poller *p, struct segment *seg, const struct notif_req *n)
+{
+	struct notif_req fwd = *n;
+	bool ok;
+
+	if (seg->remote) {
+		/* The writer's client id means nothing over there. */
+		fwd.flags = DP_NOTIFY_F_FABRIC;
+		fwd.sender = 0;
+		notif_forward(seg->remote->peer->name, seg->name, &fwd);
+		return;
+	}
+	if (seg->same) {
+		fwd.flags = DP_NOTIFY_F_SAME_HOST;
+		notif_forward(samehost_seg_server(seg->same), seg->name, &fwd);
+		return;
+	}
+	ok = notif_ring_put(seg, n);
+	if (p)
+		stats_notify(p, ok);
 }

@@ -46,12 +46,38 @@ int notif_open(struct client *c, uint32_t entries, int fds[2]);
 void notif_free(struct client *c);
 
 /*
- * Poller: the WRITE of `n` into `seg` (a segment of this service, or
- * another service's of this host mapped here is not: see samehost) moved
- * all its bytes: the segment's owner gets the notification, or it is
- * dropped and counted (no ring, ring full, owner gone). `seg` must be
- * alive: found in this loop, or referenced.
+ * Poller: the WRITE of `n` into `seg` moved all its bytes (for the fabric:
+ * its completion came with FI_DELIVERY_COMPLETE). A segment of this
+ * service: its owner gets the notification on its ring, or it is dropped
+ * and counted (no ring, ring full, owner gone). Another service's (the
+ * fabric, or same host): forwarded to that service (notif_forward).
+ * `seg` must be alive: found in this loop, or referenced. `p` (for the
+ * stats region) may be NULL for another service's segment.
  */
 void notif_deliver(struct poller *p, struct segment *seg, const struct notif_req *n);
+
+/* ---- other services' exports: notif_remote.c ---- */
+
+struct dp_rpc_notify_entry;
+
+/*
+ * Any thread (pollers): hands a notification for export `segment` of the
+ * service `server` ("host:port") to the control thread, which sends it in
+ * a batch over the peer RPC (rpc.h DP_RPC_NOTIFY), one batch in flight
+ * per peer, so those of one peer leave in the order they came. Never
+ * blocks beyond a mutex held for a list push; beyond NOTIF_OUT_MAX waiting
+ * notifications (a peer that does not answer) they are lost and counted.
+ */
+#define NOTIF_OUT_MAX 65536
+void notif_forward(const char *server, const char *segment, const struct notif_req *n);
+/* Control thread: sends what pollers handed over (the wake-up eventfd). */
+void notif_outbox_run(void);
+/* Control thread: notifications a peer sent for exports of this service. */
+void notif_receive(const struct dp_rpc_notify_entry *e, unsigned n);
+/* Control thread, at exit, after rpc_shutdown: frees what is left. */
+void notif_remote_cleanup(void);
+/* Control thread: puts one on the ring of `seg`'s owner (notif.c);
+ * true when delivered, false when dropped. */
+bool notif_ring_put(struct segment *seg, const struct notif_req *n);
 
 #endif /* DP_NOTIF_H */

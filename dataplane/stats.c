@@ -590,6 +590,16 @@ static void svc_add(uint64_t *c, int64_t delta)
 		stats_set(c, __atomic_load_n(c, __ATOMIC_RELAXED) + (uint64_t)delta);
 }
 
+void stats_notify_remote(uint64_t sent, uint64_t lost, uint64_t received, uint64_t dropped)
+{
+	if (!hdr)
+		return;
+	svc_add(&hdr->svc.notify_sent, (int64_t)sent);
+	svc_add(&hdr->svc.notify_lost, (int64_t)lost);
+	svc_add(&hdr->svc.notify_received, (int64_t)received);
+	svc_add(&hdr->svc.notify_received_dropped, (int64_t)dropped);
+}
+
 void stats_client_added(void)
 {
 	if (!hdr)

@@ -99,6 +99,8 @@ void stats_region_added(uint64_t len);
 void stats_region_removed(uint64_t len);
 void stats_segment_added(void);
 void stats_segment_removed(void);
+/* Notifications of other services (notif_remote.c), control thread. */
+void stats_notify_remote(uint64_t sent, uint64_t lost, uint64_t received, uint64_t dropped);
 
 /*
  * Fabric rails. stats_rail_name() names rail idx (control thread, at

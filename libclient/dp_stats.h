@@ -118,6 +118,12 @@ struct dp_stats_service {
 	uint64_t regions;	   /* registered now */
 	uint64_t registered_bytes; /* bytes of those regions */
 	uint64_t segments;	   /* exported now */
+	/* Notifications for other services' exports (fabric, same host),
+	 * sent over the peer RPC: taken by the peer, or lost (the peer did not
+	 * answer or refused, or NOTIF_OUT_MAX were waiting); and those peers
+	 * sent for exports here: put on the owner's ring, or dropped. */
+	uint64_t notify_sent, notify_lost;
+	uint64_t notify_received, notify_received_dropped;
 };
 
 struct dp_stats_header {
