@@ -283,7 +283,8 @@ FUZZ_CFLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=
 	-D_GNU_SOURCE -Iring -Ilibclient -Icommon -Idataplane
 FUZZ_LINK_fuzz_ring_attach := ring/ring.c
 FUZZ_LINK_fuzz_rpc_reply := dataplane/rpc.c dataplane/auth.c dataplane/event.c common/net.c
-FUZZ_LINK_fuzz_desc := ring/ring.c dataplane/poller.c dataplane/stats.c dataplane/log.c
+FUZZ_LINK_fuzz_desc := ring/ring.c dataplane/poller.c dataplane/stats.c dataplane/log.c \
+	dataplane/notif.c
 FUZZ_LINK_fuzz_control := dataplane/ctlmsg.c
 deps-fuzz: deps
 	@tools/deps.sh bin:clang-14=clang-14 \

@@ -41,6 +41,7 @@
 #include "fileio.h"
 #include "gpu.h"
 #include "net.h"
+#include "notif.h"
 #include "rpc.h"
 #include "segments.h"
 #include "stats.h"
@@ -795,6 +796,26 @@ static int on_region_free(struct client *c, struct msg_in *m, struct msg_out *o)
 	return 0;
 }
 
+/* The client's notification ring (notif.h): the memfd and the client's
+ * doorbell end go with the reply; the service keeps its copies until the
+ * client leaves. */
+static int on_notify_open(struct client *c, struct msg_in *m, struct msg_out *o)
+{
+	const struct dp_msg_notify_open *req = m->payload;
+	struct dp_msg_notify_open_reply r = {0};
+	int fds[2], rc;
+
+	rc = notif_open(c, req->entries, fds);
+	if (rc)
+		return rc;
+	r.entries = req->entries ? req->entries : DP_NOTIFY_DEFAULT_ENTRIES;
+	o->fds[0] = fds[0];
+	o->fds[1] = fds[1];
+	o->nfds = 2;
+	log_debug("client %u: notification ring of %u", c->id, r.entries);
+	return reply_with(o, &r, sizeof(r), 0);
+}
+
 typedef int (*handler_fn)(struct client *, struct msg_in *, struct msg_out *);
 
 /* Indexed by a type ctl_msg_check_hdr() accepted: one handler for each. */
@@ -812,6 +833,7 @@ static const handler_fn handlers[CTL_MSG_NTYPES] = {
 	[DP_MSG_REGION_REGISTER_FILE] = on_region_file,
 	[DP_MSG_REGION_OPEN_PATH] = on_region_file,
 	[DP_MSG_REGION_REGISTER_MEM] = on_region_register_mem,
+	[DP_MSG_NOTIFY_OPEN] = on_notify_open,
 };
 
 /* ---- the dispatcher ---- */
@@ -930,6 +952,9 @@ static void client_drop(struct conn *k)
 	/* One grace period for everything the client had. */
 	qsbr_synchronize();
 	exports_release(dead);
+	/* No poller delivers to it any more: its exports were dead before the
+	 * grace period. */
+	notif_free(c);
 	for (unsigned i = 0; i < DP_MAX_REGIONS; i++)
 		if (regs[i]) {
 			stats_region_removed(regs[i]->len);
@@ -1118,6 +1143,8 @@ static void on_wake_event(struct ev_handler *h, uint32_t events)
 	(void)events;
 	wake_efd_drain(h->fd);
 	ctl.reap_broken = true;
+	/* Or notifications for other services' exports were handed over. */
+	notif_outbox_run();
 }
 
 /* ---- the socket and the loop ---- */
@@ -1280,6 +1307,7 @@ int control_run(int rpc_fd)
 	unlink(cfg.socket_path);
 	pollers_stop();
 	control_cleanup();
+	notif_remote_cleanup();
 	directory_stop();
 	close(ctl.epfd);
 	close(ctl.signals.fd);

@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 
 #include "engine.h"
+#include "notif.h"
 
 #ifdef DP_TSAN
 /* libtsan's (GCC 12's <sanitizer/tsan_interface.h> does not declare them). */
@@ -32,6 +33,8 @@ struct copy_op {
 	uint64_t len, done;
 	uint32_t path;		/* DP_CQE_F_LOCAL or DP_CQE_F_SAME_HOST */
 	struct region *ra, *rb; /* references held until the op completes */
+	struct segment *nseg;	/* with a notification: its segment (a reference) */
+	struct notif_req notify;
 	struct copy_op *next;
 };
 
@@ -80,11 +83,18 @@ static struct copy_op *op_alloc(struct poller *p)
 	return malloc(sizeof(*op));
 }
 
-static void op_finish(struct host_poller *h, struct copy_op *op, int status)
+static void op_finish(struct poller *p, struct host_poller *h, struct copy_op *op, int status)
 {
 	struct queue *q = op->q;
 
 	q->inflight--;
+	/* The bytes are in place: the owner hears of them before the writer
+	 * sees its completion. */
+	if (op->nseg) {
+		if (!status)
+			notif_deliver(p, op->nseg, &op->notify);
+		segment_put(op->nseg);
+	}
 	queue_complete_ns(q, op->user_data, op->submit_ns, status, status ? 0 : op->len, op->path);
 	region_put(op->ra);
 	region_put(op->rb);
@@ -100,6 +110,8 @@ static void host_submit(struct poller *p, const struct xfer *x)
 	x->q->ctr.local_copies++;
 	if (x->len <= cfg.inline_max) {
 		client_bytes_copy(x->dst, x->src, x->len);
+		if (x->notify)
+			notif_deliver(p, x->seg, x->notify);
 		queue_complete_ns(x->q, x->user_data, x->submit_ns, 0, x->len, x->path);
 		return;
 	}
@@ -121,6 +133,12 @@ static void host_submit(struct poller *p, const struct xfer *x)
 			       .path = x->path,
 			       .ra = x->ra,
 			       .rb = x->rb};
+	if (x->notify) {
+		/* Alive in this loop (QSBR); the reference keeps it so. */
+		atomic_fetch_add(&x->seg->refs, 1);
+		op->nseg = x->seg;
+		op->notify = *x->notify;
+	}
 	x->q->inflight++;
 	h = p->eng[ENGINE_host];
 	if (h->tail)
@@ -151,7 +169,7 @@ static int host_progress(struct poller *p)
 			h->tail = NULL;
 		op->next = NULL;
 		if (op->done == op->len) {
-			op_finish(h, op, 0);
+			op_finish(p, h, op, 0);
 			continue;
 		}
 		if (h->tail)

@@ -30,6 +30,7 @@ static const struct {
 	[DP_MSG_REGION_REGISTER_FILE] = {sizeof(struct dp_msg_region_file), true},
 	[DP_MSG_REGION_OPEN_PATH] = {sizeof(struct dp_msg_region_path), false},
 	[DP_MSG_REGION_REGISTER_MEM] = {sizeof(struct dp_msg_region_register_mem), false},
+	[DP_MSG_NOTIFY_OPEN] = {sizeof(struct dp_msg_notify_open), false},
 };
 
 /* Every payload, so that one aligned copy serves all types. */
@@ -45,6 +46,7 @@ union payload {
 	struct dp_msg_region_file region_file;
 	struct dp_msg_region_path region_path;
 	struct dp_msg_region_register_mem region_mem;
+	struct dp_msg_notify_open notify_open;
 };
 
 _Static_assert(sizeof(struct dp_msg_hdr) + sizeof(union payload) <= DP_MSG_MAX,
@@ -133,6 +135,11 @@ int ctl_msg_check_payload(const struct dp_msg_hdr *hdr, const void *payload, uns
 		return 0;
 	case DP_MSG_REGION_REGISTER_MEM:
 		if (!p.region_mem.len || p.region_mem.addr + p.region_mem.len < p.region_mem.addr)
+			return -EINVAL;
+		return 0;
+	case DP_MSG_NOTIFY_OPEN:
+		/* 0 means the default, a power of two. */
+		if (p.notify_open.entries & (p.notify_open.entries - 1) || p.notify_open.reserved)
 			return -EINVAL;
 		return 0;
 	default: /* HELLO: the ABI version is negotiated by its handler */

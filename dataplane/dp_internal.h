@@ -72,6 +72,7 @@ extern struct dp_config cfg;
 struct client;
 struct uid_acct;     /* control.c: what one uid holds */
 struct samehost_seg; /* samehost.h */
+struct notif_ring;   /* notif.h */
 
 /* The engines (engine.h), as indexes of their per-region and per-poller slots. */
 #define ENGINE(name) ENGINE_##name,
@@ -203,6 +204,10 @@ struct client {
 	_Atomic(struct region *) regions[DP_MAX_REGIONS];
 	_Atomic(struct seg_handle *) segs[DP_MAX_SEGS];
 	struct queue *queues[DP_MAX_QUEUES];
+	/* Its notification ring (notif.h): published by the control thread,
+	 * read by pollers that deliver to it; freed after the grace period of
+	 * the client's teardown. NULL until dp_notify_open. */
+	_Atomic(struct notif_ring *) notify;
 	struct client *next;
 };
 

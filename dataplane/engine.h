@@ -50,6 +50,12 @@ struct xfer {
 	struct region *ra;   /* the client's local region */
 	struct region *rb;   /* the target segment's region; NULL for another service's */
 	struct segment *seg; /* the target segment */
+	/* A WRITE with DP_DESC_F_NOTIFY: what the segment's owner is told
+	 * once the bytes are in place (notif.h); NULL otherwise. Valid during
+	 * submit only: an engine that completes later keeps a copy and a
+	 * reference on seg. Only the engines route() gives such WRITEs to
+	 * (host, gpu) see one. */
+	const struct notif_req *notify;
 };
 
 struct engine {

@@ -33,6 +33,7 @@
 #include "fabric.h"
 #include "fabric_internal.h"
 #include "fault.h"
+#include "notif.h"
 #include "rpc.h"
 #include "stats.h"
 
@@ -69,6 +70,8 @@ struct fab_op {
 	uint64_t progress_ns;	 /* submitted, or its last slice completed */
 	uint64_t out_since_ns;	 /* `out` went from 0 to 1 (valid while out) */
 	struct fab_slice *retry; /* slices to post again */
+	bool notify;		 /* a WRITE with DP_DESC_F_NOTIFY: tell its owner */
+	struct notif_req nreq;
 	struct fab_op *next;
 };
 
@@ -92,6 +95,10 @@ static void op_complete(struct fab_op *op, int status)
 		return;
 	}
 	q->inflight--;
+	/* Every slice completed with FI_DELIVERY_COMPLETE: the bytes are
+	 * visible at the target; its owner hears of them now (notif.h). */
+	if (op->notify && !status)
+		notif_deliver(NULL, op->seg, &op->nreq);
 	/* GPU memory of ours moved by RMA (FI_HMEM): DP_CQE_F_GPU too, as
 	 * when the stage engine moves it. */
 	queue_complete_ns(q, op->user_data, op->submit_ns, status, status ? 0 : op->len,
@@ -173,6 +180,8 @@ static void fabric_submit(struct poller *p, const struct xfer *x)
 		return;
 	}
 	if (!d->len) {
+		if (x->notify)
+			notif_deliver(NULL, x->seg, x->notify);
 		queue_complete_ns(q, d->user_data, d->submit_ns, 0, 0, DP_CQE_F_FABRIC);
 		return;
 	}
@@ -192,6 +201,10 @@ static void fabric_submit(struct poller *p, const struct xfer *x)
 			      .mrs = local->eng[ENGINE_fabric],
 			      .tgt_off = d->target_off,
 			      .len = d->len};
+	if (x->notify) {
+		op->notify = true;
+		op->nreq = *x->notify;
+	}
 	q->inflight++;
 	op_queue(p, fp, op);
 }

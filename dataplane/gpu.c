@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "notif.h"
 #include "fault.h"
 #include "gpu.h"
 
@@ -115,6 +116,8 @@ struct gpu_op {
 	uint64_t len;
 	uint32_t flags;		/* DP_CQE_F_GPU and the path's (struct xfer) */
 	struct region *ra, *rb; /* references held until the event fires */
+	struct segment *nseg;	/* with a notification: its segment (a reference) */
+	struct notif_req notify;
 	cudaEvent_t ev;
 	int dev;
 	struct gpu_op *next;
@@ -607,11 +610,18 @@ static void lane_reset(struct gpu_lane *l)
 	cudaGetLastError();
 }
 
-static void op_finish(struct gpu_poller *g, struct gpu_op *op, int status)
+static void op_finish(struct poller *p, struct gpu_poller *g, struct gpu_op *op, int status)
 {
 	struct queue *q = op->q;
 
 	q->inflight--;
+	/* The event fired: the bytes are in place for any stream and for the
+	 * host, and the owner hears of them before the writer's completion. */
+	if (op->nseg) {
+		if (!status)
+			notif_deliver(p, op->nseg, &op->notify);
+		segment_put(op->nseg);
+	}
 	queue_complete_ns(q, op->user_data, op->submit_ns, status, status ? 0 : op->len, op->flags);
 	region_put(op->ra);
 	region_put(op->rb);
@@ -634,6 +644,8 @@ static void gpu_submit(struct poller *p, const struct xfer *req)
 	int dev, prev;
 
 	if (!req->len) {
+		if (req->notify)
+			notif_deliver(p, req->seg, req->notify);
 		queue_complete_ns(req->q, req->user_data, req->submit_ns, 0, 0, flags);
 		return;
 	}
@@ -710,6 +722,12 @@ static void gpu_submit(struct poller *p, const struct xfer *req)
 			      .rb = req->rb,
 			      .ev = ev,
 			      .dev = dev};
+	if (req->notify) {
+		/* Alive in this loop (QSBR); the reference keeps it so. */
+		atomic_fetch_add(&req->seg->refs, 1);
+		op->nseg = req->seg;
+		op->notify = *req->notify;
+	}
 	req->q->inflight++;
 	if (l->tail)
 		l->tail->next = op;
@@ -746,7 +764,7 @@ static int gpu_progress(struct poller *p)
 						cudaGetErrorString(err));
 					lane_reset(l);
 				}
-				op_finish(g, op, err == cudaSuccess ? 0 : -EIO);
+				op_finish(p, g, op, err == cudaSuccess ? 0 : -EIO);
 				done++;
 			}
 		}

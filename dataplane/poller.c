@@ -24,6 +24,7 @@
 #include "engine.h"
 #include "fabric.h"
 #include "fileio.h"
+#include "notif.h"
 #include "samehost.h"
 #include "stats.h"
 
@@ -191,19 +192,44 @@ static int desc_resolve(struct queue *q, const struct dp_desc *d, struct xfer *x
 	return 0;
 }
 
+/* A WRITE with DP_DESC_F_NOTIFY, resolved: the paths that deliver its
+ * notification are memory on both sides (host and GPU copies, this
+ * service's or a mapped one of the same host) and the fabric (notif.h);
+ * the others (files, host staging) are -ENOTSUP (docs/api.md
+ * "Notifications"). */
+static int notify_prepare(const struct queue *q, const struct dp_desc *d, struct xfer *x,
+			  enum engine_id e, struct notif_req *n)
+{
+	if (e != ENGINE_host && e != ENGINE_gpu && e != ENGINE_fabric)
+		return -ENOTSUP;
+	*n = (struct notif_req){.value = d->notify,
+				.offset = d->target_off,
+				.len = d->len,
+				.sender = q->client->id,
+				.flags = DP_NOTIFY_F_LOCAL};
+	x->notify = n;
+	return 0;
+}
+
 static void desc_process(struct poller *p, struct queue *q, const struct dp_desc *d)
 {
 	enum engine_id e = ENGINE_host;
+	struct notif_req n;
 	struct xfer x;
 	int rc;
 
 	q->ctr.submitted++;
-	if (d->flags || d->reserved0 || d->reserved1 || d->reserved2)
+	/* DP_DESC_F_NOTIFY on a WRITE only; without it, notify is reserved. */
+	if (d->flags & ~DP_DESC_F_NOTIFY || d->reserved0 || d->reserved1 ||
+	    (d->flags & DP_DESC_F_NOTIFY ? d->opcode != DP_OP_WRITE : d->notify != 0))
 		rc = -EINVAL;
 	else if (d->opcode == DP_OP_NOP)
 		rc = 0;
 	else
 		rc = desc_resolve(q, d, &x, &e);
+	x.notify = NULL;
+	if (!rc && d->flags & DP_DESC_F_NOTIFY)
+		rc = notify_prepare(q, d, &x, e, &n);
 	if (rc || d->opcode == DP_OP_NOP) {
 		queue_complete_ns(q, d->user_data, d->submit_ns, rc, 0, 0);
 		return;

@@ -44,6 +44,7 @@
 #include "clock.h"
 #include "event.h"
 #include "net.h"
+#include "notif.h"
 #include "rpc.h"
 #include "segments.h"
 
@@ -59,6 +60,18 @@ struct req_msg {
 	struct dp_rpc_lookup req;
 };
 
+struct notify_msg {
+	struct dp_rpc_hdr h;
+	struct dp_rpc_notify n;
+};
+
+/* A request as received or sent: its header says which. */
+union rpc_req {
+	struct dp_rpc_hdr h;
+	struct req_msg lookup;
+	struct notify_msg notify;
+};
+
 struct reply_msg {
 	struct dp_rpc_hdr h;
 	struct dp_rpc_lookup_reply r;
@@ -67,6 +80,7 @@ struct reply_msg {
 
 #define LABEL_LOOKUP "dp-rpc lookup"
 #define LABEL_REPLY "dp-rpc reply"
+#define LABEL_NOTIFY "dp-rpc notify"
 
 /* ---- server connections ---- */
 
@@ -86,7 +100,7 @@ struct srv_conn {
 	int fds[SAMEHOST_FDS];	      /* to send with the reply */
 	unsigned nfds;
 	size_t in_len; /* bytes of `in` read */
-	struct req_msg in;
+	union rpc_req in;
 	size_t out_off, out_len; /* bytes of `out` written, to write */
 	union {
 		struct challenge_msg challenge;
@@ -125,8 +139,8 @@ struct call {
 	void *arg;
 	size_t ch_len; /* bytes of `ch` read */
 	struct challenge_msg ch;
-	size_t out_off;
-	struct req_msg out;
+	size_t out_off, out_len;
+	union rpc_req out;
 	size_t in_len;
 	struct reply_msg in;
 	bool local;	       /* a same-host lookup, on a Unix socket */
@@ -213,7 +227,7 @@ int rpc_segment_record(const struct segment *s, struct dp_rpc_lookup_reply *r)
 
 static void fill_reply(struct srv_conn *k, struct dp_rpc_lookup_reply *r)
 {
-	const struct dp_rpc_lookup *req = &k->in.req;
+	const struct dp_rpc_lookup *req = &k->in.lookup.req;
 	bool same = rpc.local.fd >= 0 && !memcmp(req->host_id, samehost_id(), DP_HOST_ID_LEN);
 	struct segment *s;
 	int rc;
@@ -269,17 +283,61 @@ static void srv_close(struct srv_conn *k)
  * whole request is answered only when its MAC proves the fleet key (else
  * -EACCES, and nothing of any export); every reply to a whole request
  * carries the MAC that proves the key to the asker. */
+/* A whole NOTIFY request: authenticated like a lookup, then each of its
+ * notifications handed to its export's owner (notif.c); the reply carries
+ * the status and the MAC, nothing else. */
+static void srv_notify_reply(struct srv_conn *k, int status)
+{
+	struct dp_rpc_lookup_reply *r = &k->out.reply.r;
+	const struct dp_rpc_notify *q = &k->in.notify.n;
+
+	if (!status) {
+		struct auth_part in[4] = {{k->nonce, DP_AUTH_NONCE},
+					  {q->nonce, DP_AUTH_NONCE},
+					  {&q->count, 2 * sizeof(uint32_t)},
+					  {q->e, sizeof(q->e)}};
+
+		if (!auth_check(LABEL_NOTIFY, in, 4, q->mac)) {
+			log_debug("peer RPC: notifications failed authentication (not our fleet "
+				  "key)");
+			status = -EACCES;
+		}
+	}
+	if (!status && (!q->count || q->count > DP_RPC_NOTIFY_MAX || q->reserved))
+		status = -EINVAL;
+	if (!status)
+		notif_receive(q->e, q->count);
+	r->status = status;
+	if (status != -EBADMSG && status != -EPROTONOSUPPORT) {
+		struct auth_part out[3] = {
+			{q->nonce, DP_AUTH_NONCE}, {k->nonce, DP_AUTH_NONCE}, {r, sizeof(*r)}};
+
+		auth_mac(LABEL_REPLY, out, 3, k->out.reply.mac);
+	}
+	if (r->status)
+		log_debug("peer RPC: notifications refused: %s", strerror(-r->status));
+	k->state = SRV_REPLY;
+	k->out_off = 0;
+	k->out_len = sizeof(k->out.reply);
+}
+
 static void srv_reply(struct srv_conn *k, int status)
 {
 	struct dp_rpc_lookup_reply *r = &k->out.reply.r;
-	const struct dp_rpc_lookup *q = &k->in.req;
+	const struct dp_rpc_lookup *q = &k->in.lookup.req;
+	bool notify = k->in_len >= sizeof(k->in.h) && k->in.h.type == DP_RPC_NOTIFY;
 
 	memset(&k->out, 0, sizeof(k->out));
-	k->out.reply.h = (struct dp_rpc_hdr){.magic = DP_RPC_MAGIC,
-					     .version = DP_RPC_VERSION,
-					     .type = DP_RPC_LOOKUP | DP_RPC_REPLY,
-					     .len = sizeof(*r) + DP_AUTH_MAC};
+	k->out.reply.h =
+		(struct dp_rpc_hdr){.magic = DP_RPC_MAGIC,
+				    .version = DP_RPC_VERSION,
+				    .type = (notify ? DP_RPC_NOTIFY : DP_RPC_LOOKUP) | DP_RPC_REPLY,
+				    .len = sizeof(*r) + DP_AUTH_MAC};
 	memcpy(r->server_name, cfg.server_name, sizeof(r->server_name));
+	if (notify) {
+		srv_notify_reply(k, status);
+		return;
+	}
 	if (!status) {
 		struct auth_part in[3] = {{k->nonce, DP_AUTH_NONCE},
 					  {q->nonce, DP_AUTH_NONCE},
@@ -318,9 +376,11 @@ static int srv_check_hdr(const struct dp_rpc_hdr *h)
 		return -EBADMSG;
 	if (h->version != DP_RPC_VERSION)
 		return -EPROTONOSUPPORT;
-	if (h->type != DP_RPC_LOOKUP || h->len != sizeof(struct dp_rpc_lookup))
-		return -EBADMSG;
-	return 0;
+	if (h->type == DP_RPC_LOOKUP && h->len == sizeof(struct dp_rpc_lookup))
+		return 0;
+	if (h->type == DP_RPC_NOTIFY && h->len == sizeof(struct dp_rpc_notify))
+		return 0;
+	return -EBADMSG;
 }
 
 /* Registers the connection for `events` unless it is already. */
@@ -337,7 +397,9 @@ static int srv_want(struct srv_conn *k, uint32_t events)
 static int srv_read(struct srv_conn *k)
 {
 	for (;;) {
-		size_t want = k->in_len < sizeof(k->in.h) ? sizeof(k->in.h) : sizeof(k->in);
+		/* The header, then the payload it announced (checked). */
+		size_t want = k->in_len < sizeof(k->in.h) ? sizeof(k->in.h)
+							  : sizeof(k->in.h) + k->in.h.len;
 		ssize_t n = recv(k->ev.fd, (char *)&k->in + k->in_len, want - k->in_len, 0);
 		int rc;
 
@@ -360,7 +422,7 @@ static int srv_read(struct srv_conn *k)
 			srv_reply(k, rc);
 			return 1;
 		}
-		if (k->in_len == sizeof(k->in)) {
+		if (k->in_len > sizeof(k->in.h) && k->in_len == sizeof(k->in.h) + k->in.h.len) {
 			srv_reply(k, 0);
 			return 1;
 		}
@@ -633,9 +695,11 @@ static void call_unlink(struct call *k)
 static int call_reply_check(const struct call *k)
 {
 	struct dp_rpc_hdr h = k->in.h;
-	struct auth_part parts[3] = {{k->out.req.nonce, DP_AUTH_NONCE},
-				     {k->ch.c.nonce, DP_AUTH_NONCE},
-				     {&k->in.r, sizeof(k->in.r)}};
+	bool notify = k->out.h.type == DP_RPC_NOTIFY;
+	struct auth_part parts[3] = {
+		{notify ? k->out.notify.n.nonce : k->out.lookup.req.nonce, DP_AUTH_NONCE},
+		{k->ch.c.nonce, DP_AUTH_NONCE},
+		{&k->in.r, sizeof(k->in.r)}};
 
 	if (h.magic != DP_RPC_MAGIC || h.version != DP_RPC_VERSION ||
 	    h.len != sizeof(k->in.r) + DP_AUTH_MAC)
@@ -644,6 +708,13 @@ static int call_reply_check(const struct call *k)
 		log_warn("peer RPC: the reply of %s does not prove our fleet key: not trusted",
 			 k->peer);
 		return -EACCES;
+	}
+	if (notify) {
+		/* Only the status means anything. */
+		if (h.type != (DP_RPC_NOTIFY | DP_RPC_REPLY) || k->in.r.status > 0 ||
+		    k->in.r.status < -4095)
+			return -EBADMSG;
+		return k->in.r.status;
 	}
 	h.len = sizeof(k->in.r);
 	return rpc_reply_check(&h, &k->in.r);
@@ -691,10 +762,22 @@ static int call_challenge_check(const struct dp_rpc_hdr *h)
 /* The request, answering the challenge: our nonce and the MAC. */
 static void call_request(struct call *k)
 {
-	struct dp_rpc_lookup *q = &k->out.req;
+	struct dp_rpc_lookup *q = &k->out.lookup.req;
 	struct auth_part parts[3] = {{k->ch.c.nonce, DP_AUTH_NONCE},
 				     {q->nonce, DP_AUTH_NONCE},
 				     {q, offsetof(struct dp_rpc_lookup, nonce)}};
+
+	if (k->out.h.type == DP_RPC_NOTIFY) {
+		struct dp_rpc_notify *nq = &k->out.notify.n;
+		struct auth_part np[4] = {{k->ch.c.nonce, DP_AUTH_NONCE},
+					  {nq->nonce, DP_AUTH_NONCE},
+					  {&nq->count, 2 * sizeof(uint32_t)},
+					  {nq->e, sizeof(nq->e)}};
+
+		auth_nonce(nq->nonce);
+		auth_mac(LABEL_NOTIFY, np, 4, nq->mac);
+		return;
+	}
 
 	auth_nonce(q->nonce);
 	auth_mac(LABEL_LOOKUP, parts, 3, q->mac);
@@ -739,7 +822,7 @@ static void call_advance(struct call *k)
 		k->state = CALL_SENDING;
 	}
 	while (k->state == CALL_SENDING) {
-		n = send(k->ev.fd, (char *)&k->out + k->out_off, sizeof(k->out) - k->out_off,
+		n = send(k->ev.fd, (char *)&k->out + k->out_off, k->out_len - k->out_off,
 			 MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -753,7 +836,7 @@ static void call_advance(struct call *k)
 			return;
 		}
 		k->out_off += (size_t)n;
-		if (k->out_off < sizeof(k->out))
+		if (k->out_off < k->out_len)
 			continue;
 		k->state = CALL_RECEIVING;
 		if (ev_mod(rpc.epfd, &k->ev, EPOLLIN, "a peer RPC lookup")) {
@@ -952,7 +1035,7 @@ static void on_gai_event(struct ev_handler *h, uint32_t events)
 /* A lookup of `name` on `peer`, not yet connected nor listed (on the
  * same-host socket when `local`). */
 static struct call *call_new(const char *peer, const char *name, bool local, rpc_done_fn done,
-			     void *arg)
+			     void *arg, const struct dp_rpc_notify *notify)
 {
 	struct call *k = calloc(1, sizeof(*k));
 
@@ -962,28 +1045,39 @@ static struct call *call_new(const char *peer, const char *name, bool local, rpc
 	k->deadline_ns = dp_now_ns() + DP_RPC_TIMEOUT_MS * NS_PER_MS;
 	k->done = done;
 	k->arg = arg;
-	k->out.h = (struct dp_rpc_hdr){.magic = DP_RPC_MAGIC,
-				       .version = DP_RPC_VERSION,
-				       .type = DP_RPC_LOOKUP,
-				       .len = sizeof(k->out.req)};
-	snprintf(k->out.req.name, sizeof(k->out.req.name), "%s", name);
+	snprintf(k->peer, sizeof(k->peer), "%s", peer);
+	k->local = local;
+	if (notify) {
+		k->out.notify.h = (struct dp_rpc_hdr){.magic = DP_RPC_MAGIC,
+						      .version = DP_RPC_VERSION,
+						      .type = DP_RPC_NOTIFY,
+						      .len = sizeof(k->out.notify.n)};
+		k->out.notify.n = *notify;
+		k->out_len = sizeof(k->out.notify);
+		return k;
+	}
+	k->out.lookup.h = (struct dp_rpc_hdr){.magic = DP_RPC_MAGIC,
+					      .version = DP_RPC_VERSION,
+					      .type = DP_RPC_LOOKUP,
+					      .len = sizeof(k->out.lookup.req)};
+	k->out_len = sizeof(k->out.lookup);
+	snprintf(k->out.lookup.req.name, sizeof(k->out.lookup.req.name), "%s", name);
 	/* Our host, so that a service of this host tells us where to ask
 	 * for its memory (samehost.h). */
 	if (samehost_enabled())
-		memcpy(k->out.req.host_id, samehost_id(), DP_HOST_ID_LEN);
-	k->local = local;
-	k->out.req.flags = local ? DP_RPC_Q_SAME_HOST : 0;
+		memcpy(k->out.lookup.req.host_id, samehost_id(), DP_HOST_ID_LEN);
+	k->out.lookup.req.flags = local ? DP_RPC_Q_SAME_HOST : 0;
 	/* Who asks, and where our rails are (see struct dp_rpc_lookup). */
-	memcpy(k->out.req.server_name, cfg.server_name, sizeof(k->out.req.server_name));
+	memcpy(k->out.lookup.req.server_name, cfg.server_name,
+	       sizeof(k->out.lookup.req.server_name));
 	for (unsigned i = 0; !local && i < fabric_nrails() && i < DP_MAX_RAILS; i++) {
 		size_t alen = DP_FABRIC_ADDR_MAX;
 
-		if (fabric_rail_addr(i, k->out.req.rail[i].addr, &alen))
+		if (fabric_rail_addr(i, k->out.lookup.req.rail[i].addr, &alen))
 			break;
-		k->out.req.rail[i].addr_len = (uint32_t)alen;
-		k->out.req.nrails = i + 1;
+		k->out.lookup.req.rail[i].addr_len = (uint32_t)alen;
+		k->out.lookup.req.nrails = i + 1;
 	}
-	snprintf(k->peer, sizeof(k->peer), "%s", peer);
 	return k;
 }
 
@@ -996,7 +1090,9 @@ static void call_list(struct call *k)
 	rpc.ncalls++;
 }
 
-int rpc_lookup_start(const char *peer, const char *name, rpc_done_fn done, void *arg)
+/* A lookup or a notification to `peer` over TCP, without waiting. */
+static int tcp_start(const char *peer, const char *name, rpc_done_fn done, void *arg,
+		     const struct dp_rpc_notify *notify)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET};
 	char host[DP_NAME_MAX], port[16];
@@ -1009,7 +1105,7 @@ int rpc_lookup_start(const char *peer, const char *name, rpc_done_fn done, void 
 		return -EINVAL;
 	if (rpc.ncalls >= RPC_MAX_CALLS)
 		return -EAGAIN;
-	k = call_new(peer, name, false, done, arg);
+	k = call_new(peer, name, false, done, arg, notify);
 	if (!k)
 		return -ENOMEM;
 	/* A literal address costs nothing; a name is resolved without
@@ -1027,6 +1123,24 @@ int rpc_lookup_start(const char *peer, const char *name, rpc_done_fn done, void 
 	return 0;
 }
 
+int rpc_lookup_start(const char *peer, const char *name, rpc_done_fn done, void *arg)
+{
+	return tcp_start(peer, name, done, arg, NULL);
+}
+
+int rpc_notify_start(const char *peer, const struct dp_rpc_notify_entry *e, unsigned n,
+		     rpc_done_fn done, void *arg)
+{
+	struct dp_rpc_notify req;
+
+	if (!n || n > DP_RPC_NOTIFY_MAX)
+		return -EINVAL;
+	memset(&req, 0, sizeof(req));
+	req.count = n;
+	memcpy(req.e, e, sizeof(*e) * n);
+	return tcp_start(peer, "", done, arg, &req);
+}
+
 int rpc_lookup_local_start(const char *path, const char *peer, const char *name, rpc_done_fn done,
 			   void *arg)
 {
@@ -1038,7 +1152,7 @@ int rpc_lookup_local_start(const char *path, const char *peer, const char *name,
 		return -EINVAL;
 	if (rpc.ncalls >= RPC_MAX_CALLS)
 		return -EAGAIN;
-	k = call_new(peer, name, true, done, arg);
+	k = call_new(peer, name, true, done, arg, NULL);
 	if (!k)
 		return -ENOMEM;
 	rc = call_connect(k, (const struct sockaddr *)&sa, sizeof(sa));

@@ -22,6 +22,11 @@
 #define DP_RPC_VERSION 3u	 /* 2: every lookup authenticated (auth.h); 3: same host */
 #define DP_RPC_LOOKUP 1u
 #define DP_RPC_CHALLENGE 2u
+/* Notifications for exports of the server (notif.h): a batch, answered
+ * with a lookup reply that carries only its status. A peer of this version
+ * that predates them answers -EBADMSG. */
+#define DP_RPC_NOTIFY 3u
+#define DP_RPC_NOTIFY_MAX 16 /* notifications per request */
 #define DP_RPC_REPLY 0x8000u
 #define DP_RPC_TIMEOUT_MS 2000	 /* a lookup, connect to reply */
 #define RPC_SERVE_TIMEOUT_MS 500 /* a served connection, accept to reply */
@@ -50,6 +55,24 @@ struct dp_rpc_hdr {
 /* The server speaks first: a fresh nonce. */
 struct dp_rpc_challenge {
 	uint8_t nonce[DP_AUTH_NONCE];
+};
+
+/* One notification: the export by name, and what its owner is told. */
+struct dp_rpc_notify_entry {
+	char segment[DP_NAME_MAX];
+	uint64_t value, offset, len;
+	uint32_t sender; /* the writer's client id on its service */
+	uint32_t flags;	 /* DP_NOTIFY_F_FABRIC or DP_NOTIFY_F_SAME_HOST */
+};
+
+/* mac = HMAC(fleet key, "dp-rpc notify", server nonce, nonce, count,
+ * reserved, e[]). Entries past count are zero. */
+struct dp_rpc_notify {
+	uint32_t count; /* 1..DP_RPC_NOTIFY_MAX */
+	uint32_t reserved;
+	struct dp_rpc_notify_entry e[DP_RPC_NOTIFY_MAX];
+	uint8_t nonce[DP_AUTH_NONCE];
+	uint8_t mac[DP_AUTH_MAC];
 };
 
 struct dp_rpc_rail {
@@ -148,6 +171,13 @@ int rpc_lookup_start(const char *peer, const char *name, rpc_done_fn done, void 
  * fds that came with the reply (its own to close or keep; none on error). */
 int rpc_lookup_local_start(const char *path, const char *peer, const char *name, rpc_done_fn done,
 			   void *arg);
+
+/* The same shape for a batch of notifications to `peer` (the server name
+ * "host:port" of the service that exports their segments): `done` gets 0
+ * once the peer took them (delivered or dropped there), or the error; the
+ * reply is not passed. */
+int rpc_notify_start(const char *peer, const struct dp_rpc_notify_entry *e, unsigned n,
+		     rpc_done_fn done, void *arg);
 
 /* True when `peer` names this service: its server name, or its RPC port
  * on a loopback address, 0.0.0.0 or an address of this host given as a

@@ -473,6 +473,11 @@ out_fds:
 	return rc;
 }
 
+const char *samehost_seg_server(const struct samehost_seg *ss)
+{
+	return ss->peer->name;
+}
+
 void samehost_seg_free(struct samehost_seg *ss)
 {
 	peer_unref(ss->peer);

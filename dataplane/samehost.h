@@ -70,6 +70,10 @@ static inline bool samehost_alive(const struct samehost_seg *ss)
 	       !atomic_load_explicit(ss->peer_dead, memory_order_acquire);
 }
 
+/* The server name ("host:port") of the service that exports `ss`: where
+ * notifications for it go (notif.h). Any thread; as long as `ss` lives. */
+const char *samehost_seg_server(const struct samehost_seg *ss);
+
 /* Options (service.c): --no-same-host, --same-host-socket PATH. */
 void samehost_configure(bool off, const char *path);
 /* On (and its identity and path known) after the engine's init. */

@@ -548,6 +548,8 @@ void stats_publish_poller(struct stats_poller *sp)
 	stats_set(&sh->file_direct_bytes, sp->file_direct_bytes);
 	stats_set(&sh->file_buffered_ios, sp->file_buffered_ios);
 	stats_set(&sh->file_buffered_bytes, sp->file_buffered_bytes);
+	stats_set(&sh->notify_delivered, sp->notify_delivered);
+	stats_set(&sh->notify_dropped, sp->notify_dropped);
 	{
 		uint64_t ops[DP_STATS_NPATH] = {0}, bytes[DP_STATS_NPATH] = {0};
 
@@ -586,6 +588,16 @@ static void svc_add(uint64_t *c, int64_t delta)
 {
 	if (hdr)
 		stats_set(c, __atomic_load_n(c, __ATOMIC_RELAXED) + (uint64_t)delta);
+}
+
+void stats_notify_remote(uint64_t sent, uint64_t lost, uint64_t received, uint64_t dropped)
+{
+	if (!hdr)
+		return;
+	svc_add(&hdr->svc.notify_sent, (int64_t)sent);
+	svc_add(&hdr->svc.notify_lost, (int64_t)lost);
+	svc_add(&hdr->svc.notify_received, (int64_t)received);
+	svc_add(&hdr->svc.notify_received_dropped, (int64_t)dropped);
 }
 
 void stats_client_added(void)

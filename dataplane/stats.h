@@ -61,6 +61,8 @@ struct stats_poller {
 	uint64_t flag_ops[32], flag_bytes[32];
 	/* File I/O slices finished (stats_file_slice), published as is. */
 	uint64_t file_direct_ios, file_direct_bytes, file_buffered_ios, file_buffered_bytes;
+	/* Notifications handed to owners (stats_notify), published as is. */
+	uint64_t notify_delivered, notify_dropped;
 	/* Runs of this loop waiting for its clock reading, which is taken
 	 * once the loop has published its completions. */
 	unsigned npend;
@@ -98,6 +100,8 @@ void stats_region_removed(uint64_t len);
 void stats_segment_added(void);
 void stats_segment_removed(void);
 void stats_peer_known(void);
+/* Notifications of other services (notif_remote.c), control thread. */
+void stats_notify_remote(uint64_t sent, uint64_t lost, uint64_t received, uint64_t dropped);
 
 /*
  * Fabric rails. stats_rail_name() names rail idx (control thread, at
@@ -213,6 +217,20 @@ static inline void stats_file_slice(struct poller *p, bool direct, uint64_t byte
 		sp->file_buffered_ios++;
 		sp->file_buffered_bytes += bytes;
 	}
+	sp->dirty = true;
+}
+
+/* A notification poller p handed to its owner: delivered, or dropped. */
+static inline void stats_notify(struct poller *p, bool delivered)
+{
+	struct stats_poller *sp = p->stats;
+
+	if (!sp)
+		return;
+	if (delivered)
+		sp->notify_delivered++;
+	else
+		sp->notify_dropped++;
 	sp->dirty = true;
 }
 

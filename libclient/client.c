@@ -37,6 +37,9 @@ extern inline void dp_prep_write(struct dp_desc *d, int region, uint64_t local_o
 				 uint64_t target_off, uint64_t len, uint64_t user_data);
 extern inline void dp_prep_read(struct dp_desc *d, int region, uint64_t local_off, int segment,
 				uint64_t target_off, uint64_t len, uint64_t user_data);
+extern inline void dp_prep_write_notify(struct dp_desc *d, int region, uint64_t local_off,
+					int segment, uint64_t target_off, uint64_t len,
+					uint64_t user_data, uint64_t value);
 
 struct alloc {
 	int region;
@@ -59,6 +62,20 @@ struct dp_client {
 	struct alloc allocs[MAX_ALLOCS];
 	unsigned nallocs;
 	struct dp_queue *queues;
+	/* The notification ring (dp_notify_open): set once, under the lock,
+	 * read by the notification calls without it. */
+	_Atomic(struct dp_notify *) notify;
+};
+
+/* A notification ring, client side: the pair's CQ is the ring (consumer),
+ * its SQ unused; the doorbell is the client's end. */
+struct dp_notify {
+	struct dp_ring_pair pair;
+	int db;
+	/* dp_notify_fd was called: NEED_WAKEUP stays set for good, and a
+	 * poll that finds the ring empty drains the doorbell. */
+	atomic_bool armed;
+	uint64_t last_check_ns;
 };
 
 struct dp_queue {
@@ -94,6 +111,10 @@ enum call {
 	C_POLL,
 	C_WAIT,
 	C_QUEUE_STATS,
+	C_NOTIFY_OPEN,
+	C_NOTIFY_POLL,
+	C_NOTIFY_WAIT,
+	C_NOTIFY_FD,
 };
 
 static const char *const call_names[] = {
@@ -116,6 +137,10 @@ static const char *const call_names[] = {
 	[C_POLL] = "dp_poll",
 	[C_WAIT] = "dp_wait",
 	[C_QUEUE_STATS] = "dp_queue_stats",
+	[C_NOTIFY_OPEN] = "dp_notify_open",
+	[C_NOTIFY_POLL] = "dp_notify_poll",
+	[C_NOTIFY_WAIT] = "dp_notify_wait",
+	[C_NOTIFY_FD] = "dp_notify_fd",
 };
 
 _Static_assert(DP_SEGMENT_NAME_MAX == DP_NAME_MAX - 1, "dataplane.h and dp_proto.h agree");
@@ -206,6 +231,13 @@ static const struct {
 	{C_OPEN, -EBUSY, "an open of this client is still waiting for its peer"},
 	{C_CLOSE, -EBADF, "unknown segment handle"},
 	{C_QUEUE_DESTROY, -EBADF, "unknown queue"},
+	{C_NOTIFY_OPEN, -EEXIST, "the client's notification ring is open already (one per client)"},
+	{C_NOTIFY_OPEN, -EINVAL, "entries not a power of two, or above the service's --max-depth"},
+	{C_NOTIFY_POLL, -EBADF, "no notification ring: call dp_notify_open first"},
+	{C_NOTIFY_WAIT, -EBADF, "no notification ring: call dp_notify_open first"},
+	{C_NOTIFY_FD, -EBADF, "no notification ring: call dp_notify_open first"},
+	{C_NOTIFY_POLL, -EPROTO, "the notification ring is corrupt (its head was moved)"},
+	{C_NOTIFY_WAIT, -EPROTO, "the notification ring is corrupt (its head was moved)"},
 	{C_ANY, -ECONNRESET, "the service went away (restart, crash or shutdown)"},
 	{C_ANY, -ETIMEDOUT,
 	 "the service did not answer in time ($DP_CTL_TIMEOUT_MS, 10 s by default); the "
@@ -491,6 +523,11 @@ void dp_close(struct dp_client *c)
 	}
 	for (unsigned i = 0; i < c->nallocs; i++)
 		munmap(c->allocs[i].addr, c->allocs[i].len);
+	if (c->notify) {
+		dp_ring_pair_close(&c->notify->pair);
+		close(c->notify->db);
+		free(c->notify);
+	}
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
@@ -941,6 +978,151 @@ int dp_wait(struct dp_queue *q, struct dp_cqe *cqes, unsigned max, int timeout_m
 		if (pfd[0].revents & POLLIN)
 			dp_doorbell_drain(q->cq_efd);
 	}
+}
+
+/* ---- notifications ---- */
+
+static int notify_open(struct dp_client *c, uint32_t entries)
+{
+	struct dp_msg_notify_open req = {.entries = entries};
+	struct dp_msg_notify_open_reply r;
+	struct dp_notify *n;
+	int fds[2], rc;
+
+	if (!c || (entries & (entries - 1)))
+		return -EINVAL;
+	n = calloc(1, sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	pthread_mutex_lock(&c->lock);
+	if (c->notify) {
+		pthread_mutex_unlock(&c->lock);
+		free(n);
+		return -EEXIST;
+	}
+	rc = rpc(c, DP_MSG_NOTIFY_OPEN, &req, sizeof(req), -1, &r, sizeof(r), fds, 2);
+	if (!rc) {
+		rc = dp_ring_pair_attach(&n->pair, fds[0], 8, sizeof(struct dp_notification));
+		if (!rc && dp_ring_size(&n->pair.cq) != r.entries) {
+			dp_ring_pair_close(&n->pair);
+			fds[0] = -1;
+			rc = -EBADMSG;
+		}
+		if (rc) {
+			if (fds[0] >= 0)
+				close(fds[0]);
+			close(fds[1]);
+		}
+	}
+	if (rc) {
+		pthread_mutex_unlock(&c->lock);
+		free(n);
+		return rc;
+	}
+	n->db = fds[1];
+	atomic_store_explicit(&c->notify, n, memory_order_release);
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+int dp_notify_open(struct dp_client *c, uint32_t entries)
+{
+	return fail(C_NOTIFY_OPEN, notify_open(c, entries));
+}
+
+static struct dp_notify *notify_get(struct dp_client *c)
+{
+	return c ? atomic_load_explicit(&c->notify, memory_order_acquire) : NULL;
+}
+
+static int notify_poll(struct dp_client *c, struct dp_notify *n, struct dp_notification *out,
+		       unsigned max)
+{
+	uint64_t t;
+	int k;
+
+	if (!out && max)
+		return -EINVAL;
+	k = dp_ring_dequeue_burst(&n->pair.cq, out, max);
+	if (k || !max)
+		return k;
+	/* An event loop's fd must stop reading ready once the ring is empty:
+	 * empty the doorbell, then look again (what rang before the drain is
+	 * on the ring now; what rings after it makes the fd ready again). */
+	if (atomic_load_explicit(&n->armed, memory_order_relaxed)) {
+		/* NEED_WAKEUP again, fenced: 0 when entries came meanwhile
+		 * (the flag is then clear until the next empty poll). */
+		if (dp_ring_prepare_sleep(&n->pair.cq))
+			dp_doorbell_drain(n->db);
+		k = dp_ring_dequeue_burst(&n->pair.cq, out, max);
+		if (k)
+			return k;
+	}
+	/* Nothing there: say so when the service is gone, at most once a
+	 * millisecond (a system call). */
+	t = dp_clock_ns(CLOCK_MONOTONIC_COARSE);
+	if (t - n->last_check_ns < LIVENESS_EVERY_NS)
+		return 0;
+	n->last_check_ns = t;
+	return service_alive(c) ? 0 : -ECONNRESET;
+}
+
+int dp_notify_poll(struct dp_client *c, struct dp_notification *out, unsigned max)
+{
+	struct dp_notify *n = notify_get(c);
+
+	if (!n)
+		return fail(C_NOTIFY_POLL, c ? -EBADF : -EINVAL);
+	return fail(C_NOTIFY_POLL, notify_poll(c, n, out, max));
+}
+
+int dp_notify_wait(struct dp_client *c, struct dp_notification *out, unsigned max, int timeout_ms)
+{
+	struct dp_notify *n = notify_get(c);
+	uint64_t deadline;
+
+	if (!n)
+		return fail(C_NOTIFY_WAIT, c ? -EBADF : -EINVAL);
+	if (!out || !max)
+		return fail(C_NOTIFY_WAIT, -EINVAL);
+	deadline = timeout_ms < 0 ? UINT64_MAX : dp_now_ns() + (uint64_t)timeout_ms * 1000000u;
+	for (;;) {
+		struct pollfd pfd[2] = {{.fd = n->db, .events = POLLIN},
+					{.fd = c->fd, .events = POLLRDHUP}};
+		int k = dp_ring_dequeue_burst(&n->pair.cq, out, max), wait_ms;
+		uint64_t now;
+
+		if (k)
+			return k < 0 ? fail(C_NOTIFY_WAIT, k) : k;
+		if (!service_alive(c))
+			return fail(C_NOTIFY_WAIT, -ECONNRESET);
+		now = dp_now_ns();
+		if (now >= deadline)
+			return 0;
+		wait_ms = deadline == UINT64_MAX ? -1 : (int)((deadline - now + 999999) / 1000000);
+		if (!dp_ring_prepare_sleep(&n->pair.cq))
+			continue;
+		poll(pfd, 2, wait_ms);
+		if (!atomic_load_explicit(&n->armed, memory_order_relaxed))
+			dp_ring_finish_sleep(&n->pair.cq);
+		if (pfd[0].revents & POLLIN)
+			dp_doorbell_drain(n->db);
+	}
+}
+
+int dp_notify_fd(struct dp_client *c)
+{
+	struct dp_notify *n = notify_get(c);
+
+	if (!n)
+		return fail(C_NOTIFY_FD, c ? -EBADF : -EINVAL);
+	/* An event loop sleeps on the fd without dp_notify_wait: from now
+	 * on every dp_notify_poll that finds the ring empty sets NEED_WAKEUP
+	 * (and leaves it set) and empties the doorbell, so the fd reads ready
+	 * exactly when there may be something to take. */
+	atomic_store_explicit(&n->armed, true, memory_order_relaxed);
+	dp_ring_prepare_sleep(&n->pair.cq);
+	return n->db;
 }
 
 int dp__queue_ring(struct dp_queue *q, struct dp_ring_pair **pair, int *sq_efd)

@@ -33,6 +33,14 @@ enum dp_opcode {
 	DP_OP_NOP = 3 /**< completes at once with status 0, moves nothing */
 };
 
+/** dp_desc.flags: a WRITE that carries a notification. Once its bytes are
+ * in place, the client that exported the target segment receives
+ * dp_desc.notify on its notification ring (dp_notify_open; docs/api.md
+ * "Notifications"). Only with DP_OP_WRITE (else -EINVAL); targets on
+ * another service (fabric, same host) and file regions on either side:
+ * -ENOTSUP. */
+#define DP_DESC_F_NOTIFY 1u
+
 /**
  * A transfer descriptor: exactly 64 bytes, one ring slot. Regions and
  * segments are named by the small integer handles the service handed out;
@@ -40,7 +48,7 @@ enum dp_opcode {
  */
 struct dp_desc {
 	uint8_t opcode;	     /**< enum dp_opcode */
-	uint8_t flags;	     /**< none defined yet: must be 0 */
+	uint8_t flags;	     /**< 0 or DP_DESC_F_NOTIFY (WRITE only) */
 	uint16_t reserved0;  /**< must be 0 */
 	uint32_t region;     /**< local region id (dp_alloc / dp_register_fd) */
 	uint64_t local_off;  /**< byte offset in the local region */
@@ -50,7 +58,8 @@ struct dp_desc {
 	uint64_t len;	     /**< bytes to move */
 	uint64_t user_data;  /**< returned untouched in the completion */
 	uint64_t submit_ns;  /**< set by dp_submit (CLOCK_MONOTONIC), for latency stats */
-	uint64_t reserved2;  /**< must be 0 */
+	uint64_t notify;     /**< with DP_DESC_F_NOTIFY: the value the target's owner
+			      *   receives (a request id); otherwise must be 0 */
 };
 
 /** A completion: exactly one per accepted descriptor. */
@@ -77,6 +86,34 @@ struct dp_cqe {
  * DP_CQE_F_GPU when a GPU took part. DP_CQE_F_LOCAL is not set. */
 #define DP_CQE_F_SAME_HOST 16u
 
+/**
+ * A notification: one entry of a client's notification ring, telling the
+ * owner of an exported segment that a WRITE with DP_DESC_F_NOTIFY put
+ * @p len bytes at @p offset of it. The bytes are in place when the
+ * notification is seen. Exactly 128 bytes.
+ */
+struct dp_notification {
+	uint64_t value;	       /**< the WRITE's dp_desc.notify */
+	uint64_t offset;       /**< where the bytes went in the segment */
+	uint64_t len;	       /**< how many */
+	uint32_t flags;	       /**< DP_NOTIFY_F_*: which path the WRITE took */
+	uint32_t dropped;      /**< notifications for this client dropped because
+			    *   its ring was full, from dp_notify_open to this
+			    *   one; wraps at 2^32 */
+	uint32_t sender;       /**< local and same-host: the sender's client id on its
+			    *   service (as in ring-stat); fabric: 0 */
+	uint32_t reserved;     /**< 0 */
+	char segment[64];      /**< the segment's name, NUL-terminated */
+	uint64_t reserved2[3]; /**< 0 */
+};
+
+/** The WRITE came from a client of this service (a local copy). */
+#define DP_NOTIFY_F_LOCAL 1u
+/** It came through the fabric from another service. */
+#define DP_NOTIFY_F_FABRIC 2u
+/** It came from another service of this host that maps the export. */
+#define DP_NOTIFY_F_SAME_HOST 16u
+
 /* The layout checks, in whichever form the including language has: C++11
  * static_assert, C11 _Static_assert, else (C99) an array of size -1. */
 #if defined(__cplusplus) && __cplusplus >= 201103L
@@ -88,6 +125,7 @@ struct dp_cqe {
 #endif
 DP__STATIC_ASSERT(sizeof(struct dp_desc) == 64, "descriptor is one 64-byte slot", desc);
 DP__STATIC_ASSERT(sizeof(struct dp_cqe) == 32, "completion is 32 bytes", cqe);
+DP__STATIC_ASSERT(sizeof(struct dp_notification) == 128, "notification is 128 bytes", notif);
 #undef DP__STATIC_ASSERT
 
 /** Segment access modes (dp_segment_export, dp_segment_open). */
@@ -284,6 +322,38 @@ int dp_poll(struct dp_queue *q, struct dp_cqe *cqes, unsigned max);
  */
 int dp_wait(struct dp_queue *q, struct dp_cqe *cqes, unsigned max, int timeout_ms);
 
+/**
+ * Opens the client's notification ring of @p entries (power of two, 0: 256;
+ * at most the service's --max-depth). From then on, each WRITE with
+ * DP_DESC_F_NOTIFY into a segment this client exported puts one struct
+ * dp_notification on it, after the WRITE's bytes are in place. A
+ * notification that finds the ring full is dropped and counted
+ * (dp_notification.dropped of the next one, the stats region's
+ * notify_dropped); one that arrives before this call is dropped and counted
+ * in the stats region only. The writer is never slowed down by either: its
+ * WRITE completes as it would have. Once per client: -EEXIST the second
+ * time, -EINVAL bad @p entries. docs/api.md "Notifications".
+ */
+int dp_notify_open(struct dp_client *c, uint32_t entries);
+
+/** Takes up to @p max notifications without blocking. Returns the count,
+ * -EBADF without dp_notify_open, -ECONNRESET when the service went away
+ * (checked at most once a millisecond when there is nothing to take). One
+ * thread at a time. */
+int dp_notify_poll(struct dp_client *c, struct dp_notification *out, unsigned max);
+
+/** As dp_notify_poll(), sleeping on the notification doorbell up to
+ * @p timeout_ms (-1: forever) until at least one arrives. Returns the
+ * count, 0 on timeout, -ECONNRESET when the service went away. */
+int dp_notify_wait(struct dp_client *c, struct dp_notification *out, unsigned max, int timeout_ms);
+
+/** The notification doorbell, for an event loop: readable (POLLIN) when
+ * notifications may have arrived. Read them with dp_notify_poll() until it
+ * returns 0, then wait on the fd again; never read the fd itself (the
+ * library drains it). -EBADF without dp_notify_open. The fd stays the
+ * library's: do not close it. */
+int dp_notify_fd(struct dp_client *c);
+
 /** Fills @p st with the queue's figures. */
 int dp_queue_stats(const struct dp_queue *q, struct dp_queue_stats *st);
 
@@ -333,7 +403,18 @@ DP__INLINE void dp_prep_write(struct dp_desc *d, int region, uint64_t local_off,
 	d->len = len;
 	d->user_data = user_data;
 	d->submit_ns = 0;
-	d->reserved2 = 0;
+	d->notify = 0;
+}
+
+/** As dp_prep_write(), and the WRITE carries a notification of @p value to
+ * the owner of the target segment (DP_DESC_F_NOTIFY). */
+DP__INLINE void dp_prep_write_notify(struct dp_desc *d, int region, uint64_t local_off, int segment,
+				     uint64_t target_off, uint64_t len, uint64_t user_data,
+				     uint64_t value)
+{
+	dp_prep_write(d, region, local_off, segment, target_off, len, user_data);
+	d->flags = (uint8_t)DP_DESC_F_NOTIFY;
+	d->notify = value;
 }
 
 /** Fills a READ descriptor (target segment -> local region); every other

@@ -10,7 +10,8 @@
  * an int32 status (0 or -errno). File descriptors travel with SCM_RIGHTS:
  * QUEUE_CREATE replies carry three (ring memfd, SQ doorbell, CQ doorbell:
  * the client's ends of two SOCK_DGRAM socketpairs, docs/ring.md),
- * REGION_REGISTER requests carry one (the memfd). Layout: docs/api.md.
+ * REGION_REGISTER requests carry one (the memfd), NOTIFY_OPEN replies two
+ * (ring memfd, notification doorbell). Layout: docs/api.md.
  */
 #ifndef DP_PROTO_H
 #define DP_PROTO_H
@@ -71,6 +72,7 @@ enum dp_msg_type {
 	DP_MSG_REGION_REGISTER_FILE = 11, /* fileio.c: an fd */
 	DP_MSG_REGION_OPEN_PATH = 12,	  /* fileio.c: a path under --file-root */
 	DP_MSG_REGION_REGISTER_MEM = 13,  /* vm.c: memory of the client process */
+	DP_MSG_NOTIFY_OPEN = 14,	  /* notif.c: the client's notification ring */
 };
 
 struct dp_msg_hdr {
@@ -104,6 +106,22 @@ struct dp_msg_queue_create_reply {
 	uint32_t depth;
 	uint32_t reserved;
 };
+
+/*
+ * NOTIFY_OPEN: the client's notification ring (dp_notify_open). The reply
+ * carries two fds: the ring pair's memfd (a 1-entry SQ of 8 bytes, unused,
+ * and the notification ring as its CQ, struct dp_notification entries;
+ * docs/ring.md) and the client's end of the notification doorbell.
+ */
+struct dp_msg_notify_open {
+	uint32_t entries; /* 0 = DP_NOTIFY_DEFAULT_ENTRIES; else a power of two */
+	uint32_t reserved;
+};
+struct dp_msg_notify_open_reply {
+	int32_t status;
+	uint32_t entries;
+};
+#define DP_NOTIFY_DEFAULT_ENTRIES 256u
 
 struct dp_msg_id {
 	uint32_t id;

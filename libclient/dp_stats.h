@@ -56,8 +56,8 @@
 
 #define DP_STATS_MAGIC 0x54535044u /* "DPST" */
 /* 2: the poller block gained the file I/O slice counters; 3: the samehost
- * path, peers_known. */
-#define DP_STATS_ABI_VERSION 3u
+ * path, peers_known; 4: the notification counters. */
+#define DP_STATS_ABI_VERSION 4u
 #define DP_STATS_NAME_MAX 64 /* shm_open name, NUL included, no '/' */
 #define DP_STATS_PREFIX "dataplane-"
 
@@ -122,6 +122,12 @@ struct dp_stats_service {
 	 * we opened, and those that opened ours (their lookups carry their
 	 * addresses); kept for the service's life. */
 	uint64_t peers_known;
+	/* Notifications for other services' exports (fabric, same host),
+	 * sent over the peer RPC: taken by the peer, or lost (the peer did not
+	 * answer or refused, or NOTIF_OUT_MAX were waiting); and those peers
+	 * sent for exports here: put on the owner's ring, or dropped. */
+	uint64_t notify_sent, notify_lost;
+	uint64_t notify_received, notify_received_dropped;
 };
 
 struct dp_stats_header {
@@ -203,6 +209,10 @@ struct dp_stats_poller {
 	 * the page cache (refused O_DIRECT, short I/O) counts as buffered. */
 	uint64_t file_direct_ios, file_direct_bytes;
 	uint64_t file_buffered_ios, file_buffered_bytes;
+	/* Notifications (DP_DESC_F_NOTIFY) this poller handed to an owner of
+	 * this service: put on its notification ring, or dropped (the ring
+	 * was full, or the owner had none). docs/api.md "Notifications". */
+	uint64_t notify_delivered, notify_dropped;
 	/* Sums over the queues this poller retired. */
 	uint64_t retired_queues;
 	uint64_t retired_submitted, retired_completed, retired_failed, retired_bytes;

@@ -109,7 +109,7 @@ Test(hostile_ring, garbage_in_sq_slots_gets_error_completions, .timeout = 60)
 				d[i].flags = 0;
 				d[i].reserved0 = 0;
 				d[i].reserved1 = 0;
-				d[i].reserved2 = 0;
+				d[i].notify = 0;
 				d[i].region = (uint32_t)(xorshift64(&s) % 4);
 				d[i].segment = (uint32_t)(xorshift64(&s) % 3);
 				d[i].local_off = edgy(&s);
@@ -141,7 +141,7 @@ Test(hostile_ring, garbage_in_sq_slots_gets_error_completions, .timeout = 60)
 				continue;
 			}
 			/* Success must be deserved. */
-			cr_assert(!x->flags && !x->reserved0 && !x->reserved1 && !x->reserved2,
+			cr_assert(!x->flags && !x->reserved0 && !x->reserved1 && !x->notify,
 				  "a descriptor with reserved bits set succeeded");
 			if (x->opcode == DP_OP_NOP) {
 				cr_assert_eq(cqe[i].bytes, 0);

@@ -129,8 +129,12 @@ Test(service_errors, nonzero_flags_or_reserved_is_einval, .timeout = 20)
 	env_setup(&e);
 	for (int op = DP_OP_WRITE; op <= DP_OP_NOP; op++) {
 		d = desc((uint8_t)op, e.local, 0, e.seg_rw, 0, 64);
-		d.flags = 1;
-		expect(&e, d, -EINVAL, 0, "flags 1");
+		/* DP_DESC_F_NOTIFY is a WRITE's only (tests/notify_local.c). */
+		d.flags = DP_DESC_F_NOTIFY;
+		if (op != DP_OP_WRITE)
+			expect(&e, d, -EINVAL, 0, "DP_DESC_F_NOTIFY on a READ or NOP");
+		d.flags = 2;
+		expect(&e, d, -EINVAL, 0, "flags 2");
 		d.flags = 0x80;
 		expect(&e, d, -EINVAL, 0, "flags 0x80");
 		d.flags = 0;
@@ -140,8 +144,8 @@ Test(service_errors, nonzero_flags_or_reserved_is_einval, .timeout = 20)
 		d.reserved1 = 0x80000000u;
 		expect(&e, d, -EINVAL, 0, "reserved1");
 		d.reserved1 = 0;
-		d.reserved2 = 1ull << 63;
-		expect(&e, d, -EINVAL, 0, "reserved2");
+		d.notify = 1ull << 63; /* without DP_DESC_F_NOTIFY */
+		expect(&e, d, -EINVAL, 0, "notify without its flag");
 		expect_queue_works(&e);
 	}
 	env_done(&e);
@@ -365,7 +369,7 @@ Test(service_errors, check_order, .timeout = 20)
 
 	/* EINVAL before EBADF. */
 	d = desc(DP_OP_WRITE, 9999, 0, 9999, 0, 64);
-	d.flags = 1;
+	d.flags = 2;
 	expect(&e, d, -EINVAL, 0, "flags + unknown handles");
 	d = desc(0, 9999, 0, 9999, 0, 64);
 	expect(&e, d, -EINVAL, 0, "opcode + unknown handles");
@@ -414,7 +418,7 @@ Test(service_errors, every_class_in_one_full_batch, .timeout = 20)
 			break;
 		case 1:
 			d[i] = desc(DP_OP_READ, e.local, 0, e.seg_rw, 0, 64);
-			d[i].reserved2 = i;
+			d[i].notify = i;
 			want[i] = -EINVAL;
 			break;
 		case 2:

@@ -18,6 +18,10 @@
  * ping-pong between --cpu and --service-cpu.
  * overhead: P3 and P4 against services dp-bench starts itself with the stats
  * region on and off (--no-stats), alternating, in one run (--dataplaned).
+ * notify: a 64 B WRITE with a notification (DP_DESC_F_NOTIFY), from submit
+ * to the owner's dp_notify_poll seeing it, vs a plain 64 B WRITE from
+ * submit to its completion; both busy-polled by one thread that is the
+ * writer and the segment's owner, in alternating blocks.
  * fabric / bypass (--peer HOST:PORT --peer-socket PATH): P6 4 MiB WRITEs and
  * P7 64 B WRITEs to a segment of another service (tools/bench-fabric.sh runs
  * the peers), and the same to a segment of this service vs the other one.
@@ -29,7 +33,7 @@
  *                 [--quick] [--max-size BYTES] [--no-peers] [--json]
  *                 [--plot FILE.png] [--rounds N]
  *                 [--peer HOST:PORT --peer-socket PATH]
- *                 [latency|rate|bandwidth|overhead|fabric|bypass|vm|placement|check|all]
+ *                 [latency|rate|bandwidth|overhead|notify|fabric|bypass|vm|placement|check|all]
  * Long runs show a progress line on stderr; --json prints the results as one
  * JSON document on stdout (the text goes to stderr); --no-peers runs and
  * prints nothing of the peers; --plot draws the latency CDF and throughput
@@ -1051,6 +1055,99 @@ static void bench_bypass(void)
 	report_end();
 }
 
+/* ---- notifications ---- */
+
+/* One 64 B WRITE with a notification: submit -> the owner (this client)
+ * sees it on its ring, busy-polled; the completion is reaped after. */
+static uint64_t notify_one(struct bench *b, uint64_t off, uint64_t ud)
+{
+	struct dp_notification n;
+	struct dp_cqe cqe;
+	struct dp_desc d;
+	uint64_t t0, ns;
+	int rc;
+
+	dp_prep_write_notify(&d, b->src, off, b->seg, off, 64, ud, ud);
+	t0 = dp_now_ns();
+	if ((rc = dp_submit(b->q, &d, 1)) != 1)
+		die("notify WRITE", rc < 0 ? rc : -EAGAIN);
+	while ((rc = dp_notify_poll(b->c, &n, 1)) == 0)
+		;
+	ns = dp_now_ns() - t0;
+	if (rc < 0)
+		die("dp_notify_poll", rc);
+	if (n.value != ud || n.offset != off || n.len != 64 || n.dropped)
+		die("notification", -EBADMSG);
+	while ((rc = dp_poll(b->q, &cqe, 1)) == 0)
+		;
+	if (rc < 0 || cqe.status || cqe.user_data != ud)
+		die("notify WRITE completion", rc < 0 ? rc : cqe.status ? cqe.status : -EBADMSG);
+	return ns;
+}
+
+static void bench_notify(void)
+{
+	const unsigned n = quick ? 20000 : 200000, block = 1000;
+	uint64_t *lat_n = malloc(sizeof(uint64_t) * n), *lat_w = malloc(sizeof(uint64_t) * n);
+	struct progress pg;
+	struct bench b;
+	unsigned in = 0, iw = 0;
+	double p50n, p50w;
+	int rc;
+
+	if (!lat_n || !lat_w)
+		die("malloc", -ENOMEM);
+	ours_begin();
+	bench_open(&b, 4096);
+	if ((rc = dp_notify_open(b.c, 256)) < 0)
+		die("dp_notify_open", rc);
+	for (unsigned i = 0; i < n / 10; i++) {
+		one_write(&b, 0, 64, i);
+		notify_one(&b, 0, i);
+	}
+	/* Alternating blocks: drift of the machine hits both alike. */
+	progress_start(&pg, "notify latency", 2 * n);
+	while (in < n || iw < n) {
+		for (unsigned k = 0; k < block && in < n; k++, in++)
+			lat_n[in] = notify_one(&b, (in % 64) * 64, in);
+		for (unsigned k = 0; k < block && iw < n; k++, iw++)
+			lat_w[iw] = one_write(&b, (iw % 64) * 64, 64, iw);
+		progress_update(&pg, in + iw);
+	}
+	progress_end(&pg);
+	verify(&b, 4096);
+	bench_close(&b);
+	ours_end();
+	qsort(lat_n, n, sizeof(*lat_n), cmp_u64);
+	qsort(lat_w, n, sizeof(*lat_w), cmp_u64);
+	p50n = lat_n[n / 2] / 1e3;
+	p50w = lat_w[n / 2] / 1e3;
+	printf("notify latency, 64 B local WRITE + notification vs a plain 64 B WRITE, one "
+	       "outstanding (%u samples each)\n",
+	       n);
+	report_obj("notify");
+	report_str("what", "64 B local WRITE with DP_DESC_F_NOTIFY, submit to the owner's "
+			   "dp_notify_poll, vs plain 64 B WRITE, submit to completion");
+	print_ours_cpus();
+	printf("  notify   p50 %.2f us  p99 %.2f us  max %.2f us  (submit -> owner sees the "
+	       "notification)\n",
+	       p50n, lat_n[n * 99 / 100] / 1e3, lat_n[n - 1] / 1e3);
+	printf("  plain    p50 %.2f us  p99 %.2f us  max %.2f us  (submit -> completion)\n", p50w,
+	       lat_w[n * 99 / 100] / 1e3, lat_w[n - 1] / 1e3);
+	printf("  ratio notify/plain p50 %.2fx  p99 %.2fx\n", p50n / p50w,
+	       (double)lat_n[n * 99 / 100] / (double)lat_w[n * 99 / 100]);
+	report_u64("samples", n);
+	report_u64("notify_p50_ns", lat_n[n / 2]);
+	report_u64("notify_p99_ns", lat_n[n * 99 / 100]);
+	report_u64("plain_p50_ns", lat_w[n / 2]);
+	report_u64("plain_p99_ns", lat_w[n * 99 / 100]);
+	report_num("ratio_p50", p50n / p50w);
+	report_num("ratio_p99", (double)lat_n[n * 99 / 100] / (double)lat_w[n * 99 / 100]);
+	report_end();
+	free(lat_n);
+	free(lat_w);
+}
+
 static void usage(void)
 {
 	printf("usage: dp-bench [--socket PATH | --dataplaned PATH] [--cpu N] [--service-cpu N] "
@@ -1059,7 +1156,7 @@ static void usage(void)
 	       "[--rounds N]\n"
 	       "                [--peer HOST:PORT --peer-socket PATH] [--help] [--version]\n"
 	       "                "
-	       "[latency|rate|bandwidth|overhead|fabric|bypass|vm|placement|check|all]\n"
+	       "[latency|rate|bandwidth|overhead|notify|fabric|bypass|vm|placement|check|all]\n"
 	       "  latency, rate, bandwidth: P3, P4, P5 and their peers (fi_pingpong shm, io_uring "
 	       "NOP,\n"
 	       "    memcpy). With --dataplaned PATH (and no --socket) dp-bench starts a service "
@@ -1071,6 +1168,8 @@ static void usage(void)
 	       "    alive and their pollers' CPUs is printed beside each peer.\n"
 	       "  overhead (and all, with --dataplaned): P3/P4 against services with the stats\n"
 	       "    region on and off, --rounds N rounds.\n"
+	       "  notify: 64 B WRITE + notification (submit -> owner sees it) vs a plain 64 B\n"
+	       "    WRITE (submit -> completion), p50/p99 and their ratio.\n"
 	       "  fabric|bypass --peer HOST:PORT --peer-socket PATH: P6/P7 through another "
 	       "service,\n"
 	       "    and local vs fabric for the same transfers.\n"
@@ -1087,8 +1186,9 @@ static void usage(void)
 
 static bool known_benchmark(const char *what)
 {
-	static const char *const names[] = {"latency", "rate",	 "bandwidth", "overhead", "all",
-					    "fabric",  "bypass", "placement", "check",	  "vm"};
+	static const char *const names[] = {"latency", "rate",	 "bandwidth", "overhead",
+					    "all",     "fabric", "bypass",    "placement",
+					    "check",   "vm",	 "notify"};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (!strcmp(what, names[i]))
@@ -1211,6 +1311,8 @@ static void run_benches(const char *what)
 		bench_bandwidth();
 	if (!strcmp(what, "overhead") || (all && dataplaned_path))
 		bench_overhead();
+	if (!strcmp(what, "notify"))
+		bench_notify();
 	if (!strcmp(what, "fabric"))
 		bench_fabric();
 	if (!strcmp(what, "bypass"))

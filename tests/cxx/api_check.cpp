@@ -37,7 +37,7 @@ int main(int argc, char **argv)
 	dp_prep_write(&d[0], 1, 2, 3, 4, 5, 6);
 	dp_prep_read(&d[1], 1, 2, 3, 4, 5, 6);
 	if (d[0].opcode != DP_OP_WRITE || d[1].opcode != DP_OP_READ || d[0].len != 5 ||
-	    d[1].user_data != 6 || d[0].reserved2 || d[1].flags)
+	    d[1].user_data != 6 || d[0].notify || d[1].flags)
 		return fail("dp_prep_write / dp_prep_read", -EINVAL);
 
 	rc = dp_connect(sock, "api_check.cpp", &c);

@@ -30,6 +30,7 @@ static void accepted(const struct dp_msg_hdr *h, const uint8_t *payload, size_t 
 		struct dp_msg_region_register_cuda rc;
 		struct dp_msg_region_path rp;
 		struct dp_msg_region_register_mem rm;
+		struct dp_msg_notify_open no;
 		uint8_t raw[DP_MSG_MAX];
 	} p;
 
@@ -97,6 +98,10 @@ static void accepted(const struct dp_msg_hdr *h, const uint8_t *payload, size_t 
 		break;
 	case DP_MSG_REGION_REGISTER_MEM:
 		if (plen != sizeof(p.rm) || !p.rm.len || p.rm.addr + p.rm.len < p.rm.addr)
+			abort();
+		break;
+	case DP_MSG_NOTIFY_OPEN:
+		if (plen != sizeof(p.no) || p.no.reserved || (p.no.entries & (p.no.entries - 1)))
 			abort();
 		break;
 	default:

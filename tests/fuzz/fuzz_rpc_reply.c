@@ -64,6 +64,11 @@ bool fabric_virt_addr(void)
 {
 	return false;
 }
+void notif_receive(const struct dp_rpc_notify_entry *e, unsigned n)
+{
+	(void)e;
+	(void)n;
+}
 bool samehost_enabled(void)
 {
 	return false;

@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * notif.h - notifications (DP_DESC_F_NOTIFY): a WRITE that carries a value
+ * for the client that exported its target segment, put on that client's
+ * notification ring once the WRITE's bytes are in place (docs/api.md
+ * "Notifications", docs/ring.md "Notification rings").
+ *
+ * The ring is a ring pair of its own (ring/dp_ring.h): a 1-entry SQ of 8
+ * bytes, unused, and the notification ring in the CQ's place, produced by
+ * the service, consumed by the client, with a doorbell socketpair like a
+ * queue's CQ. Several pollers (and nothing else) produce into one client's
+ * ring: each takes the ring's lock for one slot, which is never held
+ * across anything that can block (the doorbell send is MSG_DONTWAIT).
+ * Credit: a notification that finds the ring full is dropped and counted,
+ * never waited for; the writer's WRITE completes as it would have.
+ */
+#ifndef DP_NOTIF_H
+#define DP_NOTIF_H
+
+#include <pthread.h>
+
+#include "dp_internal.h"
+
+struct notif_ring {
+	pthread_spinlock_t lock;  /* producers: the pollers */
+	struct dp_ring_pair pair; /* service side: its CQ is the notification ring */
+	int db;			  /* our end of the doorbell */
+	int db_peer;		  /* the client's end, kept until the ring goes */
+	uint32_t dropped;	  /* under lock: dropped since the ring opened */
+};
+
+/* What a notification says, besides its segment. */
+struct notif_req {
+	uint64_t value, offset, len;
+	uint32_t sender; /* the writer's client id (local and same-host paths) */
+	uint32_t flags;	 /* DP_NOTIFY_F_* */
+};
+
+/* Control thread: the client's ring of `entries` (a power of two, 0: the
+ * default), published in c->notify; fds[0] the memfd, fds[1] the client's
+ * doorbell end, for the reply (kept here). 0, -EEXIST (open already),
+ * -EINVAL (entries beyond --max-depth), -ENOMEM or the ring's -errno. */
+int notif_open(struct client *c, uint32_t entries, int fds[2]);
+/* Control thread, after the grace period that followed unpublishing
+ * everything of c: frees its ring. */
+void notif_free(struct client *c);
+
+/*
+ * Poller: the WRITE of `n` into `seg` moved all its bytes (for the fabric:
+ * its completion came with FI_DELIVERY_COMPLETE). A segment of this
+ * service: its owner gets the notification on its ring, or it is dropped
+ * and counted (no ring, ring full, owner gone). Another service's (the
+ * fabric, or same host): forwarded to that service (notif_forward).
+ * `seg` must be alive: found in this loop, or referenced. `p` (for the
+ * stats region) may be NULL for another service's segment.
+ */
+void notif_deliver(struct poller *p, struct segment *seg, const struct notif_req *n);
+
+/* ---- other services' exports: notif_remote.c ---- */
+
+struct dp_rpc_notify_entry;
+
+/*
+ * Any thread (pollers): hands a notification for export `segment` of the
+ * service `server` ("host:port") to the control thread, which sends it in
+ * a batch over the peer RPC (rpc.h DP_RPC_NOTIFY), one batch in flight
+ * per peer, so those of one peer leave in the order they came. Never
+ * blocks beyond a mutex held for a list push; beyond NOTIF_OUT_MAX waiting
+ * notifications (a peer that does not answer) they are lost and counted.
+ */
+#define NOTIF_OUT_MAX 65536
+void notif_forward(const char *server, const char *segment, const struct notif_req *n);
+/* Control thread: sends what pollers handed over (the wake-up eventfd). */
+void notif_outbox_run(void);
+/* Control thread: notifications a peer sent for exports of this service. */
+void notif_receive(const struct dp_rpc_notify_entry *e, unsigned n);
+/* Control thread, at exit, after rpc_shutdown: frees what is left. */
+void notif_remote_cleanup(void);
+/* Control thread: puts one on the ring of `seg`'s owner (notif.c);
+ * true when delivered, false when dropped. */
+bool notif_ring_put(struct segment *seg, const struct notif_req *n);
+
+#endif /* DP_NOTIF_H */

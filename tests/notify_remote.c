@@ -1,0 +1,189 @@
+/* SPDX-License-Identifier: MIT */
+/* notify_remote.c - notifications (DP_DESC_F_NOTIFY) for a segment of
+ * another service: through the fabric (tcp, sockets) and to a service of
+ * the same host that maps the export. The exporter's client sees each one
+ * after its bytes, in the order of the writer's WRITEs, with the path's
+ * flag; both services count them in their stats regions; an owner without
+ * a ring loses them to the count, not to the writer. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dp_stats.h"
+#include "helpers.h"
+
+TestSuite(notify_remote, .fini = fab_teardown, .timeout = 90);
+
+/* The writer's service A (fab_svc[0]) and the exporter's B (fab_svc[1]). */
+struct pair {
+	struct dp_client *ca, *cb;
+	char peer_b[64];
+	char sock_a[128], sock_b[128];
+};
+
+/* prov: the fabric provider; same: both services on the same-host path. */
+static void pair_start(struct pair *p, const char *prov, bool same)
+{
+	const char *args[16];
+	unsigned n = 0;
+
+	memset(p, 0, sizeof(*p));
+	snprintf(p->sock_a, sizeof(p->sock_a), "/tmp/dp-notify-a-%d.peer", (int)getpid());
+	snprintf(p->sock_b, sizeof(p->sock_b), "/tmp/dp-notify-b-%d.peer", (int)getpid());
+	args[n++] = "--provider";
+	args[n++] = prov;
+	args[n++] = "--server-name";
+	args[n++] = "127.0.0.1";
+	if (same) {
+		args[n++] = "--same-host-socket";
+		args[n++] = p->sock_b;
+	}
+	args[n] = NULL;
+	start_svc(&fab_svc[1], args);
+	n = 4;
+	if (same) {
+		args[n++] = "--same-host-socket";
+		args[n++] = p->sock_a;
+	}
+	args[n] = NULL;
+	start_svc(&fab_svc[0], args);
+	snprintf(p->peer_b, sizeof(p->peer_b), "127.0.0.1:%d", fab_rpc_port(&fab_svc[1]));
+	p->ca = connect_client(&fab_svc[0], "writer");
+	p->cb = connect_client(&fab_svc[1], "owner");
+}
+
+static void pair_stop(struct pair *p)
+{
+	dp_close(p->ca);
+	dp_close(p->cb);
+	for (unsigned i = 0; i < 2; i++)
+		cr_assert_eq(svc_stop(&fab_svc[i]), 0, "service %u did not exit cleanly", i);
+}
+
+/* The service block's notification counters of `s`, once `field` reaches
+ * `want` or 10 s pass. */
+static struct dp_stats_service svc_block(const struct svc *s, size_t field, uint64_t want)
+{
+	const struct dp_stats_header *h = stats_map(s);
+	uint64_t deadline = now_ns() + 10000000000ull;
+	struct dp_stats_service v;
+
+	for (;;) {
+		memcpy(&v, (const void *)&h->svc, sizeof(v));
+		if (*(const uint64_t *)((const char *)&v + field) >= want || now_ns() > deadline)
+			break;
+		sleep_ms(5);
+	}
+	stats_unmap(h);
+	return v;
+}
+
+#define SLOTS 24
+#define SPAN (1u << 20)
+
+static uint64_t slot_len(unsigned i)
+{
+	return i % 3 == 2 ? SPAN : 64u << (i % 3); /* 64 B, 128 B, 1 MiB */
+}
+
+/* The writer WRITEs every slot with a notification of its index, each
+ * waited for before the next; the owner takes each notification as it
+ * comes and checks the bytes then: all there, and in order. */
+static void notify_run(const char *prov, bool same)
+{
+	const uint32_t path = same ? DP_CQE_F_SAME_HOST : DP_CQE_F_FABRIC;
+	const uint32_t nflag = same ? DP_NOTIFY_F_SAME_HOST : DP_NOTIFY_F_FABRIC;
+	struct dp_stats_service va, vb;
+	struct dp_notification n;
+	struct dp_queue *q;
+	uint8_t *src, *tgt;
+	struct pair p;
+	int sreg, treg, seg;
+
+	pair_start(&p, prov, same);
+	treg = alloc_region(p.cb, (size_t)SLOTS * SPAN, &tgt);
+	export_segment(p.cb, treg, "kv", DP_ACCESS_RW);
+	cr_assert_eq(dp_notify_open(p.cb, 64), 0, "%s", dp_last_error());
+	sreg = alloc_region(p.ca, (size_t)SLOTS * SPAN, &src);
+	seg = open_segment(p.ca, p.peer_b, "kv", DP_ACCESS_RW);
+	q = make_queue(p.ca, 8);
+	for (unsigned i = 0; i < SLOTS; i++) {
+		uint64_t off = (uint64_t)i * SPAN;
+		struct dp_desc d;
+		struct dp_cqe cqe;
+		int k;
+
+		pattern_fill(src + off, slot_len(i), 500 + i);
+		dp_prep_write_notify(&d, sreg, off, seg, off, slot_len(i), i, 0x1000 + i);
+		cqe = run_wait(q, &d, 10000);
+		cr_assert_eq(cqe.status, 0, "WRITE %u: %s", i, dp_strerror(cqe.status));
+		cr_assert_eq(cqe.flags, path, "WRITE %u took another path (flags %#x)", i,
+			     cqe.flags);
+		k = dp_notify_wait(p.cb, &n, 1, 10000);
+		cr_assert_eq(k, 1, "notification %u: %s", i, k ? dp_last_error() : "timeout");
+		cr_assert_eq(n.value, 0x1000 + i, "out of order: %llu for %u",
+			     (unsigned long long)n.value, i);
+		cr_assert_eq(n.offset, off);
+		cr_assert_eq(n.len, slot_len(i));
+		cr_assert_eq(n.flags, nflag);
+		cr_assert_eq(n.dropped, 0);
+		cr_assert_str_eq(n.segment, "kv");
+		if (!same)
+			cr_assert_eq(n.sender, 0);
+		cr_assert_eq(pattern_check(tgt + off, slot_len(i), 500 + i), -1,
+			     "slot %u: notified before its bytes", i);
+	}
+	cr_assert_eq(dp_notify_poll(p.cb, &n, 1), 0, "more notifications than WRITEs");
+	va = svc_block(&fab_svc[0], offsetof(struct dp_stats_service, notify_sent), SLOTS);
+	vb = svc_block(&fab_svc[1], offsetof(struct dp_stats_service, notify_received), SLOTS);
+	cr_assert_eq(va.notify_sent, SLOTS);
+	cr_assert_eq(va.notify_lost, 0);
+	cr_assert_eq(vb.notify_received, SLOTS);
+	cr_assert_eq(vb.notify_received_dropped, 0);
+	pair_stop(&p);
+}
+
+Test(notify_remote, fabric_tcp)
+{
+	notify_run("tcp", false);
+}
+
+Test(notify_remote, fabric_sockets)
+{
+	notify_run("sockets", false);
+}
+
+Test(notify_remote, same_host)
+{
+	notify_run("tcp", true);
+}
+
+/* An owner that never opened a ring: the writer's WRITEs complete as
+ * usual, the peer takes the notifications and counts them dropped. */
+Test(notify_remote, owner_without_ring)
+{
+	struct dp_stats_service va, vb;
+	struct dp_queue *q;
+	uint8_t *src, *tgt;
+	struct pair p;
+	int sreg, treg, seg;
+
+	pair_start(&p, "tcp", false);
+	treg = alloc_region(p.cb, 4096, &tgt);
+	export_segment(p.cb, treg, "kv", DP_ACCESS_RW);
+	sreg = alloc_region(p.ca, 4096, &src);
+	seg = open_segment(p.ca, p.peer_b, "kv", DP_ACCESS_RW);
+	q = make_queue(p.ca, 8);
+	for (unsigned i = 0; i < 5; i++) {
+		struct dp_desc d;
+
+		dp_prep_write_notify(&d, sreg, 0, seg, 0, 64, i, i);
+		run_ok(q, &d, DP_CQE_F_FABRIC, 10000);
+	}
+	va = svc_block(&fab_svc[0], offsetof(struct dp_stats_service, notify_sent), 5);
+	vb = svc_block(&fab_svc[1], offsetof(struct dp_stats_service, notify_received_dropped), 5);
+	cr_assert_eq(va.notify_sent, 5);
+	cr_assert_eq(vb.notify_received, 0);
+	cr_assert_eq(vb.notify_received_dropped, 5);
+	pair_stop(&p);
+}
