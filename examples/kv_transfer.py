@@ -11,9 +11,11 @@ request into its own blocks, opens the decode segment and WRITEs its
 blocks into the block slots the decode process assigned, all in one Batch,
 then tells decode which request landed. Decode checks every byte.
 
-Until notifications exist (issue 17, "Notifications"; write(..., notify=)
-later), "landed" is a message on a pipe sent after run() returned, which
-means every completion was reaped and the bytes are in place.
+"Landed" is a notification (docs/api.md "Notifications"): prefill submits
+the request's blocks, reaps them, then WRITEs the last block again with
+notify=<request id>; decode sleeps on its notification ring and, when the
+notification comes, the bytes of every block are in place. The pipe only
+carries the segment's name and the slots from decode to prefill.
 
 usage: kv_transfer.py [--socket PATH] [--blocks N] [--block-bytes B] [--cuda]
 exit 0 when decode saw the right bytes, 1 otherwise.
@@ -44,11 +46,16 @@ def decode(args, conn):
         else:
             region = c.alloc(size)
         name = f"kv/decode-{os.getpid()}"
+        c.notify_open()  # before the export: nothing can be missed
         c.export(region, name, "rw")
         slots = list(range(NUM_BLOCKS - 1, NUM_BLOCKS - 1 - args.blocks, -1))  # any order
         conn.send((name, c.server_name, slots))
-        request = conn.recv()  # "landed": sent by prefill after its run() returned
-        ok = True
+        notes = c.notify_wait(timeout=30)  # "landed"
+        if not notes:
+            print("decode: no notification within 30 s")
+            sys.exit(1)
+        request = notes[0].value
+        ok = notes[0].segment == name
         for i, slot in enumerate(slots):
             off = slot * args.block_bytes
             if args.cuda:
@@ -87,7 +94,15 @@ def prefill(args, conn):
                          segment=seg, target_off=[s * args.block_bytes for s in slots],
                          length=args.block_bytes)
         q.run(batch, timeout=30)  # one submission; returns when every block landed
-        conn.send(request)
+        # The request id rides on one more WRITE (the last block, again),
+        # issued after every other completion was reaped: decode's
+        # notification then covers all of them (docs/api.md, "Notifications").
+        last = args.blocks - 1
+        q.write(region, last * args.block_bytes, seg, slots[last] * args.block_bytes,
+                args.block_bytes, notify=request)
+        (done,) = q.wait(timeout=30)
+        if done.status:
+            sys.exit(f"prefill: the notifying WRITE failed: {dp.strerror(done.status)}")
         print(f"prefill: wrote {args.blocks} blocks ({size} B) into {name}")
         q.close()
         seg.close()

@@ -32,6 +32,7 @@ layer (transfer_sync_write/read by address).
 """
 
 import asyncio as _asyncio
+import collections as _collections
 import builtins as _builtins
 import errno as _errno
 
@@ -71,7 +72,7 @@ __all__ = [
     "OP_WRITE", "OP_READ", "OP_NOP", "ACCESS_READ", "ACCESS_WRITE", "ACCESS_RW",
     "F_LOCAL", "F_FABRIC", "F_GPU", "F_FILE", "ABI_VERSION", "SEGMENT_NAME_MAX",
     "DESC_SIZE", "COMPLETION_SIZE", "COMPLETION_DTYPE", "strerror", "last_error",
-    "cuda_pointer",
+    "cuda_pointer", "Notification", "NOTIFY_F_LOCAL", "NOTIFY_F_FABRIC", "NOTIFY_F_SAME_HOST",
 ]
 
 __version__ = "0.1"
@@ -297,6 +298,38 @@ def _register(self, obj):
 
 
 Client.register = _register
+
+
+# ---- notifications (docs/api.md "Notifications") ----
+
+Notification = _collections.namedtuple(
+    "Notification", "value offset len flags dropped sender segment")
+Notification.__doc__ = """A notification on the owner's ring: the WRITE's notify
+value, where its bytes went in the segment (offset, len), the path (flags:
+NOTIFY_F_LOCAL, NOTIFY_F_FABRIC, NOTIFY_F_SAME_HOST), how many were dropped
+for a full ring so far, the sender's client id (0 through the fabric) and
+the segment's name. The bytes are in place when it is seen."""
+NOTIFY_F_LOCAL, NOTIFY_F_FABRIC, NOTIFY_F_SAME_HOST = 1, 2, 16
+
+
+def _notify_poll(self, max=64):
+    """notify_poll(max=64) -> list of Notification, without blocking."""
+    return [Notification(*t) for t in self._notify_take(max, -1)]
+
+
+def _notify_wait(self, timeout=None, max=64):
+    """notify_wait(timeout=None, max=64) -> list of Notification
+
+    Sleeps on the notification doorbell (the GIL released) until at least
+    one notification arrives, or timeout seconds ([] then)."""
+    ms = -1 if timeout is None else _builtins.max(0, int(timeout * 1000))
+    if ms < 0:
+        ms = 2**31 - 1
+    return [Notification(*t) for t in self._notify_take(max, ms)]
+
+
+Client.notify_poll = _notify_poll
+Client.notify_wait = _notify_wait
 
 
 # ---- asyncio ----

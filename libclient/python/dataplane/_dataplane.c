@@ -1175,20 +1175,21 @@ static PyObject *queue_exit(PyObject *self, PyObject *args)
 }
 
 /* One descriptor from (region, local_off, segment, target_off, length,
- * user_data=0). */
+ * user_data=0, notify=None): a WRITE with notify carries that 64-bit value
+ * to the target's owner (DP_DESC_F_NOTIFY). */
 static PyObject *queue_one(Queue *q, uint8_t op, PyObject *const *args, Py_ssize_t nargs,
 			   PyObject *kwnames)
 {
-	static const char *const names[] = {"region",	  "local_off", "segment",
-					    "target_off", "length",    "user_data"};
-	PyObject *a[6] = {NULL};
+	static const char *const names[] = {"region", "local_off", "segment", "target_off",
+					    "length", "user_data", "notify"};
+	PyObject *a[7] = {NULL};
 	struct dp_desc d;
 	uint32_t region, segment;
-	uint64_t v[4] = {0};
+	uint64_t v[4] = {0}, nv = 0;
 	int rc;
 
 	if (nargs > 6) {
-		PyErr_SetString(PyExc_TypeError, "at most 6 arguments");
+		PyErr_SetString(PyExc_TypeError, "at most 6 positional arguments");
 		return NULL;
 	}
 	for (Py_ssize_t i = 0; i < nargs; i++)
@@ -1200,9 +1201,9 @@ static PyObject *queue_one(Queue *q, uint8_t op, PyObject *const *args, Py_ssize
 			PyObject *key = PyTuple_GetItem(kwnames, k);
 			int j = 0;
 
-			while (j < 6 && PyUnicode_CompareWithASCIIString(key, names[j]))
+			while (j < 7 && PyUnicode_CompareWithASCIIString(key, names[j]))
 				j++;
-			if (j == 6 || a[j]) {
+			if (j == 7 || a[j]) {
 				PyErr_Format(PyExc_TypeError, "unexpected or repeated argument %R",
 					     key);
 				return NULL;
@@ -1219,8 +1220,20 @@ static PyObject *queue_one(Queue *q, uint8_t op, PyObject *const *args, Py_ssize
 	    segment_handle(a[2], &segment) || get_u64(a[3], &v[1], "target_off") ||
 	    get_u64(a[4], &v[2], "length") || (a[5] && get_u64(a[5], &v[3], "user_data")))
 		return NULL;
+	if (a[6] && a[6] != Py_None) {
+		if (op != DP_OP_WRITE) {
+			PyErr_SetString(PyExc_ValueError, "notify goes with write() only");
+			return NULL;
+		}
+		if (get_u64(a[6], &nv, "notify"))
+			return NULL;
+	}
 	dp_prep_write(&d, (int)region, v[0], (int)segment, v[1], v[2], v[3]);
 	d.opcode = op;
+	if (a[6] && a[6] != Py_None) {
+		d.flags = DP_DESC_F_NOTIFY;
+		d.notify = nv;
+	}
 	rc = dp_submit(q->q, &d, 1);
 	if (rc < 0)
 		return raise_dp(rc);
@@ -2172,7 +2185,91 @@ static PyObject *client_repr(PyObject *self)
 	return PyUnicode_FromFormat("<dataplane.Client of %s>", dp_server_name(c->c));
 }
 
+/* ---- notifications (docs/api.md "Notifications") ---- */
+
+static PyObject *client_notify_open(PyObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"entries", NULL};
+	Client *c = (Client *)self;
+	unsigned entries = 0;
+	int rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|I:notify_open", kwlist, &entries) ||
+	    client_check(c))
+		return NULL;
+	rc = CONTROL(c, dp_notify_open(c->c, entries));
+	if (rc < 0)
+		return raise_dp(rc);
+	Py_RETURN_NONE;
+}
+
+/* Up to max notifications as tuples (value, offset, len, flags, dropped,
+ * sender, segment); timeout_ms < 0: poll, else wait (the GIL released). */
+static PyObject *client_notify_take(PyObject *self, PyObject *args)
+{
+	Client *c = (Client *)self;
+	struct dp_notification nb[64];
+	unsigned max = 64;
+	int timeout_ms = -1, n;
+	PyObject *list;
+
+	if (!PyArg_ParseTuple(args, "|Ii:_notify_take", &max, &timeout_ms) || client_check(c))
+		return NULL;
+	if (!max || max > 64)
+		max = 64;
+	if (timeout_ms < 0) {
+		n = dp_notify_poll(c->c, nb, max);
+	} else {
+		PyThreadState *ts = PyEval_SaveThread();
+
+		n = dp_notify_wait(c->c, nb, max, timeout_ms);
+		PyEval_RestoreThread(ts);
+	}
+	if (n < 0)
+		return raise_dp(n);
+	list = PyList_New(n);
+	for (int i = 0; list && i < n; i++) {
+		PyObject *t = Py_BuildValue("(KKKIIIs)", (unsigned long long)nb[i].value,
+					    (unsigned long long)nb[i].offset,
+					    (unsigned long long)nb[i].len, nb[i].flags,
+					    nb[i].dropped, nb[i].sender, nb[i].segment);
+
+		if (!t) {
+			Py_DECREF(list);
+			return NULL;
+		}
+		PyList_SetItem(list, i, t);
+	}
+	return list;
+}
+
+static PyObject *client_notify_fileno(PyObject *self, PyObject *unused)
+{
+	Client *c = (Client *)self;
+	int fd;
+
+	(void)unused;
+	if (client_check(c))
+		return NULL;
+	fd = dp_notify_fd(c->c);
+	if (fd < 0)
+		return raise_dp(fd);
+	return PyLong_FromLong(fd);
+}
+
 static PyMethodDef client_methods[] = {
+	{"notify_open", (PyCFunction)(void (*)(void))client_notify_open,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "notify_open($self, entries=0)\n--\n\nOpens this client's notification ring "
+	 "(dp_notify_open; entries: a power of two, 0 for the default). Open it before "
+	 "exporting, so that nothing is missed."},
+	{"_notify_take", client_notify_take, METH_VARARGS,
+	 "_notify_take($self, max=64, timeout_ms=-1)\n--\n\nRaw tuples; use "
+	 "notify_poll()/notify_wait()."},
+	{"notify_fileno", client_notify_fileno, METH_NOARGS,
+	 "notify_fileno($self)\n--\n\nThe notification doorbell (dp_notify_fd), for "
+	 "loop.add_reader: readable when notifications may have arrived; then call "
+	 "notify_poll() until it returns []. Never read or close it."},
 	{"queue", (PyCFunction)(void (*)(void))client_queue, METH_VARARGS | METH_KEYWORDS,
 	 "queue($self, depth=0)\n--\n\nOpens a queue pair (dp_queue_create); depth a power of two, "
 	 "0 "
