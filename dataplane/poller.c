@@ -286,6 +286,10 @@ static bool fast_lookup(struct queue *q, const struct dp_desc *d, struct fast_ru
 	if (!local || !h)
 		return false;
 	seg = h->seg;
+	/* As in desc_resolve: seg->region may be used only once the segment
+	 * was seen alive in this loop (struct segment). */
+	if (atomic_load_explicit(&seg->dead, memory_order_acquire))
+		return false;
 	need = d->opcode == DP_OP_WRITE ? DP_ACCESS_WRITE : DP_ACCESS_READ;
 	if (seg->remote || !(h->access & need) || !fileio_access_ok(local, need ^ DP_ACCESS_RW) ||
 	    !fileio_access_ok(seg->region, need))
