@@ -20,7 +20,10 @@
  *            spins (--spin-us large): a sleeping poller would make
  *            dp_submit ring its doorbell, a system call, in some batches.
  *
- * usage: dp-instr --socket PATH [--count N] service|client
+ * usage: dp-instr --socket PATH [--count N] [--depth N] service|client
+ * --depth: the queue's (256): a deeper one lets the service side ride out
+ * the moments the client is not scheduled (the service runs under callgrind,
+ * tens of times slower than the client).
  * Prints "descriptors N" on stdout. Exit 0, 1 on a failure, 2 on usage.
  */
 #include <getopt.h>
@@ -109,9 +112,11 @@ int main(int argc, char **argv)
 {
 	static const struct option opts[] = {{"socket", required_argument, 0, 's'},
 					     {"count", required_argument, 0, 'n'},
+					     {"depth", required_argument, 0, 'd'},
 					     {0, 0, 0, 0}};
 	const char *sock = NULL, *name = "dp-instr";
 	uint64_t total = 1000000;
+	uint32_t depth = 256;
 	struct dp_client *c;
 	struct dp_queue *q;
 	uint8_t *srcp, *dstp;
@@ -122,6 +127,8 @@ int main(int argc, char **argv)
 			sock = optarg;
 		else if (o == 'n')
 			total = strtoull(optarg, NULL, 0);
+		else if (o == 'd')
+			depth = (uint32_t)strtoul(optarg, NULL, 0);
 		else
 			goto usage;
 	}
@@ -130,7 +137,7 @@ int main(int argc, char **argv)
 		goto usage;
 	if ((rc = dp_connect(sock, name, &c)) < 0)
 		die("connect", rc);
-	if ((rc = dp_queue_create(c, 256, &q)) < 0)
+	if ((rc = dp_queue_create(c, depth, &q)) < 0)
 		die("queue", rc);
 	if ((src = dp_alloc(c, LEN, 0, (void **)&srcp)) < 0)
 		die("alloc", src);
