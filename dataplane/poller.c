@@ -370,10 +370,12 @@ static __attribute__((always_inline)) inline int fast_loop(struct queue *q, cons
 #ifdef DP_TSAN
 		__tsan_ignore_thread_begin();
 #endif
+		/* memmove: a region written onto itself may overlap (the
+		 * fixed-size one is inlined). */
 		if (len == 64)
-			memcpy(dbase + doff, sbase + soff, 64);
+			memmove(dbase + doff, sbase + soff, 64);
 		else
-			memcpy(dbase + doff, sbase + soff, len);
+			memmove(dbase + doff, sbase + soff, len);
 #ifdef DP_TSAN
 		__tsan_ignore_thread_end();
 #endif
