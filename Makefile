@@ -12,7 +12,7 @@
 #   make bench-fabric    two services in two netns over veth vs fi_pingpong tcp, ucx_perftest (P6, P7)
 #   make bench-gpu       GPU copies vs raw cudaMemcpyAsync on this GPU (P8-P10)
 #   make bench-file      1 GiB file read through the service vs fio, O_DIRECT and buffered (P11)
-#   make bench-instr     instructions per 64 B local WRITE in the poller (callgrind)
+#   make bench-instr     instructions per 64 B local WRITE, service and client side (callgrind)
 #   make python          the Python package (dataplane, libclient/python) into $(B)/python
 #   make bench-python    Python vs C: batch of 32 64 B WRITEs, single 64 B WRITE p50
 #   make bench-vm        WRITEs from dp_register_mem memory vs dp_alloc regions, 64 KiB..256 MiB, 64 B
@@ -394,7 +394,7 @@ bench-fabric: deps-bench
 # poller (callgrind); every change to the hot path reports it.
 bench-instr: deps
 	@tools/deps.sh bin:valgrind=valgrind
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all $(B)/dp-instr
 	tools/bench-instr.sh $(B)
 
 # P11: the peer is fio (io_uring engine) on the same file in the same run.

@@ -237,11 +237,213 @@ static void desc_process(struct poller *p, struct queue *q, const struct dp_desc
 	engines[e]->submit(p, &x);
 }
 
+/*
+ * The burst fast path (issue 18): runs of descriptors that are plain WRITEs
+ * or READs between two host regions of this service, up to --inline-max
+ * bytes, the shape of P4. It does what desc_process -> desc_resolve ->
+ * host_submit -> queue_complete_ns do for them, with less work per
+ * descriptor:
+ *   - the region and segment tables are looked up once per run of
+ *     descriptors naming the same (opcode, region, segment), not per
+ *     descriptor: within one loop the objects stay alive (QSBR), and the
+ *     completions of the whole burst become visible only at the loop's
+ *     flush, so no client can tell the lookups apart. What can change
+ *     while the loop runs is still checked per descriptor: the segment's
+ *     dead flag and, for another service's export, samehost_alive();
+ *   - the completion goes straight into its CQ slot: the burst was taken
+ *     within the queue's credit (queue_drain_sq), so the slot is free and
+ *     dp_ring_stage's check is not needed;
+ *   - the queue's counters are added once per run (before any stats run
+ *     switch, which reads them);
+ *   - a 64 B copy is a fixed-size copy, inline.
+ * Anything else (another opcode, flags, a reserved field set, a bad index,
+ * offset or length, a dead segment, a copy queued for later, another
+ * engine) leaves the run and takes the general path, which gives the
+ * documented errno in the documented order (docs/api.md): a descriptor the
+ * fast path accepts is one on which every check of desc_resolve passes.
+ * Works on the private copy of the burst, like the general path.
+ */
+struct fast_run {
+	/* The descriptor's words 0 (opcode, flags, reserved0, region) and 2
+	 * (segment, reserved1) that the run's lookup was made for; key0 0:
+	 * none (a run's opcode is never 0). */
+	uint64_t key0, key1;
+	uint8_t *dbase, *sbase; /* destination and source regions' byte 0 */
+	uint64_t dlen, slen, lim;
+	bool write;    /* dst is the target (offsets swap for a READ) */
+	uint32_t path; /* DP_CQE_F_LOCAL or DP_CQE_F_SAME_HOST */
+	const struct segment *seg;
+	const struct samehost_seg *same;
+};
+
+#ifdef DP_TSAN
+/* copy.c's client_bytes_copy(): the client's bytes are out of TSan's sight. */
+void __tsan_ignore_thread_begin(void);
+void __tsan_ignore_thread_end(void);
+#endif
+
+static inline uint64_t desc_word(const struct dp_desc *d, size_t off)
+{
+	uint64_t w;
+
+	memcpy(&w, (const uint8_t *)d + off, sizeof(w));
+	return w;
+}
+
+/* The lookup of desc_resolve for d's (opcode, region, segment), kept for the
+ * run when everything that does not depend on d's offsets and length would
+ * pass and the route is the host engine. */
+static bool fast_lookup(struct queue *q, const struct dp_desc *d, struct fast_run *f)
+{
+	struct client *c = q->client;
+	struct region *local, *target;
+	struct seg_handle *h;
+	struct segment *seg;
+	struct xfer x;
+	unsigned need;
+
+	f->key0 = 0;
+	if (q->broken || (d->opcode != DP_OP_WRITE && d->opcode != DP_OP_READ) || d->flags ||
+	    d->reserved0 || d->reserved1 || d->region >= DP_MAX_REGIONS ||
+	    d->segment >= DP_MAX_SEGS)
+		return false;
+	local = atomic_load_explicit(&c->regions[d->region], memory_order_acquire);
+	h = atomic_load_explicit(&c->segs[d->segment], memory_order_acquire);
+	if (!local || !h)
+		return false;
+	seg = h->seg;
+	/* As in desc_resolve: seg->region may be used only once the segment
+	 * was seen alive in this loop (struct segment). */
+	if (atomic_load_explicit(&seg->dead, memory_order_acquire))
+		return false;
+	need = d->opcode == DP_OP_WRITE ? DP_ACCESS_WRITE : DP_ACCESS_READ;
+	if (seg->remote || !(h->access & need) || !fileio_access_ok(local, need ^ DP_ACCESS_RW) ||
+	    !fileio_access_ok(seg->region, need))
+		return false;
+	target = seg->region;
+	x.ra = local;
+	x.rb = target;
+	if (route(&x) != ENGINE_host)
+		return false;
+	f->write = d->opcode == DP_OP_WRITE;
+	f->dbase = f->write ? target->base : local->base;
+	f->sbase = f->write ? local->base : target->base;
+	f->dlen = f->write ? target->len : local->len;
+	f->slen = f->write ? local->len : target->len;
+	f->lim = local->len < target->len ? local->len : target->len;
+	if (f->lim > cfg.inline_max)
+		f->lim = cfg.inline_max;
+	f->path = seg->same ? DP_CQE_F_SAME_HOST : DP_CQE_F_LOCAL;
+	f->seg = seg;
+	f->same = seg->same;
+	f->key0 = desc_word(d, 0);
+	f->key1 = desc_word(d, offsetof(struct dp_desc, segment));
+	return true;
+}
+
+/* n descriptors of a fast run completed, moving `bytes`: what desc_process,
+ * host_submit and queue_complete_ns count for each. */
+static inline void fast_count(struct queue *q, uint64_t n, uint64_t bytes)
+{
+	q->ctr.submitted += n;
+	q->ctr.completed += n;
+	q->ctr.local_copies += n;
+	q->ctr.bytes += bytes;
+}
+
+/*
+ * The loop of fast_run, for one direction (write: the destination is the
+ * target). Everything it reads more than once is in locals: stores into the
+ * client's memory and the CQ could alias the run's fields otherwise, and
+ * the compiler would reload them per descriptor.
+ */
+static __attribute__((always_inline)) inline int fast_loop(struct queue *q, const struct dp_desc *d,
+							   int n, const struct fast_run *f,
+							   const bool write)
+{
+	struct dp_ring *cq = &q->pair.cq;
+	struct dp_cqe *cqes = (struct dp_cqe *)cq->slots; /* entry size: ours (control.c) */
+	const struct dp_desc *const d0 = d, *const end = d + n, *counted = d;
+	const uint64_t key0 = f->key0, key1 = f->key1, dlen = f->dlen, slen = f->slen;
+	const uint64_t lim = f->lim;
+	uint8_t *const dbase = f->dbase;
+	const uint8_t *const sbase = f->sbase;
+	const uint32_t path = f->path, mask = cq->mask;
+	uint32_t ci = cq->local + q->nstage;
+	const bool st = q->st;
+	uint64_t bytes = 0;
+
+	for (; d < end; d++) {
+		uint64_t len = d->len, doff = write ? d->target_off : d->local_off;
+		uint64_t soff = write ? d->local_off : d->target_off;
+		struct dp_cqe *e;
+
+		if (desc_word(d, 0) != key0 ||
+		    desc_word(d, offsetof(struct dp_desc, segment)) != key1 || d->notify)
+			break;
+		/* desc_resolve's checks (len <= inline_max too), as subtractions. */
+		if (len > lim || doff > dlen - len || soff > slen - len)
+			break;
+		if (st &&
+		    __builtin_expect(d->submit_ns != q->run_submit || path != q->run_flags, 0)) {
+			/* The run switch reads the counters: bring them up to
+			 * date first. */
+			fast_count(q, (uint64_t)(d - counted), bytes);
+			counted = d;
+			bytes = 0;
+			stats_run_switch(q, d->submit_ns, path);
+		}
+#ifdef DP_TSAN
+		__tsan_ignore_thread_begin();
+#endif
+		/* memmove: a region written onto itself may overlap (the
+		 * fixed-size one is inlined). */
+		if (len == 64)
+			memmove(dbase + doff, sbase + soff, 64);
+		else
+			memmove(dbase + doff, sbase + soff, len);
+#ifdef DP_TSAN
+		__tsan_ignore_thread_end();
+#endif
+		e = &cqes[ci++ & mask];
+		e->user_data = d->user_data;
+		e->status = 0;
+		e->flags = path;
+		e->bytes = len;
+		e->reserved = 0;
+		bytes += len;
+	}
+	q->nstage = ci - cq->local;
+	fast_count(q, (uint64_t)(d - counted), bytes);
+	return (int)(d - d0);
+}
+
+/*
+ * Runs the fast path over the longest prefix of d[0..n) it can take; returns
+ * how many it completed (0: d[0] takes the general path). The segment's
+ * liveness is checked here, once per run: a poller that saw it alive in its
+ * current loop may use the region (struct segment, QSBR), and the run's
+ * completions become visible together at the loop's flush.
+ */
+static int fast_run(struct queue *q, const struct dp_desc *d, int n, struct fast_run *f)
+{
+	/* key0 0 is no run: a descriptor of zeroes would match it. */
+	if ((!f->key0 || desc_word(d, 0) != f->key0 ||
+	     desc_word(d, offsetof(struct dp_desc, segment)) != f->key1) &&
+	    !fast_lookup(q, d, f))
+		return 0;
+	if (atomic_load_explicit(&f->seg->dead, memory_order_acquire) ||
+	    (f->same && !samehost_alive(f->same)))
+		return 0;
+	return f->write ? fast_loop(q, d, n, f, true) : fast_loop(q, d, n, f, false);
+}
+
 /* Drains up to one burst from q's SQ, never more than its credit allows:
  * the CQ must have room for every completion we owe. */
 static int queue_drain_sq(struct poller *p, struct queue *q)
 {
 	struct dp_desc descs[DP_BURST];
+	struct fast_run f = {.key0 = 0};
 	uint32_t idx;
 	int room, budget, k;
 
@@ -265,8 +467,12 @@ static int queue_drain_sq(struct poller *p, struct queue *q)
 	 * time, but never the private copy we act on. */
 	dp_ring_copy_out(&q->pair.sq, idx, descs, (uint32_t)k);
 	dp_ring_release(&q->pair.sq, (uint32_t)k);
-	for (int i = 0; i < k; i++)
-		desc_process(p, q, &descs[i]);
+	for (int i = 0, n; i < k; i += n)
+		if (!(n = fast_run(q, &descs[i], k - i, &f))) {
+			desc_process(p, q, &descs[i]);
+			f.key0 = 0; /* it may have changed what the run looked up */
+			n = 1;
+		}
 	return k;
 }
 

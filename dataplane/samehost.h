@@ -17,9 +17,10 @@
  * Liveness without messages: the export table is a memfd of 64-bit words
  * the exporter writes; an export owns one word, which holds an odd
  * generation while it lives and changes when it goes. The importer's
- * pollers compare it before every descriptor (samehost_alive), and the
- * exporter's pidfd in the importer's epoll set marks every segment of a
- * service that exits.
+ * pollers compare it before every descriptor (samehost_alive; the burst
+ * fast path of poller.c before every run of descriptors to one segment
+ * within a loop), and the exporter's pidfd in the importer's epoll set
+ * marks every segment of a service that exits.
  *
  * This file is also the `samehost` engine (engines.def): it has no data
  * path, only the export hooks that give an export its word.

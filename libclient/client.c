@@ -896,9 +896,19 @@ static int idle_check(struct dp_queue *q)
 	return service_alive(q->c) ? 0 : -ECONNRESET;
 }
 
+/* n descriptors into consecutive SQ slots, each stamped. */
+static inline void slots_write(struct dp_desc *slot, const struct dp_desc *d, uint32_t n,
+			       uint64_t now)
+{
+	for (const struct dp_desc *end = d + n; d < end; d++, slot++) {
+		*slot = *d;
+		slot->submit_ns = now;
+	}
+}
+
 int dp_submit(struct dp_queue *q, const struct dp_desc *descs, unsigned n)
 {
-	uint32_t idx, credit;
+	uint32_t idx, credit, first;
 	uint64_t now;
 	int k;
 
@@ -915,13 +925,14 @@ int dp_submit(struct dp_queue *q, const struct dp_desc *descs, unsigned n)
 	if (k <= 0)
 		return fail(C_SUBMIT, k < 0 ? k : idle_check(q));
 	now = dp_now_ns();
-	/* One pass: each slot is written once, stamp included. */
-	for (int i = 0; i < k; i++) {
-		struct dp_desc *slot = dp_ring_slot(&q->pair.sq, idx + (uint32_t)i);
-
-		*slot = descs[i];
-		slot->submit_ns = now;
-	}
+	/* One pass: each slot is written once, stamp included, in at most two
+	 * runs of consecutive slots (before and after the wrap). */
+	first = dp_ring_size(&q->pair.sq) - (idx & q->pair.sq.mask);
+	if (first > (uint32_t)k)
+		first = (uint32_t)k;
+	slots_write(dp_ring_slot(&q->pair.sq, idx), descs, first, now);
+	slots_write(dp_ring_slot(&q->pair.sq, idx + first), descs + first, (uint32_t)k - first,
+		    now);
 	dp_ring_commit(&q->pair.sq, (uint32_t)k);
 	if (dp_ring_needs_wakeup(&q->pair.sq))
 		dp_doorbell_ring(q->sq_efd);
