@@ -340,7 +340,7 @@ static void gpu_ipc_close(struct region *reg)
 /*
  * Host memory that GPU copies touch is pinned (cudaHostRegister) so that
  * cudaMemcpyAsync runs asynchronously, but only where copies touch it, a
- * 16 MiB window at a time, and never on the control thread or a poller:
+ * 64 MiB window at a time, and never on the control thread or a poller:
  * pinning 4 GiB at registration took seconds during which every client's
  * control calls waited (issue 15). A GPU copy that meets a window not yet
  * pinned queues it for the pinner thread and runs pageable meanwhile;
@@ -348,7 +348,10 @@ static void gpu_ipc_close(struct region *reg)
  * that is half registered. At most PIN_MAX_FRACTION of the machine's
  * memory is pinned this way; beyond it, windows stay pageable.
  */
-#define PIN_WIN_SHIFT 24
+/* 64 MiB: a copy is one cudaMemcpyAsync per window it touches, and 64
+ * calls for a 1 GiB copy (16 MiB windows) held the poller ~160 us, which a
+ * bystander's 4 KiB copy waited out (gpu_fairness on the H200). */
+#define PIN_WIN_SHIFT 26
 #define PIN_WIN ((size_t)1 << PIN_WIN_SHIFT)
 #define PIN_MAX_FRACTION 4 /* a quarter of physical memory */
 enum { PIN_NONE, PIN_QUEUED, PIN_DONE, PIN_REFUSED };
