@@ -63,6 +63,10 @@
 
 _Static_assert(sizeof(struct dp_stage_req) <= META_STATUS, "request overlaps its status");
 
+/* The struct around a context (libfabric 1.x defines container_of, 2.x
+ * does not). */
+#define ctx_owner(p, T, m) ((T *)(void *)((char *)(p)-offsetof(T, m)))
+
 struct stage_op;
 struct own_op;
 
@@ -86,6 +90,7 @@ struct stage_slice {
 	bool sending;	     /* posted, its completion not read */
 	bool awaiting;	     /* the owner's status not seen yet */
 	bool quarantined;    /* given up on: the owner may still write buf */
+	bool in_req;	     /* between req_start and the end of req_wait */
 	int send_err;
 	int rstatus; /* the owner's answer, once neither sending nor awaiting */
 	unsigned rail;
@@ -509,7 +514,7 @@ static void req_start(struct stage_slice *s)
 	s->rail = sp->next_rail++ % rs->peer->nrails;
 	s->send_err = s->rstatus = 0;
 	s->sending = false;
-	s->send_pending = s->awaiting = true;
+	s->send_pending = s->awaiting = s->in_req = true;
 	s->wait_since = dp_now_ns();
 	req_send(s);
 }
@@ -539,6 +544,14 @@ static bool req_wait(struct stage_slice *s)
 			s->rstatus = s->sp->closing ? -ECANCELED : -EHOSTUNREACH;
 		} else if ((now = dp_now_ns()) - s->wait_since >
 			   (uint64_t)fab_cfg.timeout_ms * 1000000u) {
+			log_warn(
+				"stage: no answer from %s for %u ms to a staged %s of %llu bytes%s",
+				pr->name, fab_cfg.timeout_ms,
+				s->op->opcode == DP_OP_WRITE ? "WRITE" : "READ",
+				(unsigned long long)s->len,
+				s->send_pending ? " (its request could not be sent)"
+				: s->sending	? " (its request's send not completed)"
+						: "");
 			s->awaiting = s->send_pending = false;
 			s->rstatus = -ETIMEDOUT;
 			/* The owner may still write buf: it waits for the
@@ -600,10 +613,10 @@ static int op_advance(struct stage_op *op)
 
 	for (s = op->live; s; s = next) {
 		next = s->next;
-		if (s->awaiting || s->sending || s->send_pending) {
+		if (s->in_req) {
 			if (req_wait(s))
 				continue;
-			s->sending = false;
+			s->in_req = s->sending = false;
 			/* As when the fabric's part of it is done. */
 			s->fab_done = true;
 			s->fab_status = s->rstatus;
@@ -1019,7 +1032,7 @@ void stage_cq_event(struct poller *p, struct fab_ctx *c, int fi_err)
 	if (!sp)
 		return;
 	if (c->kind == FAB_CTX_STAGE_SEND) {
-		struct stage_slice *s = container_of(c, struct stage_slice, sctx);
+		struct stage_slice *s = ctx_owner(c, struct stage_slice, sctx);
 
 		s->sending = false;
 		if (fi_err) {
@@ -1028,7 +1041,7 @@ void stage_cq_event(struct poller *p, struct fab_ctx *c, int fi_err)
 				fabric_peer_lost(s->op->seg->remote->peer);
 		}
 	} else if (c->kind == FAB_CTX_STAGE_RECV) {
-		struct own_rx *rx = container_of(c, struct own_rx, c);
+		struct own_rx *rx = ctx_owner(c, struct own_rx, c);
 		int rc;
 
 		if (fi_err == FI_ECANCELED)
