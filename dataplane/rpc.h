@@ -136,8 +136,12 @@ struct dp_stage_req {
 struct dp_stage_status {
 	uint64_t seq;
 	int32_t status; /* 0 or -errno */
-	uint32_t reserved;
+	/* DP_STAGE_CHECK(seq, status): the initiator believes the word only
+	 * whole (the provider may land it in pieces). */
+	uint32_t check;
 };
+#define DP_STAGE_CHECK(seq, status)                                                                \
+	((uint32_t)(seq) ^ (uint32_t)((seq) >> 32) ^ (uint32_t)(status) ^ 0xa5a5a5a5u)
 
 /* The control loop's epoll set, for the connections and lookups below. */
 void rpc_start(int epfd);

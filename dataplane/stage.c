@@ -519,6 +519,16 @@ static void req_start(struct stage_slice *s)
 	req_send(s);
 }
 
+/* The owner's status for the slice's request is here, whole. */
+static bool status_arrived(const struct stage_slice *s)
+{
+	const struct dp_stage_status *st = (const struct dp_stage_status *)(s->meta + META_STATUS);
+
+	return __atomic_load_n(&st->seq, __ATOMIC_ACQUIRE) == s->seq &&
+	       __atomic_load_n(&st->check, __ATOMIC_RELAXED) ==
+		       DP_STAGE_CHECK(s->seq, __atomic_load_n(&st->status, __ATOMIC_RELAXED));
+}
+
 /* Where the slice stands with its owner: true while it waits (to send,
  * for the send's completion, or for the owner's status); else rstatus
  * holds the answer. */
@@ -531,9 +541,13 @@ static bool req_wait(struct stage_slice *s)
 	if (s->send_pending)
 		req_send(s);
 	if (s->awaiting) {
-		if (__atomic_load_n(&st->seq, __ATOMIC_ACQUIRE) == s->seq) {
+		if (status_arrived(s)) {
+			int32_t rs = __atomic_load_n(&st->status, __ATOMIC_RELAXED);
+
 			s->awaiting = false;
-			s->rstatus = st->status;
+			/* An owner's word is 0 or an errno; anything else is
+			 * the fabric's -EIO. */
+			s->rstatus = rs <= 0 && rs > -4096 ? rs : -EIO;
 			fabric_peer_progress(pr, dp_now_ns());
 		} else if (s->send_err) {
 			/* It never reached the owner: nothing of it comes. */
@@ -570,13 +584,9 @@ static void quarantine_scan(struct stage_poller *sp)
 {
 	for (unsigned i = 0; i < sp->nbufs; i++) {
 		struct stage_slice *s = &sp->slices[i];
-		const struct dp_stage_status *st =
-			(const struct dp_stage_status *)(s->meta + META_STATUS);
-
 		if (!s->quarantined || s->op || s->sending)
 			continue;
-		if (__atomic_load_n(&st->seq, __ATOMIC_ACQUIRE) != s->seq &&
-		    !atomic_load(&s->qpeer->dead) && !sp->closing)
+		if (!status_arrived(s) && !atomic_load(&s->qpeer->dead) && !sp->closing)
 			continue;
 		s->quarantined = s->held = false;
 		sp->nquar--;
@@ -845,7 +855,9 @@ static void own_status_start(struct own_op *o)
 	o->state = OWN_STATUS;
 	if (s->sp->closing)
 		return;
-	*st = (struct dp_stage_status){.seq = o->req.seq, .status = o->status};
+	*st = (struct dp_stage_status){.seq = o->req.seq,
+				       .status = o->status,
+				       .check = DP_STAGE_CHECK(o->req.seq, o->status)};
 	o->st_out = true;
 	if (fabric_post(s->sp->p, DP_OP_WRITE, o->fseg, o->req.status_addr, st, s->sp->mrs,
 			sizeof(*st), own_st_done, own_st_release, o))
@@ -910,6 +922,10 @@ static bool own_advance(struct stage_poller *sp, struct own_op *o)
 	struct stage_slice *s = o->s;
 	int rc;
 
+	/* At exit (stage_cancel_all, after the fabric's cancel and drain):
+	 * nothing more is posted nor waited for but a GPU copy. */
+	if (sp->closing && (!s || !s->copying))
+		return true;
 	switch (o->state) {
 	case OWN_BUF:
 		if (!(s = sp->free))
@@ -988,8 +1004,9 @@ static void own_free(struct stage_poller *sp, struct own_op *o)
 {
 	struct stage_slice *s = o->s;
 
-	s->own = NULL;
-	if (!s->held) {
+	if (s)
+		s->own = NULL;
+	if (s && !s->held) {
 		s->next = sp->free;
 		sp->free = s;
 		sp->nfree++;
