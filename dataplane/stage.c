@@ -1136,7 +1136,15 @@ static void stage_submit(struct poller *p, const struct xfer *x)
 	int rc;
 
 	rc = fabric_target_check(p, x->seg);
-	if (!rc && !sp) {
+	if (!rc && !sp && x->seg->remote->flags & DP_RPC_F_OWNER_STAGES) {
+		/* Once per segment, as fabric_target_check does. */
+		if (!atomic_exchange(&x->seg->remote->warned, 1))
+			log_warn("stage: segment '%s' of %s is GPU memory its owner stages, and %s "
+				 "here; transfers to it fail with ENOTSUP",
+				 x->seg->name, x->seg->remote->peer->name,
+				 off_reason ? off_reason : "host staging is off");
+		rc = -ENOTSUP;
+	} else if (!rc && !sp) {
 		static atomic_int warned;
 		const char *why;
 		int r = fabric_rail_unfit(x->ra, &why);

@@ -525,3 +525,32 @@ Test(fabric_stage, tcp_owner_staged_owner_killed_mid_transfer)
 {
 	peer_killed("tcp", owner_stages);
 }
+
+/* The owner stages its export, but staging is off here (--stage-bufs 0):
+ * nothing to carry the requests with, -ENOTSUP, bytes untouched. */
+Test(fabric_stage, tcp_owner_staged_with_staging_off_here_is_enotsup)
+{
+	static const char *const a_off[] = {"--stage-bufs", "0", NULL};
+	struct pair p;
+	uint8_t *loc, *tgt;
+	int lreg, treg, seg;
+	struct dp_queue *q;
+	struct dp_desc d;
+
+	pair_start(&p, "tcp", a_off, owner_stages);
+	treg = alloc_region(p.cb, MiB, &tgt);
+	memset(tgt, 0, MiB);
+	export_segment(p.cb, treg, "staged-there", DP_ACCESS_RW);
+	lreg = alloc_region(p.ca, MiB, &loc);
+	pattern_fill(loc, MiB, 4);
+	seg = open_segment(p.ca, p.peer_b, "staged-there", DP_ACCESS_RW);
+	q = make_queue(p.ca, 16);
+	dp_prep_write(&d, lreg, 0, seg, 0, MiB, 1);
+	fails(q, &d, -ENOTSUP, "WRITE to an owner-staged export, staging off here");
+	dp_prep_read(&d, lreg, 0, seg, 0, MiB, 2);
+	fails(q, &d, -ENOTSUP, "READ of an owner-staged export, staging off here");
+	cr_assert_eq(pattern_check(loc, MiB, 4), -1, "a refused READ wrote bytes");
+	for (unsigned i = 0; i < MiB; i++)
+		cr_assert_eq(tgt[i], 0, "a refused WRITE wrote byte %u", i);
+	pair_stop(&p);
+}
