@@ -134,6 +134,10 @@ struct segment {
 	 * registrations behind fab_keys; NULL where it has none. */
 	void *eng[DP_ENGINES];
 	uint64_t fab_keys[DP_MAX_RAILS]; /* remote keys per rail, for peers */
+	/* An export of memory the rails could not register that this service
+	 * stages for its peers (stage.c): its id there (0: none); fab_keys
+	 * then hold its secret. */
+	uint32_t stage_id;
 	/* For a segment of another service, its description (region is NULL
 	 * then). */
 	struct remote_seg *remote;

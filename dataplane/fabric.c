@@ -38,7 +38,7 @@
 #include "stats.h"
 
 struct fab_slice {
-	struct fi_context2 ctx; /* first: libfabric hands it back */
+	struct fab_ctx c; /* first: libfabric hands it back; kind FAB_CTX_SLICE */
 	struct fab_op *op;
 	uint64_t off, len;
 	unsigned rail;
@@ -131,7 +131,8 @@ int fabric_target_check(struct poller *p, struct segment *seg)
 	/* A peer known to be gone fails at once, not after the timeout. */
 	if (!p->eng[ENGINE_fabric] || rs->peer->nrails == 0 || atomic_load(&rs->peer->dead))
 		return -EHOSTUNREACH;
-	if (!(rs->flags & DP_RPC_F_GPU_UNREGISTERED))
+	/* Memory its owner stages for us (stage.c's owner protocol). */
+	if (!(rs->flags & DP_RPC_F_GPU_UNREGISTERED) || rs->flags & DP_RPC_F_OWNER_STAGES)
 		return 0;
 	/* Its owner has no registration of it to read or write: not a
 	 * missing segment nor a lost peer, a limit of its rails. */
@@ -175,6 +176,9 @@ static void fabric_submit(struct poller *p, const struct xfer *x)
 	rc = fabric_target_check(p, x->seg);
 	if (!rc && !local->eng[ENGINE_fabric])
 		rc = -EHOSTUNREACH;
+	/* Memory its owner stages has no keys to RMA: the stage engine's. */
+	if (!rc && x->seg->remote->flags & DP_RPC_F_OWNER_STAGES)
+		rc = -ENOTSUP;
 	if (rc) {
 		queue_complete_ns(q, d->user_data, d->submit_ns, rc, 0, DP_CQE_F_FABRIC);
 		return;
@@ -236,6 +240,13 @@ int fabric_post(struct poller *p, uint8_t opcode, struct segment *seg, uint64_t 
 	return 0;
 }
 
+struct fid_ep *fabric_ep(struct poller *p, unsigned rail)
+{
+	struct fab_poller *fp = p->eng[ENGINE_fabric];
+
+	return fp && rail < nrails ? fp->ep[rail].ep : NULL;
+}
+
 /* Posts one slice; 0, -FI_EAGAIN (try later), or another error. */
 static int slice_post(struct fab_poller *fp, struct fab_slice *s)
 {
@@ -255,9 +266,9 @@ static int slice_post(struct fab_poller *fp, struct fab_slice *s)
 	else if (DP_FAULT(FI_POST_FAIL))
 		rc = -FI_EIO;
 	else if (op->opcode == DP_OP_WRITE)
-		rc = fi_write(e->ep, buf, s->len, desc, dest, raddr, rs->key[s->rail], &s->ctx);
+		rc = fi_write(e->ep, buf, s->len, desc, dest, raddr, rs->key[s->rail], &s->c.ctx);
 	else
-		rc = fi_read(e->ep, buf, s->len, desc, dest, raddr, rs->key[s->rail], &s->ctx);
+		rc = fi_read(e->ep, buf, s->len, desc, dest, raddr, rs->key[s->rail], &s->c.ctx);
 	if (rc) {
 		if (rc == -FI_EAGAIN && e->st)
 			stats_add(&e->st->eagain, 1);
@@ -301,7 +312,7 @@ static void slice_failed(struct fab_op *op, struct fab_slice *s, int err)
 		op->status = err;
 }
 
-static int errno_of(int fi_err)
+int fabric_errno(int fi_err)
 {
 	switch (fi_err) {
 	case FI_ETIMEDOUT:
@@ -325,7 +336,7 @@ static int errno_of(int fi_err)
 static void slice_cq_error(struct rail_ep *e, unsigned rail, struct fab_slice *s, int fi_err)
 {
 	struct fab_op *op = s->op;
-	int code = errno_of(fi_err);
+	int code = fabric_errno(fi_err);
 
 	e->inflight--;
 	op->out--;
@@ -351,6 +362,10 @@ static int reap(struct poller *p, struct fab_poller *fp)
 			for (ssize_t i = 0; i < n; i++) {
 				struct fab_slice *s = ents[i].op_context;
 
+				if (s->c.kind != FAB_CTX_SLICE) {
+					stage_cq_event(p, &s->c, 0);
+					continue;
+				}
 				if (DP_FAULT(FI_CQ_ERR)) {
 					slice_cq_error(e, r, s, FI_EIO);
 					continue;
@@ -375,12 +390,16 @@ static int reap(struct poller *p, struct fab_poller *fp)
 			struct fi_cq_err_entry err = {0};
 
 			if (fi_cq_readerr(e->cq, &err, 0) == 1 && err.op_context) {
-				slice_cq_error(e, r, err.op_context, err.err);
+				struct fab_ctx *c = err.op_context;
+
+				if (c->kind != FAB_CTX_SLICE)
+					stage_cq_event(p, c, err.err);
+				else
+					slice_cq_error(e, r, err.op_context, err.err);
 				done++;
 			}
 		}
 	}
-	(void)p;
 	return done;
 }
 
@@ -398,7 +417,7 @@ static int op_post(struct fab_poller *fp, struct fab_op *op)
 			return posted;
 		op->retry = s->next;
 		if (rc) {
-			slice_failed(op, s, errno_of((int)-rc));
+			slice_failed(op, s, fabric_errno((int)-rc));
 			continue;
 		}
 		posted++;
@@ -426,7 +445,7 @@ static int op_post(struct fab_poller *fp, struct fab_op *op)
 		op->next_off += len;
 		op->next_rail++;
 		if (rc) {
-			slice_failed(op, s, errno_of((int)-rc));
+			slice_failed(op, s, fabric_errno((int)-rc));
 			continue;
 		}
 		posted++;

@@ -6,7 +6,8 @@
  * one registration per region, shared by the pollers (FI_THREAD_SAFE); each
  * poller owns its own endpoint and CQ on every rail, so posting and reaping
  * take no lock of ours. Peers target the endpoint of poller 0, whose CQs
- * therefore also drive target-side progress for providers that need it.
+ * therefore also drive target-side progress for providers that need it,
+ * and which receives the owner-staging requests of peers (FI_MSG, stage.c).
  *
  * Code: fabric_rail.c (rails, endpoints, registrations), fabric_peer.c
  * (peers), fabric.c (the data path); fabric_internal.h between them.
@@ -90,7 +91,9 @@ int fabric_rail_addr(unsigned rail, void *buf, size_t *len);
 bool fabric_virt_addr(void);
 
 /* Inserts a peer's rail addresses into the AVs. -EINVAL for an address that
- * is not of this provider's format and length. */
+ * is not of this provider's format and length. Control thread, and the
+ * first poller for the initiators of owner-staged transfers (stage.c): the
+ * AVs are FI_THREAD_SAFE. */
 int fabric_peer_insert(struct peer *p, const uint8_t addrs[][DP_FABRIC_ADDR_MAX],
 		       const uint32_t lens[], unsigned nrails);
 

@@ -55,6 +55,18 @@ struct rail_ep {
 
 struct fab_op; /* a descriptor's transfer (fabric.c) */
 
+/* What every operation posted on a rail's endpoint hands libfabric as its
+ * context, so that the CQ reader (fabric.c reap) knows whose it is: the
+ * fabric's own RMA slices (FAB_CTX_SLICE, 0), or the stage engine's
+ * messages of the owner-staging protocol (stage_cq_event). */
+#define FAB_CTX_SLICE 0u
+#define FAB_CTX_STAGE_SEND 1u /* an initiator's request (stage.c) */
+#define FAB_CTX_STAGE_RECV 2u /* an owner's posted receive (stage.c) */
+struct fab_ctx {
+	struct fi_context2 ctx; /* first: libfabric hands it back */
+	uint32_t kind;
+};
+
 /* A poller's fabric state (poller->eng[ENGINE_fabric]): made with its
  * endpoints at start-up (fabric_rail.c), driven by the data path. */
 struct fab_poller {
@@ -90,6 +102,10 @@ void fabric_export_deregister(struct segment *s);
  * host memory) registered on every rail for local access, as a region's
  * is; NULL when a rail refused it (logged). Main or control thread. */
 struct region_mrs *fabric_mem_register(void *buf, size_t len);
+/* The same, also open to remote READ and WRITE (stage.c's bounce buffers,
+ * which owners of staged exports read and write: stage.c). */
+struct region_mrs *fabric_mem_register_remote(void *buf, size_t len);
+uint64_t fabric_mem_key(const struct region_mrs *m, unsigned rail);
 void fabric_mem_deregister(struct region_mrs *m);
 /* The first rail that cannot register @reg (memory that is then staged),
  * and why, for the log line of a refusal; a rail's provider name. */
@@ -118,6 +134,15 @@ int fabric_post(struct poller *p, uint8_t opcode, struct segment *seg, uint64_t 
  * owner could not register; logged once per segment, naming the rail and
  * the reason). Poller thread. */
 int fabric_target_check(struct poller *p, struct segment *seg);
+
+/* fabric.c: the errno a transfer fails with for a CQ error @fi_err. */
+int fabric_errno(int fi_err);
+/* The endpoint of poller @p on @rail (stage.c's messages). */
+struct fid_ep *fabric_ep(struct poller *p, unsigned rail);
+
+/* stage.c: a completion (fi_err 0) or a CQ error of one of its contexts
+ * (kind != FAB_CTX_SLICE) read from poller @p's CQ. Poller thread. */
+void stage_cq_event(struct poller *p, struct fab_ctx *c, int fi_err);
 
 /* fabric_peer.c: marks @pr gone (logged once); the control thread drops
  * its cached segments (rpc.c checks `dead` on the next open). Any poller.

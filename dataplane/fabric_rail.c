@@ -67,7 +67,9 @@ static struct fi_info *rail_hints(const char *prov, bool hmem, bool delivery)
 
 	if (!h)
 		return NULL;
-	h->caps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+	/* FI_MSG: the owner-staging requests of the stage engine (stage.c). */
+	h->caps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_MSG |
+		  FI_SEND | FI_RECV;
 	if (hmem)
 		h->caps |= FI_HMEM;
 	h->ep_attr->type = FI_EP_RDM;
@@ -442,14 +444,14 @@ const char *fabric_rail_provider(unsigned r)
 	return r < nrails ? rails[r].info->fabric_attr->prov_name : "none";
 }
 
-struct region_mrs *fabric_mem_register(void *buf, size_t len)
+static struct region_mrs *mem_register(void *buf, size_t len, uint64_t access)
 {
 	struct region_mrs *m = calloc(1, sizeof(*m));
 
 	if (!m)
 		return NULL;
 	for (unsigned r = 0; r < nrails; r++) {
-		int rc = mr_reg_mem(&rails[r], buf, len, false, 0, FI_READ | FI_WRITE, &m->mr[r]);
+		int rc = mr_reg_mem(&rails[r], buf, len, false, 0, access, &m->mr[r]);
 
 		if (rc) {
 			log_err("fabric: registering %zu bytes of staging memory on rail %u: %s",
@@ -459,6 +461,23 @@ struct region_mrs *fabric_mem_register(void *buf, size_t len)
 		}
 	}
 	return m;
+}
+
+struct region_mrs *fabric_mem_register(void *buf, size_t len)
+{
+	return mem_register(buf, len, FI_READ | FI_WRITE | FI_SEND | FI_RECV);
+}
+
+struct region_mrs *fabric_mem_register_remote(void *buf, size_t len)
+{
+	return mem_register(buf, len,
+			    FI_READ | FI_WRITE | FI_SEND | FI_RECV | FI_REMOTE_READ |
+				    FI_REMOTE_WRITE);
+}
+
+uint64_t fabric_mem_key(const struct region_mrs *m, unsigned rail)
+{
+	return fi_mr_key(m->mr[rail]);
 }
 
 void fabric_mem_deregister(struct region_mrs *m)

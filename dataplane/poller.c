@@ -25,6 +25,7 @@
 #include "fabric.h"
 #include "fileio.h"
 #include "notif.h"
+#include "rpc.h"
 #include "samehost.h"
 #include "stats.h"
 
@@ -102,7 +103,8 @@ void queue_complete_ns(struct queue *q, uint64_t user_data, uint64_t submit_ns, 
  * to and from host memory and refuses the rest; a segment of another
  * service goes to the fabric, or to host staging when the local memory has no
  * fabric registration (GPU memory on rails without FI_HMEM; host memory
- * with --stage-host); on this service, a file on either side goes to the
+ * with --stage-host), or when its owner stages it for us (GPU memory its
+ * rails could not register: DP_RPC_F_OWNER_STAGES); on this service, a file on either side goes to the
  * file engine, GPU memory on either side to the GPU engine, and host
  * memory to host memory is a memcpy.
  */
@@ -110,9 +112,13 @@ static inline enum engine_id route(const struct xfer *x)
 {
 	if (x->ra->kind == REGION_VM || (x->rb && x->rb->kind == REGION_VM))
 		return ENGINE_vm;
-	if (!x->rb)
-		return x->ra->eng[ENGINE_fabric] || x->ra->kind == REGION_FILE ? ENGINE_fabric
-									       : ENGINE_stage;
+	if (!x->rb) {
+		if (x->ra->kind == REGION_FILE)
+			return ENGINE_fabric;
+		if (x->seg->remote && x->seg->remote->flags & DP_RPC_F_OWNER_STAGES)
+			return ENGINE_stage;
+		return x->ra->eng[ENGINE_fabric] ? ENGINE_fabric : ENGINE_stage;
+	}
 	if (x->ra->kind == REGION_FILE || x->rb->kind == REGION_FILE)
 		return ENGINE_file;
 	if (x->ra->kind == REGION_CUDA || x->rb->kind == REGION_CUDA)

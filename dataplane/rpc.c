@@ -211,6 +211,12 @@ int rpc_segment_record(const struct segment *s, struct dp_rpc_lookup_reply *r)
 	}
 	if (!s->eng[ENGINE_fabric])
 		r->flags |= DP_RPC_F_GPU_UNREGISTERED;
+	/* We stage it for our peers (stage.c): base names it, the keys are
+	 * its secret. */
+	if (!s->eng[ENGINE_fabric] && s->stage_id) {
+		r->flags |= DP_RPC_F_OWNER_STAGES;
+		r->base = s->stage_id;
+	}
 	r->nrails = fabric_nrails();
 	for (unsigned i = 0; i < r->nrails; i++) {
 		size_t len = DP_FABRIC_ADDR_MAX;

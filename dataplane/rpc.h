@@ -41,7 +41,14 @@
  * -ENOTSUP, not -ENOENT (the owner does not stage for its peers); a
  * service of the same host maps it instead (samehost.h). */
 #define DP_RPC_F_GPU_UNREGISTERED 4u
-#define DP_RPC_F_ALL (DP_RPC_F_VIRT_ADDR | DP_RPC_F_SAME_HOST | DP_RPC_F_GPU_UNREGISTERED)
+/* With DP_RPC_F_GPU_UNREGISTERED: the owner stages it for its peers
+ * through its own bounce buffers (stage.c, struct dp_stage_req below):
+ * `base` is the export's staging id and every rail's key its secret,
+ * which a request must carry. Without this flag, -ENOTSUP as above. */
+#define DP_RPC_F_OWNER_STAGES 8u
+#define DP_RPC_F_ALL                                                                               \
+	(DP_RPC_F_VIRT_ADDR | DP_RPC_F_SAME_HOST | DP_RPC_F_GPU_UNREGISTERED |                     \
+	 DP_RPC_F_OWNER_STAGES)
 #define DP_RPC_Q_SAME_HOST 1u /* request: the asker is on this host, send the memory */
 
 struct dp_rpc_hdr {
@@ -120,6 +127,44 @@ struct dp_rpc_lookup_reply {
 	char local_path[DP_SUN_PATH_MAX];
 	struct dp_samehost_desc same; /* only in a reply to DP_RPC_Q_SAME_HOST */
 };
+
+/*
+ * Owner staging, over the fabric itself (FI_MSG on the rails, stage.c): an
+ * initiator asks the owner of a DP_RPC_F_OWNER_STAGES export to move one
+ * slice between the export and the initiator's own bounce buffer, which it
+ * registered for remote access. The owner receives on its first poller's
+ * endpoints and does the RMA itself, into or out of its own bounce buffer
+ * (WRITE: it reads the initiator's buffer, then copies into the export;
+ * READ: it copies out of the export, then writes the initiator's buffer),
+ * then writes a struct dp_stage_status (seq, status) to status_addr.
+ * Addresses are what the provider addresses on the initiator's buffer (its
+ * virtual address, or the offset in its registration); rail[]: the
+ * initiator's first poller's addresses and its buffer's keys per rail.
+ */
+#define DP_STAGE_MAGIC 0x54535044u /* "DPST" */
+#define DP_STAGE_VERSION 1u
+struct dp_stage_req {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t opcode; /* DP_OP_WRITE (into the export) or DP_OP_READ */
+	uint32_t export_id;
+	uint32_t nrails;
+	uint64_t secret;
+	uint64_t seg_off, len;
+	uint64_t seq; /* never 0: echoed in the status */
+	uint64_t buf_addr, status_addr;
+	struct dp_rpc_rail rail[DP_MAX_RAILS];
+};
+
+struct dp_stage_status {
+	uint64_t seq;
+	int32_t status; /* 0 or -errno */
+	/* DP_STAGE_CHECK(seq, status): the initiator believes the word only
+	 * whole (the provider may land it in pieces). */
+	uint32_t check;
+};
+#define DP_STAGE_CHECK(seq, status)                                                                \
+	((uint32_t)(seq) ^ (uint32_t)((seq) >> 32) ^ (uint32_t)(status) ^ 0xa5a5a5a5u)
 
 /* The control loop's epoll set, for the connections and lookups below. */
 void rpc_start(int epfd);

@@ -315,7 +315,7 @@ static bool remote_same(const struct remote_seg *rs, const struct peer *pr,
 			const struct dp_rpc_lookup_reply *r)
 {
 	if (rs->peer != pr || rs->base != r->base || rs->len != r->len || rs->access != r->access ||
-	    rs->flags != (r->flags & DP_RPC_F_GPU_UNREGISTERED))
+	    rs->flags != (r->flags & (DP_RPC_F_GPU_UNREGISTERED | DP_RPC_F_OWNER_STAGES)))
 		return false;
 	for (unsigned i = 0; i < rs->nrails; i++)
 		if (rs->key[i] != r->rail[i].key)
@@ -377,7 +377,7 @@ static int remote_install(const char *peer, const char *name, const struct dp_rp
 	rs->base = r->base;
 	rs->len = r->len;
 	rs->access = r->access;
-	rs->flags = r->flags & DP_RPC_F_GPU_UNREGISTERED;
+	rs->flags = r->flags & (DP_RPC_F_GPU_UNREGISTERED | DP_RPC_F_OWNER_STAGES);
 	rs->nrails = rs->peer->nrails;
 	for (unsigned i = 0; i < rs->nrails; i++)
 		rs->key[i] = r->rail[i].key;
@@ -391,7 +391,8 @@ static int remote_install(const char *peer, const char *name, const struct dp_rp
 	log_info("segment '%s' on %s (%s): %llu bytes, %s, %u rail(s)%s", name,
 		 peer[0] ? peer : "the directory", rs->peer->name, (unsigned long long)rs->len,
 		 rs->access == DP_ACCESS_RW ? "rw" : "ro", rs->nrails,
-		 rs->flags & DP_RPC_F_GPU_UNREGISTERED
+		 rs->flags & DP_RPC_F_OWNER_STAGES ? "; GPU memory its owner stages for us"
+		 : rs->flags & DP_RPC_F_GPU_UNREGISTERED
 			 ? "; GPU memory its owner could not register: transfers fail ENOTSUP"
 			 : "");
 	*out = s;

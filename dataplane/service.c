@@ -462,12 +462,12 @@ static const struct flag {
 	 "open rails without FI_HMEM: GPU memory goes over the fabric\n"
 	 "through host staging (default: FI_HMEM where the provider has it)"},
 	{"stage-bufs", required_argument, set_stage_bufs, "N",
-	 "host staging of GPU memory over rails without FI_HMEM: N bounce\n"
-	 "buffers of --slice bytes per poller (default 4, at most 64;\n"
-	 "0: off, such transfers fail with ENOTSUP)"},
+	 "host staging of GPU memory over rails without FI_HMEM, ours and our\n"
+	 "exports' for peers: N bounce buffers of --slice bytes per poller\n"
+	 "(default 4, at most 64; 0: off, such transfers fail with ENOTSUP)"},
 	{"stage-host", no_argument, set_stage_host, NULL,
 	 "(tests) host memory stands in for GPU memory the rails cannot\n"
-	 "register: staged through memcpy, its exports unregistered"},
+	 "register: staged through memcpy, its exports staged for peers"},
 	{"file-root", required_argument, set_file_root, "DIR",
 	 "dp_open_file paths are opened beneath DIR (default: none, refused)"},
 	{"io-depth", required_argument, set_io_depth, "N",

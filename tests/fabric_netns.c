@@ -92,19 +92,32 @@ static uint64_t link_bytes(const char *ns, const char *dev)
 
 /* dataplaned in namespace i, tcp provider on that side's veth ends;
  * `timeout_ms` is its --fabric-timeout-ms (NULL: the default). */
-static void ns_start(unsigned i, unsigned pairs, const char *slice, const char *timeout_ms)
+/* @more (NULL or one option without argument) after the rest. */
+static void ns_start_more(unsigned i, unsigned pairs, const char *slice, const char *timeout_ms,
+			  const char *more)
 {
 	const char *prefix[] = {"ip", "netns", "exec", net.ns[i], NULL};
 	char nics[64];
-	const char *args[] = {"--provider", "tcp",    "--server-name",
-			      net.ip[0][i], "--nics", nics,
-			      "--slice",    slice,    timeout_ms ? "--fabric-timeout-ms" : NULL,
-			      timeout_ms,   NULL};
+	const char *args[12] = {"--provider", "tcp", "--server-name", net.ip[0][i],
+				"--nics",     nics,  "--slice",	      slice};
+	unsigned n = 8;
+
+	if (timeout_ms) {
+		args[n++] = "--fabric-timeout-ms";
+		args[n++] = timeout_ms;
+	}
+	args[n++] = more;
+	args[n] = NULL;
 
 	snprintf(nics, sizeof(nics), "%s", net.veth[0][i]);
 	if (pairs > 1)
 		snprintf(nics + strlen(nics), sizeof(nics) - strlen(nics), ",%s", net.veth[1][i]);
 	start_svc_in(&fab_svc[i], prefix, args);
+}
+
+static void ns_start(unsigned i, unsigned pairs, const char *slice, const char *timeout_ms)
+{
+	ns_start_more(i, pairs, slice, timeout_ms, NULL);
 }
 
 struct ends {
@@ -267,6 +280,47 @@ Test(fabric_netns, tcp_two_rails_striped)
 		uint64_t b = link_bytes(net.ns[0], net.veth[p][0]);
 
 		cr_assert_gt(b, 40 * MiB, "rail %u (%s) carried only %llu bytes", p, net.veth[p][0],
+			     (unsigned long long)b);
+	}
+	ends_close(&e);
+}
+
+/* ---- owner staging across namespaces ---- */
+
+/* B's export is memory its rails do not register (--stage-host stands in
+ * for GPU memory without FI_HMEM) and B stages it for A: the same
+ * transfers, byte-accurate, one rail and two. */
+Test(fabric_netns, tcp_owner_staged_across_a_veth_pair)
+{
+	struct ends e;
+
+	netns_setup(1);
+	ns_start(0, 1, "1048576", NULL);
+	ns_start_more(1, 1, "1048576", NULL, "--stage-host");
+	ends_open(&e, 64 * MiB + 8192);
+	sizes_across(&e);
+	in_flight_across(&e);
+	ends_close(&e);
+}
+
+Test(fabric_netns, tcp_owner_staged_two_rails)
+{
+	struct ends e;
+
+	netns_setup(2);
+	ns_start(0, 2, "65536", NULL);
+	ns_start_more(1, 2, "65536", NULL, "--stage-host");
+	cr_assert_eq(svc_rails(&fab_svc[0]), 2, "A opened %u rails, not two",
+		     svc_rails(&fab_svc[0]));
+	ends_open(&e, 64 * MiB + 8192);
+	sizes_across(&e);
+	in_flight_across(&e);
+	/* Requests go out on both rails in turn and the owner's RMA stripes
+	 * over both: each carried a fair part. */
+	for (unsigned p = 0; p < 2; p++) {
+		uint64_t b = link_bytes(net.ns[0], net.veth[p][0]);
+
+		cr_assert_gt(b, 20 * MiB, "rail %u (%s) carried only %llu bytes", p, net.veth[p][0],
 			     (unsigned long long)b);
 	}
 	ends_close(&e);

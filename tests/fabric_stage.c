@@ -59,7 +59,8 @@ static void guard_fill(uint8_t *buf, uint64_t buf_len, uint64_t off, uint64_t le
 
 /* ---- WRITE and READ through the bounce buffers, byte-accurate ---- */
 
-static void sizes(const char *prov, const char *const *a_more, uint64_t max)
+static void sizes_ab(const char *prov, const char *const *a_more, const char *const *b_more,
+		     uint64_t max)
 {
 	static const struct {
 		uint64_t len, loff, toff;
@@ -76,7 +77,7 @@ static void sizes(const char *prov, const char *const *a_more, uint64_t max)
 	int lreg, treg, seg;
 	struct dp_queue *q;
 
-	pair_start(&p, prov, a_more, NULL);
+	pair_start(&p, prov, a_more, b_more);
 	treg = alloc_region(p.cb, tlen, &tgt);
 	export_segment(p.cb, treg, "stage-sizes", DP_ACCESS_RW);
 	lreg = alloc_region(p.ca, llen, &loc);
@@ -98,6 +99,11 @@ static void sizes(const char *prov, const char *const *a_more, uint64_t max)
 		fab_check(loc + lo, len, 20 + i, loc, loc + llen, GUARD, "staged READ");
 	}
 	pair_stop(&p);
+}
+
+static void sizes(const char *prov, const char *const *a_more, uint64_t max)
+{
+	sizes_ab(prov, a_more, NULL, max);
 }
 
 static const char *const staged[] = {"--stage-host", NULL};
@@ -145,10 +151,8 @@ static void check_batch(const struct dp_cqe *cqes, unsigned n, bool *seen, uint6
 	}
 }
 
-static void many(const char *prov)
+static void many_ab(const char *prov, const char *const *a_more, const char *const *b_more)
 {
-	static const char *const a_more[] = {"--stage-host", "--pollers", "2",
-					     "--slice",	     "262144",	  NULL};
 	const uint64_t stride = 4 * MiB, len = NOPS * stride;
 	struct dp_desc d[NQ][NOPS / NQ];
 	struct dp_cqe cqes[NQ][NOPS / NQ];
@@ -158,7 +162,7 @@ static void many(const char *prov)
 	int lreg, treg, seg;
 	struct pair p;
 
-	pair_start(&p, prov, a_more, NULL);
+	pair_start(&p, prov, a_more, b_more);
 	treg = alloc_region(p.cb, len, &tgt);
 	export_segment(p.cb, treg, "stage-many", DP_ACCESS_RW);
 	lreg = alloc_region(p.ca, len, &loc);
@@ -201,6 +205,14 @@ static void many(const char *prov)
 	pair_stop(&p);
 }
 
+static void many(const char *prov)
+{
+	static const char *const a_more[] = {"--stage-host", "--pollers", "2",
+					     "--slice",	     "262144",	  NULL};
+
+	many_ab(prov, a_more, NULL);
+}
+
 Test(fabric_stage, tcp_64_in_flight_4_queues)
 {
 	many("tcp");
@@ -223,7 +235,7 @@ static bool fabric_error(int status)
 	       status == -ECONNRESET;
 }
 
-static void peer_killed(const char *prov)
+static void peer_killed(const char *prov, const char *const *b_more)
 {
 	static const char *const a_more[] = {"--stage-host", "--fabric-timeout-ms", "2000", NULL};
 	static struct dp_cqe cqes[256];
@@ -236,7 +248,7 @@ static void peer_killed(const char *prov)
 	struct dp_desc d;
 	struct pair p;
 
-	pair_start(&p, prov, a_more, NULL);
+	pair_start(&p, prov, a_more, b_more);
 	treg = alloc_region(p.cb, KILL_SEG, &tgt);
 	export_segment(p.cb, treg, "victim", DP_ACCESS_RW);
 	lreg = alloc_region(p.ca, KILL_SEG, &loc);
@@ -326,12 +338,12 @@ static void peer_killed(const char *prov)
 
 Test(fabric_stage, tcp_peer_killed_mid_transfer)
 {
-	peer_killed("tcp");
+	peer_killed("tcp", NULL);
 }
 
 Test(fabric_stage, sockets_peer_killed_mid_transfer)
 {
-	peer_killed("sockets");
+	peer_killed("sockets", NULL);
 }
 
 /* ---- -ENOTSUP: what cannot be done, said so ---- */
@@ -395,12 +407,15 @@ Test(fabric_stage, sockets_staging_off_is_enotsup)
 }
 
 /* The owner could not register its export (it stands in for GPU memory on
- * rails without FI_HMEM): the open succeeds (not -ENOENT) and every
- * transfer to it fails with -ENOTSUP (not -EHOSTUNREACH), from registered
- * and from staged memory alike; the owner's peer stays usable. */
+ * rails without FI_HMEM) and does not stage it (--stage-bufs 0): the open
+ * succeeds (not -ENOENT) and every transfer to it fails with -ENOTSUP (not
+ * -EHOSTUNREACH), from registered and from staged memory alike; the
+ * owner's peer stays usable. */
+static const char *const unstaged[] = {"--stage-host", "--stage-bufs", "0", NULL};
+
 static void owner_unregistered(const char *prov)
 {
-	static const char *const b_more[] = {"--stage-host", NULL};
+	const char *const *b_more = unstaged;
 	static const char *const a_more[] = {"--pollers", "2", NULL};
 	struct pair p;
 	uint8_t *loc, *tgt;
@@ -433,19 +448,20 @@ static void owner_unregistered(const char *prov)
 	pair_stop(&p);
 }
 
-Test(fabric_stage, tcp_owner_unregistered_is_enotsup)
+Test(fabric_stage, tcp_owner_not_staging_is_enotsup)
 {
 	owner_unregistered("tcp");
 }
 
-Test(fabric_stage, sockets_owner_unregistered_is_enotsup)
+Test(fabric_stage, sockets_owner_not_staging_is_enotsup)
 {
 	owner_unregistered("sockets");
 }
 
-/* Staged memory (A) to an export its owner could not register (B, both
- * with --stage-host): -ENOTSUP too, before any bounce buffer is used. */
-Test(fabric_stage, tcp_staged_to_unregistered_is_enotsup)
+/* Staged memory (A) to an export its owner could not register and does
+ * not stage (B, both with --stage-host): -ENOTSUP too, before any bounce
+ * buffer is used. */
+Test(fabric_stage, tcp_staged_to_unstaged_owner_is_enotsup)
 {
 	struct pair p;
 	uint8_t *loc, *tgt;
@@ -453,7 +469,7 @@ Test(fabric_stage, tcp_staged_to_unregistered_is_enotsup)
 	struct dp_queue *q;
 	struct dp_desc d;
 
-	pair_start(&p, "tcp", staged, staged);
+	pair_start(&p, "tcp", staged, unstaged);
 	treg = alloc_region(p.cb, MiB, &tgt);
 	export_segment(p.cb, treg, "unreg2", DP_ACCESS_RW);
 	lreg = alloc_region(p.ca, MiB, &loc);
@@ -463,5 +479,78 @@ Test(fabric_stage, tcp_staged_to_unregistered_is_enotsup)
 	fails(q, &d, -ENOTSUP, "staged WRITE to an unregistered export");
 	dp_prep_read(&d, lreg, 0, seg, 0, MiB, 2);
 	fails(q, &d, -ENOTSUP, "staged READ of an unregistered export");
+	pair_stop(&p);
+}
+
+/* ---- owner staging: the export's owner stages it for us ---- */
+
+/* B's export is memory its rails do not register (--stage-host stands in
+ * for GPU memory without FI_HMEM) and B stages it (its default
+ * --stage-bufs): WRITE and READ succeed byte-accurately, from A's
+ * registered host memory and from A's staged memory. */
+static const char *const owner_stages[] = {"--stage-host", NULL};
+static const char *const owner_small[] = {"--stage-host", "--slice", "65536",
+					  "--stage-bufs", "2",	     NULL};
+
+Test(fabric_stage, tcp_owner_staged_from_registered_1B_to_64MiB)
+{
+	sizes_ab("tcp", NULL, owner_stages, 64 * MiB);
+}
+
+Test(fabric_stage, tcp_owner_staged_from_staged_1B_to_64MiB)
+{
+	sizes_ab("tcp", staged, owner_stages, 64 * MiB);
+}
+
+/* The owner's slices (64 KiB, 2 buffers) smaller than the initiator's
+ * (1 MiB): each request is served in 16 pieces. */
+Test(fabric_stage, tcp_owner_staged_small_owner_slices)
+{
+	sizes_ab("tcp", NULL, owner_small, 5 * MiB + 1);
+}
+
+Test(fabric_stage, sockets_owner_staged_from_registered_1B_to_64MiB)
+{
+	sizes_ab("sockets", NULL, owner_stages, 64 * MiB);
+}
+
+Test(fabric_stage, tcp_owner_staged_64_in_flight_4_queues)
+{
+	static const char *const a_more[] = {"--pollers", "2", "--slice", "262144", NULL};
+
+	many_ab("tcp", a_more, owner_stages);
+}
+
+Test(fabric_stage, tcp_owner_staged_owner_killed_mid_transfer)
+{
+	peer_killed("tcp", owner_stages);
+}
+
+/* The owner stages its export, but staging is off here (--stage-bufs 0):
+ * nothing to carry the requests with, -ENOTSUP, bytes untouched. */
+Test(fabric_stage, tcp_owner_staged_with_staging_off_here_is_enotsup)
+{
+	static const char *const a_off[] = {"--stage-bufs", "0", NULL};
+	struct pair p;
+	uint8_t *loc, *tgt;
+	int lreg, treg, seg;
+	struct dp_queue *q;
+	struct dp_desc d;
+
+	pair_start(&p, "tcp", a_off, owner_stages);
+	treg = alloc_region(p.cb, MiB, &tgt);
+	memset(tgt, 0, MiB);
+	export_segment(p.cb, treg, "staged-there", DP_ACCESS_RW);
+	lreg = alloc_region(p.ca, MiB, &loc);
+	pattern_fill(loc, MiB, 4);
+	seg = open_segment(p.ca, p.peer_b, "staged-there", DP_ACCESS_RW);
+	q = make_queue(p.ca, 16);
+	dp_prep_write(&d, lreg, 0, seg, 0, MiB, 1);
+	fails(q, &d, -ENOTSUP, "WRITE to an owner-staged export, staging off here");
+	dp_prep_read(&d, lreg, 0, seg, 0, MiB, 2);
+	fails(q, &d, -ENOTSUP, "READ of an owner-staged export, staging off here");
+	cr_assert_eq(pattern_check(loc, MiB, 4), -1, "a refused READ wrote bytes");
+	for (unsigned i = 0; i < MiB; i++)
+		cr_assert_eq(tgt[i], 0, "a refused WRITE wrote byte %u", i);
 	pair_stop(&p);
 }

@@ -2,8 +2,9 @@
 /* gpu_stage.c - GPU memory over a fabric without FI_HMEM: two services over tcp, the
  * initiator's rails opened with --no-hmem, so its GPU regions go through host staging
  * (the stage engine): local GPU -> remote host segment and remote host -> local GPU,
- * 1 B .. 256 MiB and many in flight, byte-accurate; -ENOTSUP with staging off and for a
- * GPU export its owner could not register. Self-skips without a GPU. */
+ * 1 B .. 256 MiB and many in flight, byte-accurate; -ENOTSUP with staging off; a GPU
+ * export its owner could not register, staged by its owner (owner staging), and
+ * -ENOTSUP when the owner does not stage. Self-skips without a GPU. */
 #include "helpers.h"
 
 #ifdef DP_HAVE_CUDA
@@ -182,8 +183,15 @@ Test(gpu_stage, tcp_staging_off_is_enotsup)
 
 /* B exports GPU memory on rails without FI_HMEM (--no-hmem): the open
  * works, transfers to it fail with -ENOTSUP, never -ENOENT/-EHOSTUNREACH. */
-Test(gpu_stage, tcp_unregistered_gpu_export_is_enotsup)
+/* B's GPU export, its rails without FI_HMEM (--no-hmem): B stages it for
+ * its peers (owner staging), so A's host memory moves to and from it over
+ * tcp, byte-accurately, at any size and offset. */
+Test(gpu_stage, tcp_owner_stages_unregistered_gpu_export)
 {
+	static const struct {
+		uint64_t len, loff, toff;
+	} xs[] = {{1, 3, 5}, {4097, 0, 12345}, {MiB + 17, 7, 65536}, {3 * MiB, 0, MiB}};
+	const uint64_t glen = 4 * MiB + 65536;
 	struct gpair p;
 	struct dp_queue *q;
 	struct dp_desc d;
@@ -193,6 +201,47 @@ Test(gpu_stage, tcp_unregistered_gpu_export_is_enotsup)
 
 	GPU_REQUIRE();
 	gpair_start(&p, NULL, no_hmem);
+	breg = gpu_region(p.cb, glen, 2, &gb);
+	rc = dp_segment_export(p.cb, breg, "gpu-owner-staged", DP_ACCESS_RW);
+	cr_assert_eq(rc, 0, "export: %s", dp_strerror(rc));
+	hreg = alloc_region(p.ca, glen, &host);
+	seg = open_segment(p.ca, p.peer_b, "gpu-owner-staged", DP_ACCESS_RW);
+	q = make_queue(p.ca, 16);
+	for (unsigned i = 0; i < sizeof(xs) / sizeof(xs[0]); i++) {
+		uint64_t len = xs[i].len, lo = xs[i].loff, to = xs[i].toff;
+		struct dp_cqe cqe;
+
+		pattern_fill(host + lo, len, 60 + i);
+		dp_prep_write(&d, hreg, lo, seg, to, len, 10 + i);
+		cqe = run_wait(q, &d, 60000);
+		cr_assert_eq(cqe.status, 0, "WRITE of %llu B into the owner-staged GPU export: %s",
+			     (unsigned long long)len, dp_strerror(cqe.status));
+		cr_assert_eq(cqe.bytes, len);
+		gpu_expect((uint8_t *)gb + to, len, 60 + i, 0, "host -> owner-staged GPU");
+		memset(host, 0, glen);
+		dp_prep_read(&d, hreg, 0, seg, to, len, 20 + i);
+		cqe = run_wait(q, &d, 60000);
+		cr_assert_eq(cqe.status, 0, "READ of %llu B from the owner-staged GPU export: %s",
+			     (unsigned long long)len, dp_strerror(cqe.status));
+		cr_assert_eq(pattern_check(host, len, 60 + i), -1, "owner-staged GPU -> host");
+	}
+	gpair_stop(&p);
+	CK(cudaFree(gb));
+}
+
+/* The same export, its owner not staging (--stage-bufs 0): -ENOTSUP. */
+Test(gpu_stage, tcp_unstaged_gpu_export_is_enotsup)
+{
+	static const char *const b_off[] = {"--no-hmem", "--stage-bufs", "0", NULL};
+	struct gpair p;
+	struct dp_queue *q;
+	struct dp_desc d;
+	uint8_t *host;
+	void *gb;
+	int hreg, breg, seg, rc;
+
+	GPU_REQUIRE();
+	gpair_start(&p, NULL, b_off);
 	breg = gpu_region(p.cb, MiB, 2, &gb);
 	rc = dp_segment_export(p.cb, breg, "gpu-unreg", DP_ACCESS_RW);
 	cr_assert_eq(rc, 0, "export: %s", dp_strerror(rc));
@@ -200,9 +249,9 @@ Test(gpu_stage, tcp_unregistered_gpu_export_is_enotsup)
 	seg = open_segment(p.ca, p.peer_b, "gpu-unreg", DP_ACCESS_RW);
 	q = make_queue(p.ca, 16);
 	dp_prep_write(&d, hreg, 0, seg, 0, MiB, 0);
-	gpu_run_one_fails(q, &d, -ENOTSUP, 10000, "WRITE to an unregistered GPU export");
+	gpu_run_one_fails(q, &d, -ENOTSUP, 10000, "WRITE to an unstaged GPU export");
 	dp_prep_read(&d, hreg, 0, seg, 0, MiB, 0);
-	gpu_run_one_fails(q, &d, -ENOTSUP, 10000, "READ of an unregistered GPU export");
+	gpu_run_one_fails(q, &d, -ENOTSUP, 10000, "READ of an unstaged GPU export");
 	gpu_expect(gb, MiB, 2, 0, "the refused WRITE left the GPU export alone");
 	gpair_stop(&p);
 	CK(cudaFree(gb));
