@@ -63,27 +63,6 @@ static void pair_stop(struct pair *p)
 				     i);
 }
 
-/* Guard bytes over [off - 64, off + len + 64), clipped to the buffer. */
-static void guard_fill(uint8_t *buf, uint64_t buf_len, uint64_t off, uint64_t len)
-{
-	uint64_t lo = off >= 64 ? off - 64 : 0, hi = off + len + 64;
-
-	memset(buf + lo, GUARD, (hi < buf_len ? hi : buf_len) - lo);
-}
-
-/* One descriptor; its completion's status and flags. */
-static struct dp_cqe run1(struct dp_queue *q, bool write, int lreg, uint64_t loff, int seg,
-			  uint64_t toff, uint64_t len, uint64_t id)
-{
-	struct dp_desc d;
-
-	if (write)
-		dp_prep_write(&d, lreg, loff, seg, toff, len, id);
-	else
-		dp_prep_read(&d, lreg, loff, seg, toff, len, id);
-	return run_wait(q, &d, 30000);
-}
-
 static void expect_same_host(struct dp_cqe c, uint64_t len, const char *what)
 {
 	cr_assert_eq(c.status, 0, "%s of %llu B: %s", what, (unsigned long long)len,
@@ -136,11 +115,13 @@ Test(fabric_samehost, bytes_move_both_ways_without_the_fabric)
 
 		guard_fill(tgt, tlen, to, len);
 		pattern_fill(loc + lo, len, 10 + i);
-		expect_same_host(run1(q, true, lreg, lo, seg, to, len, 100 + i), len, "WRITE");
+		expect_same_host(run1(q, true, lreg, lo, seg, to, len, 100 + i, 30000), len,
+				 "WRITE");
 		fab_check(tgt + to, len, 10 + i, tgt, tgt + tlen, GUARD, "WRITE");
 		pattern_fill(tgt + to, len, 20 + i);
 		guard_fill(loc, llen, lo, len);
-		expect_same_host(run1(q, false, lreg, lo, seg, to, len, 200 + i), len, "READ");
+		expect_same_host(run1(q, false, lreg, lo, seg, to, len, 200 + i, 30000), len,
+				 "READ");
 		fab_check(loc + lo, len, 20 + i, loc, loc + llen, GUARD, "READ");
 	}
 	/* The stats region counts them on the samehost path. */
@@ -148,7 +129,7 @@ Test(fabric_samehost, bytes_move_both_ways_without_the_fabric)
 		     "samehost path completions");
 	/* Beyond the segment: refused, nothing moved. */
 	{
-		struct dp_cqe c = run1(q, true, lreg, 0, seg, tlen - 10, 11, 900);
+		struct dp_cqe c = run1(q, true, lreg, 0, seg, tlen - 10, 11, 900, 30000);
 
 		cr_assert_eq(c.status, -EFAULT, "past the end: %s", dp_strerror(c.status));
 	}
@@ -238,22 +219,22 @@ Test(fabric_samehost, unexport_and_reexport_are_seen_at_once)
 	seg = open_segment(p.ca, p.peer_b, "sh-gone", DP_ACCESS_RW);
 	q = make_queue(p.ca, 8);
 	memset(loc, 0x11, 4096);
-	expect_same_host(run1(q, true, lreg, 0, seg, 0, 4096, 1), 4096, "WRITE");
+	expect_same_host(run1(q, true, lreg, 0, seg, 0, 4096, 1, 30000), 4096, "WRITE");
 	cr_assert_eq(t1[4095], 0x11);
 	cr_assert_eq(dp_segment_unexport(p.cb, "sh-gone"), 0);
 	memset(t1, 0, 4096);
-	c = run1(q, true, lreg, 0, seg, 0, 4096, 2);
+	c = run1(q, true, lreg, 0, seg, 0, 4096, 2, 30000);
 	cr_assert_eq(c.status, -ECONNRESET, "WRITE after the unexport: %s", dp_strerror(c.status));
 	cr_assert_eq(t1[0], 0, "a WRITE after the unexport landed");
 	/* The same name again, another region: a new open maps it. */
 	r2 = alloc_region(p.cb, MiB, &t2);
 	export_segment(p.cb, r2, "sh-gone", DP_ACCESS_RW);
-	c = run1(q, true, lreg, 0, seg, 0, 4096, 3);
+	c = run1(q, true, lreg, 0, seg, 0, 4096, 3, 30000);
 	cr_assert_eq(c.status, -ECONNRESET, "the old handle reached the new export");
 	dp_segment_close(p.ca, seg);
 	seg = open_segment(p.ca, p.peer_b, "sh-gone", DP_ACCESS_RW);
 	memset(loc, 0x22, 4096);
-	expect_same_host(run1(q, true, lreg, 0, seg, 0, 4096, 4), 4096, "WRITE");
+	expect_same_host(run1(q, true, lreg, 0, seg, 0, 4096, 4, 30000), 4096, "WRITE");
 	cr_assert_eq(t2[0], 0x22, "the new export did not get the bytes");
 	cr_assert_eq(t1[0], 0, "the old region got bytes");
 	dp_queue_destroy(q);
@@ -276,11 +257,11 @@ Test(fabric_samehost, exporter_death_fails_its_segments)
 	lreg = alloc_region(p.ca, MiB, &loc);
 	seg = open_segment(p.ca, p.peer_b, "sh-dies", DP_ACCESS_RW);
 	q = make_queue(p.ca, 8);
-	expect_same_host(run1(q, true, lreg, 0, seg, 0, 64, 1), 64, "WRITE");
+	expect_same_host(run1(q, true, lreg, 0, seg, 0, 64, 1, 30000), 64, "WRITE");
 	svc_kill(&fab_svc[1]);
 	t0 = now_ns();
 	for (unsigned i = 0; i < 200 && !status; i++) {
-		status = run1(q, true, lreg, 0, seg, 0, 64, 10 + i).status;
+		status = run1(q, true, lreg, 0, seg, 0, 64, 10 + i, 30000).status;
 		if (!status)
 			sleep_ms(10);
 	}
@@ -321,10 +302,10 @@ Test(fabric_samehost, read_only_stays_read_only)
 	q = make_queue(p.ca, 8);
 	memset(tgt, 0x33, 4096);
 	memset(loc, 0x44, 4096);
-	c = run1(q, true, lreg, 0, seg, 0, 4096, 1);
+	c = run1(q, true, lreg, 0, seg, 0, 4096, 1, 30000);
 	cr_assert_eq(c.status, -EPERM, "WRITE into a read-only export: %s", dp_strerror(c.status));
 	cr_assert_eq(tgt[0], 0x33);
-	expect_same_host(run1(q, false, lreg, 0, seg, 0, 4096, 2), 4096, "READ");
+	expect_same_host(run1(q, false, lreg, 0, seg, 0, 4096, 2, 30000), 4096, "READ");
 	cr_assert_eq(loc[4095], 0x33);
 	dp_queue_destroy(q);
 	pair_stop(&p);

@@ -50,13 +50,6 @@ static void pair_stop(struct pair *p)
 		cr_assert_eq(svc_stop(&fab_svc[i]), 0, "service %u did not exit cleanly", i);
 }
 
-static void guard_fill(uint8_t *buf, uint64_t buf_len, uint64_t off, uint64_t len)
-{
-	uint64_t lo = off >= 64 ? off - 64 : 0, hi = off + len + 64;
-
-	memset(buf + lo, GUARD, (hi < buf_len ? hi : buf_len) - lo);
-}
-
 /* ---- WRITE and READ through the bounce buffers, byte-accurate ---- */
 
 static void sizes_ab(const char *prov, const char *const *a_more, const char *const *b_more,

@@ -55,14 +55,6 @@ static void pair_stop(struct pair *p)
 
 /* ---- WRITE and READ of 1 B .. max, byte-accurate ---- */
 
-/* Guard bytes over [off - 64, off + len + 64), clipped to the buffer. */
-static void guard_fill(uint8_t *buf, uint64_t buf_len, uint64_t off, uint64_t len)
-{
-	uint64_t lo = off >= 64 ? off - 64 : 0, hi = off + len + 64;
-
-	memset(buf + lo, GUARD, (hi < buf_len ? hi : buf_len) - lo);
-}
-
 static void sizes(const char *prov, uint64_t max)
 {
 	static const struct {

@@ -42,18 +42,6 @@ static void start_pair(char *peer_b, size_t len)
 	snprintf(peer_b, len, "127.0.0.1:%d", fab_rpc_port(&fab_svc[1]));
 }
 
-static struct dp_cqe run1(struct dp_queue *q, bool write, int lreg, uint64_t loff, int seg,
-			  uint64_t toff, uint64_t len, uint64_t id)
-{
-	struct dp_desc d;
-
-	if (write)
-		dp_prep_write(&d, lreg, loff, seg, toff, len, id);
-	else
-		dp_prep_read(&d, lreg, loff, seg, toff, len, id);
-	return run_wait(q, &d, 60000);
-}
-
 /* Through the same-host path a GPU copy runs here whichever side the GPU
  * memory is on (DP_CQE_F_GPU); through the fabric DP_CQE_F_GPU says that
  * the local side was GPU memory (`local_gpu`). */
@@ -105,11 +93,13 @@ static void GpuToGpuBothWays(void)
 			CK(cudaMemcpy(da, src, n, cudaMemcpyDeviceToDevice));
 			CK(cudaFree(src));
 		}
-		expect_sh(run1(q, true, ra, 0, seg, 4096, n, 100 + i), n, "WRITE GPU -> GPU");
+		expect_sh(run1(q, true, ra, 0, seg, 4096, n, 100 + i, 60000), n,
+			  "WRITE GPU -> GPU");
 		gpu_expect((uint8_t *)db + 4096, n, 30 + i, 0, "WRITE GPU -> GPU");
 		/* READ: B -> A. */
 		gpu_memset(da, 0, len);
-		expect_sh(run1(q, false, ra, 7, seg, 4096, n, 200 + i), n, "READ GPU <- GPU");
+		expect_sh(run1(q, false, ra, 7, seg, 4096, n, 200 + i, 60000), n,
+			  "READ GPU <- GPU");
 		gpu_expect((uint8_t *)da + 7, n, 30 + i, 0, "READ GPU <- GPU");
 	}
 	dp_queue_destroy(q);
@@ -141,10 +131,10 @@ static void HostAndGpuBothWays(void)
 	cr_assert_eq(dp_segment_export(cb, rh, "host-sh", DP_ACCESS_RW), 0);
 	seg = open_segment(ca, peer, "host-sh", DP_ACCESS_RW);
 	q = make_queue(ca, 8);
-	expect_sh(run1(q, true, rg, 0, seg, 0, len, 1), len, "WRITE GPU -> host");
+	expect_sh(run1(q, true, rg, 0, seg, 0, len, 1, 60000), len, "WRITE GPU -> host");
 	cr_assert_eq(pattern_check(host, len, 41), -1, "GPU -> host: mismatch");
 	pattern_fill(host, len, 42);
-	expect_sh(run1(q, false, rg, 0, seg, 0, len, 2), len, "READ GPU <- host");
+	expect_sh(run1(q, false, rg, 0, seg, 0, len, 2, 60000), len, "READ GPU <- host");
 	gpu_expect(dg, len, 42, 0, "host -> GPU");
 	dp_queue_destroy(q);
 	dp_close(ca);
@@ -163,10 +153,12 @@ static void HostAndGpuBothWays(void)
 		s2 = open_segment(cc, peer, "gpu-sh2", DP_ACCESS_RW);
 		q = make_queue(cc, 8);
 		pattern_fill(h2, len, 43);
-		expect_sh_gpu(run1(q, true, r2, 0, s2, 0, len, 3), len, "WRITE host -> GPU", false);
+		expect_sh_gpu(run1(q, true, r2, 0, s2, 0, len, 3, 60000), len, "WRITE host -> GPU",
+			      false);
 		gpu_expect(dx, len, 43, 0, "host -> GPU");
 		memset(h2, 0, len);
-		expect_sh_gpu(run1(q, false, r2, 0, s2, 0, len, 4), len, "READ host <- GPU", false);
+		expect_sh_gpu(run1(q, false, r2, 0, s2, 0, len, 4, 60000), len, "READ host <- GPU",
+			      false);
 		cr_assert_eq(pattern_check(h2, len, 43), -1, "GPU -> host: mismatch");
 		dp_queue_destroy(q);
 		dp_close(cc);

@@ -624,6 +624,25 @@ struct dp_cqe run_wait(struct dp_queue *q, const struct dp_desc *d, int ms)
 	return cqe;
 }
 
+struct dp_cqe run1(struct dp_queue *q, bool write, int lreg, uint64_t loff, int seg, uint64_t toff,
+		   uint64_t len, uint64_t id, int timeout_ms)
+{
+	struct dp_desc d;
+
+	if (write)
+		dp_prep_write(&d, lreg, loff, seg, toff, len, id);
+	else
+		dp_prep_read(&d, lreg, loff, seg, toff, len, id);
+	return run_wait(q, &d, timeout_ms);
+}
+
+void guard_fill(uint8_t *buf, uint64_t buf_len, uint64_t off, uint64_t len)
+{
+	uint64_t lo = off >= 64 ? off - 64 : 0, hi = off + len + 64;
+
+	memset(buf + lo, 0x5a, (hi < buf_len ? hi : buf_len) - lo);
+}
+
 void run_ok(struct dp_queue *q, const struct dp_desc *d, uint32_t flag, int timeout_ms)
 {
 	struct dp_cqe cqe;

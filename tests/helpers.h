@@ -178,6 +178,12 @@ struct dp_cqe run_wait(struct dp_queue *q, const struct dp_desc *d, int ms);
 /* The same, which must succeed, move d->len bytes and report the path
  * `flag` (DP_CQE_F_FABRIC or DP_CQE_F_LOCAL). */
 void run_ok(struct dp_queue *q, const struct dp_desc *d, uint32_t flag, int timeout_ms);
+/* One WRITE (write) or READ of [loff, +len) <-> [toff, +len) with user_data
+ * id, run to its completion (run_wait, timeout_ms), which is returned. */
+struct dp_cqe run1(struct dp_queue *q, bool write, int lreg, uint64_t loff, int seg, uint64_t toff,
+		   uint64_t len, uint64_t id, int timeout_ms);
+/* Guard bytes (0x5a) over [off - 64, off + len + 64), clipped to the buffer. */
+void guard_fill(uint8_t *buf, uint64_t buf_len, uint64_t off, uint64_t len);
 
 /* A client of its own with a source region and an exported destination
  * (each `len` bytes) and a queue of 8: probes whether the service serves. */
