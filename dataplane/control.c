@@ -364,6 +364,18 @@ static int region_publish(struct client *c, struct region *reg, unsigned slot, s
 	return reply_with(o, &r, sizeof(r), 0);
 }
 
+/* The client's first free region slot, DP_MAX_REGIONS when none is left
+ * (control thread: the only writer of the table). */
+static unsigned region_slot_free(const struct client *c)
+{
+	unsigned slot;
+
+	for (slot = 0; slot < DP_MAX_REGIONS; slot++)
+		if (!atomic_load_explicit(&c->regions[slot], memory_order_relaxed))
+			break;
+	return slot;
+}
+
 static int on_region_register(struct client *c, struct msg_in *m, struct msg_out *o)
 {
 	const struct dp_msg_region_register *req = m->payload;
@@ -421,9 +433,7 @@ static int on_region_register(struct client *c, struct msg_in *m, struct msg_out
 			 c->id, (int)c->pid, c->name, why);
 		goto out_fd;
 	}
-	for (slot = 0; slot < DP_MAX_REGIONS; slot++)
-		if (!atomic_load_explicit(&c->regions[slot], memory_order_relaxed))
-			break;
+	slot = region_slot_free(c);
 	rc = -ENOSPC;
 	if (slot == DP_MAX_REGIONS)
 		goto out_fd;
@@ -471,9 +481,7 @@ static int on_region_register_cuda(struct client *c, struct msg_in *m, struct ms
 	unsigned slot;
 	int rc;
 
-	for (slot = 0; slot < DP_MAX_REGIONS; slot++)
-		if (!atomic_load_explicit(&c->regions[slot], memory_order_relaxed))
-			break;
+	slot = region_slot_free(c);
 	if (slot == DP_MAX_REGIONS)
 		return -ENOSPC;
 	reg = calloc(1, sizeof(*reg));
@@ -505,9 +513,7 @@ static int on_region_register_mem(struct client *c, struct msg_in *m, struct msg
 	unsigned slot;
 	int rc;
 
-	for (slot = 0; slot < DP_MAX_REGIONS; slot++)
-		if (!atomic_load_explicit(&c->regions[slot], memory_order_relaxed))
-			break;
+	slot = region_slot_free(c);
 	if (slot == DP_MAX_REGIONS)
 		return -ENOSPC;
 	reg = calloc(1, sizeof(*reg));
@@ -542,9 +548,7 @@ static int on_region_file(struct client *c, struct msg_in *m, struct msg_out *o)
 
 	if (!by_path)
 		fd = take_fd(m);
-	for (slot = 0; slot < DP_MAX_REGIONS; slot++)
-		if (!atomic_load_explicit(&c->regions[slot], memory_order_relaxed))
-			break;
+	slot = region_slot_free(c);
 	rc = -ENOSPC;
 	if (slot == DP_MAX_REGIONS)
 		goto out_fd;

@@ -72,7 +72,7 @@ const char *samehost_path(void)
 	return sh.on ? sh.path : "";
 }
 
-/* The kernel's boot id, "xxxxxxxx-xxxx-...": one per boot of one host. */
+/* The kernel's boot id (a UUID in text, 32 hex digits and dashes): one per boot of one host. */
 static int read_boot_id(uint8_t *id)
 {
 	char buf[64];

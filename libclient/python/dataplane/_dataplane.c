@@ -1930,7 +1930,10 @@ static PyObject *client_alloc(PyObject *self, PyObject *args, PyObject *kw)
 	return (PyObject *)r;
 }
 
-static PyObject *client_register_cuda(PyObject *self, PyObject *args, PyObject *kw)
+/* (ptr, length, owner=None) registered by `reg` as a region of `kind`;
+ * `owner` is kept alive with the region. */
+static PyObject *register_ptr(PyObject *self, PyObject *args, PyObject *kw, const char *fmt,
+			      int (*reg)(struct dp_client *, void *, size_t), int kind)
 {
 	static char *kwlist[] = {"ptr", "length", "owner", NULL};
 	Client *c = (Client *)self;
@@ -1940,20 +1943,25 @@ static PyObject *client_register_cuda(PyObject *self, PyObject *args, PyObject *
 	Region *r;
 	int id;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO&|O:_register_cuda", kwlist, &ptro, u64_conv,
-					 &len, &owner) ||
+	if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &ptro, u64_conv, &len, &owner) ||
 	    client_check(c))
 		return NULL;
 	ptr = PyLong_AsVoidPtr(ptro);
 	if (!ptr && PyErr_Occurred())
 		return NULL;
-	id = CONTROL(c, dp_register_cuda(c->c, ptr, (size_t)len));
+	id = CONTROL(c, reg(c->c, ptr, (size_t)len));
 	if (id < 0)
 		return raise_dp(id);
-	r = region_make(c, id, REGION_CUDA, ptr, len, owner == Py_None ? NULL : owner);
+	r = region_make(c, id, kind, ptr, len, owner == Py_None ? NULL : owner);
 	if (!r)
 		dp_free(c->c, id);
 	return (PyObject *)r;
+}
+
+/* GPU memory (dp_register_cuda): `owner` is the tensor, if any. */
+static PyObject *client_register_cuda(PyObject *self, PyObject *args, PyObject *kw)
+{
+	return register_ptr(self, args, kw, "OO&|O:_register_cuda", dp_register_cuda, REGION_CUDA);
 }
 
 /* Memory this process already has (dp_register_mem): `owner` (the buffer's
@@ -1961,28 +1969,7 @@ static PyObject *client_register_cuda(PyObject *self, PyObject *args, PyObject *
  * can neither go nor move while the service may touch it. */
 static PyObject *client_register_mem(PyObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"ptr", "length", "owner", NULL};
-	Client *c = (Client *)self;
-	PyObject *ptro, *owner = Py_None;
-	unsigned long long len;
-	void *ptr;
-	Region *r;
-	int id;
-
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO&|O:_register_mem", kwlist, &ptro, u64_conv,
-					 &len, &owner) ||
-	    client_check(c))
-		return NULL;
-	ptr = PyLong_AsVoidPtr(ptro);
-	if (!ptr && PyErr_Occurred())
-		return NULL;
-	id = CONTROL(c, dp_register_mem(c->c, ptr, (size_t)len));
-	if (id < 0)
-		return raise_dp(id);
-	r = region_make(c, id, REGION_MEM, ptr, len, owner == Py_None ? NULL : owner);
-	if (!r)
-		dp_free(c->c, id);
-	return (PyObject *)r;
+	return register_ptr(self, args, kw, "OO&|O:_register_mem", dp_register_mem, REGION_MEM);
 }
 
 static PyObject *client_register_fd(PyObject *self, PyObject *args, PyObject *kw)
