@@ -45,11 +45,9 @@ static bool netns_setup(void)
 		return false;
 	for (unsigned i = 0; i < 2; i++) {
 		snprintf(net.ns[i], sizeof(net.ns[i]), "dpy%c-%u", "AB"[i], id);
-		if (run_sh("ip netns add %s", net.ns[i]))
+		if (netns_add(net.ns[i]))
 			return false;
 		net.made[i] = true;
-		if (run_sh("ip -n %s link set lo up", net.ns[i]))
-			return false;
 		snprintf(net.veth[i], sizeof(net.veth[i]), "dpy%c-%u", "ab"[i], id);
 		snprintf(net.ip[i], sizeof(net.ip[i]), "10.79.%u.%u", x, i + 1);
 	}
@@ -58,9 +56,9 @@ static bool netns_setup(void)
 	for (unsigned i = 0; i < 2; i++) {
 		cr_assert_eq(run_sh("ip link set %s netns %s", net.veth[i], net.ns[i]), 0);
 		cr_assert_eq(
-			run_sh("ip -n %s addr add %s/24 dev %s", net.ns[i], net.ip[i], net.veth[i]),
+			netns_sh(net.ns[i], "ip addr add %s/24 dev %s", net.ip[i], net.veth[i]),
 			0);
-		cr_assert_eq(run_sh("ip -n %s link set %s up", net.ns[i], net.veth[i]), 0);
+		cr_assert_eq(netns_sh(net.ns[i], "ip link set %s up", net.veth[i]), 0);
 	}
 	return true;
 }
@@ -119,7 +117,8 @@ Test(fabric_async, mutual_opens_never_time_out)
 	/* In two namespaces where they can be made (as two hosts would be),
 	 * else both on loopback: the same control threads either way. */
 	for (unsigned i = 0; i < 2; i++) {
-		const char *prefix[] = {"ip", "netns", "exec", net.ns[i], NULL};
+		const char *prefix[3];
+		char enter[64];
 		const char *args[] = {"--provider",
 				      "tcp",
 				      "--server-name",
@@ -129,6 +128,7 @@ Test(fabric_async, mutual_opens_never_time_out)
 				      NULL};
 
 		if (ns) {
+			netns_prefix(net.ns[i], enter, prefix);
 			start_svc_in(&fab_svc[i], prefix, args);
 		} else {
 			start_svc(&fab_svc[i], tcp_args);

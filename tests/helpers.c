@@ -186,16 +186,36 @@ int svc_stop(struct svc *s)
 	return rc;
 }
 
-void svc_kill(struct svc *s)
+/* Kills and reaps s; true when it had died on its own of a signal other
+ * than SIGKILL, that is crashed (its log printed): no test ends a service
+ * any other way than SIGKILL or svc_stop's SIGTERM. */
+static bool svc_reap(struct svc *s)
 {
 	int status;
+	pid_t pid = s->pid;
+	bool crashed = false;
 
-	if (s->pid <= 0)
-		return;
-	kill(s->pid, SIGKILL);
-	waitpid(s->pid, &status, 0);
+	if (pid <= 0)
+		return false;
+	if (waitpid(pid, &status, WNOHANG) == pid) {
+		crashed = WIFSIGNALED(status) && WTERMSIG(status) != SIGKILL;
+		if (crashed) {
+			fprintf(stderr, "dataplaned (pid %d) died of signal %d (%s) during the test\n",
+				(int)pid, WTERMSIG(status), strsignal(WTERMSIG(status)));
+			dump_log(s, "dataplaned");
+		}
+	} else {
+		kill(pid, SIGKILL);
+		waitpid(pid, &status, 0);
+	}
 	s->pid = 0;
 	remove_dir(s);
+	return crashed;
+}
+
+void svc_kill(struct svc *s)
+{
+	cr_assert(!svc_reap(s), "a dataplaned crashed during the test (its log is above)");
 }
 
 void start_svc_in(struct svc *s, const char *const *prefix, const char *const *args)
@@ -231,6 +251,8 @@ void svc_teardown(void)
 
 void fab_teardown(void)
 {
+	bool crashed = false;
+
 	for (unsigned i = 0; i < FAB_NSVC; i++) {
 		/* FAB_LOGS=1: the services' logs, for a test that failed. */
 		if (fab_svc[i].pid > 0 && getenv("FAB_LOGS")) {
@@ -239,8 +261,9 @@ void fab_teardown(void)
 			snprintf(tag, sizeof(tag), "service %u", i);
 			dump_log(&fab_svc[i], tag);
 		}
-		svc_kill(&fab_svc[i]);
+		crashed |= svc_reap(&fab_svc[i]);
 	}
+	cr_assert(!crashed, "a dataplaned crashed during the test (its log is above)");
 }
 
 unsigned svc_log_count(const struct svc *s, const char *what)
@@ -1997,14 +2020,67 @@ double ring_test_now(void)
 
 int run_sh(const char *fmt, ...)
 {
-	char cmd[512];
+	char cmd[512], full[600], out[1024];
+	size_t n = 0;
 	va_list ap;
+	FILE *f;
 	int st;
 
 	va_start(ap, fmt);
 	vsnprintf(cmd, sizeof(cmd), fmt, ap);
 	va_end(ap);
-	strncat(cmd, " >/dev/null 2>&1", sizeof(cmd) - strlen(cmd) - 1);
-	st = system(cmd);
-	return st == -1 ? -1 : WEXITSTATUS(st);
+	/* The output is kept, and shown only when the command fails, so a
+	 * failure on a machine nobody can log into says why. */
+	snprintf(full, sizeof(full), "%s 2>&1", cmd);
+	f = popen(full, "r");
+	if (!f)
+		return -1;
+	while (n < sizeof(out) - 1) {
+		size_t got = fread(out + n, 1, sizeof(out) - 1 - n, f);
+
+		if (!got)
+			break;
+		n += got;
+	}
+	while (fread(full, 1, sizeof(full), f) > 0)
+		; /* drain the rest so the command is not killed by SIGPIPE */
+	out[n] = 0;
+	st = pclose(f);
+	if (st == -1)
+		return -1;
+	if (WEXITSTATUS(st) || !WIFEXITED(st))
+		fprintf(stderr, "run_sh: '%s' exited %d: %s%s", cmd,
+			WIFEXITED(st) ? WEXITSTATUS(st) : -1, n ? out : "(no output)\n",
+			n && out[n - 1] != '\n' ? "\n" : "");
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int netns_add(const char *ns)
+{
+	if (run_sh("ip netns add %s", ns))
+		return -1;
+	if (netns_sh(ns, "ip link set lo up")) {
+		run_sh("ip netns del %s", ns);
+		return -1;
+	}
+	return 0;
+}
+
+int netns_sh(const char *ns, const char *fmt, ...)
+{
+	char cmd[448];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	return run_sh("nsenter --net=/run/netns/%s %s", ns, cmd);
+}
+
+void netns_prefix(const char *ns, char enter[64], const char *prefix[3])
+{
+	snprintf(enter, 64, "--net=/run/netns/%s", ns);
+	prefix[0] = "nsenter";
+	prefix[1] = enter;
+	prefix[2] = NULL;
 }

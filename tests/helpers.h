@@ -73,22 +73,36 @@ extern const char *const local_only[];
  * same-host suite). Returns 0 or -errno; on failure the log is printed. */
 int svc_start(struct svc *s, const char *const *extra_args);
 /* The same, run under a command prefix (NULL-terminated, at most 16 words),
- * e.g. {"ip", "netns", "exec", "ns1", NULL}; the prefix must exec the
+ * e.g. netns_prefix's; the prefix must exec the
  * service in place (same pid). */
 int svc_start_in(struct svc *s, const char *const *prefix, const char *const *extra_args);
 /* SIGTERM, waits up to 10 s; returns the exit status (or -1 if it had to be
  * killed, 128+sig if it died by a signal). Removes the temp dir. */
 int svc_stop(struct svc *s);
-/* SIGKILL and reap, for crash tests. */
+/* SIGKILL and reap, for crash tests. A service that had already died of
+ * another signal crashed: the test fails, with its log (fab_teardown and
+ * svc_teardown check the same). */
 void svc_kill(struct svc *s);
 /* svc_start/svc_start_in that fail the test when the service does not come
  * up; stop_svc: SIGTERM, and the service must exit 0. */
 void start_svc(struct svc *s, const char *const *args);
 void start_svc_in(struct svc *s, const char *const *prefix, const char *const *args);
 void stop_svc(struct svc *s);
-/* Runs a shell command built printf-style, its output discarded: its exit
- * status, or -1 when it could not run (ip netns, tc, ...). */
+/* Runs a shell command built printf-style: its exit status, or -1 when it
+ * could not run (ip netns, tc, ...). Its output is shown, on stderr, only
+ * when it fails. */
 int run_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Network namespaces of the multi-host suites. A namespace is entered with
+ * `nsenter --net` alone: `ip -n` and `ip netns exec` also remount /sys for
+ * the command, which a sandboxed machine (CI's) may refuse while the
+ * namespace itself works. netns_add makes `ns` with lo up: 0, or -1 with
+ * the reason on stderr (the caller skips). netns_sh runs a command in it
+ * (run_sh's contract). netns_prefix fills a service prefix for
+ * svc_start_in: {"nsenter", "--net=/run/netns/NS", NULL}, `enter` holding
+ * the second word. */
+int netns_add(const char *ns);
+int netns_sh(const char *ns, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void netns_prefix(const char *ns, char enter[64], const char *prefix[3]);
 /* .fini of the suites with one service (and a child): kills what is left. */
 void svc_teardown(void);
 /* .fini of the suites with fab_svc[]; FAB_LOGS=1 prints the services' logs. */
