@@ -56,8 +56,7 @@ static bool netns_setup(void)
 	for (unsigned i = 0; i < 2; i++) {
 		cr_assert_eq(run_sh("ip link set %s netns %s", net.veth[i], net.ns[i]), 0);
 		cr_assert_eq(
-			netns_sh(net.ns[i], "ip addr add %s/24 dev %s", net.ip[i], net.veth[i]),
-			0);
+			netns_sh(net.ns[i], "ip addr add %s/24 dev %s", net.ip[i], net.veth[i]), 0);
 		cr_assert_eq(netns_sh(net.ns[i], "ip link set %s up", net.veth[i]), 0);
 	}
 	return true;

@@ -343,7 +343,8 @@ static void shape(unsigned pair, const char *rate)
 	if (run_sh("command -v tc"))
 		cr_skip_test("fabric_netns: no 'tc' command (iproute2)");
 	for (unsigned i = 0; i < 2; i++)
-		if (netns_sh(net.ns[i], "tc qdisc add dev %s root tbf rate %s burst 256kb latency 400ms",
+		if (netns_sh(net.ns[i],
+			     "tc qdisc add dev %s root tbf rate %s burst 256kb latency 400ms",
 			     net.veth[pair][i], rate))
 			cr_skip_test("fabric_netns: cannot shape %s (no sch_tbf?)",
 				     net.veth[pair][i]);

@@ -114,10 +114,12 @@ Test(fabric_resolve, slow_resolver_does_not_delay_bystanders)
 	FILE *f;
 
 	if (geteuid() != 0 || run_sh("command -v ip && command -v nsenter && command -v unshare"))
-		cr_skip_test("fabric_resolve: needs root, 'ip' and util-linux (network namespaces)");
+		cr_skip_test(
+			"fabric_resolve: needs root, 'ip' and util-linux (network namespaces)");
 	snprintf(rs.ns, sizeof(rs.ns), "dprs-%u", (unsigned)getpid() % 100000);
 	if (netns_add(rs.ns))
-		cr_skip_test("fabric_resolve: cannot make a network namespace (the reason is above)");
+		cr_skip_test(
+			"fabric_resolve: cannot make a network namespace (the reason is above)");
 	rs.made = true;
 	snprintf(rs.conf, sizeof(rs.conf), "/tmp/%s.resolv.conf", rs.ns);
 	f = fopen(rs.conf, "w");

@@ -200,7 +200,8 @@ static bool svc_reap(struct svc *s)
 	if (waitpid(pid, &status, WNOHANG) == pid) {
 		crashed = WIFSIGNALED(status) && WTERMSIG(status) != SIGKILL;
 		if (crashed) {
-			fprintf(stderr, "dataplaned (pid %d) died of signal %d (%s) during the test\n",
+			fprintf(stderr,
+				"dataplaned (pid %d) died of signal %d (%s) during the test\n",
 				(int)pid, WTERMSIG(status), strsignal(WTERMSIG(status)));
 			dump_log(s, "dataplaned");
 		}
