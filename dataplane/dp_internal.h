@@ -63,6 +63,7 @@ struct dp_config {
 	bool no_stats;	   /* --no-stats: no stats region, no hot-path counting for it */
 	size_t chunk;	   /* local copy engine: bytes per step */
 	size_t inline_max; /* copies up to this size run at once */
+	size_t stripe_min; /* host copies from this size are shared with idle pollers (0: never) */
 	char server_host[DP_NAME_MAX]; /* host part of the server name */
 	char server_name[DP_NAME_MAX]; /* "host:rpc-port", this service's identity */
 };

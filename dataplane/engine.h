@@ -24,6 +24,7 @@
 #ifndef DP_ENGINE_H
 #define DP_ENGINE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "dp_internal.h"
@@ -80,6 +81,12 @@ struct engine {
 	int (*wait_fds)(struct poller *p, int *fds, int max);
 	int (*trywait)(struct poller *p);
 	int (*sleep_cap_ms)(void);
+	/* Idle pollers lend a hand: called on a poller whose loop found no
+	 * work of its own, while engine_help_wanted is nonzero (an engine
+	 * bumps it while it has work others may take, e.g. the stripes of a
+	 * big host copy). Returns the work done. Runs on any poller, so what
+	 * it touches of another poller's work must be shared safely. */
+	int (*help)(struct poller *p);
 	/* Shutdown: finish or cancel (-ECANCELED) everything in flight, each
 	 * with its one completion; then free per-poller state. */
 	void (*cancel_all)(struct poller *p);
@@ -109,6 +116,19 @@ extern const struct engine *const engines[DP_ENGINES];
 static inline void engine_kick(struct poller *p, enum engine_id id)
 {
 	p->active |= 1u << id;
+}
+
+/* Work that idle pollers may take (engine.help): nonzero while some is
+ * offered. A poller whose loop found nothing calls the help hooks instead
+ * of spinning empty, and does not go to sleep while it is set. */
+extern atomic_uint engine_help_wanted;
+
+/* Offers work to the other pollers: bumps engine_help_wanted and wakes
+ * those asleep (poller.c). engine_help_withdraw() undoes one offer. */
+void engine_help_offer(void);
+static inline void engine_help_withdraw(void)
+{
+	atomic_fetch_sub(&engine_help_wanted, 1);
 }
 
 /* engine.c: every engine's hook in turn (region_close, unexport and fini

@@ -594,7 +594,7 @@ static void poller_sleep(struct poller *p)
 	struct queue *q, *armed_end = NULL;
 	int n;
 
-	if (engines_busy(p))
+	if (engines_busy(p) || atomic_load(&engine_help_wanted))
 		return;
 	for (q = p->queues; q; q = q->next) {
 		if (q->broken)
@@ -609,7 +609,11 @@ static void poller_sleep(struct poller *p)
 		stats_poller_sleeping(p);
 		atomic_store(&p->sleeping, 1);
 		p->sleeps++;
-		n = epoll_wait(p->epfd, evs, 32, p->sleep_cap_ms);
+		/* An offer made before `sleeping` was visible found nobody
+		 * to wake (engine_help_offer): look once more. */
+		n = atomic_load(&engine_help_wanted)
+			    ? 0
+			    : epoll_wait(p->epfd, evs, 32, p->sleep_cap_ms);
 		atomic_store(&p->sleeping, 0);
 		stats_poller_woke(p, n);
 		for (int i = 0; i < n; i++) {
@@ -658,6 +662,30 @@ static int engines_progress(struct poller *p)
 	return work;
 }
 
+atomic_uint engine_help_wanted;
+
+/* Sequentially consistent with poller_sleep's store of `sleeping` and its
+ * load of engine_help_wanted: either the sleeper sees the offer and stays
+ * up, or this sees it asleep and wakes it. */
+void engine_help_offer(void)
+{
+	atomic_fetch_add(&engine_help_wanted, 1);
+	for (unsigned i = 0; i < cfg.pollers; i++)
+		if (atomic_load(&pollers[i].sleeping))
+			wake_efd_ring(pollers[i].wake_efd);
+}
+
+/* An idle loop: the engines' offered work (engine.help). */
+static int engines_help(struct poller *p)
+{
+	int work = 0;
+
+	for (unsigned i = 0; i < DP_ENGINES; i++)
+		if (engines[i]->help)
+			work += engines[i]->help(p);
+	return work;
+}
+
 int poller_run_once(struct poller *p)
 {
 	int work = 0;
@@ -671,6 +699,10 @@ int poller_run_once(struct poller *p)
 		work += queue_drain_sq(p, q);
 	work += engines_progress(p);
 	poller_flush(p);
+	/* Only a loop that found nothing of its own looks for work to take:
+	 * a busy poller pays nothing for it. */
+	if (!work && atomic_load_explicit(&engine_help_wanted, memory_order_relaxed))
+		work = engines_help(p);
 	p->loops++;
 	return work;
 }

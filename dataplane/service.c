@@ -225,6 +225,11 @@ static void set_chunk(const char *a)
 	cfg.chunk = parse_num("--copy-chunk", a, 4096, 1ul << 30);
 }
 
+static void set_stripe_min(const char *a)
+{
+	cfg.stripe_min = parse_num("--stripe-min", a, 0, 1ul << 40);
+}
+
 static void set_rpc_port(const char *a)
 {
 	cfg.rpc_port = (int)parse_num("--rpc-port", a, 0, 65535);
@@ -434,6 +439,9 @@ static const struct flag {
 	 "largest depth a client may ask for (default 4096)"},
 	{"copy-chunk", required_argument, set_chunk, "BYTES",
 	 "local copy step; larger copies are interleaved (default 262144)"},
+	{"stripe-min", required_argument, set_stripe_min, "BYTES",
+	 "host copies of this size or more are shared out in --copy-chunk\n"
+	 "stripes with pollers that are idle (default 16777216; 0: never)"},
 	{"rpc-port", required_argument, set_rpc_port, "N",
 	 "TCP port peers reach this service on; 0 = pick (default 0)"},
 	{"peer-key", required_argument, set_peer_key, "FILE",
@@ -589,6 +597,7 @@ static void parse_args(int argc, char **argv)
 	cfg.max_depth = 4096;
 	cfg.chunk = 256 * 1024;
 	cfg.inline_max = 64 * 1024;
+	cfg.stripe_min = 16 * 1024 * 1024;
 	default_socket_path(cfg.socket_path, sizeof(cfg.socket_path));
 
 	for (size_t i = 0; i < NFLAGS; i++)

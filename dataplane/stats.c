@@ -550,6 +550,8 @@ void stats_publish_poller(struct stats_poller *sp)
 	stats_set(&sh->file_buffered_bytes, sp->file_buffered_bytes);
 	stats_set(&sh->notify_delivered, sp->notify_delivered);
 	stats_set(&sh->notify_dropped, sp->notify_dropped);
+	stats_set(&sh->stripes_helped, sp->stripes_helped);
+	stats_set(&sh->stripe_bytes_helped, sp->stripe_bytes_helped);
 	{
 		uint64_t ops[DP_STATS_NPATH] = {0}, bytes[DP_STATS_NPATH] = {0};
 

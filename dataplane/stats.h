@@ -63,6 +63,8 @@ struct stats_poller {
 	uint64_t file_direct_ios, file_direct_bytes, file_buffered_ios, file_buffered_bytes;
 	/* Notifications handed to owners (stats_notify), published as is. */
 	uint64_t notify_delivered, notify_dropped;
+	/* Stripes taken from another poller's copy (stats_stripe_helped). */
+	uint64_t stripes_helped, stripe_bytes_helped;
 	/* Runs of this loop waiting for its clock reading, which is taken
 	 * once the loop has published its completions. */
 	unsigned npend;
@@ -231,6 +233,18 @@ static inline void stats_notify(struct poller *p, bool delivered)
 		sp->notify_delivered++;
 	else
 		sp->notify_dropped++;
+	sp->dirty = true;
+}
+
+/* A stripe of another poller's copy that poller p copied. */
+static inline void stats_stripe_helped(struct poller *p, uint64_t bytes)
+{
+	struct stats_poller *sp = p->stats;
+
+	if (!sp)
+		return;
+	sp->stripes_helped++;
+	sp->stripe_bytes_helped += bytes;
 	sp->dirty = true;
 }
 

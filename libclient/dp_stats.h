@@ -56,8 +56,8 @@
 
 #define DP_STATS_MAGIC 0x54535044u /* "DPST" */
 /* 2: the poller block gained the file I/O slice counters; 3: the samehost
- * path, peers_known; 4: the notification counters. */
-#define DP_STATS_ABI_VERSION 4u
+ * path, peers_known; 4: the notification counters; 5: the stripe counters. */
+#define DP_STATS_ABI_VERSION 5u
 #define DP_STATS_NAME_MAX 64 /* shm_open name, NUL included, no '/' */
 #define DP_STATS_PREFIX "dataplane-"
 
@@ -213,6 +213,10 @@ struct dp_stats_poller {
 	 * this service: put on its notification ring, or dropped (the ring
 	 * was full, or the owner had none). docs/api.md "Notifications". */
 	uint64_t notify_delivered, notify_dropped;
+	/* Stripes of another poller's large host copy (dataplaned
+	 * --stripe-min) that this poller copied while it had nothing of its
+	 * own to do, and their bytes. */
+	uint64_t stripes_helped, stripe_bytes_helped;
 	/* Sums over the queues this poller retired. */
 	uint64_t retired_queues;
 	uint64_t retired_submitted, retired_completed, retired_failed, retired_bytes;
