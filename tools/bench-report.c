@@ -767,7 +767,8 @@ static int write_script(const char *dir, const char *png, const char *terminal)
 			"shared'\n",
 			scale.title, dir);
 		fprintf(f,
-			"set title '%s: 64 B WRITE p99'\nset ylabel 'p99 (us)'\n"
+			"set title '%s: 64 B WRITE p99'\nset logscale y\n"
+			"set ylabel 'p99 (us), log scale'\nset yrange [*:*]\n"
 			"plot '%s/scale.dat' using 1:3 with linespoints lw 2 pt 7 title 'p99', "
 			"'' using 1:($5 > 0 ? $3 : 1/0) with points pt 6 ps 3 title 'CPUs shared'\n"
 			"unset logscale x\n",
