@@ -771,7 +771,7 @@ static int write_script(const char *dir, const char *png, const char *terminal)
 			"set ylabel 'p99 (us), log scale'\nset yrange [*:*]\n"
 			"plot '%s/scale.dat' using 1:3 with linespoints lw 2 pt 7 title 'p99', "
 			"'' using 1:($5 > 0 ? $3 : 1/0) with points pt 6 ps 3 title 'CPUs shared'\n"
-			"unset logscale x\n",
+			"unset logscale x\nunset logscale y\n",
 			scale.title, dir);
 	}
 	if (panels > 1)
