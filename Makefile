@@ -16,6 +16,7 @@
 #   make python          the Python package (dataplane, libclient/python) into $(B)/python
 #   make bench-python    Python vs C: batch of 32 64 B WRITEs, single 64 B WRITE p50
 #   make bench-vm        WRITEs from dp_register_mem memory vs dp_alloc regions, 64 KiB..256 MiB, 64 B
+#   make bench-scale     N pollers x N clients (rate, p99 vs N), 1000 idle queues, idle CPU (issue 18)
 #   make format-check    clang-format --dry-run over the sources
 #   CUDA=0|1             force CUDA off/on (default: detected)
 #   PYTHON=python3.12    the interpreter of `make python`, its tests and install (default:
@@ -121,7 +122,7 @@ HAVE_PY := $(if $(wildcard $(PY_INCLUDE)/Python.h),1,0)
 
 .SECONDARY:
 .PHONY: python bench-python test-python stress all deps deps-bench run test test-ring asan tsan \
-	bench-ring bench-local bench-gpu bench-file bench-fabric bench-instr bench-vm format \
+	bench-ring bench-local bench-gpu bench-file bench-fabric bench-instr bench-vm bench-scale format \
 	format-check gpu-tests clean deps-fuzz fuzz fuzz-regress stress faults install uninstall \
 	check-package
 all: $(LIBRING) $(LIBCLIENT_A) $(LIBCLIENT_SO) $(if $(SERVICE_SRCS),$(SERVICE)) \
@@ -383,6 +384,15 @@ bench-local: deps-bench
 bench-vm: deps
 	@$(MAKE) --no-print-directory all
 	tools/bench-local.sh $(B) --no-peers $(BENCH_ARGS) vm
+
+# Scaling with pollers and clients, and the cost of idle queues (issue 18):
+# dp-bench scale then idle-queues, services of its own (BENCH_ARGS: e.g.
+# --quick, --pollers 1,2,4,8, --service-cpus 8-15 --client-cpus 0-7,
+# --plot scale.png; docs/benchmarks.md, "Scaling").
+bench-scale: deps
+	@$(MAKE) --no-print-directory all
+	tools/bench-local.sh $(B) --no-peers $(BENCH_ARGS) scale
+	tools/bench-local.sh $(B) --no-peers $(BENCH_ARGS) idle-queues
 
 # P6, P7: needs root (it creates two network namespaces joined by veth).
 bench-fabric: deps-bench

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "dp_version.h"
@@ -105,4 +106,44 @@ Test(tools_cli, no_service_names_the_socket, .timeout = 120)
 	close(fd);
 	unlink(sock);
 	unlink(file);
+}
+
+/* Two dp-bench runs against one service at the same time: each exports its
+ * segment under a name of its own (its pid), so neither gets EEXIST. Both
+ * measure P4 with --quick; the second starts while the first runs. */
+Test(tools_cli, two_dp_bench_share_a_service, .timeout = 240, .fini = svc_teardown)
+{
+	pid_t kids[2];
+	char err[2][96];
+
+	start_svc(&svc, local_only);
+	for (int i = 0; i < 2; i++) {
+		snprintf(err[i], sizeof(err[i]), "%s/bench%d.err", svc.dir, i);
+		kids[i] = fork();
+		cr_assert_geq(kids[i], 0);
+		if (kids[i] == 0) {
+			const char *bin = build_path("dp-bench");
+
+			if (!freopen("/dev/null", "w", stdout) || !freopen(err[i], "w", stderr))
+				_exit(126);
+			execl(bin, "dp-bench", "--socket", svc.sock, "--no-peers", "--quick",
+			      "--cpu", "0", "--service-cpu", "0", "rate", (char *)NULL);
+			_exit(127);
+		}
+	}
+	for (int i = 0; i < 2; i++) {
+		int st;
+		char buf[512] = "";
+		FILE *f;
+
+		cr_assert_eq(waitpid(kids[i], &st, 0), kids[i]);
+		f = fopen(err[i], "r");
+		if (f) {
+			buf[fread(buf, 1, sizeof(buf) - 1, f)] = 0;
+			fclose(f);
+		}
+		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "dp-bench %d: status %d: %s", i,
+			  st, buf);
+	}
+	stop_svc(&svc);
 }

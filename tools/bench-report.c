@@ -594,6 +594,20 @@ static struct {
 } tput[MAX_SERIES];
 static unsigned ntput;
 
+static struct {
+	char label[96];
+	double y;
+} lat_line[MAX_SERIES];
+static unsigned nline;
+
+#define SCALE_MAX 16
+static struct {
+	char title[128];
+	unsigned n, npts;
+	double x[SCALE_MAX], rate[SCALE_MAX], p99[SCALE_MAX], ideal[SCALE_MAX];
+	bool shared[SCALE_MAX];
+} scale;
+
 void plot_latency(const char *label, const uint64_t *sorted, size_t n)
 {
 	if (nlat == MAX_SERIES || !n)
@@ -631,6 +645,41 @@ void plot_throughput(const char *label, const struct progress *p)
 	ntput++;
 }
 
+void plot_latency_line(const char *label, double us)
+{
+	if (nline == MAX_SERIES || !(us > 0))
+		return;
+	lat_line[nline].y = us;
+	snprintf(lat_line[nline].label, sizeof(lat_line[nline].label), "%s", label);
+	nline++;
+}
+
+void plot_scale(const char *title, const double *n, const double *rate, const double *p99,
+		const double *ideal, const bool *shared, unsigned npts)
+{
+	scale.npts = npts < SCALE_MAX ? npts : SCALE_MAX;
+	snprintf(scale.title, sizeof(scale.title), "%s", title);
+	for (unsigned i = 0; i < scale.npts; i++) {
+		scale.x[i] = n[i];
+		scale.rate[i] = rate[i];
+		scale.p99[i] = p99[i];
+		scale.ideal[i] = ideal[i];
+		scale.shared[i] = shared[i];
+	}
+}
+
+double percentile_sorted(const uint64_t *sorted, size_t n, double pct)
+{
+	size_t k;
+
+	if (!n)
+		return 0;
+	/* The smallest sample with at least pct% of them at or below it. */
+	k = (size_t)(pct / 100.0 * (double)n + 0.999999);
+	k = k ? k - 1 : 0;
+	return (double)sorted[k < n ? k : n - 1];
+}
+
 static int run_gnuplot(const char *script, char *err, size_t errlen)
 {
 	int pipefd[2], status;
@@ -658,29 +707,45 @@ static int run_gnuplot(const char *script, char *err, size_t errlen)
 	return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }
 
+/* The x axis of a percentile plot: 1/(1-p), log, labelled in percent. */
+static void percentile_axis(FILE *f)
+{
+	fprintf(f, "set logscale x\nset xrange [2:100000]\n"
+		   /* gnuplot reads a tic label as a format: %% is a percent sign. */
+		   "set xtics ('50%%%%' 2, '90%%%%' 10, '99%%%%' 100, '99.9%%%%' 1000, "
+		   "'99.99%%%%' 10000, '99.999%%%%' 100000)\n"
+		   "set xlabel 'percentile (log scale of 1/(1-p))'\n");
+}
+
 static int write_script(const char *dir, const char *png, const char *terminal)
 {
 	char path[512];
 	FILE *f;
-	unsigned panels = (nlat ? 1 : 0) + (ntput ? 1 : 0);
+	unsigned panels = (nlat ? 1 : 0) + (ntput ? 1 : 0) + (scale.npts ? 2 : 0);
 
 	snprintf(path, sizeof(path), "%s/plot.gp", dir);
 	f = fopen(path, "w");
 	if (!f)
 		return -1;
-	fprintf(f, "set terminal %s size %u,520 noenhanced\n", terminal, panels > 1 ? 1400 : 800);
+	fprintf(f, "set terminal %s size %u,520 noenhanced\n", terminal,
+		panels > 1 ? 700 * panels : 800);
 	fprintf(f, "set output '%s'\nset grid\n", png);
 	if (panels > 1)
-		fprintf(f, "set multiplot layout 1,2\n");
+		fprintf(f, "set multiplot layout 1,%u\n", panels);
 	if (nlat) {
-		fprintf(f, "set title 'Latency, submit to completion (CDF)'\n"
-			   "set logscale x\nset xlabel 'latency (us), log scale'\n"
-			   "set ylabel 'fraction of descriptors <= x'\nset yrange [0:1]\n"
-			   "set key bottom right\nplot ");
+		/* HdrHistogram's percentile plot: the tail spread out on the right. */
+		fprintf(f, "set title 'Latency by percentile, submit to completion'\n");
+		percentile_axis(f);
+		fprintf(f, "set logscale y\nset ylabel 'latency (us), log scale'\n"
+			   "set key top left Left reverse\nplot ");
 		for (unsigned i = 0; i < nlat; i++)
 			fprintf(f, "%s'%s/lat%u.dat' using 1:2 with lines lw 2 title '%s'",
 				i ? ", " : "", dir, i, lat[i].label);
-		fprintf(f, "\nunset logscale x\nset yrange [*:*]\n");
+		for (unsigned i = 0; i < nline; i++)
+			fprintf(f, "%s%g with lines lw 2 dt 2 title '%s'", nlat || i ? ", " : "",
+				lat_line[i].y, lat_line[i].label);
+		fprintf(f, "\nunset logscale x\nunset logscale y\nset xtics autofreq\n"
+			   "set xrange [*:*]\nset yrange [*:*]\n");
 	}
 	if (ntput) {
 		fprintf(f, "set title 'Throughput over time'\nset xlabel 'time (s)'\n"
@@ -689,7 +754,25 @@ static int write_script(const char *dir, const char *png, const char *terminal)
 		for (unsigned i = 0; i < ntput; i++)
 			fprintf(f, "%s'%s/tput%u.dat' using 1:2 with lines lw 2 title '%s'",
 				i ? ", " : "", dir, i, tput[i].label);
-		fprintf(f, "\n");
+		fprintf(f, "\nset yrange [*:*]\n");
+	}
+	if (scale.npts) {
+		fprintf(f,
+			"set title '%s: aggregate rate'\nset xlabel 'pollers = clients (N)'\n"
+			"set logscale x 2\nset xtics 2\nset ylabel 'M descriptors/s'\n"
+			"set yrange [0:*]\nset key top left\n"
+			"plot '%s/scale.dat' using 1:2 with linespoints lw 2 pt 7 title "
+			"'aggregate', '' using 1:4 with lines dt 2 title '0.8 x N x rate(N=1)', "
+			"'' using 1:($5 > 0 ? $2 : 1/0) with points pt 6 ps 3 title 'CPUs "
+			"shared'\n",
+			scale.title, dir);
+		fprintf(f,
+			"set title '%s: 64 B WRITE p99'\nset logscale y\n"
+			"set ylabel 'p99 (us), log scale'\nset yrange [*:*]\n"
+			"plot '%s/scale.dat' using 1:3 with linespoints lw 2 pt 7 title 'p99', "
+			"'' using 1:($5 > 0 ? $3 : 1/0) with points pt 6 ps 3 title 'CPUs shared'\n"
+			"unset logscale x\nunset logscale y\n",
+			scale.title, dir);
 	}
 	if (panels > 1)
 		fprintf(f, "unset multiplot\n");
@@ -703,26 +786,27 @@ int plot_write(const char *png)
 	const char *terminals[] = {"pngcairo", "png"};
 	int rc = -1;
 
-	if (!nlat && !ntput) {
-		fprintf(stderr, "dp-bench: --plot: nothing to plot (run latency or rate)\n");
+	if (!nlat && !ntput && !scale.npts) {
+		fprintf(stderr, "dp-bench: --plot: nothing to plot (run latency, rate or scale)\n");
 		return -1;
 	}
 	if (!mkdtemp(dir))
 		return -1;
 	for (unsigned i = 0; i < nlat; i++) {
 		FILE *f;
-		size_t n = lat[i].n, step = n > 4000 ? n / 4000 : 1;
+		size_t n = lat[i].n;
 
 		snprintf(path, sizeof(path), "%s/lat%u.dat", dir, i);
 		f = fopen(path, "w");
 		if (!f)
 			goto out;
-		/* Every step-th sample, and the tail in full: the tail is what
-		 * the CDF is read for. */
-		for (size_t k = 0; k < n; k += (k < n - n / 100 ? step : 1))
-			fprintf(f, "%.3f %.6f\n", (double)lat[i].v[k] / 1e3,
-				(double)(k + 1) / (double)n);
-		fprintf(f, "%.3f 1\n", (double)lat[i].v[n - 1] / 1e3);
+		/* From the median on, points evenly spread on the 1/(1-p)
+		 * axis: x = 1/(1-p), y = the latency at percentile p. */
+		for (double x = 2; x <= (double)n && x <= 1e5 * 1.001; x *= 1.02) {
+			double p = 1 - 1 / x;
+
+			fprintf(f, "%.4f %.3f\n", x, percentile_sorted(lat[i].v, n, 100 * p) / 1e3);
+		}
 		fclose(f);
 	}
 	for (unsigned i = 0; i < ntput; i++) {
@@ -734,6 +818,18 @@ int plot_write(const char *png)
 			goto out;
 		for (size_t k = 0; k < tput[i].n; k++)
 			fprintf(f, "%.4f %.4f\n", tput[i].t[k], tput[i].rate[k]);
+		fclose(f);
+	}
+	if (scale.npts) {
+		FILE *f;
+
+		snprintf(path, sizeof(path), "%s/scale.dat", dir);
+		f = fopen(path, "w");
+		if (!f)
+			goto out;
+		for (unsigned k = 0; k < scale.npts; k++)
+			fprintf(f, "%g %.4f %.3f %.4f %d\n", scale.x[k], scale.rate[k] / 1e6,
+				scale.p99[k], scale.ideal[k] / 1e6, scale.shared[k]);
 		fclose(f);
 	}
 	snprintf(script, sizeof(script), "%s/plot.gp", dir);
@@ -751,6 +847,8 @@ out:
 		snprintf(path, sizeof(path), "%s/tput%u.dat", dir, i);
 		unlink(path);
 	}
+	snprintf(path, sizeof(path), "%s/scale.dat", dir);
+	unlink(path);
 	unlink(script);
 	rmdir(dir);
 	return rc;

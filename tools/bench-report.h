@@ -126,10 +126,21 @@ void report_close(void);
 
 /* ---- charts (--plot) ---- */
 
-/* Keeps the latency samples (ns, sorted) for the CDF and a progress's
+/* Keeps the latency samples (ns, sorted) for a percentile plot
+ * (HdrHistogram's: x = 1/(1-p) on a log axis from 50% to 99.999%) and a progress's
  * time series for throughput over time; plot_write() runs gnuplot. */
 void plot_latency(const char *label, const uint64_t *sorted, size_t n);
 void plot_throughput(const char *label, const struct progress *p);
+/* A horizontal line on the latency plot, for a peer that reports one
+ * figure (a mean) and no samples: fi_pingpong. */
+void plot_latency_line(const char *label, double us);
+/* `dp-bench scale`: aggregate rate (desc/s) and p99 (us) against N, with
+ * the target (ideal, desc/s) and the points whose CPUs were shared. */
+void plot_scale(const char *title, const double *n, const double *rate, const double *p99,
+		const double *ideal, const bool *shared, unsigned npts);
+/* The value at percentile pct (0..100] of n sorted samples: the smallest
+ * sample with at least pct% of them at or below it. */
+double percentile_sorted(const uint64_t *sorted, size_t n, double pct);
 /* 0, or -1 with a message on stderr (gnuplot missing or failed). */
 int plot_write(const char *png);
 

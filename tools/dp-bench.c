@@ -41,6 +41,7 @@
  * Exit: 0 when every run completed and verified, 1 on a failure, 2 on usage.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <liburing.h>
 #include <sched.h>
@@ -50,6 +51,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -58,6 +60,7 @@
 #include "bench-report.h"
 #include "clock.h"
 #include "dataplane.h"
+#include "dp_stats.h"
 #include "dp_tool.h"
 
 #define MiB (1ull << 20)
@@ -341,6 +344,32 @@ static void latency_samples(unsigned n, uint64_t *lat, const char *what)
 	qsort(lat, n, sizeof(*lat), cmp_u64);
 }
 
+/* The percentiles of a percentile plot, as text and JSON ("percentiles_us"
+ * in the current object). */
+static const double pct_list[] = {50, 90, 99, 99.9, 99.99, 99.999};
+
+static void print_percentiles(const char *who, const uint64_t *sorted, size_t n)
+{
+	printf("  %-10s", who);
+	report_obj("percentiles_us");
+	for (size_t i = 0; i < sizeof(pct_list) / sizeof(pct_list[0]); i++) {
+		char key[16];
+		double v = percentile_sorted(sorted, n, pct_list[i]) / 1e3;
+
+		snprintf(key, sizeof(key), "%g", pct_list[i]);
+		/* Fewer samples than the percentile needs: no figure. */
+		if ((double)n * (1 - pct_list[i] / 100) < 1) {
+			printf(" %s%% -", key);
+			report_num(key, 0.0 / 0.0);
+			continue;
+		}
+		printf(" %s%% %.2f", key, v);
+		report_num(key, v);
+	}
+	report_end();
+	printf(" us\n");
+}
+
 static void bench_latency(void)
 {
 	unsigned n = quick ? 20000 : 200000;
@@ -353,7 +382,7 @@ static void bench_latency(void)
 	latency_samples(n, lat, "P3 latency");
 	ours_end();
 	p50 = lat[n / 2] / 1e3;
-	plot_latency("P3: 64 B local WRITE, one outstanding", lat, n);
+	plot_latency("dataplane P3: 64 B local WRITE, one outstanding, round trip", lat, n);
 	printf("P3 latency, 64 B local WRITE, one outstanding (%u samples)\n", n);
 	report_obj("latency");
 	report_str("what", "P3: 64 B local WRITE, one outstanding, submit to completion seen");
@@ -361,6 +390,7 @@ static void bench_latency(void)
 	printf("  dataplane  p50 %.2f us  p99 %.2f us  p999 %.2f us  max %.2f us  (a round trip: "
 	       "client -> poller -> client)\n",
 	       p50, lat[n * 99 / 100] / 1e3, lat[n * 999 / 1000] / 1e3, lat[n - 1] / 1e3);
+	print_percentiles("dataplane", lat, n);
 	report_str("figure", "round trip");
 	report_u64("samples", n);
 	report_u64("p50_ns", lat[n / 2]);
@@ -384,6 +414,12 @@ static void bench_latency(void)
 			report_num("ratio_round_trip", p50 / (2 * peer));
 			report_str("target", "<= 1.0x");
 			report_bool("pass", p50 <= peer);
+			printf("  %-10s %s   (fi_pingpong reports a mean only, no percentiles: its "
+			       "round trip %.2f us is drawn as a flat line)\n",
+			       "peer", "percentiles n/a", 2 * peer);
+			plot_latency_line(
+				"fi_pingpong -p shm round trip (its mean; no percentiles)",
+				2 * peer);
 		} else {
 			printf("  fi_pingpong: not available (install libfabric-bin)\n");
 		}
@@ -1148,6 +1184,684 @@ static void bench_notify(void)
 	free(lat_w);
 }
 
+/* ---- scale: N pollers and N client processes; idle-queues: the cost of
+ * open idle queues to a poller, and an idle service's CPU use ---- */
+
+#define SCALE_MAX_N 16
+#define SCALE_MAX_CPUS 256
+
+/* --pollers, --service-cpus, --client-cpus, --seconds, --idle-queues */
+static const char *scale_pollers_arg, *service_cpus_arg, *client_cpus_arg;
+static double scale_secs;
+static unsigned idle_queues = 1000;
+static unsigned svc_spin_us = 1000000;
+
+/* "0-3,8,10" into cpus[]; returns how many, or -1 when malformed. */
+static int parse_list(const char *s, int *out, int max)
+{
+	int n = 0;
+
+	while (s && *s) {
+		char *end;
+		long a = strtol(s, &end, 10), b = a;
+
+		if (end == s || a < 0)
+			return -1;
+		if (*end == '-') {
+			s = end + 1;
+			b = strtol(s, &end, 10);
+			if (end == s || b < a)
+				return -1;
+		}
+		for (long c = a; c <= b && n < max; c++)
+			out[n++] = (int)c;
+		if (*end == ',')
+			end++;
+		else if (*end)
+			return -1;
+		s = end;
+	}
+	return n;
+}
+
+static void fmt_list(char *buf, size_t len, const int *v, int n)
+{
+	size_t o = 0;
+
+	buf[0] = 0;
+	for (int i = 0; i < n && o < len; i++)
+		o += (size_t)snprintf(buf + o, len - o, "%s%d", i ? "," : "", v[i]);
+}
+
+static void pin_set(const int *cpus, int n)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	for (int i = 0; i < n; i++)
+		CPU_SET(cpus[i], &set);
+	sched_setaffinity(0, sizeof(set), &set);
+}
+
+/* A service of our own with npollers pollers on cpus[], its stats region
+ * named after us; extra: more dataplaned arguments (NULL-ended). */
+static void service_start_on(struct service *s, const int *cpus, unsigned npollers,
+			     const char *stats, const char *const *extra)
+{
+	char list[512], np[16], spin[16], log[128];
+	const char *argv[32];
+	int status, k = 0;
+
+	fmt_list(list, sizeof(list), cpus, (int)npollers);
+	snprintf(np, sizeof(np), "%u", npollers);
+	snprintf(spin, sizeof(spin), "%u", svc_spin_us);
+	snprintf(s->dir, sizeof(s->dir), "/tmp/dp-bench-svc-XXXXXX");
+	if (!mkdtemp(s->dir))
+		die("mkdtemp", -errno);
+	snprintf(s->sock, sizeof(s->sock), "%s/dp.sock", s->dir);
+	snprintf(log, sizeof(log), "%s/dataplaned.log", s->dir);
+	argv[k++] = "dataplaned";
+	argv[k++] = "--socket";
+	argv[k++] = s->sock;
+	argv[k++] = "--pollers";
+	argv[k++] = np;
+	argv[k++] = "--cpus";
+	argv[k++] = list;
+	argv[k++] = "--spin-us";
+	argv[k++] = spin;
+	argv[k++] = "--log-level";
+	argv[k++] = "warn";
+	argv[k++] = "--provider";
+	argv[k++] = "none";
+	argv[k++] = "--stats";
+	argv[k++] = stats;
+	for (; extra && *extra && k < 30; extra++)
+		argv[k++] = *extra;
+	argv[k] = NULL;
+	fflush(stdout);
+	s->pid = fork();
+	if (s->pid < 0)
+		die("fork", -errno);
+	if (s->pid == 0) {
+		/* The control thread shares the pollers' CPUs, never a client's. */
+		pin_set(cpus, (int)npollers);
+		if (!freopen(log, "w", stderr))
+			_exit(127);
+		execv(dataplaned_path, (char *const *)argv);
+		_exit(127);
+	}
+	for (int i = 0; i < 1000 && !can_connect(s->sock); i++) {
+		if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
+			fprintf(stderr, "dp-bench: %s exited at start (see %s)\n", dataplaned_path,
+				log);
+			exit(1);
+		}
+		usleep(10000);
+	}
+	sock_path = s->sock;
+}
+
+/* The service's stats region (read-only), for where queues landed and what
+ * the pollers did. */
+static const struct dp_stats_header *stats_map(const char *name, size_t *len)
+{
+	int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+	struct stat st;
+	void *p;
+
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED)
+		return NULL;
+	*len = (size_t)st.st_size;
+	if (((const struct dp_stats_header *)p)->magic != DP_STATS_MAGIC ||
+	    ((const struct dp_stats_header *)p)->abi_version != DP_STATS_ABI_VERSION) {
+		munmap(p, *len);
+		return NULL;
+	}
+	return p;
+}
+
+static const struct dp_stats_queue *stats_queue(const struct dp_stats_header *h, uint32_t i)
+{
+	return (const void *)((const char *)h + h->queues_off + (size_t)i * h->queue_size);
+}
+
+static const struct dp_stats_poller *stats_poller(const struct dp_stats_header *h, uint32_t i)
+{
+	return (const void *)((const char *)h + h->pollers_off + (size_t)i * h->poller_size);
+}
+
+#define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+
+/* The poller of pid's (first) open queue, or -1. */
+static int stats_poller_of(const struct dp_stats_header *h, pid_t pid)
+{
+	for (uint32_t i = 0; i < h->nqueues; i++) {
+		const struct dp_stats_queue *q = stats_queue(h, i);
+
+		if (LD(q->state) == DP_STATS_Q_ACTIVE && LD(q->client_pid) == pid)
+			return (int)LD(q->poller);
+	}
+	return -1;
+}
+
+/* CPU time (utime + stime) of a process, in seconds. */
+static double proc_cpu_s(pid_t pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long ut = 0, st = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = 0;
+	fclose(f);
+	p = strrchr(buf, ')');
+	/* After ")": state, then fields 4..13; utime and stime are 14, 15. */
+	if (!p ||
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+		return -1;
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* 64 B WRITEs in batches of 32 (P4's workload) for `ns`, then the rest
+ * drained: desc/s. */
+static double timed_write_rate(struct bench *b, uint64_t ns)
+{
+	struct dp_desc d[32];
+	struct dp_cqe cqe[256];
+	uint64_t t0 = dp_now_ns(), end = t0 + ns, sent = 0, done = 0;
+	bool open = true;
+
+	while (open || done < sent) {
+		if (open) {
+			for (unsigned i = 0; i < 32; i++)
+				dp_prep_write(&d[i], b->src, ((sent + i) % 64) * 64, b->seg,
+					      ((sent + i) % 64) * 64, 64, sent + i);
+			int k = dp_submit(b->q, d, 32);
+			if (k < 0)
+				die("submit", k);
+			sent += (uint64_t)k;
+		}
+		int k = dp_poll(b->q, cqe, 256);
+		if (k < 0)
+			die("poll", k);
+		for (int i = 0; i < k; i++)
+			if (cqe[i].status)
+				die("completion", cqe[i].status);
+		done += (uint64_t)k;
+		if (open && !(sent & 1023) && dp_now_ns() >= end)
+			open = false;
+	}
+	return (double)done / (double)(dp_now_ns() - t0) * 1e9;
+}
+
+/* What the clients of one scale step share with the parent. */
+struct scale_shm {
+	int ready, go, lat_ready;
+	struct {
+		double rate;
+		unsigned nlat; /* latency samples taken (at most --seconds of them) */
+	} c[SCALE_MAX_N];
+	uint64_t lat[]; /* nlat per client, sorted */
+};
+
+static void scale_client(struct scale_shm *sh, unsigned i, unsigned n, int cpu, uint64_t ns,
+			 unsigned nlat)
+{
+	uint64_t *lat = sh->lat + (size_t)i * nlat;
+	struct bench b;
+
+	bench_pin(cpu);
+	bench_open(&b, 4096);
+	__atomic_add_fetch(&sh->ready, 1, __ATOMIC_ACQ_REL);
+	while (!__atomic_load_n(&sh->go, __ATOMIC_ACQUIRE))
+		usleep(100);
+	timed_write_rate(&b, ns / 10); /* warm-up */
+	sh->c[i].rate = timed_write_rate(&b, ns);
+	/* The latency sample, all clients at once (each on its own poller). */
+	__atomic_add_fetch(&sh->lat_ready, 1, __ATOMIC_ACQ_REL);
+	while (__atomic_load_n(&sh->lat_ready, __ATOMIC_ACQUIRE) < (int)n)
+		;
+	for (unsigned k = 0; k < nlat / 10; k++)
+		one_write(&b, 0, 64, k);
+	/* At most nlat samples or --seconds, whichever ends first: on shared
+	 * CPUs a round trip can take milliseconds. */
+	uint64_t end = dp_now_ns() + ns, k = 0;
+
+	for (; k < nlat && (k & 255 || dp_now_ns() < end); k++)
+		lat[k] = one_write(&b, (k % 64) * 64, 64, k);
+	sh->c[i].nlat = (unsigned)k;
+	qsort(lat, k, sizeof(*lat), cmp_u64);
+	verify(&b, 4096);
+	bench_close(&b);
+	_exit(0);
+}
+
+struct scale_fig {
+	unsigned n;
+	size_t samples;
+	double rate, min_rate, max_rate, p50, p99, p999;
+	bool shared, distinct;
+	char pollers[128], clients[128], placed[128];
+};
+
+static void scale_step(unsigned n, const int *svc, int nsvc, const int *cli, int ncli,
+		       struct scale_fig *f)
+{
+	int ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN), pc[SCALE_MAX_N], cc[SCALE_MAX_N];
+	unsigned nlat = quick ? 20000 : 100000;
+	uint64_t ns = (uint64_t)(scale_secs * 1e9);
+	size_t shlen = sizeof(struct scale_shm) + (size_t)n * nlat * sizeof(uint64_t), hlen = 0;
+	struct scale_shm *sh;
+	const struct dp_stats_header *h = NULL;
+	pid_t kids[SCALE_MAX_N];
+	uint64_t *all;
+	char stats[64];
+	struct service svc_;
+	bool bad = false;
+
+	memset(f, 0, sizeof(*f));
+	f->n = n;
+	/* Own CPUs for every poller and every client when the lists have
+	 * them; else every CPU of the machine, a poller and a client each,
+	 * which is no fair placement: flagged. */
+	f->shared = (int)n > nsvc || (int)n > ncli;
+	for (unsigned i = 0; i < n; i++) {
+		pc[i] = f->shared ? (int)i % ncpu : svc[i];
+		cc[i] = f->shared ? (int)(i + 1) % ncpu : cli[i];
+		for (unsigned k = 0; k < n && !f->shared; k++)
+			if (cc[i] == svc[k])
+				f->shared = true;
+	}
+	fmt_list(f->pollers, sizeof(f->pollers), pc, (int)n);
+	fmt_list(f->clients, sizeof(f->clients), cc, (int)n);
+	sh = mmap(NULL, shlen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	all = malloc((size_t)n * nlat * sizeof(uint64_t));
+	if (sh == MAP_FAILED || !all)
+		die("scale memory", -ENOMEM);
+	memset(sh, 0, sizeof(*sh));
+	snprintf(stats, sizeof(stats), "dp-bench-scale-%d-%u", (int)getpid(), n);
+	service_start_on(&svc_, pc, n, stats, NULL);
+	for (unsigned i = 0; i < n; i++) {
+		fflush(stdout);
+		kids[i] = fork();
+		if (kids[i] < 0)
+			die("fork", -errno);
+		if (kids[i] == 0)
+			scale_client(sh, i, n, cc[i], ns, nlat);
+	}
+	for (int t = 0; __atomic_load_n(&sh->ready, __ATOMIC_ACQUIRE) < (int)n; t++) {
+		if (t > 3000) {
+			fprintf(stderr, "dp-bench: scale: clients did not start\n");
+			exit(1);
+		}
+		usleep(10000);
+	}
+	/* Where each client's queue landed: the stats region's queue blocks. */
+	h = stats_map(stats, &hlen);
+	f->distinct = h != NULL;
+	{
+		size_t o = 0;
+		bool seen[SCALE_MAX_N] = {false};
+
+		for (unsigned i = 0; i < n; i++) {
+			int p = h ? stats_poller_of(h, kids[i]) : -1;
+
+			if (p < 0 || p >= (int)n || seen[p])
+				f->distinct = false;
+			else
+				seen[p] = true;
+			o += (size_t)snprintf(f->placed + o, sizeof(f->placed) - o, "%s%d",
+					      i ? "," : "", p);
+		}
+	}
+	__atomic_store_n(&sh->go, 1, __ATOMIC_RELEASE);
+	for (unsigned i = 0; i < n; i++) {
+		int st;
+
+		waitpid(kids[i], &st, 0);
+		if (!WIFEXITED(st) || WEXITSTATUS(st))
+			bad = true;
+	}
+	if (h)
+		munmap((void *)h, hlen);
+	service_stop(&svc_);
+	if (bad) {
+		fprintf(stderr, "dp-bench: scale: a client failed (N=%u)\n", n);
+		exit(1);
+	}
+	f->min_rate = 1e30;
+	for (unsigned i = 0; i < n; i++) {
+		f->rate += sh->c[i].rate;
+		f->min_rate = sh->c[i].rate < f->min_rate ? sh->c[i].rate : f->min_rate;
+		f->max_rate = sh->c[i].rate > f->max_rate ? sh->c[i].rate : f->max_rate;
+	}
+	f->samples = 0;
+	for (unsigned i = 0; i < n; i++) {
+		memcpy(all + f->samples, sh->lat + (size_t)i * nlat,
+		       sh->c[i].nlat * sizeof(uint64_t));
+		f->samples += sh->c[i].nlat;
+	}
+	qsort(all, f->samples, sizeof(*all), cmp_u64);
+	f->p50 = percentile_sorted(all, f->samples, 50) / 1e3;
+	f->p99 = percentile_sorted(all, f->samples, 99) / 1e3;
+	f->p999 = percentile_sorted(all, f->samples, 99.9) / 1e3;
+	free(all);
+	munmap(sh, shlen);
+}
+
+/* The CPU lists of scale and idle-queues: given, or half the machine for
+ * the pollers (the upper half) and half for the clients (the lower). */
+static void scale_cpus(int *svc, int *nsvc, int *cli, int *ncli)
+{
+	int ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN), half = ncpu / 2 ? ncpu / 2 : 1;
+
+	*nsvc = service_cpus_arg ? parse_list(service_cpus_arg, svc, SCALE_MAX_CPUS) : 0;
+	*ncli = client_cpus_arg ? parse_list(client_cpus_arg, cli, SCALE_MAX_CPUS) : 0;
+	if (*nsvc < 0 || *ncli < 0) {
+		fprintf(stderr, "dp-bench: bad CPU list (want e.g. 8-15 or 1,3,5)\n");
+		exit(2);
+	}
+	if (!service_cpus_arg)
+		for (*nsvc = 0; *nsvc < half; (*nsvc)++)
+			svc[*nsvc] = ncpu > 1 ? ncpu - half + *nsvc : 0;
+	if (!client_cpus_arg)
+		for (*ncli = 0; *ncli < half; (*ncli)++)
+			cli[*ncli] = *ncli;
+}
+
+static void bench_scale(void)
+{
+	int svc[SCALE_MAX_CPUS], cli[SCALE_MAX_CPUS], nsvc, ncli, nn = 0;
+	unsigned ns[SCALE_MAX_N];
+	struct scale_fig f[SCALE_MAX_N];
+	double r1 = 0, x[SCALE_MAX_N], rate[SCALE_MAX_N], p99[SCALE_MAX_N], ideal[SCALE_MAX_N];
+	bool shared[SCALE_MAX_N];
+	char a[512], b[512];
+
+	if (!dataplaned_path) {
+		fprintf(stderr,
+			"dp-bench: scale needs --dataplaned PATH (it starts the services)\n");
+		exit(2);
+	}
+	scale_cpus(svc, &nsvc, cli, &ncli);
+	if (scale_pollers_arg) {
+		int v[SCALE_MAX_N];
+
+		nn = parse_list(scale_pollers_arg, v, SCALE_MAX_N);
+		for (int i = 0; i < nn; i++)
+			if (v[i] < 1 || v[i] > SCALE_MAX_N)
+				nn = -1;
+		if (nn <= 0) {
+			fprintf(stderr, "dp-bench: --pollers wants a list of 1..%d\n", SCALE_MAX_N);
+			exit(2);
+		}
+		for (int i = 0; i < nn; i++)
+			ns[i] = (unsigned)v[i];
+	} else {
+		/* Powers of two that fit; where only 1 does, 2 on shared CPUs. */
+		for (unsigned n = 1; n <= SCALE_MAX_N && (int)n <= nsvc && (int)n <= ncli; n *= 2)
+			ns[nn++] = n;
+		if (nn == 1)
+			ns[nn++] = 2;
+	}
+	fmt_list(a, sizeof(a), svc, nsvc);
+	fmt_list(b, sizeof(b), cli, ncli);
+	printf("scale: N pollers (dataplaned --pollers N) and N client processes, each with its "
+	       "own queue on its own poller, P4's workload (64 B WRITEs, batch 32) for %.1f s, "
+	       "then 64 B WRITEs one outstanding (up to %u samples each, at most as long), all "
+	       "clients at once\n",
+	       scale_secs, quick ? 20000 : 100000);
+	printf("  CPUs: pollers from %s, clients from %s (%ld online)\n", a, b,
+	       sysconf(_SC_NPROCESSORS_ONLN));
+	report_obj("scale");
+	report_str("what", "N pollers, N client processes, P4 workload each; aggregate rate; "
+			   "64 B WRITE latency under all clients");
+	report_str("service_cpus", a);
+	report_str("client_cpus", b);
+	report_num("seconds", scale_secs);
+	report_arr("steps");
+	printf("  %3s %-14s %-14s %-13s %13s %12s %8s %8s %8s %8s  %s\n", "N", "poller CPUs",
+	       "client CPUs", "queue->poller", "aggregate M/s", "per client", "scaling", "p50 us",
+	       "p99 us", "p99.9 us", "verdict");
+	for (int i = 0; i < nn; i++) {
+		struct scale_fig *s = &f[i];
+		double sc;
+
+		scale_step(ns[i], svc, nsvc, cli, ncli, s);
+		if (ns[i] == 1 && !r1)
+			r1 = s->rate;
+		sc = r1 > 0 ? s->rate / (ns[i] * r1) : 0.0 / 0.0;
+		printf("  %3u %-14s %-14s %-13s %13.2f %5.2f-%-6.2f %8.2f %8.2f %8.2f %8.2f  "
+		       "%s%s%s\n",
+		       ns[i], s->pollers, s->clients, s->placed, s->rate / 1e6, s->min_rate / 1e6,
+		       s->max_rate / 1e6, sc, s->p50, s->p99, s->p999,
+		       r1 > 0 ? verdict(sc >= 0.8) : "n/a (no N=1)",
+		       s->shared ? "  SHARED CPUs: not a fair placement" : "",
+		       s->distinct ? "" : "  WARNING: queues not on distinct pollers");
+		report_obj(NULL);
+		report_u64("n", ns[i]);
+		report_str("poller_cpus", s->pollers);
+		report_str("client_cpus", s->clients);
+		report_str("queue_pollers", s->placed);
+		report_bool("queues_on_distinct_pollers", s->distinct);
+		report_bool("cpus_shared", s->shared);
+		report_num("desc_per_s", s->rate);
+		report_num("min_client_desc_per_s", s->min_rate);
+		report_num("max_client_desc_per_s", s->max_rate);
+		report_num("scaling", sc);
+		report_str("target", ">= 0.8");
+		report_bool("pass", r1 > 0 && sc >= 0.8);
+		report_num("p50_us", s->p50);
+		report_num("p99_us", s->p99);
+		report_num("p999_us", s->p999);
+		report_u64("latency_samples", s->samples);
+		report_end();
+		x[i] = ns[i];
+		rate[i] = s->rate;
+		p99[i] = s->p99;
+		ideal[i] = 0.8 * ns[i] * r1;
+		shared[i] = s->shared;
+	}
+	report_end();
+	report_end();
+	printf("  scaling = aggregate / (N x aggregate at N=1), target >= 0.8; queue->poller: "
+	       "the poller index of each client's queue (stats region); p50/p99: all clients' "
+	       "samples together, submit to completion\n");
+	plot_scale("scale", x, rate, p99, ideal, shared, (unsigned)nn);
+}
+
+/* The idle-queues holder: opens `count` queues over as many clients as
+ * the service's per-client limit asks (64 each), then waits for its pipe to
+ * close. */
+static void idle_holder(unsigned count, int cpu, int ready_fd, int wait_fd)
+{
+	struct dp_client *c = NULL;
+	struct dp_queue *q;
+	char ch = 0;
+	int rc;
+
+	bench_pin(cpu);
+	for (unsigned i = 0; i < count; i++) {
+		if (i % 64 == 0 && (rc = dp_connect(sock_path, "dp-bench-idle", &c)) < 0)
+			die("idle client connect", rc);
+		if ((rc = dp_queue_create(c, 64, &q)) < 0)
+			die("idle queue", rc);
+	}
+	if (write(ready_fd, &ch, 1) != 1)
+		_exit(1);
+	while (read(wait_fd, &ch, 1) > 0)
+		;
+	_exit(0);
+}
+
+/* The poller's empty loops over `ms` with no traffic: ns per loop. */
+static double empty_loop_ns(const struct dp_stats_poller *p, unsigned ms)
+{
+	uint64_t l0 = LD(p->loops), i0 = LD(p->idle_ns), l1, i1;
+
+	usleep(ms * 1000);
+	l1 = LD(p->loops);
+	i1 = LD(p->idle_ns);
+	return l1 > l0 ? (double)(i1 - i0) / (double)(l1 - l0) : 0.0 / 0.0;
+}
+
+struct idle_cpu {
+	double pct, sleep_pct, idle_pct;
+	uint64_t sleeps, wakeups;
+};
+
+/* The service's CPU use over 2 s once its spin time has ended, and what its
+ * poller did meanwhile. */
+static void idle_cpu_use(pid_t pid, const struct dp_stats_poller *p, struct idle_cpu *r)
+{
+	uint64_t s0, w0, sl0, id0, t0;
+	double c0;
+
+	usleep(svc_spin_us + 500000);
+	s0 = LD(p->sleeps);
+	w0 = LD(p->wakeups);
+	sl0 = LD(p->sleep_ns);
+	id0 = LD(p->idle_ns);
+	c0 = proc_cpu_s(pid);
+	t0 = dp_now_ns();
+	usleep(2000000);
+	t0 = dp_now_ns() - t0;
+	r->pct = 100 * (proc_cpu_s(pid) - c0) / ((double)t0 / 1e9);
+	r->sleeps = LD(p->sleeps) - s0;
+	r->wakeups = LD(p->wakeups) - w0;
+	r->sleep_pct = 100.0 * (double)(LD(p->sleep_ns) - sl0) / (double)t0;
+	r->idle_pct = 100.0 * (double)(LD(p->idle_ns) - id0) / (double)t0;
+}
+
+static void report_idle_cpu(const char *key, const char *what, const struct idle_cpu *r)
+{
+	printf("  idle service, %s: %.1f%% of a CPU (utime+stime over 2 s, %.1f s after the "
+	       "last descriptor); poller asleep %.0f%%, spinning %.0f%% of it; %llu sleeps, "
+	       "%llu ended by a doorbell\n",
+	       what, r->pct, svc_spin_us / 1e6 + 0.5, r->sleep_pct, r->idle_pct,
+	       (unsigned long long)r->sleeps, (unsigned long long)r->wakeups);
+	report_obj(key);
+	report_num("cpu_pct", r->pct);
+	report_num("poller_asleep_pct", r->sleep_pct);
+	report_num("poller_spinning_pct", r->idle_pct);
+	report_u64("sleeps", r->sleeps);
+	report_u64("doorbell_wakeups", r->wakeups);
+	report_end();
+}
+
+static void bench_idle_queues(void)
+{
+	int svc[SCALE_MAX_CPUS], cli[SCALE_MAX_CPUS], nsvc, ncli, ready[2], hold[2];
+	uint64_t ns = (uint64_t)(scale_secs * 1e9);
+	const struct dp_stats_header *h;
+	const struct dp_stats_poller *sp;
+	struct idle_cpu cpu_q, cpu_0;
+	double r0a, r0b, r1k, loop0, loop1k, base, cost;
+	size_t hlen;
+	char stats[64], ch;
+	struct service s;
+	struct bench b;
+	pid_t holder;
+
+	if (!dataplaned_path) {
+		fprintf(stderr,
+			"dp-bench: idle-queues needs --dataplaned PATH (it starts the service)\n");
+		exit(2);
+	}
+	scale_cpus(svc, &nsvc, cli, &ncli);
+	snprintf(stats, sizeof(stats), "dp-bench-idle-%d", (int)getpid());
+	service_start_on(&s, svc, 1, stats, NULL);
+	if (!(h = stats_map(stats, &hlen)))
+		die("stats region", -ENOENT);
+	sp = stats_poller(h, 0);
+	bench_pin(cli[0]);
+	bench_open(&b, 4096);
+	timed_write_rate(&b, ns / 10);
+	r0a = timed_write_rate(&b, ns);
+	loop0 = empty_loop_ns(sp, 300);
+
+	if (pipe(ready) || pipe(hold))
+		die("pipe", -errno);
+	fflush(stdout);
+	holder = fork();
+	if (holder == 0) {
+		close(ready[0]);
+		close(hold[1]);
+		idle_holder(idle_queues, ncli > 1 ? cli[1] : cli[0], ready[1], hold[0]);
+	}
+	close(ready[1]);
+	close(hold[0]);
+	if (read(ready[0], &ch, 1) != 1) {
+		fprintf(stderr, "dp-bench: idle-queues: the holder of the idle queues failed\n");
+		exit(1);
+	}
+	/* The poller takes new queues from its inbox at its next loop. */
+	usleep(100000);
+	loop1k = empty_loop_ns(sp, 300);
+	timed_write_rate(&b, ns / 10);
+	r1k = timed_write_rate(&b, ns);
+	idle_cpu_use(s.pid, sp, &cpu_q);
+	close(hold[1]);
+	waitpid(holder, NULL, 0);
+	for (int i = 0; i < 500 && LD(h->svc.queues) > 1; i++)
+		usleep(10000);
+	timed_write_rate(&b, ns / 10);
+	r0b = timed_write_rate(&b, ns);
+	verify(&b, 4096);
+	bench_close(&b);
+	idle_cpu_use(s.pid, sp, &cpu_0);
+	munmap((void *)h, hlen);
+	service_stop(&s);
+
+	base = (r0a + r0b) / 2;
+	cost = 1 - r1k / base;
+	printf("idle-queues: P4 (64 B WRITEs, batch 32, %.1f s) on one poller, with 0 and with "
+	       "%u open idle queues (another process's, %u clients)\n",
+	       scale_secs, idle_queues, (idle_queues + 63) / 64);
+	printf("  CPUs: poller %d, client %d, holder of the idle queues %d\n", svc[0], cli[0],
+	       ncli > 1 ? cli[1] : cli[0]);
+	printf("  rate: 0 idle %.2f M/s (before) %.2f M/s (after); %u idle %.2f M/s; cost "
+	       "%.1f%%  target < 5%%  %s\n",
+	       r0a / 1e6, r0b / 1e6, idle_queues, r1k / 1e6, 100 * cost, verdict(cost < 0.05));
+	printf("  empty poller loop: %.0f ns with 1 queue, %.0f ns with %u more (%.2f ns per "
+	       "idle queue)\n",
+	       loop0, loop1k, idle_queues, (loop1k - loop0) / idle_queues);
+	printf("  how the poller finds work: a scan. Every loop visits every queue it owns "
+	       "(dataplane/poller.c poller_run_once: queue_drain_sq reads each CQ's head and "
+	       "SQ's tail; poller_flush walks the list again for completions and closed "
+	       "queues), so an empty loop costs O(queues). Doorbells (an eventfd per SQ, "
+	       "NEED_WAKEUP armed on every SQ) only matter once the poller has spun "
+	       "--spin-us without work and sleeps in epoll (at most 200 ms at a time).\n");
+	report_obj("idle_queues");
+	report_u64("idle_queues", idle_queues);
+	report_num("poller_cpu", svc[0]);
+	report_num("client_cpu", cli[0]);
+	report_num("desc_per_s_0_before", r0a);
+	report_num("desc_per_s_0_after", r0b);
+	report_num("desc_per_s_idle", r1k);
+	report_num("cost", cost);
+	report_str("target", "< 5%");
+	report_bool("pass", cost < 0.05);
+	report_num("empty_loop_ns_1_queue", loop0);
+	report_num("empty_loop_ns_idle", loop1k);
+	report_str("how_found", "scan of every queue each loop; doorbells only while asleep");
+	report_u64("spin_us", svc_spin_us);
+	report_idle_cpu("idle_cpu_with_idle_queues", "with the idle queues open", &cpu_q);
+	report_idle_cpu("idle_cpu_one_queue", "one queue open", &cpu_0);
+	report_end();
+}
+
 static void usage(void)
 {
 	printf("usage: dp-bench [--socket PATH | --dataplaned PATH] [--cpu N] [--service-cpu N] "
@@ -1156,7 +1870,11 @@ static void usage(void)
 	       "[--rounds N]\n"
 	       "                [--peer HOST:PORT --peer-socket PATH] [--help] [--version]\n"
 	       "                "
-	       "[latency|rate|bandwidth|overhead|notify|fabric|bypass|vm|placement|check|all]\n"
+	       "[latency|rate|bandwidth|overhead|notify|fabric|bypass|vm|scale|idle-queues|\n"
+	       "                 placement|check|all]\n"
+	       "                scale, idle-queues: [--pollers LIST] [--service-cpus LIST]\n"
+	       "                [--client-cpus LIST] [--seconds S] [--idle-queues N] "
+	       "[--spin-us N]\n"
 	       "  latency, rate, bandwidth: P3, P4, P5 and their peers (fi_pingpong shm, io_uring "
 	       "NOP,\n"
 	       "    memcpy). With --dataplaned PATH (and no --socket) dp-bench starts a service "
@@ -1176,6 +1894,17 @@ static void usage(void)
 	       "  vm: WRITEs from memory registered with dp_register_mem vs from dp_alloc "
 	       "regions,\n"
 	       "    64 KiB .. 256 MiB (--max-size) and 64 B latency, with the ratio.\n"
+	       "  scale (--dataplaned): for N in --pollers (default 1,2,4,.. while the CPU lists\n"
+	       "    allow; 2 on shared CPUs where only 1 fits) a dataplaned with N pollers on\n"
+	       "    --service-cpus (default the upper half of the CPUs) and N client processes\n"
+	       "    on --client-cpus (default the lower half), one queue each on its own poller\n"
+	       "    (checked in the stats region): P4's workload for --seconds (default 3, 1\n"
+	       "    with --quick), then 64 B WRITE latency; aggregate rate, rate / (N x rate at\n"
+	       "    N=1) (target >= 0.8), p50/p99. CPUs shared between pollers and clients are\n"
+	       "    flagged. --plot: rate and p99 against N.\n"
+	       "  idle-queues (--dataplaned): P4 on one poller with 0 and --idle-queues N\n"
+	       "    (default 1000) idle queues open (target: < 5%% slower), the empty loop's\n"
+	       "    cost, and the idle service's CPU use once --spin-us (default 1000000) ends.\n"
 	       "  placement: only the cache-line ping-pong between --cpu and --service-cpu, which\n"
 	       "    every run prints first.\n"
 	       "  check: only the check for dataplaned pollers on --cpu and --service-cpu.\n"
@@ -1186,9 +1915,9 @@ static void usage(void)
 
 static bool known_benchmark(const char *what)
 {
-	static const char *const names[] = {"latency", "rate",	 "bandwidth", "overhead",
-					    "all",     "fabric", "bypass",    "placement",
-					    "check",   "vm",	 "notify"};
+	static const char *const names[] = {"latency", "rate",	 "bandwidth",  "overhead", "all",
+					    "fabric",  "bypass", "placement",  "check",	   "vm",
+					    "notify",  "scale",	 "idle-queues"};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (!strcmp(what, names[i]))
@@ -1214,6 +1943,12 @@ static const char *parse_args(int argc, char **argv)
 					     {"peer", required_argument, 0, 'P'},
 					     {"peer-socket", required_argument, 0, 'T'},
 					     {"version", no_argument, 0, 'V'},
+					     {"pollers", required_argument, 0, 'N'},
+					     {"service-cpus", required_argument, 0, 'C'},
+					     {"client-cpus", required_argument, 0, 'L'},
+					     {"seconds", required_argument, 0, 'D'},
+					     {"idle-queues", required_argument, 0, 'I'},
+					     {"spin-us", required_argument, 0, 'U'},
 					     {0, 0, 0, 0}};
 	const char *what = "all";
 	int o;
@@ -1264,6 +1999,32 @@ static const char *parse_args(int argc, char **argv)
 		case 'T':
 			peer_sock = optarg;
 			break;
+		case 'N':
+			scale_pollers_arg = optarg;
+			break;
+		case 'C':
+			service_cpus_arg = optarg;
+			break;
+		case 'L':
+			client_cpus_arg = optarg;
+			break;
+		case 'D':
+			scale_secs = atof(optarg);
+			if (!(scale_secs > 0 && scale_secs <= 600)) {
+				fprintf(stderr, "dp-bench: --seconds wants (0, 600]\n");
+				exit(2);
+			}
+			break;
+		case 'I':
+			idle_queues = (unsigned)atoi(optarg);
+			if (idle_queues < 1 || idle_queues > 65536) {
+				fprintf(stderr, "dp-bench: --idle-queues wants 1..65536\n");
+				exit(2);
+			}
+			break;
+		case 'U':
+			svc_spin_us = (unsigned)atoi(optarg);
+			break;
 		case 'V':
 			dp_tool_version("dp-bench");
 			exit(0);
@@ -1284,6 +2045,8 @@ static const char *parse_args(int argc, char **argv)
 	if (service_cpu < 0)
 		service_cpu = sysconf(_SC_NPROCESSORS_ONLN) > 1 ? 1 : 0;
 	own_service = dataplaned_path && !sock_path;
+	if (!scale_secs)
+		scale_secs = quick ? 1 : 3;
 	return what;
 }
 
@@ -1319,6 +2082,10 @@ static void run_benches(const char *what)
 		bench_bypass();
 	if (!strcmp(what, "vm"))
 		bench_vm();
+	if (!strcmp(what, "scale"))
+		bench_scale();
+	if (!strcmp(what, "idle-queues"))
+		bench_idle_queues();
 }
 
 int main(int argc, char **argv)
