@@ -186,7 +186,11 @@ struct queue {
 	 * their stamp and flags, and the counters when it began. */
 	uint64_t run_submit, run_done0, run_bytes0;
 	uint32_t run_flags;
-	struct queue *next; /* the poller's list */
+	/* Loops in a row that found nothing to do for this queue; at
+	 * PARK_AFTER_LOOPS it is parked (poller.c). */
+	uint32_t idle_loops;
+	bool parked;
+	struct queue *next; /* the poller's list (queues, or parked) */
 };
 
 struct client {
@@ -228,7 +232,9 @@ struct poller {
 	pthread_mutex_t inbox_lock;
 	struct queue *inbox; /* queues handed over by the control thread */
 	atomic_int inbox_pending;
-	struct queue *queues; /* owned list */
+	struct queue *queues; /* owned list, polled every loop */
+	struct queue *parked; /* owned, idle: their clients ring (poller.c) */
+	unsigned nparked;
 	uint64_t loops, busy_loops, sleeps;
 	int sleep_cap_ms;	    /* the longest sleep the engines allow */
 	uint32_t active;	    /* engines with work, bit = enum engine_id (engine.h) */

@@ -473,6 +473,7 @@ static int queue_drain_sq(struct poller *p, struct queue *q)
 	 * time, but never the private copy we act on. */
 	dp_ring_copy_out(&q->pair.sq, idx, descs, (uint32_t)k);
 	dp_ring_release(&q->pair.sq, (uint32_t)k);
+	q->idle_loops = 0;
 	for (int i = 0, n; i < k; i += n)
 		if (!(n = fast_run(q, &descs[i], k - i, &f))) {
 			desc_process(p, q, &descs[i]);
@@ -556,8 +557,84 @@ void poller_add_queue(struct queue *q)
 	poller_kick(best);
 }
 
+/*
+ * Parked queues. Every loop reads each polled queue's SQ tail and CQ head,
+ * lines its client writes: with a thousand idle queues that was most of a
+ * loop. A queue with nothing submitted, in flight or staged for
+ * PARK_AFTER_LOOPS loops is parked instead: NEED_WAKEUP armed on its SQ as
+ * if the poller slept, off the polled list. Its client's next dp_submit
+ * rings the doorbell (one system call, as after the poller's own sleep);
+ * every PARK_CHECK_LOOPS loops the poller asks epoll, without waiting,
+ * whether a doorbell or a kick came, and only then walks the parked list
+ * for queues with work or closing. A busy loop pays one test per loop.
+ */
+#define PARK_AFTER_LOOPS 1024u
+#define PARK_CHECK_LOOPS 32u /* a power of two */
+
+/* Parks q (polled, idle, nothing owed): false when it cannot be yet. */
+static bool queue_park(struct poller *p, struct queue *q)
+{
+	if (q->inflight || q->nstage || q->broken)
+		return false;
+	if (!dp_ring_prepare_sleep(&q->pair.sq)) {
+		q->idle_loops = 0;
+		return false;
+	}
+	stats_queue_publish(q);
+	q->parked = true;
+	q->next = p->parked;
+	p->parked = q;
+	stats_parked(p, ++p->nparked);
+	return true;
+}
+
+/* Back to the polled list: parked queues with work or closing, or all. */
+static void poller_unpark(struct poller *p, bool all)
+{
+	struct queue **pp = &p->parked;
+
+	while (*pp) {
+		struct queue *q = *pp;
+		uint32_t idx;
+
+		if (!all && !atomic_load_explicit(&q->closing, memory_order_acquire) &&
+		    !dp_ring_peek(&q->pair.sq, 1, &idx)) {
+			pp = &q->next;
+			continue;
+		}
+		*pp = q->next;
+		dp_ring_finish_sleep(&q->pair.sq);
+		q->parked = false;
+		q->idle_loops = 0;
+		q->next = p->queues;
+		p->queues = q;
+		stats_parked(p, --p->nparked);
+	}
+}
+
+/* Whether a doorbell rang or the poller was kicked, without waiting; the
+ * parked queues are looked at only then. */
+static void poller_check_parked(struct poller *p)
+{
+	struct epoll_event evs[32];
+	bool rang = false;
+	int n = epoll_wait(p->epfd, evs, 32, 0);
+
+	for (int i = 0; i < n; i++) {
+		if (evs[i].data.fd == p->wake_efd)
+			wake_efd_drain(p->wake_efd);
+		else if (evs[i].data.fd >= 0)
+			dp_doorbell_drain(evs[i].data.fd);
+		else
+			continue; /* an engine's fd: its progress runs anyway */
+		rang = true;
+	}
+	if (rang)
+		poller_unpark(p, false);
+}
+
 /* Publishes completions, rings doorbells, retires queues whose client left
- * once nothing of theirs is in flight. */
+ * once nothing of theirs is in flight, parks queues long idle. */
 static void poller_flush(struct poller *p)
 {
 	struct queue **pp = &p->queues;
@@ -570,6 +647,14 @@ static void poller_flush(struct poller *p)
 			*pp = q->next;
 			queue_free(p, q);
 			continue;
+		}
+		if (++q->idle_loops >= PARK_AFTER_LOOPS) {
+			struct queue *next = q->next;
+
+			if (queue_park(p, q)) {
+				*pp = next;
+				continue;
+			}
 		}
 		pp = &q->next;
 	}
@@ -587,15 +672,30 @@ static bool engines_busy(struct poller *p)
 	return false;
 }
 
-/* Arms NEED_WAKEUP on every SQ and sleeps unless work arrived meanwhile. */
-static void poller_sleep(struct poller *p)
+/* Parks the idle queues, arms NEED_WAKEUP on the others' SQs and sleeps
+ * unless work arrived meanwhile.
+ * True when the sleep ran out (sleep_cap_ms) with nothing to wake it. */
+static bool poller_sleep(struct poller *p)
 {
 	struct epoll_event evs[32];
 	struct queue *q, *armed_end = NULL;
-	int n;
+	int n = -1;
 
 	if (engines_busy(p) || atomic_load(&engine_help_wanted))
-		return;
+		return false;
+	/* Queues with nothing owed are parked for the sleep (armed just the
+	 * same), and stay parked after it until they have work. */
+	for (struct queue **pp = &p->queues; *pp;) {
+		struct queue *next = (*pp)->next;
+
+		if ((*pp)->inflight || (*pp)->nstage || (*pp)->broken) {
+			pp = &(*pp)->next;
+			continue;
+		}
+		if (!queue_park(p, *pp))
+			return false; /* work arrived */
+		*pp = next;
+	}
 	for (q = p->queues; q; q = q->next) {
 		if (q->broken)
 			continue;
@@ -625,12 +725,18 @@ static void poller_sleep(struct poller *p)
 	}
 	for (q = p->queues; q && q != armed_end; q = q->next)
 		dp_ring_finish_sleep(&q->pair.sq);
+	/* Whatever woke us (a parked queue's doorbell, a kick, the cap):
+	 * one look at the parked queues, at most every sleep. */
+	if (p->nparked)
+		poller_unpark(p, false);
+	return n == 0;
 }
 
 static void poller_shutdown(struct poller *p)
 {
 	struct queue *q;
 
+	poller_unpark(p, true);
 	for (q = p->queues; q; q = q->next)
 		queue_cancel_sq(q);
 	for (unsigned i = 0; i < DP_ENGINES; i++)
@@ -699,6 +805,8 @@ int poller_run_once(struct poller *p)
 		work += queue_drain_sq(p, q);
 	work += engines_progress(p);
 	poller_flush(p);
+	if (p->nparked && !(p->loops & (PARK_CHECK_LOOPS - 1)))
+		poller_check_parked(p);
 	/* Only a loop that found nothing of its own looks for work to take:
 	 * a busy poller pays nothing for it. */
 	if (!work && atomic_load_explicit(&engine_help_wanted, memory_order_relaxed))
@@ -706,6 +814,8 @@ int poller_run_once(struct poller *p)
 	p->loops++;
 	return work;
 }
+
+#define RESPIN_NS 20000u
 
 static void *poller_main(void *arg)
 {
@@ -720,18 +830,26 @@ static void *poller_main(void *arg)
 		if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set))
 			log_warn("poller %u: cannot pin to cpu %d", p->idx, p->cpu);
 	}
+	bool timed_out = false;
+
 	while (!atomic_load_explicit(&dp_stopping, memory_order_acquire)) {
 		int work = poller_run_once(p);
 		uint64_t t = stats_loop_end(p, work);
 		if (work) {
 			p->busy_loops++;
 			idle_since = 0;
+			timed_out = false;
 			continue;
 		}
+		/* After a sleep that ran out with nothing to do, spin at most
+		 * RESPIN_NS before sleeping again: all of --spin-us after
+		 * every sleep_cap_ms would keep an idle service busy (83% of
+		 * a CPU with --spin-us 1000000). */
 		if (!idle_since)
 			idle_since = t;
-		else if (t - idle_since >= spin_ns) {
-			poller_sleep(p);
+		else if (t - idle_since >=
+			 (timed_out && spin_ns > RESPIN_NS ? RESPIN_NS : spin_ns)) {
+			timed_out = poller_sleep(p);
 			idle_since = 0;
 		}
 	}

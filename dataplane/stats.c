@@ -552,6 +552,7 @@ void stats_publish_poller(struct stats_poller *sp)
 	stats_set(&sh->notify_dropped, sp->notify_dropped);
 	stats_set(&sh->stripes_helped, sp->stripes_helped);
 	stats_set(&sh->stripe_bytes_helped, sp->stripe_bytes_helped);
+	stats_set(&sh->parked_queues, sp->parked_queues);
 	{
 		uint64_t ops[DP_STATS_NPATH] = {0}, bytes[DP_STATS_NPATH] = {0};
 
@@ -573,6 +574,12 @@ void stats_publish_poller(struct stats_poller *sp)
 			stats_set(&sh->path_bytes[i], bytes[i]);
 		}
 	}
+}
+
+void stats_queue_publish(struct queue *q)
+{
+	if (q->st)
+		queue_publish(q);
 }
 
 void stats_publish(struct poller *p)

@@ -65,6 +65,7 @@ struct stats_poller {
 	uint64_t notify_delivered, notify_dropped;
 	/* Stripes taken from another poller's copy (stats_stripe_helped). */
 	uint64_t stripes_helped, stripe_bytes_helped;
+	uint64_t parked_queues; /* the poller's count (stats_parked) */
 	/* Runs of this loop waiting for its clock reading, which is taken
 	 * once the loop has published its completions. */
 	unsigned npend;
@@ -247,6 +248,21 @@ static inline void stats_stripe_helped(struct poller *p, uint64_t bytes)
 	sp->stripe_bytes_helped += bytes;
 	sp->dirty = true;
 }
+
+/* Poller p now has n queues parked. */
+static inline void stats_parked(struct poller *p, unsigned n)
+{
+	struct stats_poller *sp = p->stats;
+
+	if (!sp)
+		return;
+	sp->parked_queues = n;
+	sp->dirty = true;
+}
+
+/* Publishes one queue's counters and ring depths (a queue about to be
+ * parked: stats_publish walks only the polled ones). */
+void stats_queue_publish(struct queue *q);
 
 /* Publishes everything this poller counted privately: its queues' counters
  * and ring depths, its own block (stats.c). */

@@ -56,7 +56,7 @@
 
 #define DP_STATS_MAGIC 0x54535044u /* "DPST" */
 /* 2: the poller block gained the file I/O slice counters; 3: the samehost
- * path, peers_known; 4: the notification counters; 5: the stripe counters. */
+ * path, peers_known; 4: the notification counters; 5: the stripe counters, parked_queues. */
 #define DP_STATS_ABI_VERSION 5u
 #define DP_STATS_NAME_MAX 64 /* shm_open name, NUL included, no '/' */
 #define DP_STATS_PREFIX "dataplane-"
@@ -217,6 +217,9 @@ struct dp_stats_poller {
 	 * --stripe-min) that this poller copied while it had nothing of its
 	 * own to do, and their bytes. */
 	uint64_t stripes_helped, stripe_bytes_helped;
+	/* Queues of this poller parked now: idle long enough that it no longer
+	 * polls them; their clients ring to be polled again (a gauge). */
+	uint64_t parked_queues;
 	/* Sums over the queues this poller retired. */
 	uint64_t retired_queues;
 	uint64_t retired_submitted, retired_completed, retired_failed, retired_bytes;
