@@ -329,6 +329,9 @@ static int fabric_start(void)
 				return -EIO;
 			}
 		}
+		/* After the endpoints: rail 0's counters count the chunks. */
+		if (fabric_pools_init(fp))
+			return -ENOMEM;
 	}
 	return 0;
 }
@@ -356,6 +359,7 @@ void fabric_fini(void)
 			if (fp->ep[r].cq)
 				fi_close(&fp->ep[r].cq->fid);
 		}
+		fabric_pools_fini(fp);
 		free(fp);
 		pollers[p].eng[ENGINE_fabric] = NULL;
 	}
