@@ -19,6 +19,7 @@
  * hears of the end through a callback instead of a completion.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -344,6 +345,41 @@ struct fid_ep *fabric_ep(struct poller *p, unsigned rail)
 	return fp && rail < nrails ? fp->ep[rail].ep : NULL;
 }
 
+/*
+ * A small WRITE of host memory: posted with FI_INJECT, so the provider takes
+ * the bytes at once (its buffer, no reference to ours), with FI_COMPLETION
+ * and the rail's FI_DELIVERY_COMPLETE, so that it still completes only once
+ * the bytes are at the target (fi_inject_write would complete nothing).
+ * GPU memory is never injected: the provider would memcpy from a device
+ * pointer. A provider that refuses the flags (neither 0 nor -FI_EAGAIN) has
+ * the rail's injection turned off and the slice is posted plainly.
+ */
+static ssize_t write_inject(struct rail *rl, struct rail_ep *e, void *buf, size_t len, void *desc,
+			    fi_addr_t dest, uint64_t raddr, uint64_t key, void *ctx)
+{
+	struct iovec iov = {.iov_base = buf, .iov_len = len};
+	struct fi_rma_iov riov = {.addr = raddr, .len = len, .key = key};
+	struct fi_msg_rma msg = {.msg_iov = &iov,
+				 .desc = &desc,
+				 .iov_count = 1,
+				 .addr = dest,
+				 .rma_iov = &riov,
+				 .rma_iov_count = 1,
+				 .context = ctx};
+	ssize_t rc = fi_writemsg(e->ep, &msg, FI_INJECT | FI_COMPLETION | rl->tx_flags);
+
+	if (rc && rc != -FI_EAGAIN) {
+		log_warn("fabric: rail %ld: FI_INJECT WRITE refused (%s); small WRITEs are posted "
+			 "without it",
+			 (long)(rl - rails), fi_strerror((int)-rc));
+		rl->inject_size = 0;
+		return fi_write(e->ep, buf, len, desc, dest, raddr, key, ctx);
+	}
+	if (!rc && e->st)
+		stats_add(&e->st->injected, 1);
+	return rc;
+}
+
 /* Posts one slice; 0, -FI_EAGAIN (try later), or another error. */
 static int slice_post(struct fab_poller *fp, struct fab_slice *s)
 {
@@ -362,6 +398,10 @@ static int slice_post(struct fab_poller *fp, struct fab_slice *s)
 		rc = -FI_EAGAIN;
 	else if (DP_FAULT(FI_POST_FAIL))
 		rc = -FI_EIO;
+	else if (op->opcode == DP_OP_WRITE && s->len <= rails[s->rail].inject_size &&
+		 (!op->local || op->local->kind == REGION_HOST))
+		rc = write_inject(&rails[s->rail], e, buf, s->len, desc, dest, raddr,
+				  rs->key[s->rail], &s->c.ctx);
 	else if (op->opcode == DP_OP_WRITE)
 		rc = fi_write(e->ep, buf, s->len, desc, dest, raddr, rs->key[s->rail], &s->c.ctx);
 	else
@@ -599,16 +639,49 @@ static void op_timed_out(struct fab_op *op, uint64_t t)
 	op_complete(op, -ETIMEDOUT);
 }
 
+/*
+ * Whether a CQ wait fd of @fp is readable: its provider has bytes for it on
+ * a socket (providers with wait fds: tcp, sockets). Poller thread.
+ */
+static bool wait_fds_ready(const struct fab_poller *fp)
+{
+	struct pollfd pfd[DP_MAX_RAILS];
+	nfds_t n = 0;
+
+	for (unsigned r = 0; r < nrails; r++)
+		if (fp->ep[r].wait_fd >= 0)
+			pfd[n++] = (struct pollfd){.fd = fp->ep[r].wait_fd, .events = POLLIN};
+	return n && poll(pfd, n, 0) > 0;
+}
+
 static int fabric_progress(struct poller *p)
 {
 	struct fab_poller *fp = p->eng[ENGINE_fabric];
 	struct fab_op **pp, *prev = NULL;
 	uint64_t t = 0;
+	bool target;
 	int work;
 
 	if (!fp)
 		return 0;
+	/*
+	 * Poller 0's endpoints are those peers target (fabric.h). A peer's
+	 * RMA into them completes nothing here, so reading the CQs that moved
+	 * it counts as no work, and poller 0 went to sleep --spin-us after
+	 * its own last transfer even while a peer streamed WRITEs into it:
+	 * each small WRITE then waited for a scheduler wake-up of the target
+	 * poller. With nothing of its own in flight, poller 0 looks at its CQs'
+	 * wait fds before reading the CQs: bytes that were waiting are
+	 * target-side work, and it keeps spinning. Readiness still there after
+	 * the read (not the provider's to consume) is not counted, so that it
+	 * cannot keep the poller awake. One poll(2) per loop, only while no
+	 * engine of the poller has work (a busy poller does not sleep anyway).
+	 */
+	target = p->idx == 0 && !fp->head && !(p->active & ~(1u << ENGINE_fabric)) &&
+		 wait_fds_ready(fp);
 	work = reap(p, fp);
+	if (target && !work && !wait_fds_ready(fp))
+		work = 1;
 	if (!fp->head)
 		return work;
 	/* Timeouts are checked once a millisecond, not per loop. */

@@ -40,8 +40,14 @@ struct rail {
 	struct fid_av *av;
 	uint64_t next_key; /* requested keys, when the provider does not pick */
 	size_t tx_depth;   /* operations in flight per endpoint */
-	bool wait_fd;	   /* CQs have wait fds (providers needing target progress) */
-	bool poke;	   /* needs target progress but has no usable wait fd */
+	/* WRITEs of up to this many bytes of host memory are posted with
+	 * FI_INJECT (0: never); tx_flags are the completion semantics every
+	 * operation asks for (FI_DELIVERY_COMPLETE where the rail has it),
+	 * which fi_writemsg takes explicitly. */
+	size_t inject_size;
+	uint64_t tx_flags;
+	bool wait_fd; /* CQs have wait fds (providers needing target progress) */
+	bool poke;    /* needs target progress but has no usable wait fd */
 };
 
 /* One poller's endpoint on one rail. */

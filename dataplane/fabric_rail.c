@@ -214,6 +214,8 @@ static int rail_open(struct rail *r, struct fi_info *fi)
 	    (rc = fi_av_open(r->domain, &av_attr, &r->av, NULL)))
 		return rc;
 	r->tx_depth = fi->tx_attr->size ? fi->tx_attr->size : 64;
+	r->tx_flags = fi->tx_attr->op_flags & FI_DELIVERY_COMPLETE;
+	r->inject_size = fi->tx_attr->inject_size;
 	r->next_key = 1;
 	/* Providers whose target side progresses only when its CQ is read
 	 * get CQ wait fds, so a sleeping poller 0 still wakes for them. */
