@@ -19,6 +19,8 @@
  * hears of the end through a callback instead of a completion.
  */
 #include <errno.h>
+#include <poll.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -80,6 +82,101 @@ static uint64_t timeout_ns(void)
 	return (uint64_t)fab_cfg.timeout_ms * 1000000u;
 }
 
+/* ---- pools (a poller's own: no lock) ---- */
+
+/* Objects per chunk a pool grows by; the first chunks are allocated at
+ * start-up, so a poller with up to this many transfers (and slices) in
+ * flight never allocates on the data path. */
+#define FAB_POOL_CHUNK 64
+
+struct fab_chunk {
+	struct fab_chunk *next;
+	max_align_t objs[]; /* FAB_POOL_CHUNK ops or slices */
+};
+
+static void *pool_chunk(struct fab_poller *fp, size_t size)
+{
+	struct fab_chunk *c = malloc(sizeof(*c) + FAB_POOL_CHUNK * size);
+
+	if (!c)
+		return NULL;
+	c->next = fp->chunks;
+	fp->chunks = c;
+	if (fp->ep[0].st)
+		stats_add(&fp->ep[0].st->allocs, 1);
+	return c->objs;
+}
+
+static int ops_grow(struct fab_poller *fp)
+{
+	struct fab_op *ops = pool_chunk(fp, sizeof(*ops));
+
+	if (!ops)
+		return -ENOMEM;
+	for (unsigned i = 0; i < FAB_POOL_CHUNK; i++) {
+		ops[i].next = fp->free_ops;
+		fp->free_ops = &ops[i];
+	}
+	return 0;
+}
+
+static int slices_grow(struct fab_poller *fp)
+{
+	struct fab_slice *s = pool_chunk(fp, sizeof(*s));
+
+	if (!s)
+		return -ENOMEM;
+	for (unsigned i = 0; i < FAB_POOL_CHUNK; i++) {
+		s[i].next = fp->free_slices;
+		fp->free_slices = &s[i];
+	}
+	return 0;
+}
+
+int fabric_pools_init(struct fab_poller *fp)
+{
+	return ops_grow(fp) || slices_grow(fp) ? -ENOMEM : 0;
+}
+
+void fabric_pools_fini(struct fab_poller *fp)
+{
+	while (fp->chunks) {
+		struct fab_chunk *c = fp->chunks;
+
+		fp->chunks = c->next;
+		free(c);
+	}
+	fp->free_ops = NULL;
+	fp->free_slices = NULL;
+}
+
+/* Uninitialised: the caller fills every field. NULL when out of memory. */
+static struct fab_op *op_get(struct fab_poller *fp)
+{
+	struct fab_op *op = fp->free_ops;
+
+	if (!op && (ops_grow(fp) || !(op = fp->free_ops)))
+		return NULL;
+	fp->free_ops = op->next;
+	return op;
+}
+
+static struct fab_slice *slice_get(struct fab_poller *fp)
+{
+	struct fab_slice *s = fp->free_slices;
+
+	if (!s && (slices_grow(fp) || !(s = fp->free_slices)))
+		return NULL;
+	fp->free_slices = s->next;
+	return s;
+}
+
+static void slice_put(struct fab_poller *fp, struct fab_slice *s)
+{
+	s->next = fp->free_slices;
+	fp->free_slices = s;
+}
+
 /* ---- data path (poller thread) ---- */
 
 static void op_complete(struct fab_op *op, int status)
@@ -106,8 +203,8 @@ static void op_complete(struct fab_op *op, int status)
 				  (op->local && op->local->kind == REGION_CUDA ? DP_CQE_F_GPU : 0));
 }
 
-/* Nothing of op is in the provider's hands any more. */
-static void op_free(struct fab_op *op)
+/* Nothing of op is in the provider's hands any more: back to its pool. */
+static void op_free(struct fab_poller *fp, struct fab_op *op)
 {
 	if (op->release)
 		op->release(op->arg, op->done_status);
@@ -118,9 +215,10 @@ static void op_free(struct fab_op *op)
 		struct fab_slice *s = op->retry;
 
 		op->retry = s->next;
-		free(s);
+		slice_put(fp, s);
 	}
-	free(op);
+	op->next = fp->free_ops;
+	fp->free_ops = op;
 }
 
 int fabric_target_check(struct poller *p, struct segment *seg)
@@ -189,7 +287,7 @@ static void fabric_submit(struct poller *p, const struct xfer *x)
 		queue_complete_ns(q, d->user_data, d->submit_ns, 0, 0, DP_CQE_F_FABRIC);
 		return;
 	}
-	op = calloc(1, sizeof(*op));
+	op = op_get(fp);
 	if (!op) {
 		queue_complete_ns(q, d->user_data, d->submit_ns, -ENOMEM, 0, 0);
 		return;
@@ -223,7 +321,7 @@ int fabric_post(struct poller *p, uint8_t opcode, struct segment *seg, uint64_t 
 
 	if (rc)
 		return rc;
-	op = calloc(1, sizeof(*op));
+	op = op_get(fp);
 	if (!op)
 		return -ENOMEM;
 	*op = (struct fab_op){.user_data = fp->nposted++,
@@ -247,6 +345,41 @@ struct fid_ep *fabric_ep(struct poller *p, unsigned rail)
 	return fp && rail < nrails ? fp->ep[rail].ep : NULL;
 }
 
+/*
+ * A small WRITE of host memory: posted with FI_INJECT, so the provider takes
+ * the bytes at once (its buffer, no reference to ours), with FI_COMPLETION
+ * and the rail's FI_DELIVERY_COMPLETE, so that it still completes only once
+ * the bytes are at the target (fi_inject_write would complete nothing).
+ * GPU memory is never injected: the provider would memcpy from a device
+ * pointer. A provider that refuses the flags (neither 0 nor -FI_EAGAIN) has
+ * the rail's injection turned off and the slice is posted plainly.
+ */
+static ssize_t write_inject(struct rail *rl, struct rail_ep *e, void *buf, size_t len, void *desc,
+			    fi_addr_t dest, uint64_t raddr, uint64_t key, void *ctx)
+{
+	struct iovec iov = {.iov_base = buf, .iov_len = len};
+	struct fi_rma_iov riov = {.addr = raddr, .len = len, .key = key};
+	struct fi_msg_rma msg = {.msg_iov = &iov,
+				 .desc = &desc,
+				 .iov_count = 1,
+				 .addr = dest,
+				 .rma_iov = &riov,
+				 .rma_iov_count = 1,
+				 .context = ctx};
+	ssize_t rc = fi_writemsg(e->ep, &msg, FI_INJECT | FI_COMPLETION | rl->tx_flags);
+
+	if (rc && rc != -FI_EAGAIN) {
+		log_warn("fabric: rail %ld: FI_INJECT WRITE refused (%s); small WRITEs are posted "
+			 "without it",
+			 (long)(rl - rails), fi_strerror((int)-rc));
+		rl->inject_size = 0;
+		return fi_write(e->ep, buf, len, desc, dest, raddr, key, ctx);
+	}
+	if (!rc && e->st)
+		stats_add(&e->st->injected, 1);
+	return rc;
+}
+
 /* Posts one slice; 0, -FI_EAGAIN (try later), or another error. */
 static int slice_post(struct fab_poller *fp, struct fab_slice *s)
 {
@@ -265,6 +398,10 @@ static int slice_post(struct fab_poller *fp, struct fab_slice *s)
 		rc = -FI_EAGAIN;
 	else if (DP_FAULT(FI_POST_FAIL))
 		rc = -FI_EIO;
+	else if (op->opcode == DP_OP_WRITE && s->len <= rails[s->rail].inject_size &&
+		 (!op->local || op->local->kind == REGION_HOST))
+		rc = write_inject(&rails[s->rail], e, buf, s->len, desc, dest, raddr,
+				  rs->key[s->rail], &s->c.ctx);
 	else if (op->opcode == DP_OP_WRITE)
 		rc = fi_write(e->ep, buf, s->len, desc, dest, raddr, rs->key[s->rail], &s->c.ctx);
 	else
@@ -286,7 +423,7 @@ static int slice_post(struct fab_poller *fp, struct fab_slice *s)
 }
 
 /* A slice that failed: again on the next rail while tries remain. */
-static void slice_failed(struct fab_op *op, struct fab_slice *s, int err)
+static void slice_failed(struct fab_poller *fp, struct fab_op *op, struct fab_slice *s, int err)
 {
 	struct peer *peer = op->seg->remote->peer;
 	unsigned n = peer->nrails;
@@ -298,7 +435,7 @@ static void slice_failed(struct fab_op *op, struct fab_slice *s, int err)
 		op->retry = s;
 		return;
 	}
-	free(s);
+	slice_put(fp, s);
 	/* Whatever the provider said, a transfer to a peer that went away
 	 * failed because it went away. A slice that failed on every rail
 	 * means the peer is lost too, whatever the error: sockets reports a
@@ -333,7 +470,8 @@ int fabric_errno(int fi_err)
 }
 
 /* A slice the CQ reported failed (fi_cq_readerr's @fi_err). */
-static void slice_cq_error(struct rail_ep *e, unsigned rail, struct fab_slice *s, int fi_err)
+static void slice_cq_error(struct fab_poller *fp, struct rail_ep *e, unsigned rail,
+			   struct fab_slice *s, int fi_err)
 {
 	struct fab_op *op = s->op;
 	int code = fabric_errno(fi_err);
@@ -345,7 +483,7 @@ static void slice_cq_error(struct rail_ep *e, unsigned rail, struct fab_slice *s
 	log_debug("fabric: slice on rail %u failed: %s", rail, fi_strerror(fi_err));
 	if (code == -EHOSTUNREACH)
 		fabric_peer_lost(op->seg->remote->peer);
-	slice_failed(op, s, code);
+	slice_failed(fp, op, s, code);
 }
 
 static int reap(struct poller *p, struct fab_poller *fp)
@@ -367,7 +505,7 @@ static int reap(struct poller *p, struct fab_poller *fp)
 					continue;
 				}
 				if (DP_FAULT(FI_CQ_ERR)) {
-					slice_cq_error(e, r, s, FI_EIO);
+					slice_cq_error(fp, e, r, s, FI_EIO);
 					continue;
 				}
 				/* Progress: the op's and its peer's timeout
@@ -382,7 +520,7 @@ static int reap(struct poller *p, struct fab_poller *fp)
 					stats_add(&e->st->completed, 1);
 					stats_add(&e->st->bytes, s->len);
 				}
-				free(s);
+				slice_put(fp, s);
 			}
 			done += (int)n;
 		}
@@ -395,7 +533,7 @@ static int reap(struct poller *p, struct fab_poller *fp)
 				if (c->kind != FAB_CTX_SLICE)
 					stage_cq_event(p, c, err.err);
 				else
-					slice_cq_error(e, r, err.op_context, err.err);
+					slice_cq_error(fp, e, r, err.op_context, err.err);
 				done++;
 			}
 		}
@@ -417,13 +555,13 @@ static int op_post(struct fab_poller *fp, struct fab_op *op)
 			return posted;
 		op->retry = s->next;
 		if (rc) {
-			slice_failed(op, s, fabric_errno((int)-rc));
+			slice_failed(fp, op, s, fabric_errno((int)-rc));
 			continue;
 		}
 		posted++;
 	}
 	while (op->next_off < op->len && op->open && !op->status) {
-		struct fab_slice *s = malloc(sizeof(*s));
+		struct fab_slice *s = slice_get(fp);
 		uint64_t len = op->len - op->next_off;
 
 		if (!s) {
@@ -439,13 +577,13 @@ static int op_post(struct fab_poller *fp, struct fab_op *op)
 					.tries = 1};
 		rc = slice_post(fp, s);
 		if (rc == -FI_EAGAIN) {
-			free(s);
+			slice_put(fp, s);
 			return posted;
 		}
 		op->next_off += len;
 		op->next_rail++;
 		if (rc) {
-			slice_failed(op, s, fabric_errno((int)-rc));
+			slice_failed(fp, op, s, fabric_errno((int)-rc));
 			continue;
 		}
 		posted++;
@@ -501,16 +639,49 @@ static void op_timed_out(struct fab_op *op, uint64_t t)
 	op_complete(op, -ETIMEDOUT);
 }
 
+/*
+ * Whether a CQ wait fd of @fp is readable: its provider has bytes for it on
+ * a socket (providers with wait fds: tcp, sockets). Poller thread.
+ */
+static bool wait_fds_ready(const struct fab_poller *fp)
+{
+	struct pollfd pfd[DP_MAX_RAILS];
+	nfds_t n = 0;
+
+	for (unsigned r = 0; r < nrails; r++)
+		if (fp->ep[r].wait_fd >= 0)
+			pfd[n++] = (struct pollfd){.fd = fp->ep[r].wait_fd, .events = POLLIN};
+	return n && poll(pfd, n, 0) > 0;
+}
+
 static int fabric_progress(struct poller *p)
 {
 	struct fab_poller *fp = p->eng[ENGINE_fabric];
 	struct fab_op **pp, *prev = NULL;
 	uint64_t t = 0;
+	bool target;
 	int work;
 
 	if (!fp)
 		return 0;
+	/*
+	 * Poller 0's endpoints are those peers target (fabric.h). A peer's
+	 * RMA into them completes nothing here, so reading the CQs that moved
+	 * it counts as no work, and poller 0 went to sleep --spin-us after
+	 * its own last transfer even while a peer streamed WRITEs into it:
+	 * each small WRITE then waited for a scheduler wake-up of the target
+	 * poller. With nothing of its own in flight, poller 0 looks at its CQs'
+	 * wait fds before reading the CQs: bytes that were waiting are
+	 * target-side work, and it keeps spinning. Readiness still there after
+	 * the read (not the provider's to consume) is not counted, so that it
+	 * cannot keep the poller awake. One poll(2) per loop, only while no
+	 * engine of the poller has work (a busy poller does not sleep anyway).
+	 */
+	target = p->idx == 0 && !fp->head && !(p->active & ~(1u << ENGINE_fabric)) &&
+		 wait_fds_ready(fp);
 	work = reap(p, fp);
+	if (target && !work && !wait_fds_ready(fp))
+		work = 1;
 	if (!fp->head)
 		return work;
 	/* Timeouts are checked once a millisecond, not per loop. */
@@ -534,7 +705,7 @@ static int fabric_progress(struct poller *p)
 			if (fp->tail == op)
 				fp->tail = prev;
 			fp->nops--;
-			op_free(op);
+			op_free(fp, op);
 			work++;
 			continue;
 		}

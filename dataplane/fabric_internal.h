@@ -40,8 +40,14 @@ struct rail {
 	struct fid_av *av;
 	uint64_t next_key; /* requested keys, when the provider does not pick */
 	size_t tx_depth;   /* operations in flight per endpoint */
-	bool wait_fd;	   /* CQs have wait fds (providers needing target progress) */
-	bool poke;	   /* needs target progress but has no usable wait fd */
+	/* WRITEs of up to this many bytes of host memory are posted with
+	 * FI_INJECT (0: never); tx_flags are the completion semantics every
+	 * operation asks for (FI_DELIVERY_COMPLETE where the rail has it),
+	 * which fi_writemsg takes explicitly. */
+	size_t inject_size;
+	uint64_t tx_flags;
+	bool wait_fd; /* CQs have wait fds (providers needing target progress) */
+	bool poke;    /* needs target progress but has no usable wait fd */
 };
 
 /* One poller's endpoint on one rail. */
@@ -53,7 +59,9 @@ struct rail_ep {
 	size_t inflight;
 };
 
-struct fab_op; /* a descriptor's transfer (fabric.c) */
+struct fab_op;	  /* a descriptor's transfer (fabric.c) */
+struct fab_slice; /* one RMA operation of it (fabric.c) */
+struct fab_chunk; /* memory of a poller's pools (fabric.c) */
 
 /* What every operation posted on a rail's endpoint hands libfabric as its
  * context, so that the CQ reader (fabric.c reap) knows whose it is: the
@@ -75,6 +83,13 @@ struct fab_poller {
 	unsigned nops;
 	uint64_t last_timeout_scan;
 	uint64_t nposted; /* fabric_post's transfers so far: their first rail */
+	/* Pools: ops and slices come from these free lists and go back to
+	 * them, so a transfer allocates nothing once the pools hold as many
+	 * as are ever in flight; they grow by a chunk when empty (counted
+	 * in rail 0's `allocs`). Freed with the poller (fabric_pools_fini). */
+	struct fab_op *free_ops;
+	struct fab_slice *free_slices;
+	struct fab_chunk *chunks;
 };
 
 /* A region's or an export's registration on every rail
@@ -134,6 +149,11 @@ int fabric_post(struct poller *p, uint8_t opcode, struct segment *seg, uint64_t 
  * owner could not register; logged once per segment, naming the rail and
  * the reason). Poller thread. */
 int fabric_target_check(struct poller *p, struct segment *seg);
+
+/* fabric.c: a poller's pools, filled at start-up (main thread; -ENOMEM)
+ * and freed with its endpoints. */
+int fabric_pools_init(struct fab_poller *fp);
+void fabric_pools_fini(struct fab_poller *fp);
 
 /* fabric.c: the errno a transfer fails with for a CQ error @fi_err. */
 int fabric_errno(int fi_err);

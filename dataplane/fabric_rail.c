@@ -214,6 +214,8 @@ static int rail_open(struct rail *r, struct fi_info *fi)
 	    (rc = fi_av_open(r->domain, &av_attr, &r->av, NULL)))
 		return rc;
 	r->tx_depth = fi->tx_attr->size ? fi->tx_attr->size : 64;
+	r->tx_flags = fi->tx_attr->op_flags & FI_DELIVERY_COMPLETE;
+	r->inject_size = fi->tx_attr->inject_size;
 	r->next_key = 1;
 	/* Providers whose target side progresses only when its CQ is read
 	 * get CQ wait fds, so a sleeping poller 0 still wakes for them. */
@@ -329,6 +331,9 @@ static int fabric_start(void)
 				return -EIO;
 			}
 		}
+		/* After the endpoints: rail 0's counters count the chunks. */
+		if (fabric_pools_init(fp))
+			return -ENOMEM;
 	}
 	return 0;
 }
@@ -356,6 +361,7 @@ void fabric_fini(void)
 			if (fp->ep[r].cq)
 				fi_close(&fp->ep[r].cq->fid);
 		}
+		fabric_pools_fini(fp);
 		free(fp);
 		pollers[p].eng[ENGINE_fabric] = NULL;
 	}

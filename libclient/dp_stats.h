@@ -246,7 +246,10 @@ struct dp_stats_rail {
 	uint64_t errors;    /* completions with an error */
 	uint64_t retries;   /* operations posted again after an error */
 	uint64_t bytes;	    /* moved by completed operations */
-	uint64_t reserved[2];
+	uint64_t injected;  /* of `posted`: small WRITEs posted with FI_INJECT */
+	uint64_t allocs;    /* rail 0 only: chunks this poller's op and slice
+			     * pools allocated (start-up's included); flat while
+			     * transfers stream: none is allocated per descriptor */
 };
 
 _Static_assert(sizeof(struct dp_stats_header) % 64 == 0, "header is whole cache lines");
