@@ -83,6 +83,7 @@ struct fab_poller {
 	unsigned nops;
 	uint64_t last_timeout_scan;
 	uint64_t nposted; /* fabric_post's transfers so far: their first rail */
+	unsigned idle_ticks; /* poller 0: progress calls with nothing of its own */
 	/* Pools: ops and slices come from these free lists and go back to
 	 * them, so a transfer allocates nothing once the pools hold as many
 	 * as are ever in flight; they grow by a chunk when empty (counted
