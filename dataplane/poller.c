@@ -807,9 +807,12 @@ int poller_run_once(struct poller *p)
 	poller_flush(p);
 	if (p->nparked && !(p->loops & (PARK_CHECK_LOOPS - 1)))
 		poller_check_parked(p);
-	/* Only a loop that found nothing of its own looks for work to take:
-	 * a busy poller pays nothing for it. */
-	if (!work && atomic_load_explicit(&engine_help_wanted, memory_order_relaxed))
+	/* Only a loop that found nothing of its own, on a poller whose queues
+	 * are all parked (none that a client is using: a descriptor of its
+	 * own would wait behind a stripe), looks for work to take; a busy
+	 * poller pays nothing for it. */
+	if (!work && !p->queues &&
+	    atomic_load_explicit(&engine_help_wanted, memory_order_relaxed))
 		work = engines_help(p);
 	p->loops++;
 	return work;

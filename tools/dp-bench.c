@@ -33,7 +33,8 @@
  *                 [--quick] [--max-size BYTES] [--no-peers] [--json]
  *                 [--plot FILE.png] [--rounds N]
  *                 [--peer HOST:PORT --peer-socket PATH]
- *                 [latency|rate|bandwidth|overhead|notify|fabric|bypass|vm|placement|check|all]
+ *                 [latency|rate|bandwidth|overhead|notify|fabric|bypass|vm|scale|idle-queues|
+ *                  stripe|placement|check|all]
  * Long runs show a progress line on stderr; --json prints the results as one
  * JSON document on stdout (the text goes to stderr); --no-peers runs and
  * prints nothing of the peers; --plot draws the latency CDF and throughput
@@ -44,8 +45,10 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <liburing.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1837,12 +1840,12 @@ static void bench_idle_queues(void)
 	printf("  empty poller loop: %.0f ns with 1 queue, %.0f ns with %u more (%.2f ns per "
 	       "idle queue)\n",
 	       loop0, loop1k, idle_queues, (loop1k - loop0) / idle_queues);
-	printf("  how the poller finds work: a scan. Every loop visits every queue it owns "
-	       "(dataplane/poller.c poller_run_once: queue_drain_sq reads each CQ's head and "
-	       "SQ's tail; poller_flush walks the list again for completions and closed "
-	       "queues), so an empty loop costs O(queues). Doorbells (an eventfd per SQ, "
-	       "NEED_WAKEUP armed on every SQ) only matter once the poller has spun "
-	       "--spin-us without work and sleeps in epoll (at most 200 ms at a time).\n");
+	printf("  how the poller finds work: every loop drains the queues it polls; a queue "
+	       "idle for 1024 loops (or when the poller sleeps) is parked: NEED_WAKEUP armed, "
+	       "off the polled list, its client rings the SQ doorbell on its next submit. "
+	       "Every 32 loops an epoll_wait(0) tells whether a doorbell rang; only then is "
+	       "the parked list walked (dataplane/poller.c, docs/architecture.md \"Parked "
+	       "queues\"). So idle queues cost a busy poller nearly nothing.\n");
 	report_obj("idle_queues");
 	report_u64("idle_queues", idle_queues);
 	report_num("poller_cpu", svc[0]);
@@ -1855,10 +1858,205 @@ static void bench_idle_queues(void)
 	report_bool("pass", cost < 0.05);
 	report_num("empty_loop_ns_1_queue", loop0);
 	report_num("empty_loop_ns_idle", loop1k);
-	report_str("how_found", "scan of every queue each loop; doorbells only while asleep");
+	report_str("how_found",
+		   "polled queues each loop; idle ones parked, woken by their doorbells");
 	report_u64("spin_us", svc_spin_us);
 	report_idle_cpu("idle_cpu_with_idle_queues", "with the idle queues open", &cpu_q);
 	report_idle_cpu("idle_cpu_one_queue", "one queue open", &cpu_0);
+	report_end();
+}
+
+/*
+ * P5 beyond one thread (issue 18): a 1 GiB local WRITE on services with N
+ * pollers (--pollers, default 1,2,4 as --service-cpus allows), shared out
+ * in stripes with the pollers that have nothing of their own (dataplaned
+ * --stripe-min), against one thread's memcpy run after every service has
+ * gone; then, on the largest N, 64 B WRITEs on another poller's queue while
+ * 1 GiB WRITEs run back to back, against the same without them.
+ */
+struct storm {
+	struct bench *b;
+	atomic_int stop;
+	unsigned copies;
+};
+
+static void *storm_main(void *arg)
+{
+	struct storm *st = arg;
+	struct dp_desc d;
+	struct dp_cqe cqe;
+	uint64_t ns;
+	int rc;
+
+	while (!atomic_load(&st->stop)) {
+		dp_prep_write(&d, st->b->src, 0, st->b->seg, 0, st->b->len, st->copies);
+		if ((rc = dp_tool_run_one(st->b->q, &d, -1, &cqe, &ns)))
+			die("storm WRITE", rc);
+		st->copies++;
+	}
+	return NULL;
+}
+
+/* n 64 B WRITEs on q, one at a time, busy-polled: p50 and p99 in ns. */
+static void small_lat(struct bench *b, struct dp_queue *q, unsigned n, double *p50, double *p99)
+{
+	uint64_t *lat = malloc(n * sizeof(*lat));
+	struct dp_desc d;
+	struct dp_cqe cqe;
+	int rc;
+
+	if (!lat)
+		die("malloc", -ENOMEM);
+	for (unsigned i = 0; i < n; i++) {
+		dp_prep_write(&d, b->src, 0, b->seg, b->len - 64, 64, i);
+		if ((rc = dp_tool_run_one(q, &d, -1, &cqe, &lat[i])))
+			die("64 B WRITE", rc);
+	}
+	qsort(lat, n, sizeof(*lat), cmp_u64);
+	*p50 = (double)lat[n / 2];
+	*p99 = (double)lat[n * 99 / 100];
+	free(lat);
+}
+
+static void bench_stripe(void)
+{
+	enum { REPS = 5, MAXN = 8 };
+	const uint64_t len = max_size < 1024 * MiB ? max_size : 1024 * MiB;
+	const unsigned nlat = quick ? 5000 : 20000;
+	int svc[SCALE_MAX_CPUS], cli[SCALE_MAX_CPUS], nsvc, ncli, nn = 0;
+	unsigned ns[MAXN];
+	double gbs[MAXN], peer = 0, idle50, idle99, storm50, storm99, r[REPS];
+	char list[512], stats[64];
+	struct service s;
+	struct bench b;
+	struct storm st = {0};
+	struct dp_queue *q2;
+	pthread_t t;
+	int rc;
+
+	if (!dataplaned_path) {
+		fprintf(stderr,
+			"dp-bench: stripe needs --dataplaned PATH (it starts the services)\n");
+		exit(2);
+	}
+	scale_cpus(svc, &nsvc, cli, &ncli);
+	if (scale_pollers_arg) {
+		int v[MAXN];
+
+		nn = parse_list(scale_pollers_arg, v, MAXN);
+		for (int i = 0; i < nn; i++)
+			ns[i] = (unsigned)v[i];
+	} else {
+		for (unsigned n = 1; n <= (unsigned)nsvc && nn < 3; n *= 2)
+			ns[nn++] = n;
+	}
+	for (int i = 0; i < nn; i++)
+		if (ns[i] < 1 || ns[i] > (unsigned)nsvc) {
+			fprintf(stderr, "dp-bench: %u pollers, but --service-cpus has %d CPUs\n",
+				ns[i], nsvc);
+			exit(2);
+		}
+	snprintf(stats, sizeof(stats), "dp-bench-stripe-%d", (int)getpid());
+	fmt_list(list, sizeof(list), svc, nsvc);
+	bench_pin(cli[0]);
+	printf("P5 beyond one thread: %llu MiB local WRITE vs single-thread memcpy (GB/s, median "
+	       "of %u)\n",
+	       (unsigned long long)(len / MiB), REPS);
+	printf("  CPUs: pollers on %s (the first N), client on %d, 64 B latency client on %d%s\n",
+	       list, cli[0], cli[ncli > 1 ? 1 : 0], ncli > 1 ? "" : " (shared: not fair)");
+	report_obj("stripe");
+	report_str("service_cpus", list);
+	report_num("client_cpu", cli[0]);
+	report_u64("size", len);
+	report_arr("runs");
+	for (int i = 0; i < nn; i++) {
+		service_start_on(&s, svc, ns[i], stats, NULL);
+		bench_open(&b, len);
+		/* The first WRITE maps the pages in the service: not timed. */
+		write_wait(&b, 0, len, 0, -1, "warm-up WRITE");
+		for (unsigned k = 0; k < REPS; k++)
+			r[k] = (double)len / (double)write_wait(&b, 0, len, k + 1, -1, "WRITE");
+		qsort(r, REPS, sizeof(double), cmp_dbl);
+		gbs[i] = r[REPS / 2];
+		verify(&b, len);
+		if (i == nn - 1 && ns[i] > 1) {
+			/* The storm: the bench's queue (the first, on poller 0) copies
+			 * 1 GiB again and again; a second queue (on poller 1, the
+			 * least loaded) times 64 B WRITEs from another CPU. */
+			if ((rc = dp_queue_create(b.c, 64, &q2)) < 0)
+				die("queue", rc);
+			bench_pin(cli[ncli > 1 ? 1 : 0]);
+			small_lat(&b, q2, nlat, &idle50, &idle99);
+			st.b = &b;
+			if (pthread_create(&t, NULL, storm_main, &st))
+				die("pthread_create", -EAGAIN);
+			{
+				cpu_set_t set;
+
+				CPU_ZERO(&set);
+				CPU_SET(cli[0], &set);
+				pthread_setaffinity_np(t, sizeof(set), &set);
+			}
+			usleep(20000);
+			small_lat(&b, q2, nlat, &storm50, &storm99);
+			atomic_store(&st.stop, 1);
+			pthread_join(t, NULL);
+			bench_pin(cli[0]);
+		}
+		bench_close(&b);
+		service_stop(&s);
+		report_obj(NULL);
+		report_u64("pollers", ns[i]);
+		report_num("gb_per_s", gbs[i]);
+		report_end();
+	}
+	report_end();
+	if (with_peers) {
+		uint8_t *src = peer_buf(len), *dst = peer_buf(len);
+
+		memset(src, 7, len);
+		memset(dst, 0, len);
+		memcpy(dst, src, len);
+		for (unsigned k = 0; k < REPS; k++) {
+			uint64_t t0 = dp_now_ns();
+
+			memcpy(dst, src, len);
+			r[k] = (double)len / (double)(dp_now_ns() - t0);
+		}
+		qsort(r, REPS, sizeof(double), cmp_dbl);
+		peer = r[REPS / 2];
+		munmap(src, peer_maplen(len));
+		munmap(dst, peer_maplen(len));
+		printf("  memcpy: one thread on CPU %d, no dataplaned of ours alive, buffers "
+		       "backed "
+		       "like ours: %.2f GB/s\n",
+		       cli[0], peer);
+		report_num("memcpy_gb_per_s", peer);
+	}
+	printf("  %8s %10s %10s\n", "pollers", "GB/s", "vs memcpy");
+	for (int i = 0; i < nn; i++) {
+		printf("  %8u %10.2f", ns[i], gbs[i]);
+		if (peer > 0)
+			printf(" %9.2fx%s", gbs[i] / peer,
+			       ns[i] >= 4 ? (gbs[i] / peer >= 2 ? "  target >= 2x  PASS"
+								: "  target >= 2x  MISS")
+					  : "");
+		printf("\n");
+	}
+	if (ns[nn - 1] > 1) {
+		printf("  64 B WRITE on poller 1 beside %u back-to-back %llu MiB WRITEs on poller "
+		       "0 "
+		       "(%u pollers): p50 %.2f us, p99 %.2f us; alone p50 %.2f us, p99 %.2f us; "
+		       "p99 %.2fx alone  target <= 2x  %s\n",
+		       st.copies, (unsigned long long)(len / MiB), ns[nn - 1], storm50 / 1e3,
+		       storm99 / 1e3, idle50 / 1e3, idle99 / 1e3, storm99 / idle99,
+		       verdict(storm99 <= 2 * idle99));
+		report_num("storm_p50_ns", storm50);
+		report_num("storm_p99_ns", storm99);
+		report_num("alone_p50_ns", idle50);
+		report_num("alone_p99_ns", idle99);
+		report_u64("storm_copies", st.copies);
+	}
 	report_end();
 }
 
@@ -1871,8 +2069,9 @@ static void usage(void)
 	       "                [--peer HOST:PORT --peer-socket PATH] [--help] [--version]\n"
 	       "                "
 	       "[latency|rate|bandwidth|overhead|notify|fabric|bypass|vm|scale|idle-queues|\n"
-	       "                 placement|check|all]\n"
-	       "                scale, idle-queues: [--pollers LIST] [--service-cpus LIST]\n"
+	       "                 stripe|placement|check|all]\n"
+	       "                scale, idle-queues, stripe: [--pollers LIST] [--service-cpus "
+	       "LIST]\n"
 	       "                [--client-cpus LIST] [--seconds S] [--idle-queues N] "
 	       "[--spin-us N]\n"
 	       "  latency, rate, bandwidth: P3, P4, P5 and their peers (fi_pingpong shm, io_uring "
@@ -1905,6 +2104,10 @@ static void usage(void)
 	       "  idle-queues (--dataplaned): P4 on one poller with 0 and --idle-queues N\n"
 	       "    (default 1000) idle queues open (target: < 5%% slower), the empty loop's\n"
 	       "    cost, and the idle service's CPU use once --spin-us (default 1000000) ends.\n"
+	       "  stripe (--dataplaned): a 1 GiB (--max-size) local WRITE on services with N\n"
+	       "    pollers (--pollers, default 1,2,4) vs one thread's memcpy (target >= 2x at\n"
+	       "    4), then 64 B WRITE p50/p99 on poller 1 while 1 GiB WRITEs run on poller 0\n"
+	       "    (target: p99 <= 2x alone).\n"
 	       "  placement: only the cache-line ping-pong between --cpu and --service-cpu, which\n"
 	       "    every run prints first.\n"
 	       "  check: only the check for dataplaned pollers on --cpu and --service-cpu.\n"
@@ -1915,9 +2118,9 @@ static void usage(void)
 
 static bool known_benchmark(const char *what)
 {
-	static const char *const names[] = {"latency", "rate",	 "bandwidth",  "overhead", "all",
-					    "fabric",  "bypass", "placement",  "check",	   "vm",
-					    "notify",  "scale",	 "idle-queues"};
+	static const char *const names[] = {"latency", "rate",	 "bandwidth",	"overhead", "all",
+					    "fabric",  "bypass", "placement",	"check",    "vm",
+					    "notify",  "scale",	 "idle-queues", "stripe"};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (!strcmp(what, names[i]))
@@ -2086,6 +2289,8 @@ static void run_benches(const char *what)
 		bench_scale();
 	if (!strcmp(what, "idle-queues"))
 		bench_idle_queues();
+	if (!strcmp(what, "stripe"))
+		bench_stripe();
 }
 
 int main(int argc, char **argv)
