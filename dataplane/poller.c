@@ -673,16 +673,15 @@ static bool engines_busy(struct poller *p)
 }
 
 /* Parks the idle queues, arms NEED_WAKEUP on the others' SQs and sleeps
- * unless work arrived meanwhile.
- * True when the sleep ran out (sleep_cap_ms) with nothing to wake it. */
-static bool poller_sleep(struct poller *p)
+ * unless work arrived meanwhile. */
+static void poller_sleep(struct poller *p)
 {
 	struct epoll_event evs[32];
 	struct queue *q, *armed_end = NULL;
-	int n = -1;
+	int n;
 
 	if (engines_busy(p) || atomic_load(&engine_help_wanted))
-		return false;
+		return;
 	/* Queues with nothing owed are parked for the sleep (armed just the
 	 * same), and stay parked after it until they have work. */
 	for (struct queue **pp = &p->queues; *pp;) {
@@ -693,7 +692,7 @@ static bool poller_sleep(struct poller *p)
 			continue;
 		}
 		if (!queue_park(p, *pp))
-			return false; /* work arrived */
+			return; /* work arrived */
 		*pp = next;
 	}
 	for (q = p->queues; q; q = q->next) {
@@ -729,7 +728,6 @@ static bool poller_sleep(struct poller *p)
 	 * one look at the parked queues, at most every sleep. */
 	if (p->nparked)
 		poller_unpark(p, false);
-	return n == 0;
 }
 
 static void poller_shutdown(struct poller *p)
@@ -811,8 +809,7 @@ int poller_run_once(struct poller *p)
 	 * are all parked (none that a client is using: a descriptor of its
 	 * own would wait behind a stripe), looks for work to take; a busy
 	 * poller pays nothing for it. */
-	if (!work && !p->queues &&
-	    atomic_load_explicit(&engine_help_wanted, memory_order_relaxed))
+	if (!work && !p->queues && atomic_load_explicit(&engine_help_wanted, memory_order_relaxed))
 		work = engines_help(p);
 	p->loops++;
 	return work;
@@ -824,6 +821,7 @@ static void *poller_main(void *arg)
 {
 	struct poller *p = arg;
 	uint64_t spin_ns = (uint64_t)cfg.spin_us * 1000u, idle_since = 0;
+	bool slept = false;
 
 	if (p->cpu >= 0) {
 		cpu_set_t set;
@@ -833,7 +831,6 @@ static void *poller_main(void *arg)
 		if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set))
 			log_warn("poller %u: cannot pin to cpu %d", p->idx, p->cpu);
 	}
-	bool timed_out = false;
 
 	while (!atomic_load_explicit(&dp_stopping, memory_order_acquire)) {
 		int work = poller_run_once(p);
@@ -841,18 +838,19 @@ static void *poller_main(void *arg)
 		if (work) {
 			p->busy_loops++;
 			idle_since = 0;
-			timed_out = false;
+			slept = false;
 			continue;
 		}
-		/* After a sleep that ran out with nothing to do, spin at most
-		 * RESPIN_NS before sleeping again: all of --spin-us after
-		 * every sleep_cap_ms would keep an idle service busy (83% of
-		 * a CPU with --spin-us 1000000). */
+		/* --spin-us follows work. After a sleep that brought none (its
+		 * cap ran out, a kick, a doorbell of a queue still empty), spin
+		 * at most RESPIN_NS before sleeping again: all of --spin-us
+		 * after every sleep_cap_ms kept an idle service busy (83% of a
+		 * CPU with --spin-us 1000000). */
 		if (!idle_since)
 			idle_since = t;
-		else if (t - idle_since >=
-			 (timed_out && spin_ns > RESPIN_NS ? RESPIN_NS : spin_ns)) {
-			timed_out = poller_sleep(p);
+		else if (t - idle_since >= (slept && spin_ns > RESPIN_NS ? RESPIN_NS : spin_ns)) {
+			poller_sleep(p);
+			slept = true;
 			idle_since = 0;
 		}
 	}
