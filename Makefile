@@ -16,7 +16,8 @@
 #   make python          the Python package (dataplane, libclient/python) into $(B)/python
 #   make bench-python    Python vs C: batch of 32 64 B WRITEs, single 64 B WRITE p50
 #   make bench-vm        WRITEs from dp_register_mem memory vs dp_alloc regions, 64 KiB..256 MiB, 64 B
-#   make bench-scale     N pollers x N clients (rate, p99 vs N), 1000 idle queues, idle CPU (issue 18)
+#   make bench-scale     N pollers x N clients (rate, p99 vs N), 1000 idle queues, idle CPU,
+#                        1 GiB WRITE striped over 1/2/4 pollers vs memcpy (issue 18)
 #   make format-check    clang-format --dry-run over the sources
 #   CUDA=0|1             force CUDA off/on (default: detected)
 #   PYTHON=python3.12    the interpreter of `make python`, its tests and install (default:
@@ -393,6 +394,7 @@ bench-scale: deps
 	@$(MAKE) --no-print-directory all
 	tools/bench-local.sh $(B) --no-peers $(BENCH_ARGS) scale
 	tools/bench-local.sh $(B) --no-peers $(BENCH_ARGS) idle-queues
+	tools/bench-local.sh $(B) $(BENCH_ARGS) stripe
 
 # P6, P7: needs root (it creates two network namespaces joined by veth).
 bench-fabric: deps-bench
