@@ -103,9 +103,14 @@ static void *slow_opener_main(void *arg)
 Test(fabric_resolve, slow_resolver_does_not_delay_bystanders)
 {
 	char script[256];
-	/* The service alone sees rs.conf as /etc/resolv.conf: a private mount
-	 * namespace binds it, then nsenter joins the network namespace. */
-	const char *prefix[] = {"unshare", "--mount", "sh", "-c", script, "sh", NULL};
+	/* The service alone sees rs.conf as /etc/resolv.conf: a mount
+	 * namespace of its own binds it, then nsenter joins the network
+	 * namespace. unshare's default (make "/" private) fails in a chroot
+	 * (CI's bare-Debian stage), where "/" is no mount point: the script
+	 * makes it private where it can, so that the bind stays in the
+	 * namespace on hosts whose mounts are shared. */
+	const char *prefix[] = {
+		"unshare", "--mount", "--propagation", "unchanged", "sh", "-c", script, "sh", NULL};
 	const char *args[] = {"--provider", "tcp", "--server-name", "127.0.0.1", NULL};
 	struct ctl_bystander quiet, attack;
 	struct slow_opener o = {.ms = 3000};
@@ -127,7 +132,8 @@ Test(fabric_resolve, slow_resolver_does_not_delay_bystanders)
 	fprintf(f, "nameserver 127.0.0.1\noptions timeout:4 attempts:1\n");
 	fclose(f);
 	snprintf(script, sizeof(script),
-		 "mount --bind %s /etc/resolv.conf && exec nsenter --net=/run/netns/%s \"$@\"",
+		 "mount --make-rprivate / 2>/dev/null; mount --bind %s /etc/resolv.conf && "
+		 "exec nsenter --net=/run/netns/%s \"$@\"",
 		 rs.conf, rs.ns);
 	silent_name_server();
 	start_svc_in(&fab_svc[0], prefix, args);
