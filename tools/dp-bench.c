@@ -181,29 +181,75 @@ static bool can_connect(const char *path)
 	return ok;
 }
 
-static void service_start(struct service *s, bool stats)
-{
-	char cpu[16], log[128];
-	int status;
+static unsigned svc_spin_us = 1000000;
 
+static void fmt_list(char *buf, size_t len, const int *v, int n)
+{
+	size_t o = 0;
+
+	buf[0] = 0;
+	for (int i = 0; i < n && o < len; i++)
+		o += (size_t)snprintf(buf + o, len - o, "%s%d", i ? "," : "", v[i]);
+}
+
+static void pin_set(const int *cpus, int n)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	for (int i = 0; i < n; i++)
+		CPU_SET(cpus[i], &set);
+	sched_setaffinity(0, sizeof(set), &set);
+}
+
+/* A service of our own with npollers pollers on cpus[] (the process pinned
+ * to them: its control thread never sits on a client's CPU), spinning
+ * --spin-us (default 1 s, so it never sleeps during a run), no fabric; its
+ * stats region named `stats`, or none (NULL); extra: more dataplaned
+ * arguments (NULL-ended). */
+static void service_start_on(struct service *s, const int *cpus, unsigned npollers,
+			     const char *stats, const char *const *extra)
+{
+	char list[512], np[16], spin[16], log[128];
+	const char *argv[32];
+	int status, k = 0;
+
+	fmt_list(list, sizeof(list), cpus, (int)npollers);
+	snprintf(np, sizeof(np), "%u", npollers);
+	snprintf(spin, sizeof(spin), "%u", svc_spin_us);
 	snprintf(s->dir, sizeof(s->dir), "/tmp/dp-bench-svc-XXXXXX");
 	if (!mkdtemp(s->dir))
 		die("mkdtemp", -errno);
 	snprintf(s->sock, sizeof(s->sock), "%s/dp.sock", s->dir);
 	snprintf(log, sizeof(log), "%s/dataplaned.log", s->dir);
-	snprintf(cpu, sizeof(cpu), "%d", service_cpu);
+	argv[k++] = "dataplaned";
+	argv[k++] = "--socket";
+	argv[k++] = s->sock;
+	argv[k++] = "--pollers";
+	argv[k++] = np;
+	argv[k++] = "--cpus";
+	argv[k++] = list;
+	argv[k++] = "--spin-us";
+	argv[k++] = spin;
+	argv[k++] = "--log-level";
+	argv[k++] = "warn";
+	argv[k++] = "--provider";
+	argv[k++] = "none";
+	argv[k++] = stats ? "--stats" : "--no-stats";
+	if (stats)
+		argv[k++] = stats;
+	for (; extra && *extra && k < 30; extra++)
+		argv[k++] = *extra;
+	argv[k] = NULL;
 	fflush(stdout);
 	s->pid = fork();
 	if (s->pid < 0)
 		die("fork", -errno);
 	if (s->pid == 0) {
-		/* We are pinned to the client's CPU; the service gets its own. */
-		bench_pin(service_cpu);
+		pin_set(cpus, (int)npollers);
 		if (!freopen(log, "w", stderr))
 			_exit(127);
-		execl(dataplaned_path, "dataplaned", "--socket", s->sock, "--cpus", cpu,
-		      "--spin-us", "1000000", "--log-level", "warn", "--provider", "none",
-		      stats ? NULL : "--no-stats", (char *)NULL);
+		execv(dataplaned_path, (char *const *)argv);
 		_exit(127);
 	}
 	for (int i = 0; i < 1000 && !can_connect(s->sock); i++) {
@@ -215,6 +261,17 @@ static void service_start(struct service *s, bool stats)
 		usleep(10000);
 	}
 	sock_path = s->sock;
+}
+
+/* P3..P5's service: one poller on --service-cpu; with stats, its region
+ * named after us. */
+static void service_start(struct service *s, bool stats)
+{
+	static unsigned n;
+	char name[64];
+
+	snprintf(name, sizeof(name), "dp-bench-%d-%u", (int)getpid(), n++);
+	service_start_on(s, &service_cpu, 1, stats ? name : NULL, NULL);
 }
 
 static void service_stop(struct service *s)
@@ -1197,7 +1254,6 @@ static void bench_notify(void)
 static const char *scale_pollers_arg, *service_cpus_arg, *client_cpus_arg;
 static double scale_secs;
 static unsigned idle_queues = 1000;
-static unsigned svc_spin_us = 1000000;
 
 /* "0-3,8,10" into cpus[]; returns how many, or -1 when malformed. */
 static int parse_list(const char *s, int *out, int max)
@@ -1225,83 +1281,6 @@ static int parse_list(const char *s, int *out, int max)
 		s = end;
 	}
 	return n;
-}
-
-static void fmt_list(char *buf, size_t len, const int *v, int n)
-{
-	size_t o = 0;
-
-	buf[0] = 0;
-	for (int i = 0; i < n && o < len; i++)
-		o += (size_t)snprintf(buf + o, len - o, "%s%d", i ? "," : "", v[i]);
-}
-
-static void pin_set(const int *cpus, int n)
-{
-	cpu_set_t set;
-
-	CPU_ZERO(&set);
-	for (int i = 0; i < n; i++)
-		CPU_SET(cpus[i], &set);
-	sched_setaffinity(0, sizeof(set), &set);
-}
-
-/* A service of our own with npollers pollers on cpus[], its stats region
- * named after us; extra: more dataplaned arguments (NULL-ended). */
-static void service_start_on(struct service *s, const int *cpus, unsigned npollers,
-			     const char *stats, const char *const *extra)
-{
-	char list[512], np[16], spin[16], log[128];
-	const char *argv[32];
-	int status, k = 0;
-
-	fmt_list(list, sizeof(list), cpus, (int)npollers);
-	snprintf(np, sizeof(np), "%u", npollers);
-	snprintf(spin, sizeof(spin), "%u", svc_spin_us);
-	snprintf(s->dir, sizeof(s->dir), "/tmp/dp-bench-svc-XXXXXX");
-	if (!mkdtemp(s->dir))
-		die("mkdtemp", -errno);
-	snprintf(s->sock, sizeof(s->sock), "%s/dp.sock", s->dir);
-	snprintf(log, sizeof(log), "%s/dataplaned.log", s->dir);
-	argv[k++] = "dataplaned";
-	argv[k++] = "--socket";
-	argv[k++] = s->sock;
-	argv[k++] = "--pollers";
-	argv[k++] = np;
-	argv[k++] = "--cpus";
-	argv[k++] = list;
-	argv[k++] = "--spin-us";
-	argv[k++] = spin;
-	argv[k++] = "--log-level";
-	argv[k++] = "warn";
-	argv[k++] = "--provider";
-	argv[k++] = "none";
-	argv[k++] = "--stats";
-	argv[k++] = stats;
-	for (; extra && *extra && k < 30; extra++)
-		argv[k++] = *extra;
-	argv[k] = NULL;
-	fflush(stdout);
-	s->pid = fork();
-	if (s->pid < 0)
-		die("fork", -errno);
-	if (s->pid == 0) {
-		/* The control thread shares the pollers' CPUs, never a client's. */
-		pin_set(cpus, (int)npollers);
-		if (!freopen(log, "w", stderr))
-			_exit(127);
-		execv(dataplaned_path, (char *const *)argv);
-		_exit(127);
-	}
-	for (int i = 0; i < 1000 && !can_connect(s->sock); i++) {
-		if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
-			fprintf(stderr, "dp-bench: %s exited at start (see %s)\n", dataplaned_path,
-				log);
-			exit(1);
-		}
-		usleep(10000);
-	}
-	sock_path = s->sock;
 }
 
 /* The service's stats region (read-only), for where queues landed and what
