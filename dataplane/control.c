@@ -1290,8 +1290,10 @@ int control_run(int rpc_fd)
 
 	while (!atomic_load(&dp_stopping)) {
 		/* Woken for the next deadline of a peer RPC connection or
-		 * lookup, if none of its fds is ready before. */
-		int n = epoll_wait(ctl.epfd, evs, 64, rpc_timeout_ms());
+		 * lookup, or of a quarantined mapping (copy.c), if none of
+		 * its fds is ready before. */
+		int tq = host_quarantine_sweep(), t = rpc_timeout_ms();
+		int n = epoll_wait(ctl.epfd, evs, 64, tq >= 0 && (t < 0 || tq < t) ? tq : t);
 
 		for (int i = 0; i < n; i++) {
 			struct ev_handler *h = evs[i].data.ptr;
@@ -1311,6 +1313,7 @@ int control_run(int rpc_fd)
 	unlink(cfg.socket_path);
 	pollers_stop();
 	control_cleanup();
+	host_quarantine_sweep(); /* dp_stopping: all of them */
 	notif_remote_cleanup();
 	directory_stop();
 	close(ctl.epfd);

@@ -14,6 +14,7 @@
  * at two thirds of its speed.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -422,11 +423,78 @@ static void host_poller_free(struct poller *p)
 	p->eng[ENGINE_host] = NULL;
 }
 
+/*
+ * Quarantine. A peer's RMA WRITE into an export may still be landing when
+ * the export's region goes (its owner died, say): closing the registration
+ * refuses new ones, but a provider that has taken a message's header goes
+ * on copying its payload (libfabric 1.17's tcp did, into memory we had
+ * unmapped: the service died; tests/fabric_owner_gone.c). So the mapping of
+ * a region registered for remote writes is replaced in place by anonymous
+ * memory (no reserve: late bytes land there and cost a page each), and the
+ * address range is unmapped only QUARANTINE_NS later, by the control
+ * thread: nothing late lands in freed memory, or in a new region mapped at
+ * the same address. The client's memfd pages are freed at once.
+ */
+#define QUARANTINE_NS 1000000000ull
+
+struct quarantined {
+	void *map;
+	size_t len;
+	uint64_t until;
+	struct quarantined *next;
+};
+
+static pthread_mutex_t quarantine_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct quarantined *quarantine_head, **quarantine_tail = &quarantine_head;
+
+static void host_quarantine(void *map, size_t len)
+{
+	struct quarantined *k = malloc(sizeof(*k));
+
+	if (!k ||
+	    mmap(map, len, PROT_READ | PROT_WRITE,
+		 MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
+		free(k);
+		munmap(map, len);
+		return;
+	}
+	*k = (struct quarantined){.map = map, .len = len, .until = dp_now_ns() + QUARANTINE_NS};
+	pthread_mutex_lock(&quarantine_lock);
+	*quarantine_tail = k;
+	quarantine_tail = &k->next;
+	pthread_mutex_unlock(&quarantine_lock);
+}
+
+int host_quarantine_sweep(void)
+{
+	uint64_t now = dp_now_ns();
+	int ms = -1;
+
+	pthread_mutex_lock(&quarantine_lock);
+	while (quarantine_head && (quarantine_head->until <= now || atomic_load(&dp_stopping))) {
+		struct quarantined *k = quarantine_head;
+
+		quarantine_head = k->next;
+		if (!quarantine_head)
+			quarantine_tail = &quarantine_head;
+		munmap(k->map, k->len);
+		free(k);
+	}
+	if (quarantine_head)
+		ms = (int)((quarantine_head->until - now + 999999) / 1000000);
+	pthread_mutex_unlock(&quarantine_lock);
+	return ms;
+}
+
 /* The mapping of a client's memfd is the region itself: it goes last. */
 static void host_region_close(struct region *r)
 {
-	if (r->kind == REGION_HOST && r->map)
-		munmap(r->map, r->map_len);
+	if (r->kind == REGION_HOST && r->map) {
+		if (atomic_load(&r->rma_target))
+			host_quarantine(r->map, r->map_len);
+		else
+			munmap(r->map, r->map_len);
+	}
 	if (r->kind == REGION_HOST && r->fd >= 0)
 		close(r->fd);
 }

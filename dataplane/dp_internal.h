@@ -117,6 +117,9 @@ struct region {
 	 * NULL until its first file I/O). Inline, not behind eng[], for the
 	 * file engine's per-slice check. */
 	_Atomic(struct fbuf_map *) fbuf;
+	/* Registered for peers' RMA (an export on the fabric): its mapping is
+	 * quarantined, not unmapped, when it goes (copy.c). */
+	atomic_bool rma_target;
 };
 
 /* A region exported under a name. `dead` is set before the owner's region
@@ -266,6 +269,10 @@ static inline void wake_efd_drain(int efd)
 }
 void qsbr_synchronize(void);
 void region_put(struct region *r);
+/* copy.c: mappings of regions peers could RMA into, kept (as anonymous
+ * memory) for a grace period after the region goes; the control thread
+ * sweeps them: ms until the next is due, -1 when none is kept. */
+int host_quarantine_sweep(void);
 void segment_put(struct segment *s);
 void client_put(struct client *c);
 

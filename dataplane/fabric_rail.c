@@ -594,6 +594,8 @@ int fabric_export_register(struct segment *s)
 		keys[r] = fi_mr_key(m->mr[r]);
 	}
 	s->eng[ENGINE_fabric] = m;
+	if (access & FI_REMOTE_WRITE)
+		atomic_store(&s->region->rma_target, true);
 	return 0;
 }
 
