@@ -39,11 +39,17 @@ static pid_t owner_start(const char *name, int ready)
 	return pid;
 }
 
-static bool alive(const struct svc *s)
+/* Fails the test, saying how, when service i has died. */
+static void check_alive(unsigned i, unsigned round)
 {
 	int status;
 
-	return waitpid(s->pid, &status, WNOHANG) == 0;
+	if (waitpid(fab_svc[i].pid, &status, WNOHANG) != fab_svc[i].pid)
+		return;
+	fab_svc[i].pid = 0;
+	cr_assert_fail("round %u: the %s service died: %s %d", round, i ? "owner's" : "writer's",
+		       WIFSIGNALED(status) ? "signal" : "exit status",
+		       WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
 }
 
 static void owner_gone(const char *prov)
@@ -123,8 +129,8 @@ static void owner_gone(const char *prov)
 			}
 			reaped += (unsigned)k;
 			inflight -= (unsigned)k;
-			cr_assert(alive(&fab_svc[1]), "round %u: the owner's service died", round);
-			cr_assert(alive(&fab_svc[0]), "round %u: the writer's service died", round);
+			check_alive(1, round);
+			check_alive(0, round);
 			cr_assert(!t_kill || now_ns() < t_kill + 20000000000ull,
 				  "round %u: %u WRITEs unanswered 20 s after the kill", round,
 				  sent - reaped);
