@@ -86,13 +86,16 @@ static void owner_gone(const char *prov)
 		seg = open_segment(ca, peer, name, DP_ACCESS_RW);
 		memset(done, 0, sizeof(done));
 		/* Keep DEPTH WRITEs in flight, 64 B and 1 MiB mixed; kill the
-		 * owner 40 ms in; stop submitting at the first failure, or 300 ms
-		 * after the kill. */
+		 * owner 40 ms in, once 4 have gone through; stop submitting at
+		 * the first failure, or 300 ms after the kill. */
 		while (reaped < sent || !t_kill || now_ns() < t_kill + 300000000ull) {
 			struct dp_cqe cqe[DEPTH];
 			int k;
 
-			if (!t_kill && now_ns() > t0 + 40000000ull) {
+			cr_assert(t_kill || now_ns() < t0 + 10000000000ull,
+				  "round %u: %u WRITEs done in 10 s, want 4 before the kill", round,
+				  ok);
+			if (!t_kill && ok >= 4 && now_ns() > t0 + 40000000ull) {
 				kill(owner, SIGKILL);
 				waitpid(owner, NULL, 0);
 				t_kill = now_ns();
