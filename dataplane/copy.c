@@ -467,22 +467,32 @@ static void host_quarantine(void *map, size_t len)
 
 int host_quarantine_sweep(void)
 {
+	struct quarantined *due = NULL, **tail = &due;
 	uint64_t now = dp_now_ns();
 	int ms = -1;
 
+	/* Unlinked under the lock, unmapped outside it: a poller dropping
+	 * the last reference of a region (host_quarantine) never waits for
+	 * a munmap. */
 	pthread_mutex_lock(&quarantine_lock);
 	while (quarantine_head && (quarantine_head->until <= now || atomic_load(&dp_stopping))) {
-		struct quarantined *k = quarantine_head;
+		*tail = quarantine_head;
+		tail = &quarantine_head->next;
+		quarantine_head = quarantine_head->next;
+	}
+	*tail = NULL;
+	if (!quarantine_head)
+		quarantine_tail = &quarantine_head;
+	else
+		ms = (int)((quarantine_head->until - now + 999999) / 1000000);
+	pthread_mutex_unlock(&quarantine_lock);
+	while (due) {
+		struct quarantined *k = due;
 
-		quarantine_head = k->next;
-		if (!quarantine_head)
-			quarantine_tail = &quarantine_head;
+		due = k->next;
 		munmap(k->map, k->len);
 		free(k);
 	}
-	if (quarantine_head)
-		ms = (int)((quarantine_head->until - now + 999999) / 1000000);
-	pthread_mutex_unlock(&quarantine_lock);
 	return ms;
 }
 

@@ -192,7 +192,6 @@ struct queue {
 	/* Loops in a row that found nothing to do for this queue; at
 	 * PARK_AFTER_LOOPS it is parked (poller.c). */
 	uint32_t idle_loops;
-	bool parked;
 	struct queue *next; /* the poller's list (queues, or parked) */
 };
 

@@ -581,7 +581,6 @@ static bool queue_park(struct poller *p, struct queue *q)
 		return false;
 	}
 	stats_queue_publish(q);
-	q->parked = true;
 	q->next = p->parked;
 	p->parked = q;
 	stats_parked(p, ++p->nparked);
@@ -604,7 +603,6 @@ static void poller_unpark(struct poller *p, bool all)
 		}
 		*pp = q->next;
 		dp_ring_finish_sleep(&q->pair.sq);
-		q->parked = false;
 		q->idle_loops = 0;
 		q->next = p->queues;
 		p->queues = q;

@@ -512,15 +512,18 @@ static double uring_nop_rate(unsigned batch, uint64_t total)
 	return (double)total / (double)t0 * 1e9;
 }
 
-static double local_write_rate(struct bench *b, unsigned batch, uint64_t total, struct progress *pg)
+/* 64 B WRITEs in batches of `batch`, `total` of them or, with ns, as many
+ * as `ns` allows (then the rest drained): desc/s. */
+static double write_rate(struct bench *b, unsigned batch, uint64_t total, uint64_t ns,
+			 struct progress *pg)
 {
 	struct dp_desc d[64];
 	struct dp_cqe cqe[256];
-	uint64_t t0, sent = 0, done = 0;
+	uint64_t t0 = dp_now_ns(), end = t0 + ns, sent = 0, done = 0;
+	bool open = true;
 
-	t0 = dp_now_ns();
-	while (done < total) {
-		if (sent < total) {
+	while (open || done < sent) {
+		if (open) {
 			unsigned n = total - sent < batch ? (unsigned)(total - sent) : batch;
 
 			for (unsigned i = 0; i < n; i++)
@@ -530,6 +533,8 @@ static double local_write_rate(struct bench *b, unsigned batch, uint64_t total, 
 			if (k < 0)
 				die("submit", k);
 			sent += (uint64_t)k;
+			if (sent == total || (ns && !(sent & 1023) && dp_now_ns() >= end))
+				open = false;
 		}
 		int k = dp_poll(b->q, cqe, 256);
 		if (k < 0)
@@ -541,7 +546,12 @@ static double local_write_rate(struct bench *b, unsigned batch, uint64_t total, 
 		if (pg && k)
 			progress_update(pg, done);
 	}
-	return (double)total / (double)(dp_now_ns() - t0) * 1e9;
+	return (double)done / (double)(dp_now_ns() - t0) * 1e9;
+}
+
+static double local_write_rate(struct bench *b, unsigned batch, uint64_t total, struct progress *pg)
+{
+	return write_rate(b, batch, total, 0, pg);
 }
 
 static void bench_rate(void)
@@ -1355,36 +1365,10 @@ static double proc_cpu_s(pid_t pid)
 	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
-/* 64 B WRITEs in batches of 32 (P4's workload) for `ns`, then the rest
- * drained: desc/s. */
+/* P4's workload (64 B WRITEs, batches of 32) for `ns`: desc/s. */
 static double timed_write_rate(struct bench *b, uint64_t ns)
 {
-	struct dp_desc d[32];
-	struct dp_cqe cqe[256];
-	uint64_t t0 = dp_now_ns(), end = t0 + ns, sent = 0, done = 0;
-	bool open = true;
-
-	while (open || done < sent) {
-		if (open) {
-			for (unsigned i = 0; i < 32; i++)
-				dp_prep_write(&d[i], b->src, ((sent + i) % 64) * 64, b->seg,
-					      ((sent + i) % 64) * 64, 64, sent + i);
-			int k = dp_submit(b->q, d, 32);
-			if (k < 0)
-				die("submit", k);
-			sent += (uint64_t)k;
-		}
-		int k = dp_poll(b->q, cqe, 256);
-		if (k < 0)
-			die("poll", k);
-		for (int i = 0; i < k; i++)
-			if (cqe[i].status)
-				die("completion", cqe[i].status);
-		done += (uint64_t)k;
-		if (open && !(sent & 1023) && dp_now_ns() >= end)
-			open = false;
-	}
-	return (double)done / (double)(dp_now_ns() - t0) * 1e9;
+	return write_rate(b, 32, UINT64_MAX, ns, NULL);
 }
 
 /* What the clients of one scale step share with the parent. */
