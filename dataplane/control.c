@@ -45,7 +45,6 @@
 #include "rpc.h"
 #include "segments.h"
 #include "stats.h"
-#include "vm.h"
 
 #define MAX_STRIKES 3
 #define MAX_FDS 4
@@ -132,10 +131,15 @@ static void uid_put(struct uid_acct *a)
 	free(a);
 }
 
-/* Whether `len` more mapped bytes fit the client's uid quota. */
-static bool mapped_fits(const struct client *c, uint64_t len)
+int client_map_quota(const struct client *c, uint64_t len)
 {
-	return len <= cfg.max_mapped_per_uid && c->acct->mapped <= cfg.max_mapped_per_uid - len;
+	if (len <= cfg.max_mapped_per_uid && c->acct->mapped <= cfg.max_mapped_per_uid - len)
+		return 0;
+	log_warn("client %u (pid %d uid %d '%s'): region of %llu bytes refused: uid has %llu of "
+		 "%llu bytes mapped (--max-mapped-gb-per-uid)",
+		 c->id, (int)c->pid, (int)c->uid, c->name, (unsigned long long)len,
+		 (unsigned long long)c->acct->mapped, (unsigned long long)cfg.max_mapped_per_uid);
+	return -EDQUOT;
 }
 
 /* A region leaves the client's table: its uid gets its bytes back. */
@@ -346,7 +350,8 @@ static int on_queue_destroy(struct client *c, struct msg_in *m, struct msg_out *
 /* Lets every engine add its state to a new memory region (the fabric
  * registers it, the GPU engine pins host memory), publishes it in the client's
  * table at `slot` and fills the reply with its id; on failure drops it. */
-static int region_publish(struct client *c, struct region *reg, unsigned slot, struct msg_out *o)
+static int region_publish(struct client *c, struct region *reg, unsigned slot, unsigned access,
+			  struct msg_out *o)
 {
 	struct dp_msg_id_reply r = {0};
 	int rc = engines_region_open(reg);
@@ -360,7 +365,7 @@ static int region_publish(struct client *c, struct region *reg, unsigned slot, s
 	stats_region_added(reg->len);
 	r.id = slot;
 	r.len = reg->len;
-	r.access = DP_ACCESS_RW;
+	r.access = access;
 	return reply_with(o, &r, sizeof(r), 0);
 }
 
@@ -376,209 +381,45 @@ static unsigned region_slot_free(const struct client *c)
 	return slot;
 }
 
-static int on_region_register(struct client *c, struct msg_in *m, struct msg_out *o)
+/*
+ * A new region, of a kind some engine brings (engine.h, region_msgs): the
+ * engine's open makes it from the request, every engine adds its state
+ * (region_publish), and it takes the client's first free slot.
+ */
+static int on_region_new(struct client *c, struct msg_in *m, struct msg_out *o)
 {
-	const struct dp_msg_region_register *req = m->payload;
-	long page = sysconf(_SC_PAGESIZE);
+	const struct engine_region_msg *rm = engines_region_msg(m->hdr.type);
+	int fd = ctl_msg_has_fd(m->hdr.type) ? take_fd(m) : -1;
+	unsigned slot = region_slot_free(c);
 	struct region *reg;
-	struct stat st;
-	int fd, seals, rc;
-	unsigned slot;
-	uint64_t aligned;
-	void *map;
+	int access, rc;
 
-	fd = take_fd(m);
-	rc = -EINVAL;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-		goto out_fd;
-	if (req->offset > (uint64_t)st.st_size || req->len > (uint64_t)st.st_size - req->offset)
-		goto out_fd;
-	aligned = req->offset & ~((uint64_t)page - 1);
-	/* Checked before anything is done to the memfd or our address space:
-	 * a refusal changes nothing. */
-	if (!mapped_fits(c, req->len + (req->offset - aligned))) {
-		log_warn("client %u (pid %d uid %d '%s'): region of %llu bytes refused: uid has "
-			 "%llu of %llu bytes mapped (--max-mapped-gb-per-uid)",
-			 c->id, (int)c->pid, (int)c->uid, c->name, (unsigned long long)req->len,
-			 (unsigned long long)c->acct->mapped,
-			 (unsigned long long)cfg.max_mapped_per_uid);
-		rc = -EDQUOT;
-		goto out_fd;
+	if (!rm) { /* a type of the protocol no engine of this build takes */
+		if (fd >= 0)
+			close(fd);
+		return -EOPNOTSUPP;
 	}
-	/* Only memory files: a seal against shrinking means a client can
-	 * never turn our access to its memory into SIGBUS. */
-	seals = fcntl(fd, F_GET_SEALS);
-	if (seals < 0)
-		goto out_fd;
-	if (!(seals & F_SEAL_SHRINK) && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) < 0) {
-		/* EPERM: F_SEAL_SEAL is set (a memfd made without
-		 * MFD_ALLOW_SEALING, or one sealed against further seals) or
-		 * the fd is read-only. Without the seal the client could
-		 * shrink the file under our mapping and turn our next access
-		 * into SIGBUS, so there is no unsealed way. The client can fix
-		 * this, or register its mapping with dp_register_mem: say so.
-		 * c->name is printable ASCII (on_hello). */
-		const char *why = "the memfd refused the seal";
-
-		if ((fcntl(fd, F_GETFL) & O_ACCMODE) == O_RDONLY)
-			why = "the memfd is open read-only";
-		else if (seals & F_SEAL_SEAL)
-			why = "the memfd does not allow sealing (F_SEAL_SEAL: memfd_create without "
-			      "MFD_ALLOW_SEALING)";
-		rc = -EPERM;
-		log_warn("client %u (pid %d '%s'): region refused (EPERM): %s; the service "
-			 "seals memfds against shrinking. Create it with memfd_create(name, "
-			 "MFD_ALLOW_SEALING), pass it read-write, or register its mapping with "
-			 "dp_register_mem()",
-			 c->id, (int)c->pid, c->name, why);
-		goto out_fd;
-	}
-	slot = region_slot_free(c);
-	rc = -ENOSPC;
-	if (slot == DP_MAX_REGIONS)
-		goto out_fd;
-	map = mmap(NULL, req->len + (req->offset - aligned), PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-		   (off_t)aligned);
-	if (map == MAP_FAILED) {
-		rc = errno == EACCES ? -EACCES : -ENOMEM;
-		goto out_fd;
-	}
-	reg = calloc(1, sizeof(*reg));
+	reg = slot < DP_MAX_REGIONS ? calloc(1, sizeof(*reg)) : NULL;
 	if (!reg) {
-		munmap(map, req->len + (req->offset - aligned));
-		rc = -ENOMEM;
-		goto out_fd;
+		if (fd >= 0)
+			close(fd);
+		return slot < DP_MAX_REGIONS ? -ENOMEM : -ENOSPC;
+	}
+	access = rm->open(reg, c, m->payload, fd);
+	if (access < 0) {
+		free(reg);
+		return access;
 	}
 	atomic_init(&reg->refs, 1);
 	reg->id = slot;
-	reg->kind = REGION_HOST;
-	/* Kept (closed with the mapping, copy.c): a service of this host that
-	 * opens an export of it is given the memfd (samehost.c). */
-	reg->fd = fd;
-	reg->file_off = req->offset;
-	reg->map = map;
-	reg->map_len = req->len + (req->offset - aligned);
-	reg->base = (uint8_t *)map + (req->offset - aligned);
-	reg->len = req->len;
 	reg->owner_pid = c->pid;
-	rc = region_publish(c, reg, slot, o);
+	rc = region_publish(c, reg, slot, (unsigned)access, o);
 	if (rc)
 		return rc;
-	reg->charged = reg->map_len;
 	c->acct->mapped += reg->charged;
-	log_debug("client %u: region %u, %llu bytes", c->id, slot, (unsigned long long)reg->len);
-	return 0;
-out_fd:
-	close(fd);
-	return rc;
-}
-
-/* GPU memory: a CUDA IPC handle plus the range in its allocation (gpu.c). */
-static int on_region_register_cuda(struct client *c, struct msg_in *m, struct msg_out *o)
-{
-	const struct dp_msg_region_register_cuda *req = m->payload;
-	struct region *reg;
-	unsigned slot;
-	int rc;
-
-	slot = region_slot_free(c);
-	if (slot == DP_MAX_REGIONS)
-		return -ENOSPC;
-	reg = calloc(1, sizeof(*reg));
-	if (!reg)
-		return -ENOMEM;
-	rc = gpu_region_open(reg, req);
-	if (rc) {
-		free(reg);
-		return rc;
-	}
-	atomic_init(&reg->refs, 1);
-	reg->id = slot;
-	reg->owner_pid = c->pid;
-	rc = region_publish(c, reg, slot, o);
-	if (rc)
-		return rc;
-	log_debug("client %u: GPU region %u, %llu bytes on device %d", c->id, slot,
-		  (unsigned long long)reg->len, reg->device);
-	return 0;
-}
-
-/* Memory of the client process (vm.c): its own, since the process is the
- * one that connected (SO_PEERCRED), never one a message names. Not
- * mapped here, so not charged to --max-mapped-gb-per-uid. */
-static int on_region_register_mem(struct client *c, struct msg_in *m, struct msg_out *o)
-{
-	const struct dp_msg_region_register_mem *req = m->payload;
-	struct region *reg;
-	unsigned slot;
-	int rc;
-
-	slot = region_slot_free(c);
-	if (slot == DP_MAX_REGIONS)
-		return -ENOSPC;
-	reg = calloc(1, sizeof(*reg));
-	if (!reg)
-		return -ENOMEM;
-	rc = vm_region_open(reg, c, req->addr, req->len);
-	if (rc) {
-		free(reg);
-		return rc;
-	}
-	atomic_init(&reg->refs, 1);
-	reg->id = slot;
-	reg->owner_pid = c->pid;
-	rc = region_publish(c, reg, slot, o);
-	if (rc)
-		return rc;
-	log_debug("client %u: memory region %u, %llu bytes of pid %d", c->id, slot,
-		  (unsigned long long)reg->len, (int)c->pid);
-	return 0;
-}
-
-/* Files (fileio.c): an fd the client passed, or a path the service opens
- * beneath --file-root. */
-static int on_region_file(struct client *c, struct msg_in *m, struct msg_out *o)
-{
-	const struct dp_msg_region_path *req = m->payload;
-	bool by_path = m->hdr.type == DP_MSG_REGION_OPEN_PATH;
-	struct dp_msg_id_reply r = {0};
-	struct region *reg;
-	unsigned slot;
-	int fd = -1, rc;
-
-	if (!by_path)
-		fd = take_fd(m);
-	slot = region_slot_free(c);
-	rc = -ENOSPC;
-	if (slot == DP_MAX_REGIONS)
-		goto out_fd;
-	rc = -ENOMEM;
-	reg = calloc(1, sizeof(*reg));
-	if (!reg)
-		goto out_fd;
-	/* Takes the fd over, on failure too. */
-	rc = fileio_region_open(reg, fd, by_path ? req->path : NULL, req->file.offset,
-				req->file.len, req->file.access);
-	if (rc) {
-		free(reg);
-		return rc;
-	}
-	atomic_init(&reg->refs, 1);
-	reg->id = slot;
-	reg->owner_pid = c->pid;
-	/* Release: pairs with the acquire in desc_resolve(). */
-	atomic_store_explicit(&c->regions[slot], reg, memory_order_release);
-	stats_region_added(reg->len);
-	r.id = slot;
-	r.len = reg->len;
-	r.access = req->file.access & DP_ACCESS_RW;
-	log_debug("client %u: file region %u, %llu bytes", c->id, slot,
+	log_debug("client %u: %s region %u, %llu bytes", c->id, rm->what, slot,
 		  (unsigned long long)reg->len);
-	return reply_with(o, &r, sizeof(r), 0);
-out_fd:
-	if (fd >= 0)
-		close(fd);
-	return rc;
+	return 0;
 }
 
 /* A handle on `s` for `c` with `access`, and the open's reply. */
@@ -822,21 +663,17 @@ static int on_notify_open(struct client *c, struct msg_in *m, struct msg_out *o)
 
 typedef int (*handler_fn)(struct client *, struct msg_in *, struct msg_out *);
 
-/* Indexed by a type ctl_msg_check_hdr() accepted: one handler for each. */
+/* Indexed by a type ctl_msg_check_hdr() accepted: one handler for each,
+ * or on_region_new for the types an engine registers memory with. */
 static const handler_fn handlers[CTL_MSG_NTYPES] = {
 	[DP_MSG_HELLO] = on_hello,
 	[DP_MSG_QUEUE_CREATE] = on_queue_create,
 	[DP_MSG_QUEUE_DESTROY] = on_queue_destroy,
-	[DP_MSG_REGION_REGISTER] = on_region_register,
 	[DP_MSG_REGION_FREE] = on_region_free,
 	[DP_MSG_SEGMENT_EXPORT] = on_segment_export,
 	[DP_MSG_SEGMENT_UNEXPORT] = on_segment_unexport,
 	[DP_MSG_SEGMENT_OPEN] = on_segment_open,
 	[DP_MSG_SEGMENT_CLOSE] = on_segment_close,
-	[DP_MSG_REGION_REGISTER_CUDA] = on_region_register_cuda,
-	[DP_MSG_REGION_REGISTER_FILE] = on_region_file,
-	[DP_MSG_REGION_OPEN_PATH] = on_region_file,
-	[DP_MSG_REGION_REGISTER_MEM] = on_region_register_mem,
 	[DP_MSG_NOTIFY_OPEN] = on_notify_open,
 };
 
@@ -909,7 +746,7 @@ static bool client_read(struct client *c)
 	o.len = 0;
 	o.nfds = 0;
 	o.hang_up = false;
-	rc = handlers[m.hdr.type](c, &m, &o);
+	rc = handlers[m.hdr.type] ? handlers[m.hdr.type](c, &m, &o) : on_region_new(c, &m, &o);
 	/* Fds the handler did not take: none of the type's, or left over. */
 	for (int i = 0; i < m.nfds; i++)
 		close(m.fds[i]);

@@ -509,6 +509,8 @@ static void host_region_close(struct region *r)
 		close(r->fd);
 }
 
+extern const struct engine_region_msg host_region_msgs[]; /* host_region.c */
+
 static int host_init(void)
 {
 #ifdef __x86_64__
@@ -528,5 +530,6 @@ const struct engine host_engine = {
 	.busy = host_busy,
 	.cancel_all = host_cancel_all,
 	.poller_free = host_poller_free,
+	.region_msgs = host_region_msgs,
 	.region_close = host_region_close,
 };

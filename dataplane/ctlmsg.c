@@ -147,6 +147,11 @@ int ctl_msg_check_payload(const struct dp_msg_hdr *hdr, const void *payload, uns
 	}
 }
 
+bool ctl_msg_has_fd(uint32_t type)
+{
+	return type < CTL_MSG_NTYPES && shapes[type].fd;
+}
+
 int ctl_msg_check(const void *buf, size_t len, unsigned nfds)
 {
 	struct dp_msg_hdr hdr;

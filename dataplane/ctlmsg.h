@@ -47,6 +47,10 @@ int ctl_msg_check_hdr(const void *buf, size_t len, struct dp_msg_hdr *hdr);
  */
 int ctl_msg_check_payload(const struct dp_msg_hdr *hdr, const void *payload, unsigned nfds);
 
+/* Whether a request of @type carries one fd (the checks above made sure
+ * it came). */
+bool ctl_msg_has_fd(uint32_t type);
+
 /* Both, in that order, on a whole packet: 0 or the first error. */
 int ctl_msg_check(const void *buf, size_t len, unsigned nfds);
 

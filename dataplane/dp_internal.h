@@ -222,6 +222,11 @@ struct client {
 	struct client *next;
 };
 
+/* 0 when @len more bytes mapped here fit client @c's uid quota
+ * (--max-mapped-gb-per-uid; control.c), else -EDQUOT, logged. Control
+ * thread. */
+int client_map_quota(const struct client *c, uint64_t len);
+
 struct poller {
 	unsigned idx;
 	int cpu;

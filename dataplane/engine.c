@@ -47,6 +47,15 @@ int engines_region_open(struct region *r)
 	return 0;
 }
 
+const struct engine_region_msg *engines_region_msg(uint32_t type)
+{
+	for (unsigned i = 0; i < DP_ENGINES; i++)
+		for (const struct engine_region_msg *m = engines[i]->region_msgs; m && m->type; m++)
+			if (m->type == type)
+				return m;
+	return NULL;
+}
+
 void engines_region_close(struct region *r)
 {
 	for (unsigned i = DP_ENGINES; i--;)

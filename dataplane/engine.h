@@ -59,6 +59,27 @@ struct xfer {
 	const struct notif_req *notify;
 };
 
+/*
+ * A kind of memory an engine brings: the control message that registers it
+ * and what makes a region of it. The message's bytes are the protocol's
+ * (dp_proto.h; ctlmsg.c checks its length, fd and fields before anything
+ * runs); the region is the engine's.
+ */
+struct engine_region_msg {
+	uint32_t type;	  /* DP_MSG_REGION_...; 0 ends an engine's list */
+	const char *what; /* for the log: "host", "GPU", "file", ... */
+	/* Control thread. Fills @reg (zeroed) from @payload, a request of
+	 * this type from client @c, and @fd (the one that came with it, -1
+	 * for types without one; taken over, closed on failure too): kind,
+	 * base, len, its own eng[] slot, and `charged` for memory mapped here
+	 * (counted against --max-mapped-gb-per-uid: client_map_quota()).
+	 * Returns the access the region allows (DP_ACCESS_READ or
+	 * DP_ACCESS_RW), or -errno with nothing of @reg left to undo. Every
+	 * engine's region_open then runs on the region, and it is published
+	 * in the client's table (control.c, on_region_new). */
+	int (*open)(struct region *reg, struct client *c, const void *payload, int fd);
+};
+
 struct engine {
 	const char *name;
 	/* Service start and stop (main thread, in engines.def order; fini in
@@ -97,6 +118,11 @@ struct engine {
 	 * region whose open failed or never ran). */
 	int (*region_open)(struct region *r);
 	void (*region_close)(struct region *r);
+	/* Kinds of memory this engine brings (control thread): the
+	 * registration messages it answers, ended by type 0; NULL for none.
+	 * A new kind of memory is such an entry, its message in dp_proto.h
+	 * and ctlmsg.c, and the client's call (docs/architecture.md). */
+	const struct engine_region_msg *region_msgs;
 	/* Exports (control thread): what other services need to reach s. */
 	int (*segment_export)(struct segment *s);
 	void (*segment_unexport)(struct segment *s);
@@ -136,6 +162,8 @@ static inline void engine_help_withdraw(void)
 int engines_init(void);
 void engines_fini(void);
 int engines_region_open(struct region *r);
+/* The entry some engine's region_msgs has for message @type, or NULL. */
+const struct engine_region_msg *engines_region_msg(uint32_t type);
 void engines_region_close(struct region *r);
 int engines_segment_export(struct segment *s);
 void engines_segment_unexport(struct segment *s);

@@ -168,8 +168,18 @@ static void dio_probe(struct file_region *f, int fd, const struct stat *st)
 	}
 }
 
-int fileio_region_open(struct region *reg, int fd, const char *path, uint64_t offset, uint64_t len,
-		       unsigned flags)
+/*
+ * Builds a file region from @fd (taken over: closed on failure too) or, when
+ * @fd is -1, from @path opened beneath --file-root. @len 0 means "to the
+ * end of the file"; @flags is the access mode, with DP_FILE_BUFFERED for
+ * no O_DIRECT. Fills @reg's kind, fd, file_off, len and eng[ENGINE_file].
+ * The access mode, or: -EINVAL bad access, range or file type (only regular
+ * files and block devices), -EPERM the fd's mode does not allow the access
+ * or the path leaves --file-root (or there is none), -ENOENT no such path,
+ * -ENOTSUP no io_uring.
+ */
+static int file_region_open(struct region *reg, int fd, const char *path, uint64_t offset,
+			    uint64_t len, unsigned flags)
 {
 	unsigned access = flags & ~DP_FILE_BUFFERED;
 	int acc = access == DP_ACCESS_RW ? O_RDWR : O_RDONLY, fl, rc;
@@ -266,13 +276,39 @@ int fileio_region_open(struct region *reg, int fd, const char *path, uint64_t of
 		  shown, (unsigned long long)len, (unsigned long long)offset,
 		  access == DP_ACCESS_RW ? "rw" : "ro", f->dfd >= 0 ? "yes" : "no", f->off_align,
 		  f->mem_align, f->slot >= 0 ? "registered" : "plain");
-	return 0;
+	return (int)access;
 err:
 	if (fd >= 0)
 		close(fd);
 	free(f);
 	return rc;
 }
+
+/* DP_MSG_REGION_REGISTER_FILE: a file the client passed. */
+static int file_region_by_fd(struct region *reg, struct client *c, const void *payload, int fd)
+{
+	const struct dp_msg_region_file *req = payload;
+
+	(void)c;
+	return file_region_open(reg, fd, NULL, req->offset, req->len, req->access);
+}
+
+/* DP_MSG_REGION_OPEN_PATH: a path the service opens beneath --file-root. */
+static int file_region_by_path(struct region *reg, struct client *c, const void *payload, int no_fd)
+{
+	const struct dp_msg_region_path *req = payload;
+
+	(void)c;
+	(void)no_fd;
+	return file_region_open(reg, -1, req->path, req->file.offset, req->file.len,
+				req->file.access);
+}
+
+const struct engine_region_msg file_region_msgs[] = {
+	{DP_MSG_REGION_REGISTER_FILE, "file", file_region_by_fd},
+	{DP_MSG_REGION_OPEN_PATH, "file", file_region_by_path},
+	{0},
+};
 
 void file_region_close(struct region *reg)
 {

@@ -850,5 +850,6 @@ const struct engine file_engine = {
 	.progress = fileio_progress,
 	.busy = fileio_busy,
 	.cancel_all = fileio_cancel_all,
+	.region_msgs = file_region_msgs,
 	.region_close = fileio_region_close,
 };

@@ -58,18 +58,6 @@ struct file_region {
  * At a region's last reference it closes the file's fds, or drops a host
  * region from the rings' fixed buffers. */
 
-/*
- * Control thread. Builds a file region from @fd (taken over: closed on
- * failure too) or, when @fd is -1, from @path opened beneath --file-root.
- * @len 0 means "to the end of the file"; @flags is the access mode, with
- * DP_FILE_BUFFERED for no O_DIRECT. Fills @reg's kind, fd, file_off, len
- * and eng[ENGINE_file]. 0, or: -EINVAL bad access, range or file type (only
- * regular files and block devices), -EPERM the fd's mode does not allow
- * @access or the path leaves --file-root (or there is none), -ENOENT no
- * such path, -ENOTSUP no io_uring.
- */
-int fileio_region_open(struct region *reg, int fd, const char *path, uint64_t offset, uint64_t len,
-		       unsigned flags);
 /* True when @r allows every access in @need (any region that is not a
  * file allows everything). */
 static inline bool fileio_access_ok(const struct region *r, unsigned need)

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 
 #include "dp_internal.h"
+#include "engine.h"
 
 /* Hidden: -fPIC code reaches these directly, as when they were static. */
 #pragma GCC visibility push(hidden)
@@ -70,6 +71,8 @@ extern pthread_mutex_t slot_lock;
 int file_root_open(void);
 void file_root_close(void);
 void file_region_close(struct region *reg);
+/* The file engine's kinds of memory: a file by fd or by path (engine.h). */
+extern const struct engine_region_msg file_region_msgs[];
 
 #pragma GCC visibility pop
 

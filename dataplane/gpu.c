@@ -10,6 +10,21 @@
 #include "fault.h"
 #include "gpu.h"
 
+/* DP_MSG_REGION_REGISTER_CUDA: GPU memory, by its CUDA IPC handle. */
+static int gpu_region_by_ipc(struct region *reg, struct client *c, const void *payload, int no_fd)
+{
+	int rc = gpu_region_open(reg, payload);
+
+	(void)c;
+	(void)no_fd;
+	return rc ? rc : (int)DP_ACCESS_RW;
+}
+
+static const struct engine_region_msg gpu_region_msgs[] = {
+	{DP_MSG_REGION_REGISTER_CUDA, "GPU", gpu_region_by_ipc},
+	{0},
+};
+
 #ifndef DP_HAVE_CUDA
 
 static int gpu_init(void)
@@ -94,6 +109,7 @@ const struct engine gpu_engine = {
 	.submit = gpu_submit,
 	.progress = gpu_progress,
 	.busy = gpu_busy,
+	.region_msgs = gpu_region_msgs,
 };
 
 #else /* DP_HAVE_CUDA */
@@ -1001,6 +1017,7 @@ const struct engine gpu_engine = {
 	.busy = gpu_busy,
 	.cancel_all = gpu_drain,
 	.poller_free = gpu_poller_free,
+	.region_msgs = gpu_region_msgs,
 	.region_open = gpu_region_pin,
 	.region_close = gpu_region_release,
 };

@@ -38,7 +38,6 @@
 
 #include "clock.h"
 #include "engine.h"
-#include "vm.h"
 
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77 /* Linux 6.5; Debian 12's headers predate it */
@@ -351,8 +350,20 @@ static int vm_pidfd(const struct client *c)
 	return fd;
 }
 
-int vm_region_open(struct region *reg, const struct client *c, uint64_t addr, uint64_t len)
+/*
+ * A REGION_VM over bytes [addr, addr + len) of the process that opened @c's
+ * connection: a pidfd of it (SO_PEERPIDFD, else pidfd_open of its
+ * SO_PEERCRED pid) and a probe of the first and last byte. -EFAULT a byte
+ * of the range is not mapped in that process, -ESRCH the process is gone,
+ * -EPERM the service may not access its memory (another uid while the
+ * service is not root, a non-dumpable process, Yama ptrace_scope), -EMFILE
+ * / -ENOMEM. Its own, since the process is the one that connected, never
+ * one a message names. Not mapped here, so not charged.
+ */
+static int vm_region_open(struct region *reg, struct client *c, const void *payload, int no_fd)
 {
+	const struct dp_msg_region_register_mem *req = payload;
+	uint64_t addr = req->addr, len = req->len;
 	uint8_t probe[2];
 	struct iovec l = {.iov_base = probe, .iov_len = 2};
 	struct iovec r[2] = {{.iov_base = (void *)(uintptr_t)addr, .iov_len = 1},
@@ -362,6 +373,7 @@ int vm_region_open(struct region *reg, const struct client *c, uint64_t addr, ui
 	ssize_t got;
 	int fd, rc;
 
+	(void)no_fd;
 	fd = vm_pidfd(c);
 	if (fd < 0)
 		return fd;
@@ -393,8 +405,13 @@ int vm_region_open(struct region *reg, const struct client *c, uint64_t addr, ui
 	reg->fd = -1;
 	reg->len = len;
 	reg->eng[ENGINE_vm] = m;
-	return 0;
+	return DP_ACCESS_RW;
 }
+
+static const struct engine_region_msg vm_region_msgs[] = {
+	{DP_MSG_REGION_REGISTER_MEM, "memory", vm_region_open},
+	{0},
+};
 
 const struct engine vm_engine = {
 	.name = "vm",
@@ -403,5 +420,6 @@ const struct engine vm_engine = {
 	.busy = vm_busy,
 	.cancel_all = vm_cancel_all,
 	.poller_free = vm_poller_free,
+	.region_msgs = vm_region_msgs,
 	.region_close = vm_region_close,
 };
