@@ -82,7 +82,7 @@ struct fab_poller {
 	struct fab_op *head, *tail; /* ops with slices to post or out */
 	unsigned nops;
 	uint64_t last_timeout_scan;
-	uint64_t nposted; /* fabric_post's transfers so far: their first rail */
+	uint64_t nposted;    /* fabric_post's transfers so far: their first rail */
 	unsigned idle_ticks; /* poller 0: progress calls with nothing of its own */
 	/* Pools: ops and slices come from these free lists and go back to
 	 * them, so a transfer allocates nothing once the pools hold as many
