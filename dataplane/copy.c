@@ -25,6 +25,7 @@
 
 #include "engine.h"
 #include "notif.h"
+#include "oplist.h"
 #include "stats.h"
 
 #ifdef DP_TSAN
@@ -44,6 +45,7 @@ void __tsan_ignore_thread_end(void);
 
 /* A copy larger than inline_max, not finished yet. */
 struct copy_op {
+	struct op_node node; /* first: its host_poller's list */
 	struct queue *q;
 	uint64_t user_data;
 	uint64_t submit_ns;
@@ -57,7 +59,6 @@ struct copy_op {
 	bool stream;   /* stream_copy: len >= STREAM_MIN, no overlap */
 	bool backward; /* dst overlaps src from above: chunks from the end */
 	bool striped;  /* offered on its poller's stripe slot */
-	struct copy_op *next;
 };
 
 /*
@@ -85,7 +86,7 @@ static struct stripe_slot slots[DP_MAX_POLLERS];
 
 /* A poller's pending copies (p->eng[ENGINE_host]), and spare ops. */
 struct host_poller {
-	struct copy_op *head, *tail, *spare;
+	struct op_list ops;
 };
 
 /*
@@ -270,12 +271,7 @@ static struct copy_op *op_alloc(struct poller *p)
 			return NULL;
 		p->eng[ENGINE_host] = h;
 	}
-	op = h->spare;
-	if (op) {
-		h->spare = op->next;
-		return op;
-	}
-	return malloc(sizeof(*op));
+	return op_list_get(&h->ops, sizeof(*op));
 }
 
 static void op_finish(struct poller *p, struct host_poller *h, struct copy_op *op, int status)
@@ -293,8 +289,7 @@ static void op_finish(struct poller *p, struct host_poller *h, struct copy_op *o
 	queue_complete_ns(q, op->user_data, op->submit_ns, status, status ? 0 : op->len, op->path);
 	region_put(op->ra);
 	region_put(op->rb);
-	op->next = h->spare;
-	h->spare = op;
+	op_list_put(&h->ops, &op->node);
 }
 
 static void host_submit(struct poller *p, const struct xfer *x)
@@ -338,11 +333,7 @@ static void host_submit(struct poller *p, const struct xfer *x)
 	}
 	x->q->inflight++;
 	h = p->eng[ENGINE_host];
-	if (h->tail)
-		h->tail->next = op;
-	else
-		h->head = op;
-	h->tail = op;
+	op_list_push(&h->ops, &op->node);
 	engine_kick(p, ENGINE_host);
 }
 
@@ -353,8 +344,8 @@ static int host_progress(struct poller *p)
 	struct host_poller *h = p->eng[ENGINE_host];
 	int steps = 0;
 
-	while (h && h->head && steps < STEPS_PER_LOOP) {
-		struct copy_op *op = h->head;
+	while (h && steps < STEPS_PER_LOOP && op_list_busy(&h->ops)) {
+		struct copy_op *op = (struct copy_op *)op_list_pop(&h->ops);
 		uint64_t n = op->len - op->done;
 
 		if (op->striped) {
@@ -375,19 +366,10 @@ static int host_progress(struct poller *p)
 			op->done += n;
 		}
 		steps++;
-		h->head = op->next;
-		if (!h->head)
-			h->tail = NULL;
-		op->next = NULL;
-		if (op->done == op->len) {
+		if (op->done == op->len)
 			op_finish(p, h, op, 0);
-			continue;
-		}
-		if (h->tail)
-			h->tail->next = op;
 		else
-			h->head = op;
-		h->tail = op;
+			op_list_push(&h->ops, &op->node);
 	}
 	return steps;
 }
@@ -396,7 +378,7 @@ static bool host_busy(const struct poller *p)
 {
 	const struct host_poller *h = p->eng[ENGINE_host];
 
-	return h && h->head;
+	return h && op_list_busy(&h->ops);
 }
 
 /* At shutdown host copies are finished, not cancelled: they need nothing
@@ -413,12 +395,7 @@ static void host_poller_free(struct poller *p)
 
 	if (!h)
 		return;
-	while (h->spare) {
-		struct copy_op *op = h->spare;
-
-		h->spare = op->next;
-		free(op);
-	}
+	op_list_free(&h->ops);
 	free(h);
 	p->eng[ENGINE_host] = NULL;
 }

@@ -38,6 +38,7 @@
 
 #include "clock.h"
 #include "engine.h"
+#include "oplist.h"
 
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77 /* Linux 6.5; Debian 12's headers predate it */
@@ -65,6 +66,7 @@ struct vm_end {
 
 /* A copy larger than inline_max, not finished yet. */
 struct vm_op {
+	struct op_node node; /* first: its vm_poller's list */
 	struct queue *q;
 	uint64_t user_data;
 	uint64_t submit_ns;
@@ -72,14 +74,13 @@ struct vm_op {
 	uint64_t len, done;
 	uint32_t path;
 	struct region *ra, *rb; /* references held until the op completes */
-	struct vm_op *next;
 };
 
 /* A poller's pending copies (p->eng[ENGINE_vm]), spare ops, the bounce
  * buffer of VM <-> VM copies (cfg.chunk bytes, made at the first), and the
  * processes found alive, when. */
 struct vm_poller {
-	struct vm_op *head, *tail, *spare;
+	struct op_list ops;
 	uint8_t *bounce;
 	struct {
 		const struct vm_mem *vm;
@@ -195,8 +196,7 @@ static void op_finish(struct vm_poller *v, struct vm_op *op, int status)
 	queue_complete_ns(q, op->user_data, op->submit_ns, status, status ? 0 : op->len, op->path);
 	region_put(op->ra);
 	region_put(op->rb);
-	op->next = v->spare;
-	v->spare = op;
+	op_list_put(&v->ops, &op->node);
 }
 
 static void vm_submit(struct poller *p, const struct xfer *x)
@@ -224,10 +224,8 @@ static void vm_submit(struct poller *p, const struct xfer *x)
 		queue_complete_ns(x->q, x->user_data, x->submit_ns, rc, rc ? 0 : x->len, x->path);
 		return;
 	}
-	op = v->spare;
-	if (op)
-		v->spare = op->next;
-	else if (!(op = malloc(sizeof(*op)))) {
+	op = op_list_get(&v->ops, sizeof(*op));
+	if (!op) {
 		queue_complete_ns(x->q, x->user_data, x->submit_ns, -ENOMEM, 0, 0);
 		return;
 	}
@@ -245,11 +243,7 @@ static void vm_submit(struct poller *p, const struct xfer *x)
 			     .ra = x->ra,
 			     .rb = x->rb};
 	x->q->inflight++;
-	if (v->tail)
-		v->tail->next = op;
-	else
-		v->head = op;
-	v->tail = op;
+	op_list_push(&v->ops, &op->node);
 	engine_kick(p, ENGINE_vm);
 }
 
@@ -259,8 +253,8 @@ static int vm_progress(struct poller *p)
 	struct vm_poller *v = p->eng[ENGINE_vm];
 	int steps = 0;
 
-	while (v && v->head && steps < STEPS_PER_LOOP) {
-		struct vm_op *op = v->head;
+	while (v && steps < STEPS_PER_LOOP && op_list_busy(&v->ops)) {
+		struct vm_op *op = (struct vm_op *)op_list_pop(&v->ops);
 		uint64_t n = op->len - op->done;
 		int rc;
 
@@ -269,19 +263,10 @@ static int vm_progress(struct poller *p)
 		rc = vm_move(v, &op->src, &op->dst, op->done, n);
 		op->done += n;
 		steps++;
-		v->head = op->next;
-		if (!v->head)
-			v->tail = NULL;
-		op->next = NULL;
-		if (rc || op->done == op->len) {
+		if (rc || op->done == op->len)
 			op_finish(v, op, rc);
-			continue;
-		}
-		if (v->tail)
-			v->tail->next = op;
 		else
-			v->head = op;
-		v->tail = op;
+			op_list_push(&v->ops, &op->node);
 	}
 	return steps;
 }
@@ -290,7 +275,7 @@ static bool vm_busy(const struct poller *p)
 {
 	const struct vm_poller *v = p->eng[ENGINE_vm];
 
-	return v && v->head;
+	return v && op_list_busy(&v->ops);
 }
 
 /* At shutdown copies are finished (a gone process fails them at once). */
@@ -306,12 +291,7 @@ static void vm_poller_free(struct poller *p)
 
 	if (!v)
 		return;
-	while (v->spare) {
-		struct vm_op *op = v->spare;
-
-		v->spare = op->next;
-		free(op);
-	}
+	op_list_free(&v->ops);
 	free(v->bounce);
 	free(v);
 	p->eng[ENGINE_vm] = NULL;

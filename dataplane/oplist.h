@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * oplist.h - an engine's pending work on one poller: a FIFO of the copies
+ * it advances round robin, a step each, and a pool of spare entries so that
+ * a poller in steady state allocates nothing. Intrusive and unlocked: one
+ * per poller, touched by that poller only. An entry starts with its
+ * struct op_node.
+ */
+#ifndef DP_OPLIST_H
+#define DP_OPLIST_H
+
+#include <stdbool.h>
+#include <stdlib.h>
+
+struct op_node {
+	struct op_node *next;
+};
+
+struct op_list {
+	struct op_node *head, *tail; /* pending, oldest first */
+	struct op_node *spare;	     /* entries to reuse */
+};
+
+static inline bool op_list_busy(const struct op_list *l)
+{
+	return l->head != NULL;
+}
+
+/* Appends @n to the pending FIFO. */
+static inline void op_list_push(struct op_list *l, struct op_node *n)
+{
+	n->next = NULL;
+	if (l->tail)
+		l->tail->next = n;
+	else
+		l->head = n;
+	l->tail = n;
+}
+
+/* The oldest pending entry, taken off the FIFO; NULL when none. */
+static inline struct op_node *op_list_pop(struct op_list *l)
+{
+	struct op_node *n = l->head;
+
+	if (n) {
+		l->head = n->next;
+		if (!l->head)
+			l->tail = NULL;
+	}
+	return n;
+}
+
+/* An entry of @size bytes: a spare one, else a new one (NULL: no memory). */
+static inline void *op_list_get(struct op_list *l, size_t size)
+{
+	struct op_node *n = l->spare;
+
+	if (!n)
+		return malloc(size);
+	l->spare = n->next;
+	return n;
+}
+
+/* @n is done with: kept for op_list_get. */
+static inline void op_list_put(struct op_list *l, struct op_node *n)
+{
+	n->next = l->spare;
+	l->spare = n;
+}
+
+/* Frees the spare entries (the pending FIFO must be empty). */
+static inline void op_list_free(struct op_list *l)
+{
+	while (l->spare) {
+		struct op_node *n = l->spare;
+
+		l->spare = n->next;
+		free(n);
+	}
+}
+
+#endif /* DP_OPLIST_H */
