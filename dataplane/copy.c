@@ -337,41 +337,43 @@ static void host_submit(struct poller *p, const struct xfer *x)
 	engine_kick(p, ENGINE_host);
 }
 
-/* Round robin over the pending copies, one chunk each; a copy on offer
- * to the other pollers (stripe_offer) advances by a stripe of its own. */
+/* One chunk of a pending copy (host_progress: round robin over them); a
+ * copy on offer to the other pollers (stripe_offer) advances by a stripe of
+ * its own. True once it is finished. */
+static bool host_step(struct op_node *node, void *arg)
+{
+	struct poller *p = arg;
+	struct copy_op *op = (struct copy_op *)node;
+	uint64_t n = op->len - op->done;
+
+	if (op->striped) {
+		stripe_step(p, op);
+	} else if (!op->done && op->stream && cfg.stripe_min && op->len >= cfg.stripe_min &&
+		   cfg.pollers > 1 && stripe_offer(p, op)) {
+		stripe_step(p, op);
+	} else {
+		uint64_t at;
+
+		if (n > cfg.chunk)
+			n = cfg.chunk;
+		/* A region written onto itself a little further on goes from
+		 * the end, or a chunk would overwrite the source of the chunks
+		 * after it (memmove's rule). */
+		at = op->backward ? op->len - op->done - n : op->done;
+		client_bytes_copy(op->dst + at, op->src + at, n, op->stream);
+		op->done += n;
+	}
+	if (op->done < op->len)
+		return false;
+	op_finish(p, p->eng[ENGINE_host], op, 0);
+	return true;
+}
+
 static int host_progress(struct poller *p)
 {
 	struct host_poller *h = p->eng[ENGINE_host];
-	int steps = 0;
 
-	while (h && steps < STEPS_PER_LOOP && op_list_busy(&h->ops)) {
-		struct copy_op *op = (struct copy_op *)op_list_pop(&h->ops);
-		uint64_t n = op->len - op->done;
-
-		if (op->striped) {
-			stripe_step(p, op);
-		} else if (!op->done && op->stream && cfg.stripe_min && op->len >= cfg.stripe_min &&
-			   cfg.pollers > 1 && stripe_offer(p, op)) {
-			stripe_step(p, op);
-		} else {
-			uint64_t at;
-
-			if (n > cfg.chunk)
-				n = cfg.chunk;
-			/* A region written onto itself a little further on
-			 * goes from the end, or a chunk would overwrite the
-			 * source of the chunks after it (memmove's rule). */
-			at = op->backward ? op->len - op->done - n : op->done;
-			client_bytes_copy(op->dst + at, op->src + at, n, op->stream);
-			op->done += n;
-		}
-		steps++;
-		if (op->done == op->len)
-			op_finish(p, h, op, 0);
-		else
-			op_list_push(&h->ops, &op->node);
-	}
-	return steps;
+	return h ? op_list_round(&h->ops, STEPS_PER_LOOP, host_step, p) : 0;
 }
 
 static bool host_busy(const struct poller *p)

@@ -68,6 +68,23 @@ static inline void op_list_put(struct op_list *l, struct op_node *n)
 	l->spare = n;
 }
 
+/* Round robin: up to @max steps, each on the oldest pending entry, which
+ * goes to the back unless @step returns true (it is done, and @step has
+ * finished it). Returns the steps taken. */
+static inline int op_list_round(struct op_list *l, int max, bool (*step)(struct op_node *, void *),
+				void *arg)
+{
+	struct op_node *n;
+	int steps = 0;
+
+	while (steps < max && (n = op_list_pop(l))) {
+		steps++;
+		if (!step(n, arg))
+			op_list_push(l, n);
+	}
+	return steps;
+}
+
 /* Frees the spare entries (the pending FIFO must be empty). */
 static inline void op_list_free(struct op_list *l)
 {

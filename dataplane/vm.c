@@ -247,28 +247,30 @@ static void vm_submit(struct poller *p, const struct xfer *x)
 	engine_kick(p, ENGINE_vm);
 }
 
-/* Round robin over the pending copies, one slice each. */
+/* One slice of a pending copy (vm_progress: round robin over them); true
+ * once it is finished. */
+static bool vm_step(struct op_node *node, void *arg)
+{
+	struct vm_poller *v = arg;
+	struct vm_op *op = (struct vm_op *)node;
+	uint64_t n = op->len - op->done;
+	int rc;
+
+	if (n > cfg.chunk)
+		n = cfg.chunk;
+	rc = vm_move(v, &op->src, &op->dst, op->done, n);
+	op->done += n;
+	if (!rc && op->done < op->len)
+		return false;
+	op_finish(v, op, rc);
+	return true;
+}
+
 static int vm_progress(struct poller *p)
 {
 	struct vm_poller *v = p->eng[ENGINE_vm];
-	int steps = 0;
 
-	while (v && steps < STEPS_PER_LOOP && op_list_busy(&v->ops)) {
-		struct vm_op *op = (struct vm_op *)op_list_pop(&v->ops);
-		uint64_t n = op->len - op->done;
-		int rc;
-
-		if (n > cfg.chunk)
-			n = cfg.chunk;
-		rc = vm_move(v, &op->src, &op->dst, op->done, n);
-		op->done += n;
-		steps++;
-		if (rc || op->done == op->len)
-			op_finish(v, op, rc);
-		else
-			op_list_push(&v->ops, &op->node);
-	}
-	return steps;
+	return v ? op_list_round(&v->ops, STEPS_PER_LOOP, vm_step, v) : 0;
 }
 
 static bool vm_busy(const struct poller *p)
