@@ -504,8 +504,12 @@ static void queue_cancel_sq(struct queue *q)
 static void queue_free(struct poller *p, struct queue *q)
 {
 	stats_queue_retire(q);
-	/* Cannot fail for a registered fd; closing it would drop it anyway. */
-	(void)epoll_ctl(p->epfd, EPOLL_CTL_DEL, q->sq_efd, NULL);
+	/* ENOENT: its doorbell never got watched (the queue was marked
+	 * broken for it). Anything else is a bug; closing the fd drops the
+	 * watch in any case. */
+	if (epoll_ctl(p->epfd, EPOLL_CTL_DEL, q->sq_efd, NULL) < 0 && errno != ENOENT)
+		log_warn("poller %u: epoll_ctl(DEL) of a queue's doorbell: %s", p->idx,
+			 strerror(errno));
 	close(q->sq_efd);
 	close(q->cq_efd);
 	close(q->sq_peer);
