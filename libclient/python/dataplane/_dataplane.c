@@ -37,6 +37,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "clock.h"
 #include "dataplane.h"
 #include "dp_client_pvt.h"
 #include "dp_ring.h"
@@ -1394,14 +1395,6 @@ static int timeout_ms(PyObject *o, int64_t *ms)
 	return 0;
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static void busy_begin(Queue *q)
 {
 	q->busy = true;
@@ -1434,9 +1427,9 @@ static PyObject *queue_wait(PyObject *self, PyObject *args, PyObject *kw)
 	if (bad)
 		return NULL;
 	queue_disarm(q);
-	deadline = ms < 0 ? UINT64_MAX : now_ms() + (uint64_t)ms;
+	deadline = ms < 0 ? UINT64_MAX : dp_now_ms() + (uint64_t)ms;
 	for (;;) {
-		uint64_t now = now_ms();
+		uint64_t now = dp_now_ms();
 		int slice = SLICE_MS;
 
 		if (deadline != UINT64_MAX)
@@ -1450,7 +1443,7 @@ static PyObject *queue_wait(PyObject *self, PyObject *args, PyObject *kw)
 		busy_end(q);
 		if (k < 0)
 			return raise_dp(k);
-		if (k > 0 || now_ms() >= deadline)
+		if (k > 0 || dp_now_ms() >= deadline)
 			break;
 		if (PyErr_CheckSignals())
 			return NULL;
@@ -1492,12 +1485,11 @@ static PyObject *queue_run(PyObject *self, PyObject *args, PyObject *kw)
 	if (!(b = as_batch(ops, op)))
 		return NULL;
 	queue_disarm(q);
-	deadline = ms < 0 ? UINT64_MAX : now_ms() + (uint64_t)ms;
+	deadline = ms < 0 ? UINT64_MAX : dp_now_ms() + (uint64_t)ms;
 	busy_begin(q);
 	ts = PyEval_SaveThread();
 	while (done < b->n) {
-		struct timespec t0, t;
-		uint64_t slice_end;
+		uint64_t t0, slice_end;
 		int k;
 
 		if (sent < b->n) {
@@ -1512,18 +1504,16 @@ static PyObject *queue_run(PyObject *self, PyObject *args, PyObject *kw)
 			}
 			sent += k;
 		}
-		clock_gettime(CLOCK_MONOTONIC, &t0);
+		t0 = dp_now_ns();
 		for (;;) {
 			k = dp_poll(q->q, q->cqes, q->depth);
 			if (k)
 				break;
-			clock_gettime(CLOCK_MONOTONIC, &t);
-			if ((t.tv_sec - t0.tv_sec) * 1e6 + (t.tv_nsec - t0.tv_nsec) / 1e3 >=
-			    spin_us)
+			if ((double)(dp_now_ns() - t0) >= spin_us * 1e3)
 				break;
 		}
 		if (k == 0) {
-			uint64_t now = now_ms();
+			uint64_t now = dp_now_ms();
 
 			if (now >= deadline) {
 				rc = -ETIMEDOUT;
