@@ -10,46 +10,6 @@ TestSuite(fabric_stage, .fini = fab_teardown, .timeout = 90);
 
 #define GUARD 0x5a
 
-/* The initiator A (fab_svc[0]) and the target B (fab_svc[1]), each with a
- * client of this process. */
-struct pair {
-	struct dp_client *ca, *cb;
-	char peer_b[64]; /* "127.0.0.1:<B's RPC port>" */
-};
-
-static void pair_start(struct pair *p, const char *prov, const char *const *a_more,
-		       const char *const *b_more)
-{
-	const char *args[24];
-	unsigned n = 0;
-
-	memset(p, 0, sizeof(*p));
-	args[n++] = "--provider";
-	args[n++] = prov;
-	args[n++] = "--server-name";
-	args[n++] = "127.0.0.1";
-	for (; b_more && *b_more; b_more++)
-		args[n++] = *b_more;
-	args[n] = NULL;
-	start_svc(&fab_svc[1], args);
-	n = 4;
-	for (; a_more && *a_more; a_more++)
-		args[n++] = *a_more;
-	args[n] = NULL;
-	start_svc(&fab_svc[0], args);
-	snprintf(p->peer_b, sizeof(p->peer_b), "127.0.0.1:%d", fab_rpc_port(&fab_svc[1]));
-	p->ca = connect_client(&fab_svc[0], "initiator");
-	p->cb = connect_client(&fab_svc[1], "target");
-}
-
-static void pair_stop(struct pair *p)
-{
-	dp_close(p->ca);
-	dp_close(p->cb);
-	for (unsigned i = 0; i < 2; i++)
-		cr_assert_eq(svc_stop(&fab_svc[i]), 0, "service %u did not exit cleanly", i);
-}
-
 /* ---- WRITE and READ through the bounce buffers, byte-accurate ---- */
 
 static void sizes_ab(const char *prov, const char *const *a_more, const char *const *b_more,
@@ -65,33 +25,26 @@ static void sizes_ab(const char *prov, const char *const *a_more, const char *co
 		{64 * MiB, 0, 65536},
 	};
 	const uint64_t llen = max + 8192, tlen = max + 65536;
-	struct pair p;
-	uint8_t *loc, *tgt;
-	int lreg, treg, seg;
-	struct dp_queue *q;
+	struct fab_pair p;
 
-	pair_start(&p, prov, a_more, b_more);
-	treg = alloc_region(p.cb, tlen, &tgt);
-	export_segment(p.cb, treg, "stage-sizes", DP_ACCESS_RW);
-	lreg = alloc_region(p.ca, llen, &loc);
-	seg = open_segment(p.ca, p.peer_b, "stage-sizes", DP_ACCESS_RW);
-	q = make_queue(p.ca, 64);
+	fab_pair_start(&p, prov, 0, a_more, b_more);
+	fab_pair_seg(&p, "stage-sizes", llen, tlen, 64);
 	for (unsigned i = 0; i < sizeof(xs) / sizeof(xs[0]) && xs[i].len <= max; i++) {
 		uint64_t len = xs[i].len, lo = xs[i].loff, to = xs[i].toff;
 		struct dp_desc d;
 
-		guard_fill(tgt, tlen, to, len);
-		pattern_fill(loc + lo, len, 10 + i);
-		dp_prep_write(&d, lreg, lo, seg, to, len, 100 + i);
-		run_ok(q, &d, DP_CQE_F_FABRIC, 60000);
-		fab_check(tgt + to, len, 10 + i, tgt, tgt + tlen, GUARD, "staged WRITE");
-		pattern_fill(tgt + to, len, 20 + i);
-		guard_fill(loc, llen, lo, len);
-		dp_prep_read(&d, lreg, lo, seg, to, len, 200 + i);
-		run_ok(q, &d, DP_CQE_F_FABRIC, 60000);
-		fab_check(loc + lo, len, 20 + i, loc, loc + llen, GUARD, "staged READ");
+		guard_fill(p.tgt, tlen, to, len);
+		pattern_fill(p.loc + lo, len, 10 + i);
+		dp_prep_write(&d, p.lreg, lo, p.seg, to, len, 100 + i);
+		run_ok(p.q, &d, DP_CQE_F_FABRIC, 60000);
+		fab_check(p.tgt + to, len, 10 + i, p.tgt, p.tgt + tlen, GUARD, "staged WRITE");
+		pattern_fill(p.tgt + to, len, 20 + i);
+		guard_fill(p.loc, llen, lo, len);
+		dp_prep_read(&d, p.lreg, lo, p.seg, to, len, 200 + i);
+		run_ok(p.q, &d, DP_CQE_F_FABRIC, 60000);
+		fab_check(p.loc + lo, len, 20 + i, p.loc, p.loc + llen, GUARD, "staged READ");
 	}
-	pair_stop(&p);
+	fab_pair_stop(&p);
 }
 
 static void sizes(const char *prov, const char *const *a_more, uint64_t max)
@@ -153,9 +106,9 @@ static void many_ab(const char *prov, const char *const *a_more, const char *con
 	bool seen[NOPS];
 	uint8_t *loc, *tgt;
 	int lreg, treg, seg;
-	struct pair p;
+	struct fab_pair p;
 
-	pair_start(&p, prov, a_more, b_more);
+	fab_pair_start(&p, prov, 0, a_more, b_more);
 	treg = alloc_region(p.cb, len, &tgt);
 	export_segment(p.cb, treg, "stage-many", DP_ACCESS_RW);
 	lreg = alloc_region(p.ca, len, &loc);
@@ -195,7 +148,7 @@ static void many_ab(const char *prov, const char *const *a_more, const char *con
 	for (unsigned i = 0; i < NOPS; i++)
 		cr_assert_eq(pattern_check(loc + i * stride, OP_LEN(i), 2000 + i), -1,
 			     "READ %u: bytes wrong", i);
-	pair_stop(&p);
+	fab_pair_stop(&p);
 }
 
 static void many(const char *prov)
@@ -239,9 +192,9 @@ static void peer_killed(const char *prov, const char *const *b_more)
 	int lreg, treg, seg;
 	struct dp_queue *q;
 	struct dp_desc d;
-	struct pair p;
+	struct fab_pair p;
 
-	pair_start(&p, prov, a_more, b_more);
+	fab_pair_start(&p, prov, 0, a_more, b_more);
 	treg = alloc_region(p.cb, KILL_SEG, &tgt);
 	export_segment(p.cb, treg, "victim", DP_ACCESS_RW);
 	lreg = alloc_region(p.ca, KILL_SEG, &loc);
@@ -326,7 +279,7 @@ static void peer_killed(const char *prov, const char *const *b_more)
 		run_ok(q, &d, DP_CQE_F_FABRIC, 20000);
 		cr_assert_eq(pattern_check(tgt, 8 * MiB, 99), -1, "WRITE after the kill");
 	}
-	pair_stop(&p);
+	fab_pair_stop(&p);
 }
 
 Test(fabric_stage, tcp_peer_killed_mid_transfer)
@@ -359,34 +312,29 @@ static void fails(struct dp_queue *q, const struct dp_desc *d, int status, const
 static void staging_off(const char *prov)
 {
 	static const char *const a_more[] = {"--stage-host", "--stage-bufs", "0", NULL};
-	struct pair p;
-	uint8_t *loc, *tgt, *home;
-	int lreg, treg, seg, hreg, hseg;
-	struct dp_queue *q;
+	struct fab_pair p;
+	uint8_t *home;
+	int hreg, hseg;
 	struct dp_desc d;
 
-	pair_start(&p, prov, a_more, NULL);
-	treg = alloc_region(p.cb, MiB, &tgt);
-	export_segment(p.cb, treg, "stage-off", DP_ACCESS_RW);
-	lreg = alloc_region(p.ca, MiB, &loc);
-	seg = open_segment(p.ca, p.peer_b, "stage-off", DP_ACCESS_RW);
-	q = make_queue(p.ca, 16);
-	memset(tgt, 0, MiB);
-	pattern_fill(loc, MiB, 5);
-	dp_prep_write(&d, lreg, 0, seg, 0, 4096, 1);
-	fails(q, &d, -ENOTSUP, "WRITE, staging off");
-	dp_prep_read(&d, lreg, 0, seg, 0, MiB, 2);
-	fails(q, &d, -ENOTSUP, "READ, staging off");
-	cr_assert_eq(pattern_check(loc, MiB, 5), -1, "a refused READ wrote bytes");
+	fab_pair_start(&p, prov, 0, a_more, NULL);
+	fab_pair_seg(&p, "stage-off", MiB, MiB, 16);
+	memset(p.tgt, 0, MiB);
+	pattern_fill(p.loc, MiB, 5);
+	dp_prep_write(&d, p.lreg, 0, p.seg, 0, 4096, 1);
+	fails(p.q, &d, -ENOTSUP, "WRITE, staging off");
+	dp_prep_read(&d, p.lreg, 0, p.seg, 0, MiB, 2);
+	fails(p.q, &d, -ENOTSUP, "READ, staging off");
+	cr_assert_eq(pattern_check(p.loc, MiB, 5), -1, "a refused READ wrote bytes");
 	for (unsigned i = 0; i < MiB; i++)
-		cr_assert_eq(tgt[i], 0, "a refused WRITE wrote byte %u", i);
+		cr_assert_eq(p.tgt[i], 0, "a refused WRITE wrote byte %u", i);
 	/* Local copies are another engine's: unaffected. */
 	hreg = alloc_region(p.ca, 4096, &home);
 	hseg = export_open(p.ca, hreg, "home", DP_ACCESS_RW, DP_ACCESS_RW);
-	dp_prep_write(&d, lreg, 0, hseg, 0, 4096, 3);
-	run_ok(q, &d, DP_CQE_F_LOCAL, 5000);
+	dp_prep_write(&d, p.lreg, 0, hseg, 0, 4096, 3);
+	run_ok(p.q, &d, DP_CQE_F_LOCAL, 5000);
 	cr_assert_eq(pattern_check(home, 4096, 5), -1);
-	pair_stop(&p);
+	fab_pair_stop(&p);
 }
 
 Test(fabric_stage, tcp_staging_off_is_enotsup)
@@ -410,13 +358,13 @@ static void owner_unregistered(const char *prov)
 {
 	const char *const *b_more = unstaged;
 	static const char *const a_more[] = {"--pollers", "2", NULL};
-	struct pair p;
+	struct fab_pair p;
 	uint8_t *loc, *tgt;
 	int lreg, treg, seg, rc;
 	struct dp_queue *q;
 	struct dp_desc d;
 
-	pair_start(&p, prov, a_more, b_more);
+	fab_pair_start(&p, prov, 0, a_more, b_more);
 	treg = alloc_region(p.cb, MiB, &tgt);
 	memset(tgt, 0, MiB);
 	export_segment(p.cb, treg, "unreg", DP_ACCESS_RW);
@@ -438,7 +386,7 @@ static void owner_unregistered(const char *prov)
 	cr_assert_eq(pattern_check(loc, MiB, 9), -1, "a refused READ wrote bytes");
 	for (unsigned i = 0; i < MiB; i++)
 		cr_assert_eq(tgt[i], 0, "a refused WRITE wrote byte %u", i);
-	pair_stop(&p);
+	fab_pair_stop(&p);
 }
 
 Test(fabric_stage, tcp_owner_not_staging_is_enotsup)
@@ -456,23 +404,16 @@ Test(fabric_stage, sockets_owner_not_staging_is_enotsup)
  * buffer is used. */
 Test(fabric_stage, tcp_staged_to_unstaged_owner_is_enotsup)
 {
-	struct pair p;
-	uint8_t *loc, *tgt;
-	int lreg, treg, seg;
-	struct dp_queue *q;
+	struct fab_pair p;
 	struct dp_desc d;
 
-	pair_start(&p, "tcp", staged, unstaged);
-	treg = alloc_region(p.cb, MiB, &tgt);
-	export_segment(p.cb, treg, "unreg2", DP_ACCESS_RW);
-	lreg = alloc_region(p.ca, MiB, &loc);
-	seg = open_segment(p.ca, p.peer_b, "unreg2", DP_ACCESS_RW);
-	q = make_queue(p.ca, 16);
-	dp_prep_write(&d, lreg, 0, seg, 0, MiB, 1);
-	fails(q, &d, -ENOTSUP, "staged WRITE to an unregistered export");
-	dp_prep_read(&d, lreg, 0, seg, 0, MiB, 2);
-	fails(q, &d, -ENOTSUP, "staged READ of an unregistered export");
-	pair_stop(&p);
+	fab_pair_start(&p, "tcp", 0, staged, unstaged);
+	fab_pair_seg(&p, "unreg2", MiB, MiB, 16);
+	dp_prep_write(&d, p.lreg, 0, p.seg, 0, MiB, 1);
+	fails(p.q, &d, -ENOTSUP, "staged WRITE to an unregistered export");
+	dp_prep_read(&d, p.lreg, 0, p.seg, 0, MiB, 2);
+	fails(p.q, &d, -ENOTSUP, "staged READ of an unregistered export");
+	fab_pair_stop(&p);
 }
 
 /* ---- owner staging: the export's owner stages it for us ---- */
@@ -524,13 +465,13 @@ Test(fabric_stage, tcp_owner_staged_owner_killed_mid_transfer)
 Test(fabric_stage, tcp_owner_staged_with_staging_off_here_is_enotsup)
 {
 	static const char *const a_off[] = {"--stage-bufs", "0", NULL};
-	struct pair p;
+	struct fab_pair p;
 	uint8_t *loc, *tgt;
 	int lreg, treg, seg;
 	struct dp_queue *q;
 	struct dp_desc d;
 
-	pair_start(&p, "tcp", a_off, owner_stages);
+	fab_pair_start(&p, "tcp", 0, a_off, owner_stages);
 	treg = alloc_region(p.cb, MiB, &tgt);
 	memset(tgt, 0, MiB);
 	export_segment(p.cb, treg, "staged-there", DP_ACCESS_RW);
@@ -545,5 +486,5 @@ Test(fabric_stage, tcp_owner_staged_with_staging_off_here_is_enotsup)
 	cr_assert_eq(pattern_check(loc, MiB, 4), -1, "a refused READ wrote bytes");
 	for (unsigned i = 0; i < MiB; i++)
 		cr_assert_eq(tgt[i], 0, "a refused WRITE wrote byte %u", i);
-	pair_stop(&p);
+	fab_pair_stop(&p);
 }

@@ -10,49 +10,6 @@ TestSuite(fabric_transfer, .fini = fab_teardown, .timeout = 60);
 
 #define GUARD 0x5a
 
-/* The initiator A (index 0) and the target B (index 1), each with a client
- * of this process: B's exported memory is read and checked right here. */
-struct pair {
-	struct dp_client *ca, *cb;
-	int port_a, port_b;
-	char peer_b[64]; /* "127.0.0.1:<B's RPC port>" */
-};
-
-static void pair_start(struct pair *p, const char *prov, const char *const *a_more,
-		       const char *const *b_more)
-{
-	const char *args[24];
-	unsigned n = 0;
-
-	memset(p, 0, sizeof(*p));
-	args[n++] = "--provider";
-	args[n++] = prov;
-	args[n++] = "--server-name";
-	args[n++] = "127.0.0.1";
-	for (; b_more && *b_more; b_more++)
-		args[n++] = *b_more;
-	args[n] = NULL;
-	start_svc(&fab_svc[1], args);
-	n = 2;
-	for (; a_more && *a_more; a_more++)
-		args[n++] = *a_more;
-	args[n] = NULL;
-	start_svc(&fab_svc[0], args);
-	p->port_a = fab_rpc_port(&fab_svc[0]);
-	p->port_b = fab_rpc_port(&fab_svc[1]);
-	snprintf(p->peer_b, sizeof(p->peer_b), "127.0.0.1:%d", p->port_b);
-	p->ca = connect_client(&fab_svc[0], "initiator");
-	p->cb = connect_client(&fab_svc[1], "target");
-}
-
-static void pair_stop(struct pair *p)
-{
-	dp_close(p->ca);
-	dp_close(p->cb);
-	for (unsigned i = 0; i < 2; i++)
-		cr_assert_eq(svc_stop(&fab_svc[i]), 0, "service %u did not exit cleanly", i);
-}
-
 /* ---- WRITE and READ of 1 B .. max, byte-accurate ---- */
 
 static void sizes(const char *prov, uint64_t max)
@@ -67,27 +24,20 @@ static void sizes(const char *prov, uint64_t max)
 		{256 * MiB, 0, 65536},
 	};
 	const uint64_t llen = max + 8192, tlen = max + 65536;
-	struct pair p;
-	uint8_t *loc, *tgt;
-	int lreg, treg, seg;
-	struct dp_queue *q;
+	struct fab_pair p;
 
-	pair_start(&p, prov, NULL, NULL);
-	treg = alloc_region(p.cb, tlen, &tgt);
-	export_segment(p.cb, treg, "fab-sizes", DP_ACCESS_RW);
-	lreg = alloc_region(p.ca, llen, &loc);
-	seg = open_segment(p.ca, p.peer_b, "fab-sizes", DP_ACCESS_RW);
-	q = make_queue(p.ca, 64);
+	fab_pair_start(&p, prov, FAB_PAIR_A_UNNAMED, NULL, NULL);
+	fab_pair_seg(&p, "fab-sizes", llen, tlen, 64);
 	/* A WRITE's completion means the bytes are in the target's memory,
 	 * not merely sent: each one is checked the moment it completes,
 	 * while the target may still be asleep. */
 	for (unsigned i = 0; i < 300; i++) {
 		struct dp_desc d;
 
-		loc[0] = (uint8_t)(i + 1);
-		dp_prep_write(&d, lreg, 0, seg, i * 64, 1, i);
-		run_ok(q, &d, DP_CQE_F_FABRIC, 5000);
-		cr_assert_eq(tgt[i * 64], (uint8_t)(i + 1), "WRITE %u completed before it landed",
+		p.loc[0] = (uint8_t)(i + 1);
+		dp_prep_write(&d, p.lreg, 0, p.seg, i * 64, 1, i);
+		run_ok(p.q, &d, DP_CQE_F_FABRIC, 5000);
+		cr_assert_eq(p.tgt[i * 64], (uint8_t)(i + 1), "WRITE %u completed before it landed",
 			     i);
 		if (i % 50 == 49)
 			sleep_ms(5); /* let the target's poller fall asleep */
@@ -97,19 +47,19 @@ static void sizes(const char *prov, uint64_t max)
 		struct dp_desc d;
 
 		/* WRITE: pattern in A's region -> B's segment. */
-		guard_fill(tgt, tlen, to, len);
-		pattern_fill(loc + lo, len, 10 + i);
-		dp_prep_write(&d, lreg, lo, seg, to, len, 100 + i);
-		run_ok(q, &d, DP_CQE_F_FABRIC, 30000);
-		fab_check(tgt + to, len, 10 + i, tgt, tgt + tlen, GUARD, "WRITE");
+		guard_fill(p.tgt, tlen, to, len);
+		pattern_fill(p.loc + lo, len, 10 + i);
+		dp_prep_write(&d, p.lreg, lo, p.seg, to, len, 100 + i);
+		run_ok(p.q, &d, DP_CQE_F_FABRIC, 30000);
+		fab_check(p.tgt + to, len, 10 + i, p.tgt, p.tgt + tlen, GUARD, "WRITE");
 		/* READ: another pattern in B's segment -> A's region. */
-		pattern_fill(tgt + to, len, 20 + i);
-		guard_fill(loc, llen, lo, len);
-		dp_prep_read(&d, lreg, lo, seg, to, len, 200 + i);
-		run_ok(q, &d, DP_CQE_F_FABRIC, 30000);
-		fab_check(loc + lo, len, 20 + i, loc, loc + llen, GUARD, "READ");
+		pattern_fill(p.tgt + to, len, 20 + i);
+		guard_fill(p.loc, llen, lo, len);
+		dp_prep_read(&d, p.lreg, lo, p.seg, to, len, 200 + i);
+		run_ok(p.q, &d, DP_CQE_F_FABRIC, 30000);
+		fab_check(p.loc + lo, len, 20 + i, p.loc, p.loc + llen, GUARD, "READ");
 	}
-	pair_stop(&p);
+	fab_pair_stop(&p);
 }
 
 Test(fabric_transfer, tcp_sizes_1B_to_256MiB, .timeout = 90)
@@ -161,9 +111,9 @@ static void many_outstanding(const char *prov)
 	struct dp_queue *q[NQ];
 	uint8_t *loc, *tgt;
 	int lreg, treg, seg;
-	struct pair p;
+	struct fab_pair p;
 
-	pair_start(&p, prov, a_more, NULL);
+	fab_pair_start(&p, prov, FAB_PAIR_A_UNNAMED, a_more, NULL);
 	treg = alloc_region(p.cb, len, &tgt);
 	export_segment(p.cb, treg, "fab-many", DP_ACCESS_RW);
 	lreg = alloc_region(p.ca, len, &loc);
@@ -201,7 +151,7 @@ static void many_outstanding(const char *prov)
 	for (unsigned i = 0; i < NOPS; i++)
 		cr_assert_eq(pattern_check(loc + i * MiB, MiB, 2000 + i), -1,
 			     "READ %u: bytes wrong", i);
-	pair_stop(&p);
+	fab_pair_stop(&p);
 }
 
 Test(fabric_transfer, tcp_64_in_flight_4_queues)
@@ -317,10 +267,10 @@ Test(fabric_transfer, errors)
 	int lreg, treg, seg, rc;
 	struct dp_desc d;
 	struct dp_cqe cqe;
-	struct pair p;
+	struct fab_pair p;
 	char peer[96];
 
-	pair_start(&p, "tcp", NULL, NULL);
+	fab_pair_start(&p, "tcp", FAB_PAIR_A_UNNAMED, NULL, NULL);
 	treg = alloc_region(p.cb, 65536, &tgt);
 	export_segment(p.cb, treg, "fab-ro", DP_ACCESS_READ);
 	lreg = alloc_region(p.ca, 65536, &loc);
@@ -356,7 +306,7 @@ Test(fabric_transfer, errors)
 	reap(q, &cqe, 1, 5000);
 	cr_assert_eq(cqe.status, -EFAULT, "offset overflow: %s", dp_strerror(cqe.status));
 	cr_assert_eq(pattern_check(tgt, 65536, 7), -1, "the read-only segment changed");
-	pair_stop(&p);
+	fab_pair_stop(&p);
 }
 
 /* ---- a peer SIGKILLed mid-transfer, then restarted ---- */

@@ -695,16 +695,88 @@ void probe_start(struct probe *p, const struct svc *s, size_t len)
 	p->n = 0;
 }
 
+/* `target` exports a region of tlen as `name`; `init` allocates one of
+ * llen, opens the export through `peer` and makes a queue. */
+static void seg_between(struct seg_pair *p, const char *peer, const char *name, uint64_t llen,
+			uint64_t tlen, uint32_t depth)
+{
+	p->treg = alloc_region(p->ct, tlen, &p->tgt);
+	export_segment(p->ct, p->treg, name, DP_ACCESS_RW);
+	p->lreg = alloc_region(p->ci, llen, &p->loc);
+	p->seg = open_segment(p->ci, peer, name, DP_ACCESS_RW);
+	p->q = make_queue(p->ci, depth);
+}
+
 void seg_pair_open(struct seg_pair *p, const struct svc *init, const struct svc *target,
 		   const char *peer, const char *name, size_t len, uint32_t depth)
 {
 	p->ci = connect_client(init, "initiator");
 	p->ct = connect_client(target, "target");
-	p->treg = alloc_region(p->ct, len, &p->tgt);
-	export_segment(p->ct, p->treg, name, DP_ACCESS_RW);
-	p->lreg = alloc_region(p->ci, len, &p->loc);
-	p->seg = open_segment(p->ci, peer, name, DP_ACCESS_RW);
-	p->q = make_queue(p->ci, depth);
+	seg_between(p, peer, name, len, len, depth);
+}
+
+void fab_pair_start(struct fab_pair *p, const char *prov, unsigned flags, const char *const *a_more,
+		    const char *const *b_more)
+{
+	const char *args[32];
+	unsigned n = 0, base;
+
+	memset(p, 0, sizeof(*p));
+	snprintf(p->sock_a, sizeof(p->sock_a), "/tmp/dp-pair-a-%d.peer", (int)getpid());
+	snprintf(p->sock_b, sizeof(p->sock_b), "/tmp/dp-pair-b-%d.peer", (int)getpid());
+	args[n++] = "--provider";
+	args[n++] = prov;
+	args[n++] = "--server-name";
+	args[n++] = "127.0.0.1";
+	base = flags & FAB_PAIR_A_UNNAMED ? 2 : 4;
+	if (flags & FAB_PAIR_SAME_B) {
+		args[n++] = "--same-host-socket";
+		args[n++] = p->sock_b;
+	}
+	for (; b_more && *b_more; b_more++) {
+		cr_assert_lt(n, 31, "too many flags for B");
+		args[n++] = *b_more;
+	}
+	args[n] = NULL;
+	start_svc(&fab_svc[1], args);
+	n = base;
+	if (flags & FAB_PAIR_SAME_A) {
+		args[n++] = "--same-host-socket";
+		args[n++] = p->sock_a;
+	}
+	for (; a_more && *a_more; a_more++) {
+		cr_assert_lt(n, 31, "too many flags for A");
+		args[n++] = *a_more;
+	}
+	args[n] = NULL;
+	start_svc(&fab_svc[0], args);
+	snprintf(p->peer_b, sizeof(p->peer_b), "127.0.0.1:%d", fab_rpc_port(&fab_svc[1]));
+	p->ca = connect_client(&fab_svc[0], "initiator");
+	p->cb = connect_client(&fab_svc[1], "target");
+}
+
+void fab_pair_seg(struct fab_pair *p, const char *name, uint64_t llen, uint64_t tlen,
+		  uint32_t depth)
+{
+	struct seg_pair s = {.ci = p->ca, .ct = p->cb};
+
+	seg_between(&s, p->peer_b, name, llen, tlen, depth);
+	p->q = s.q;
+	p->lreg = s.lreg;
+	p->treg = s.treg;
+	p->seg = s.seg;
+	p->loc = s.loc;
+	p->tgt = s.tgt;
+}
+
+void fab_pair_stop(struct fab_pair *p)
+{
+	dp_close(p->ca);
+	dp_close(p->cb);
+	for (unsigned i = 0; i < 2; i++)
+		if (fab_svc[i].pid > 0)
+			cr_assert_eq(svc_stop(&fab_svc[i]), 0, "service %u did not exit cleanly",
+				     i);
 }
 
 /* ---- a bystander in a thread, and the service's health ---- */

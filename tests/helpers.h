@@ -223,6 +223,34 @@ struct seg_pair {
 void seg_pair_open(struct seg_pair *p, const struct svc *init, const struct svc *target,
 		   const char *peer, const char *name, size_t len, uint32_t depth);
 
+/* Two services of the running test on this host, B (fab_svc[1]) started
+ * first, then A (fab_svc[0]), each with the fabric provider `prov`,
+ * --server-name 127.0.0.1 and its own extra flags (NULL-terminated, or
+ * NULL), and a client of this process on each, so that B's memory is
+ * checked right here. */
+struct fab_pair {
+	struct dp_client *ca, *cb;     /* A's client ("initiator"), B's ("target") */
+	char peer_b[64];	       /* "127.0.0.1:<B's RPC port>" */
+	char sock_a[128], sock_b[128]; /* their same-host sockets (FAB_PAIR_SAME_*) */
+	/* fab_pair_seg's: A's region and queue, B's export, opened by A */
+	struct dp_queue *q;
+	int lreg, treg, seg;
+	uint8_t *loc, *tgt;
+};
+#define FAB_PAIR_SAME_A 1u    /* A takes the same-host path (--same-host-socket) */
+#define FAB_PAIR_SAME_B 2u    /* B does */
+#define FAB_PAIR_A_UNNAMED 4u /* A keeps its default server name */
+void fab_pair_start(struct fab_pair *p, const char *prov, unsigned flags, const char *const *a_more,
+		    const char *const *b_more);
+/* B exports a zeroed region of `tlen` bytes as `name` (DP_ACCESS_RW); A
+ * allocates one of `llen`, opens the export through peer_b and makes a
+ * queue of `depth`: p->treg, p->tgt, p->lreg, p->loc, p->seg, p->q. */
+void fab_pair_seg(struct fab_pair *p, const char *name, uint64_t llen, uint64_t tlen,
+		  uint32_t depth);
+/* Closes both clients; each service the test has not stopped itself must
+ * exit 0 on SIGTERM. */
+void fab_pair_stop(struct fab_pair *p);
+
 /* ---- a bystander in a thread, and the service's health ---- */
 
 #define GOOD_LEN (64u * 1024)
