@@ -13,6 +13,7 @@
 #include <sys/un.h>
 
 #include "clock.h"
+#include "dp_proto.h"
 #include "dp_stats.h"
 #include "helpers.h"
 
@@ -375,6 +376,48 @@ int wait_child(pid_t pid)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+bool pipe_get(int fd, char want)
+{
+	char c;
+
+	return read(fd, &c, 1) == 1 && c == want;
+}
+
+void pipe_put(int fd, char c)
+{
+	if (write(fd, &c, 1) != 1)
+		_exit(90);
+}
+
+pid_t fork_piped(int up[2], int down[2])
+{
+	pid_t pid;
+
+	cr_assert_eq(pipe(up), 0);
+	if (down)
+		cr_assert_eq(pipe(down), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
+	close(pid ? up[1] : up[0]);
+	if (down)
+		close(pid ? down[0] : down[1]);
+	return pid;
+}
+
+void child_report(int fd, const void *res, size_t len)
+{
+	if (write(fd, res, len) != (ssize_t)len)
+		_exit(2);
+	_exit(0);
+}
+
+void child_result(pid_t pid, int fd, void *res, size_t len)
+{
+	cr_assert_eq(read(fd, res, len), (ssize_t)len, "the child's result");
+	close(fd);
+	cr_assert_eq(wait_child(pid), 0);
+}
+
 /* ---- what a service tells through the API and its stats region ---- */
 
 const struct dp_stats_header *stats_map(const struct svc *s)
@@ -603,6 +646,35 @@ int raw_connect(const char *sock, int timeout_s)
 		     strerror(errno));
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	return fd;
+}
+
+int raw_call(int fd, uint16_t type, const void *payload, size_t len, uint32_t *id)
+{
+	static uint32_t seq;
+	struct dp_msg_hdr hdr = {.magic = DP_PROTO_MAGIC,
+				 .version = DP_PROTO_VERSION,
+				 .type = type,
+				 .len = (uint32_t)len,
+				 .seq = ++seq};
+	struct dp_msg_id_reply r = {0};
+	_Alignas(8) char buf[DP_MSG_MAX];
+	ssize_t n;
+
+	cr_assert_leq(len, sizeof(buf) - sizeof(hdr));
+	memcpy(buf, &hdr, sizeof(hdr));
+	memcpy(buf + sizeof(hdr), payload, len);
+	cr_assert_eq(send(fd, buf, sizeof(hdr) + len, MSG_NOSIGNAL), (ssize_t)(sizeof(hdr) + len));
+	n = recv(fd, buf, sizeof(buf), 0);
+	cr_assert_geq(n, (ssize_t)(sizeof(hdr) + sizeof(r.status)), "reply to type %u: %zd", type,
+		      n);
+	memcpy(&hdr, buf, sizeof(hdr));
+	cr_assert_eq(hdr.type, type | DP_MSG_REPLY);
+	cr_assert_eq(hdr.seq, seq);
+	memcpy(&r, buf + sizeof(hdr),
+	       (size_t)n - sizeof(hdr) < sizeof(r) ? (size_t)n - sizeof(hdr) : sizeof(r));
+	if (id)
+		*id = r.id;
+	return r.status;
 }
 
 void submit_all(struct dp_queue *q, const struct dp_desc *d, unsigned n, int timeout_ms)
@@ -2128,15 +2200,34 @@ int run_sh(const char *fmt, ...)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* The namespaces netns_add made in this test process, for netns_del_all. */
+static char netns_made[8][32];
+static unsigned netns_nmade;
+
 int netns_add(const char *ns)
 {
+	cr_assert_lt(netns_nmade, 8, "more namespaces than netns_del_all keeps");
+	cr_assert_lt(strlen(ns), sizeof(netns_made[0]), "namespace name %s too long", ns);
 	if (run_sh("ip netns add %s", ns))
 		return -1;
 	if (netns_sh(ns, "ip link set lo up")) {
 		run_sh("ip netns del %s", ns);
 		return -1;
 	}
+	snprintf(netns_made[netns_nmade++], sizeof(netns_made[0]), "%s", ns);
 	return 0;
+}
+
+void netns_del_all(void)
+{
+	while (netns_nmade)
+		run_sh("ip netns del %s", netns_made[--netns_nmade]);
+}
+
+void netns_teardown(void)
+{
+	fab_teardown(); /* the services first: they hold the namespaces */
+	netns_del_all();
 }
 
 int netns_sh(const char *ns, const char *fmt, ...)

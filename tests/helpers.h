@@ -103,6 +103,11 @@ int run_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int netns_add(const char *ns);
 int netns_sh(const char *ns, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void netns_prefix(const char *ns, char enter[64], const char *prefix[3]);
+/* Deletes every namespace netns_add made in this test process. */
+void netns_del_all(void);
+/* .fini of the suites with fab_svc[] in namespaces: fab_teardown, then
+ * netns_del_all. */
+void netns_teardown(void);
 /* .fini of the suites with one service (and a child): kills what is left. */
 void svc_teardown(void);
 /* .fini of the suites with fab_svc[]; FAB_LOGS=1 prints the services' logs. */
@@ -124,6 +129,22 @@ void wait_stopped(pid_t pid);
 double cpu_share(pid_t pid, unsigned ms);
 /* Child processes report through their exit status: 0, or the failed step. */
 int wait_child(pid_t pid);
+/* One byte through a pipe between a test and its child: pipe_get reads one
+ * and tells whether it is `want`; pipe_put writes one, and a process that
+ * cannot ends with status 90 (no Criterion in a child). */
+bool pipe_get(int fd, char want);
+void pipe_put(int fd, char c);
+/* Makes pipe `up` (the child writes up[1], the test reads up[0]) and, unless
+ * NULL, pipe `down` (the test writes down[1], the child reads down[0]),
+ * and forks: each process closes the ends that are the other's. Returns 0
+ * in the child and its pid in the test (the test fails if fork fails). */
+pid_t fork_piped(int up[2], int down[2]);
+/* A child's result of `len` bytes: child_report (in the child) writes it
+ * to fd and exits (0, or 2 when the write fails); child_result (in the
+ * test) reads exactly `len` bytes from fd, closes it, and the child `pid`
+ * must exit 0. */
+__attribute__((noreturn)) void child_report(int fd, const void *res, size_t len);
+void child_result(pid_t pid, int fd, void *res, size_t len);
 
 /* ---- what a service tells through the API and its stats region ---- */
 
@@ -181,6 +202,10 @@ int export_open(struct dp_client *c, int region, const char *name, unsigned acce
 		unsigned open_access);
 /* A control connection of our own, no libclient: SO_RCVTIMEO timeout_s. */
 int raw_connect(const char *sock, int timeout_s);
+/* One request (dp_proto.h) on such a connection: its reply must echo the
+ * type and the sequence number. Returns the reply's status; *id (unless
+ * NULL) gets the id of an id reply (0 when the reply has none). */
+int raw_call(int fd, uint16_t type, const void *payload, size_t len, uint32_t *id);
 /* Submits all `n` descriptors (the caller keeps within the queue's credit),
  * retrying while the ring is short; fails after timeout_ms of no progress. */
 void submit_all(struct dp_queue *q, const struct dp_desc *d, unsigned n, int timeout_ms);
