@@ -97,7 +97,7 @@ Test(gpu_stage, tcp_64_in_flight)
 	q = make_queue(p.ca, 64);
 	for (unsigned i = 0; i < n; i++)
 		dp_prep_write(&d[i], greg, i * stride, seg, i * stride, len, i);
-	gpu_run(q, d, n, out, 60000);
+	run_batch(q, d, n, out, 60000);
 	for (unsigned i = 0; i < n; i++) {
 		cr_assert_eq(out[i].status, 0, "WRITE %u: %s", i, dp_strerror(out[i].status));
 		cr_assert_eq(out[i].flags & (STAGED | DP_CQE_F_LOCAL), STAGED);
@@ -109,7 +109,7 @@ Test(gpu_stage, tcp_64_in_flight)
 		pattern_fill(tgt + i * stride, len, 500 + i);
 		dp_prep_read(&d[i], greg, i * stride, seg, i * stride, len, i);
 	}
-	gpu_run(q, d, n, out, 60000);
+	run_batch(q, d, n, out, 60000);
 	for (unsigned i = 0; i < n; i++) {
 		cr_assert_eq(out[i].status, 0, "READ %u: %s", i, dp_strerror(out[i].status));
 		gpu_expect((uint8_t *)g + i * stride, len, 500 + i, 0, "READ into the GPU");

@@ -851,6 +851,45 @@ void fab_pair_stop(struct fab_pair *p)
 				     i);
 }
 
+void run_batch(struct dp_queue *q, const struct dp_desc *d, unsigned n, struct dp_cqe *out,
+	       int timeout_ms)
+{
+	unsigned sent = 0, got = 0;
+	uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	unsigned char *seen = calloc(n, 1);
+	struct dp_cqe cq[64];
+
+	cr_assert(seen);
+	while (got < n) {
+		if (sent < n) {
+			int k = dp_submit(q, d + sent, n - sent);
+
+			cr_assert_geq(k, 0, "dp_submit: %s", dp_strerror(k));
+			sent += (unsigned)k;
+		}
+		int k = dp_wait(q, cq, 64, 100);
+
+		cr_assert_geq(k, 0, "dp_wait: %s", dp_strerror(k));
+		for (int i = 0; i < k; i++) {
+			uint64_t ud = cq[i].user_data;
+			unsigned at = ud < n && d[ud].user_data == ud ? (unsigned)ud : n;
+
+			for (unsigned j = 0; at == n && j < sent; j++)
+				if (d[j].user_data == ud)
+					at = j;
+			cr_assert_lt(at, n, "unknown user_data %llu", (unsigned long long)ud);
+			cr_assert(!seen[at], "two completions for descriptor %llu",
+				  (unsigned long long)ud);
+			seen[at] = 1;
+			out[at] = cq[i];
+			got++;
+		}
+		cr_assert_lt(now_ns(), deadline, "%u of %u completions after %d ms", got, n,
+			     timeout_ms);
+	}
+	free(seen);
+}
+
 /* ---- a bystander in a thread, and the service's health ---- */
 
 static void bystander_fail(struct bystander *b, const char *what, int rc)
@@ -1195,6 +1234,15 @@ bool odirect_works(const char *dir)
 	close(fd);
 	unlink(path);
 	return ok;
+}
+
+bool file_dir_direct(const char *unchecked)
+{
+	bool direct = odirect_works(file_dir());
+
+	if (!direct && unchecked)
+		cr_log_warn("%s does not take O_DIRECT: %s", fdir, unchecked);
+	return direct;
 }
 
 void expect_cqe(struct dp_cqe cqe, int status, uint64_t bytes, const char *what)
@@ -2029,46 +2077,11 @@ int gpu_register(struct dp_client *c, void *ptr, size_t len)
 	return r;
 }
 
-void gpu_run(struct dp_queue *q, const struct dp_desc *d, unsigned n, struct dp_cqe *out,
-	     int timeout_ms)
-{
-	unsigned sent = 0, got = 0;
-	uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000ull;
-	unsigned char *seen = calloc(n, 1);
-	struct dp_cqe cq[64];
-
-	cr_assert(seen);
-	while (got < n) {
-		if (sent < n) {
-			int k = dp_submit(q, d + sent, n - sent);
-
-			cr_assert_geq(k, 0, "dp_submit: %s", dp_strerror(k));
-			sent += (unsigned)k;
-		}
-		int k = dp_wait(q, cq, 64, 100);
-
-		cr_assert_geq(k, 0, "dp_wait: %s", dp_strerror(k));
-		for (int i = 0; i < k; i++) {
-			uint64_t ud = cq[i].user_data;
-
-			cr_assert_lt(ud, n, "unknown user_data %llu", (unsigned long long)ud);
-			cr_assert(!seen[ud], "two completions for descriptor %llu",
-				  (unsigned long long)ud);
-			seen[ud] = 1;
-			out[ud] = cq[i];
-			got++;
-		}
-		cr_assert_lt(now_ns(), deadline, "%u of %u completions after %d ms", got, n,
-			     timeout_ms);
-	}
-	free(seen);
-}
-
 void gpu_run_one_ok(struct dp_queue *q, const struct dp_desc *d)
 {
 	struct dp_cqe cqe;
 
-	gpu_run(q, d, 1, &cqe, 30000);
+	run_batch(q, d, 1, &cqe, 30000);
 	cr_assert_eq(cqe.status, 0, "status %d (%s)", cqe.status, dp_strerror(cqe.status));
 	cr_assert_eq(cqe.bytes, d->len, "bytes %llu, want %llu", (unsigned long long)cqe.bytes,
 		     (unsigned long long)d->len);
@@ -2080,7 +2093,7 @@ void gpu_run_one_fails(struct dp_queue *q, const struct dp_desc *d, int status, 
 {
 	struct dp_cqe cqe;
 
-	gpu_run(q, d, 1, &cqe, timeout_ms);
+	run_batch(q, d, 1, &cqe, timeout_ms);
 	cr_assert_eq(cqe.status, status, "%s: status %d (%s), want %d (%s)", what, cqe.status,
 		     dp_strerror(cqe.status), status, dp_strerror(status));
 }

@@ -221,6 +221,11 @@ void run_ok(struct dp_queue *q, const struct dp_desc *d, uint32_t flag, int time
  * id, run to its completion (run_wait, timeout_ms), which is returned. */
 struct dp_cqe run1(struct dp_queue *q, bool write, int lreg, uint64_t loff, int seg, uint64_t toff,
 		   uint64_t len, uint64_t id, int timeout_ms);
+/* Submits the `n` descriptors (as credit allows) and reaps their
+ * completions: out[i] gets that of d[i], found by its user_data (unique in
+ * the batch). Each must come exactly once, all within timeout_ms. */
+void run_batch(struct dp_queue *q, const struct dp_desc *d, unsigned n, struct dp_cqe *out,
+	       int timeout_ms);
 /* Guard bytes (0x5a) over [off - 64, off + len + 64), clipped to the buffer. */
 void guard_fill(uint8_t *buf, uint64_t buf_len, uint64_t off, uint64_t len);
 
@@ -344,6 +349,10 @@ int file_make(const char *name, uint64_t len, uint64_t seed, int flags);
 int64_t file_check(int fd, uint64_t off, uint64_t len, uint64_t seed);
 /* Whether files in `dir` take O_DIRECT: an aligned 4 KiB write and read. */
 bool odirect_works(const char *dir);
+/* file_dir(), and whether its files take O_DIRECT; where they do not, a
+ * warning says what the test then leaves unchecked (`unchecked`, or no
+ * warning when NULL). */
+bool file_dir_direct(const char *unchecked);
 /* A file completion: its status, bytes and DP_CQE_F_FILE. */
 void expect_cqe(struct dp_cqe cqe, int status, uint64_t bytes, const char *what);
 
@@ -496,11 +505,6 @@ void *gpu_buf(size_t len, int64_t seed);
  * pattern byte (seed, src_off + i); zeros when seed < 0. */
 void gpu_expect(const void *d, size_t len, int64_t seed, uint64_t src_off, const char *what);
 int gpu_register(struct dp_client *c, void *ptr, size_t len);
-/* Submits @n descriptors (user_data must be 0..n-1) and reaps their
- * completions into out[user_data]; each must come exactly once, within
- * @timeout_ms overall. */
-void gpu_run(struct dp_queue *q, const struct dp_desc *d, unsigned n, struct dp_cqe *out,
-	     int timeout_ms);
 /* One descriptor, which must succeed through the GPU path. */
 void gpu_run_one_ok(struct dp_queue *q, const struct dp_desc *d);
 /* One descriptor, which must complete with `status` (a -errno) within
