@@ -175,19 +175,19 @@ Test(fabric_stage, sockets_64_in_flight_4_queues)
 #define KILL_SLACK_MS 2000
 #define KILL_SEG (64 * MiB)
 
-static bool fabric_error(int status)
+/* Ends B, its client first. */
+static void kill_b(void *arg)
 {
-	return status == -EHOSTUNREACH || status == -ETIMEDOUT || status == -EIO ||
-	       status == -ECONNRESET;
+	struct fab_pair *p = arg;
+
+	dp_close(p->cb);
+	p->cb = NULL;
+	svc_kill(&fab_svc[1]);
 }
 
 static void peer_killed(const char *prov, const char *const *b_more)
 {
 	static const char *const a_more[] = {"--stage-host", "--fabric-timeout-ms", "2000", NULL};
-	static struct dp_cqe cqes[256];
-	static uint8_t done[4096];
-	unsigned sent = 0, reaped = 0, ok = 0, failed = 0;
-	uint64_t t_kill = 0;
 	uint8_t *loc, *tgt;
 	int lreg, treg, seg;
 	struct dp_queue *q;
@@ -203,60 +203,16 @@ static void peer_killed(const char *prov, const char *const *b_more)
 	q = make_queue(p.ca, 128);
 	/* Up to 32 x 2 MiB (WRITEs and READs) in flight; B dies once 16 are
 	 * done, then 16 more are handed over for the dead peer. */
-	for (;;) {
-		uint64_t now = now_ns();
-		unsigned limit = t_kill ? 0 : 32;
-		int k;
-
-		while (sent - reaped < limit && sent < sizeof(done)) {
-			uint64_t off = (sent % 32) * 2 * MiB;
-
-			if (sent % 2)
-				dp_prep_read(&d, lreg, off, seg, off, 2 * MiB, sent);
-			else
-				dp_prep_write(&d, lreg, off, seg, off, 2 * MiB, sent);
-			submit_all(q, &d, 1, 10000);
-			sent++;
-		}
-		if (!t_kill && ok >= 16) {
-			dp_close(p.cb);
-			p.cb = NULL;
-			svc_kill(&fab_svc[1]);
-			t_kill = now_ns();
-			for (unsigned i = 0; i < 16; i++, sent++) {
-				dp_prep_write(&d, lreg, 0, seg, 0, 2 * MiB, sent);
-				submit_all(q, &d, 1, 10000);
-			}
-		}
-		if (t_kill && reaped == sent)
-			break;
-		cr_assert(!t_kill || now < t_kill + (KILL_TIMEOUT_MS + KILL_SLACK_MS) * 1000000ull,
-			  "%u of %u descriptors unanswered %d ms after the peer died",
-			  sent - reaped, sent, KILL_TIMEOUT_MS + KILL_SLACK_MS);
-		cr_assert(t_kill || sent < 2048, "no 16 transfers in the first 2048");
-		k = dp_wait(q, cqes, sizeof(cqes) / sizeof(cqes[0]), 100);
-		cr_assert_geq(k, 0, "dp_wait: %s", dp_strerror(k));
-		for (int i = 0; i < k; i++) {
-			uint64_t ud = cqes[i].user_data;
-
-			cr_assert_lt(ud, sent, "unknown user_data %llu", (unsigned long long)ud);
-			cr_assert_not(done[ud], "user_data %llu completed twice",
-				      (unsigned long long)ud);
-			done[ud] = 1;
-			cr_assert_eq(cqes[i].flags & DP_CQE_F_FABRIC, DP_CQE_F_FABRIC);
-			if (!cqes[i].status) {
-				ok++;
-				continue;
-			}
-			cr_assert(fabric_error(cqes[i].status), "op %llu failed with %s",
-				  (unsigned long long)ud, dp_strerror(cqes[i].status));
-			cr_assert(t_kill, "op %llu failed before the kill: %s",
-				  (unsigned long long)ud, dp_strerror(cqes[i].status));
-			failed++;
-		}
-		reaped += (unsigned)k;
-	}
-	cr_assert_geq(failed, 16, "only %u of %u failed after the kill", failed, sent);
+	fab_kill_run(&(struct kill_run){.q = q,
+					.lreg = lreg,
+					.seg = seg,
+					.len = 2 * MiB,
+					.inflight = 32,
+					.mixed = true,
+					.kill_after = 16,
+					.answer_ms = KILL_TIMEOUT_MS + KILL_SLACK_MS,
+					.kill = kill_b,
+					.arg = &p});
 	/* Nothing of the dead peer's transfers is left spinning, and the
 	 * bounce buffers came back: a fresh peer is served through them. */
 	{

@@ -311,10 +311,11 @@ Test(fabric_transfer, errors)
 
 /* ---- a peer SIGKILLed mid-transfer, then restarted ---- */
 
-static bool fabric_error(int status)
+/* Ends B (*arg: its client, closed first). */
+static void kill_b(void *arg)
 {
-	return status == -EHOSTUNREACH || status == -ETIMEDOUT || status == -EIO ||
-	       status == -ECONNRESET;
+	dp_close(*(struct dp_client **)arg);
+	svc_kill(&fab_svc[1]);
 }
 
 #define KILL_TIMEOUT_MS 2000
@@ -342,14 +343,15 @@ static void peer_killed(const char *prov)
 	const char *a_args[] = {
 		"--provider", prov, "--server-name", "127.0.0.1", "--fabric-timeout-ms",
 		"2000",	      NULL};
-	static struct dp_cqe cqes[4096];
-	static uint8_t done[4096];
+	struct kill_run r = {.len = MiB,
+			     .inflight = 64,
+			     .kill_after = 32,
+			     .answer_ms = KILL_TIMEOUT_MS + KILL_SLACK_MS,
+			     .kill = kill_b};
 	struct dp_client *ca, *cb;
 	struct dp_queue *q;
 	uint8_t *loc, *home, *tgt;
 	int lreg, hreg, hseg, seg, old_seg;
-	unsigned sent = 0, reaped = 0, ok = 0, failed = 0;
-	uint64_t t_kill = 0, t_last = 0;
 	char port[16], peer[64];
 	struct dp_desc d;
 
@@ -368,58 +370,13 @@ static void peer_killed(const char *prov)
 
 	/* Keep up to 64 x 1 MiB in flight; kill B once 32 have landed, then
 	 * hand over 16 more for the dead peer. */
-	for (;;) {
-		uint64_t now = now_ns();
-		unsigned limit = t_kill ? 0 : 64;
-		int k;
-
-		while (sent - reaped < limit && sent < sizeof(done)) {
-			dp_prep_write(&d, lreg, (sent % 64) * MiB, seg, (sent % 64) * MiB, MiB,
-				      sent);
-			submit_all(q, &d, 1, 10000);
-			sent++;
-		}
-		if (!t_kill && ok >= 32) {
-			dp_close(cb);
-			svc_kill(&fab_svc[1]);
-			t_kill = now_ns();
-			for (unsigned i = 0; i < 16; i++, sent++) {
-				dp_prep_write(&d, lreg, 0, seg, 0, MiB, sent);
-				submit_all(q, &d, 1, 10000);
-			}
-		}
-		if (t_kill && reaped == sent)
-			break;
-		cr_assert(!t_kill || now < t_kill + (KILL_TIMEOUT_MS + KILL_SLACK_MS) * 1000000ull,
-			  "%u of %u descriptors unanswered %d ms after the peer died",
-			  sent - reaped, sent, KILL_TIMEOUT_MS + KILL_SLACK_MS);
-		cr_assert(t_kill || sent < 2048, "no 32 transfers in the first 2048");
-		k = dp_wait(q, cqes, sizeof(cqes) / sizeof(cqes[0]), 100);
-		cr_assert_geq(k, 0, "dp_wait: %s", dp_strerror(k));
-		for (int i = 0; i < k; i++) {
-			uint64_t ud = cqes[i].user_data;
-
-			cr_assert_lt(ud, sent, "unknown user_data %llu", (unsigned long long)ud);
-			cr_assert_not(done[ud], "user_data %llu completed twice",
-				      (unsigned long long)ud);
-			done[ud] = 1;
-			if (cqes[i].status == 0) {
-				ok++;
-			} else {
-				cr_assert(fabric_error(cqes[i].status), "op %llu failed with %s",
-					  (unsigned long long)ud, dp_strerror(cqes[i].status));
-				cr_assert(t_kill, "op %llu failed before the kill: %s",
-					  (unsigned long long)ud, dp_strerror(cqes[i].status));
-				failed++;
-			}
-			cr_assert_eq(cqes[i].flags & DP_CQE_F_FABRIC, DP_CQE_F_FABRIC);
-			t_last = now_ns();
-		}
-		reaped += (unsigned)k;
-	}
-	cr_assert_geq(failed, 16, "only %u of %u failed after the kill", failed, sent);
-	cr_log_info("%s: %u ok, %u failed, last completion %.0f ms after the kill", prov, ok,
-		    failed, (double)(t_last - t_kill) / 1e6);
+	r.q = q;
+	r.lreg = lreg;
+	r.seg = seg;
+	r.arg = &cb;
+	fab_kill_run(&r);
+	cr_log_info("%s: %u ok, %u failed, last completion %.0f ms after the kill", prov, r.ok,
+		    r.failed, (double)(r.t_last - r.t_kill) / 1e6);
 
 	/* The survivor still serves local transfers. */
 	pattern_fill(loc, 4096, 88);

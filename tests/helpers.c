@@ -890,6 +890,78 @@ void run_batch(struct dp_queue *q, const struct dp_desc *d, unsigned n, struct d
 	free(seen);
 }
 
+bool fabric_error(int status)
+{
+	return status == -EHOSTUNREACH || status == -ETIMEDOUT || status == -EIO ||
+	       status == -ECONNRESET;
+}
+
+void fab_kill_run(struct kill_run *r)
+{
+	static struct dp_cqe cqes[256];
+	static uint8_t done[4096];
+	unsigned reaped = 0;
+	struct dp_desc d;
+
+	memset(done, 0, sizeof(done));
+	r->sent = r->ok = r->failed = 0;
+	r->t_kill = r->t_last = 0;
+	for (;;) {
+		uint64_t now = now_ns();
+		unsigned limit = r->t_kill ? 0 : r->inflight;
+		int k;
+
+		while (r->sent - reaped < limit && r->sent < sizeof(done)) {
+			uint64_t off = (r->sent % r->inflight) * r->len;
+
+			if (r->mixed && r->sent % 2)
+				dp_prep_read(&d, r->lreg, off, r->seg, off, r->len, r->sent);
+			else
+				dp_prep_write(&d, r->lreg, off, r->seg, off, r->len, r->sent);
+			submit_all(r->q, &d, 1, 10000);
+			r->sent++;
+		}
+		if (!r->t_kill && r->ok >= r->kill_after) {
+			r->kill(r->arg);
+			r->t_kill = now_ns();
+			for (unsigned i = 0; i < 16; i++, r->sent++) {
+				dp_prep_write(&d, r->lreg, 0, r->seg, 0, r->len, r->sent);
+				submit_all(r->q, &d, 1, 10000);
+			}
+		}
+		if (r->t_kill && reaped == r->sent)
+			break;
+		cr_assert(!r->t_kill || now < r->t_kill + r->answer_ms * 1000000ull,
+			  "%u of %u descriptors unanswered %u ms after the peer died",
+			  r->sent - reaped, r->sent, r->answer_ms);
+		cr_assert(r->t_kill || r->sent < 2048, "no %u transfers in the first 2048",
+			  r->kill_after);
+		k = dp_wait(r->q, cqes, sizeof(cqes) / sizeof(cqes[0]), 100);
+		cr_assert_geq(k, 0, "dp_wait: %s", dp_strerror(k));
+		for (int i = 0; i < k; i++) {
+			uint64_t ud = cqes[i].user_data;
+
+			cr_assert_lt(ud, r->sent, "unknown user_data %llu", (unsigned long long)ud);
+			cr_assert_not(done[ud], "user_data %llu completed twice",
+				      (unsigned long long)ud);
+			done[ud] = 1;
+			cr_assert_eq(cqes[i].flags & DP_CQE_F_FABRIC, DP_CQE_F_FABRIC);
+			if (cqes[i].status == 0) {
+				r->ok++;
+			} else {
+				cr_assert(fabric_error(cqes[i].status), "op %llu failed with %s",
+					  (unsigned long long)ud, dp_strerror(cqes[i].status));
+				cr_assert(r->t_kill, "op %llu failed before the kill: %s",
+					  (unsigned long long)ud, dp_strerror(cqes[i].status));
+				r->failed++;
+			}
+			r->t_last = now_ns();
+		}
+		reaped += (unsigned)k;
+	}
+	cr_assert_geq(r->failed, 16, "only %u of %u failed after the kill", r->failed, r->sent);
+}
+
 /* ---- a bystander in a thread, and the service's health ---- */
 
 static void bystander_fail(struct bystander *b, const char *what, int rc)

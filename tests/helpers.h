@@ -281,6 +281,31 @@ void fab_pair_seg(struct fab_pair *p, const char *name, uint64_t llen, uint64_t 
  * exit 0 on SIGTERM. */
 void fab_pair_stop(struct fab_pair *p);
 
+/* How a fabric transfer may fail once its peer is gone. */
+bool fabric_error(int status);
+
+/* A peer killed mid-transfer (the fabric suites): descriptors of `len`
+ * bytes between lreg and seg (slot i at offset i * len, slots rotating
+ * over `inflight`), up to `inflight` in flight, READs on odd user_data
+ * when `mixed`, else WRITEs; once `kill_after` have succeeded, kill(arg)
+ * ends the peer and 16 more WRITEs are handed over for it. Every
+ * descriptor must be answered exactly once, through the fabric, within
+ * `answer_ms` of the kill; only fabric_error()s, only after the kill, and
+ * at least 16 of them. */
+struct kill_run {
+	struct dp_queue *q;
+	int lreg, seg;
+	uint64_t len;
+	unsigned inflight, kill_after, answer_ms;
+	bool mixed;
+	void (*kill)(void *arg);
+	void *arg;
+	/* what came of it */
+	unsigned sent, ok, failed;
+	uint64_t t_kill, t_last; /* the kill, the last completion */
+};
+void fab_kill_run(struct kill_run *r);
+
 /* ---- a bystander in a thread, and the service's health ---- */
 
 #define GOOD_LEN (64u * 1024)
