@@ -8,16 +8,12 @@
 
 TestSuite(fabric_stage, .fini = fab_teardown, .timeout = 90);
 
-#define GUARD 0x5a
-
 /* ---- WRITE and READ through the bounce buffers, byte-accurate ---- */
 
 static void sizes_ab(const char *prov, const char *const *a_more, const char *const *b_more,
 		     uint64_t max)
 {
-	static const struct {
-		uint64_t len, loff, toff;
-	} xs[] = {
+	static const struct xfer_shape xs[] = {
 		{1, 5, 7},
 		{4095, 1, 12345},
 		{MiB + 12345, 3, 65536 + 3},
@@ -29,21 +25,7 @@ static void sizes_ab(const char *prov, const char *const *a_more, const char *co
 
 	fab_pair_start(&p, prov, 0, a_more, b_more);
 	fab_pair_seg(&p, "stage-sizes", llen, tlen, 64);
-	for (unsigned i = 0; i < sizeof(xs) / sizeof(xs[0]) && xs[i].len <= max; i++) {
-		uint64_t len = xs[i].len, lo = xs[i].loff, to = xs[i].toff;
-		struct dp_desc d;
-
-		guard_fill(p.tgt, tlen, to, len);
-		pattern_fill(p.loc + lo, len, 10 + i);
-		dp_prep_write(&d, p.lreg, lo, p.seg, to, len, 100 + i);
-		run_ok(p.q, &d, DP_CQE_F_FABRIC, 60000);
-		fab_check(p.tgt + to, len, 10 + i, p.tgt, p.tgt + tlen, GUARD, "staged WRITE");
-		pattern_fill(p.tgt + to, len, 20 + i);
-		guard_fill(p.loc, llen, lo, len);
-		dp_prep_read(&d, p.lreg, lo, p.seg, to, len, 200 + i);
-		run_ok(p.q, &d, DP_CQE_F_FABRIC, 60000);
-		fab_check(p.loc + lo, len, 20 + i, p.loc, p.loc + llen, GUARD, "staged READ");
-	}
+	fab_pair_shapes(&p, xs, sizeof(xs) / sizeof(xs[0]), max, 60000, "staged ");
 	fab_pair_stop(&p);
 }
 
@@ -75,79 +57,18 @@ Test(fabric_stage, tcp_small_slices_two_buffers)
 
 /* ---- many in flight over 4 queues on 2 pollers, sizes mixed ---- */
 
-#define NOPS 64
-#define NQ 4
-#define OP_LEN(i) ((i) % 3 == 0 ? MiB + (i) : (i) % 3 == 1 ? 3 * MiB - (i) : 4096 + (i))
-
-static void check_batch(const struct dp_cqe *cqes, unsigned n, bool *seen, uint64_t base_ud)
+/* Op i's bytes: about 1 MiB, 3 MiB or 4 KiB, each a little off. */
+static uint64_t op_len(unsigned i)
 {
-	for (unsigned i = 0; i < n; i++) {
-		uint64_t k = cqes[i].user_data - base_ud;
-
-		cr_assert_lt(k, NOPS, "unexpected user_data %llu",
-			     (unsigned long long)cqes[i].user_data);
-		cr_assert_not(seen[k], "user_data %llu completed twice",
-			      (unsigned long long)cqes[i].user_data);
-		seen[k] = true;
-		cr_assert_eq(cqes[i].status, 0, "op %llu: %s", (unsigned long long)k,
-			     dp_strerror(cqes[i].status));
-		cr_assert_eq(cqes[i].bytes, OP_LEN(k));
-		cr_assert_eq(cqes[i].flags & (DP_CQE_F_FABRIC | DP_CQE_F_LOCAL | DP_CQE_F_GPU),
-			     DP_CQE_F_FABRIC, "flags 0x%x", cqes[i].flags);
-	}
+	return i % 3 == 0 ? MiB + i : i % 3 == 1 ? 3 * MiB - i : 4096 + i;
 }
 
 static void many_ab(const char *prov, const char *const *a_more, const char *const *b_more)
 {
-	const uint64_t stride = 4 * MiB, len = NOPS * stride;
-	struct dp_desc d[NQ][NOPS / NQ];
-	struct dp_cqe cqes[NQ][NOPS / NQ];
-	struct dp_queue *q[NQ];
-	bool seen[NOPS];
-	uint8_t *loc, *tgt;
-	int lreg, treg, seg;
 	struct fab_pair p;
 
 	fab_pair_start(&p, prov, 0, a_more, b_more);
-	treg = alloc_region(p.cb, len, &tgt);
-	export_segment(p.cb, treg, "stage-many", DP_ACCESS_RW);
-	lreg = alloc_region(p.ca, len, &loc);
-	seg = open_segment(p.ca, p.peer_b, "stage-many", DP_ACCESS_RW);
-	for (unsigned k = 0; k < NQ; k++)
-		q[k] = make_queue(p.ca, 64);
-
-	for (unsigned i = 0; i < NOPS; i++) {
-		pattern_fill(loc + i * stride, OP_LEN(i), 1000 + i);
-		dp_prep_write(&d[i % NQ][i / NQ], lreg, i * stride, seg, i * stride + 17, OP_LEN(i),
-			      5000 + i);
-	}
-	memset(seen, 0, sizeof(seen));
-	for (unsigned k = 0; k < NQ; k++)
-		submit_all(q[k], d[k], NOPS / NQ, 10000);
-	for (unsigned k = 0; k < NQ; k++) {
-		reap(q[k], cqes[k], NOPS / NQ, 60000);
-		check_batch(cqes[k], NOPS / NQ, seen, 5000);
-	}
-	for (unsigned i = 0; i < NOPS; i++)
-		cr_assert_eq(pattern_check(tgt + i * stride + 17, OP_LEN(i), 1000 + i), -1,
-			     "WRITE %u: bytes wrong", i);
-
-	for (unsigned i = 0; i < NOPS; i++) {
-		pattern_fill(tgt + i * stride + 17, OP_LEN(i), 2000 + i);
-		dp_prep_read(&d[i % NQ][i / NQ], lreg, i * stride, seg, i * stride + 17, OP_LEN(i),
-			     7000 + i);
-	}
-	memset(loc, 0, len);
-	memset(seen, 0, sizeof(seen));
-	for (unsigned k = 0; k < NQ; k++)
-		submit_all(q[k], d[k], NOPS / NQ, 10000);
-	for (unsigned k = 0; k < NQ; k++) {
-		reap(q[k], cqes[k], NOPS / NQ, 60000);
-		check_batch(cqes[k], NOPS / NQ, seen, 7000);
-	}
-	for (unsigned i = 0; i < NOPS; i++)
-		cr_assert_eq(pattern_check(loc + i * stride, OP_LEN(i), 2000 + i), -1,
-			     "READ %u: bytes wrong", i);
+	fab_pair_many(&p, "stage-many", 4 * MiB, op_len, 60000);
 	fab_pair_stop(&p);
 }
 

@@ -8,15 +8,11 @@
 
 TestSuite(fabric_transfer, .fini = fab_teardown, .timeout = 60);
 
-#define GUARD 0x5a
-
 /* ---- WRITE and READ of 1 B .. max, byte-accurate ---- */
 
 static void sizes(const char *prov, uint64_t max)
 {
-	static const struct {
-		uint64_t len, loff, toff;
-	} xs[] = {
+	static const struct xfer_shape xs[] = {
 		{1, 5, 7},
 		{4096, 4096, 12345},
 		{MiB, 3, 65536 + 3},
@@ -42,23 +38,7 @@ static void sizes(const char *prov, uint64_t max)
 		if (i % 50 == 49)
 			sleep_ms(5); /* let the target's poller fall asleep */
 	}
-	for (unsigned i = 0; i < sizeof(xs) / sizeof(xs[0]) && xs[i].len <= max; i++) {
-		uint64_t len = xs[i].len, lo = xs[i].loff, to = xs[i].toff;
-		struct dp_desc d;
-
-		/* WRITE: pattern in A's region -> B's segment. */
-		guard_fill(p.tgt, tlen, to, len);
-		pattern_fill(p.loc + lo, len, 10 + i);
-		dp_prep_write(&d, p.lreg, lo, p.seg, to, len, 100 + i);
-		run_ok(p.q, &d, DP_CQE_F_FABRIC, 30000);
-		fab_check(p.tgt + to, len, 10 + i, p.tgt, p.tgt + tlen, GUARD, "WRITE");
-		/* READ: another pattern in B's segment -> A's region. */
-		pattern_fill(p.tgt + to, len, 20 + i);
-		guard_fill(p.loc, llen, lo, len);
-		dp_prep_read(&d, p.lreg, lo, p.seg, to, len, 200 + i);
-		run_ok(p.q, &d, DP_CQE_F_FABRIC, 30000);
-		fab_check(p.loc + lo, len, 20 + i, p.loc, p.loc + llen, GUARD, "READ");
-	}
+	fab_pair_shapes(&p, xs, sizeof(xs) / sizeof(xs[0]), max, 30000, "");
 	fab_pair_stop(&p);
 }
 
@@ -79,78 +59,13 @@ Test(fabric_transfer, sockets_sizes_1B_to_64MiB)
 
 /* ---- 64 x 1 MiB in flight at once, over 4 queues on 2 pollers ---- */
 
-#define NOPS 64
-#define NQ 4
-
-static void check_batch(struct dp_cqe *cqes, uint64_t base_ud)
-{
-	bool seen[NOPS] = {0};
-
-	for (unsigned i = 0; i < NOPS / NQ; i++) {
-		uint64_t k = cqes[i].user_data - base_ud;
-
-		cr_assert_lt(k, NOPS, "unexpected user_data %llu",
-			     (unsigned long long)cqes[i].user_data);
-		cr_assert_not(seen[k], "user_data %llu completed twice",
-			      (unsigned long long)cqes[i].user_data);
-		seen[k] = true;
-		cr_assert_eq(cqes[i].status, 0, "op %llu: %s", (unsigned long long)k,
-			     dp_strerror(cqes[i].status));
-		cr_assert_eq(cqes[i].bytes, MiB);
-		cr_assert_eq(cqes[i].flags & (DP_CQE_F_FABRIC | DP_CQE_F_LOCAL), DP_CQE_F_FABRIC,
-			     "flags 0x%x", cqes[i].flags);
-	}
-}
-
 static void many_outstanding(const char *prov)
 {
 	static const char *const a_more[] = {"--pollers", "2", NULL};
-	const uint64_t len = NOPS * MiB + 4096;
-	struct dp_desc d[NQ][NOPS / NQ];
-	struct dp_cqe cqes[NQ][NOPS / NQ];
-	struct dp_queue *q[NQ];
-	uint8_t *loc, *tgt;
-	int lreg, treg, seg;
 	struct fab_pair p;
 
 	fab_pair_start(&p, prov, FAB_PAIR_A_UNNAMED, a_more, NULL);
-	treg = alloc_region(p.cb, len, &tgt);
-	export_segment(p.cb, treg, "fab-many", DP_ACCESS_RW);
-	lreg = alloc_region(p.ca, len, &loc);
-	seg = open_segment(p.ca, p.peer_b, "fab-many", DP_ACCESS_RW);
-	for (unsigned k = 0; k < NQ; k++)
-		q[k] = make_queue(p.ca, 64);
-
-	/* WRITEs: op i carries pattern 1000+i to target offset i MiB + 17. */
-	for (unsigned i = 0; i < NOPS; i++) {
-		pattern_fill(loc + i * MiB, MiB, 1000 + i);
-		dp_prep_write(&d[i % NQ][i / NQ], lreg, i * MiB, seg, i * MiB + 17, MiB, 5000 + i);
-	}
-	for (unsigned k = 0; k < NQ; k++)
-		submit_all(q[k], d[k], NOPS / NQ, 10000);
-	for (unsigned k = 0; k < NQ; k++) {
-		reap(q[k], cqes[k], NOPS / NQ, 30000);
-		check_batch(cqes[k], 5000);
-	}
-	for (unsigned i = 0; i < NOPS; i++)
-		cr_assert_eq(pattern_check(tgt + i * MiB + 17, MiB, 1000 + i), -1,
-			     "WRITE %u: bytes wrong", i);
-
-	/* READs: back from the segment into a zeroed region. */
-	for (unsigned i = 0; i < NOPS; i++)
-		pattern_fill(tgt + i * MiB + 17, MiB, 2000 + i);
-	memset(loc, 0, len);
-	for (unsigned i = 0; i < NOPS; i++)
-		dp_prep_read(&d[i % NQ][i / NQ], lreg, i * MiB, seg, i * MiB + 17, MiB, 9000 + i);
-	for (unsigned k = 0; k < NQ; k++)
-		submit_all(q[k], d[k], NOPS / NQ, 10000);
-	for (unsigned k = 0; k < NQ; k++) {
-		reap(q[k], cqes[k], NOPS / NQ, 30000);
-		check_batch(cqes[k], 9000);
-	}
-	for (unsigned i = 0; i < NOPS; i++)
-		cr_assert_eq(pattern_check(loc + i * MiB, MiB, 2000 + i), -1,
-			     "READ %u: bytes wrong", i);
+	fab_pair_many(&p, "fab-many", MiB, NULL, 30000);
 	fab_pair_stop(&p);
 }
 

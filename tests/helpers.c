@@ -839,6 +839,117 @@ void fab_pair_seg(struct fab_pair *p, const char *name, uint64_t llen, uint64_t 
 	p->seg = s.seg;
 	p->loc = s.loc;
 	p->tgt = s.tgt;
+	p->llen = llen;
+	p->tlen = tlen;
+}
+
+void fab_pair_shapes(struct fab_pair *p, const struct xfer_shape *xs, unsigned n, uint64_t max,
+		     int timeout_ms, const char *what)
+{
+	char w[64], r[64];
+
+	snprintf(w, sizeof(w), "%sWRITE", what);
+	snprintf(r, sizeof(r), "%sREAD", what);
+	for (unsigned i = 0; i < n && xs[i].len <= max; i++) {
+		uint64_t len = xs[i].len, lo = xs[i].loff, to = xs[i].toff;
+		struct dp_desc d;
+
+		cr_assert_leq(lo + len, p->llen, "shape %u outside A's region", i);
+		cr_assert_leq(to + len, p->tlen, "shape %u outside B's export", i);
+		/* WRITE: pattern in A's region -> B's segment. */
+		guard_fill(p->tgt, p->tlen, to, len);
+		pattern_fill(p->loc + lo, len, 10 + i);
+		dp_prep_write(&d, p->lreg, lo, p->seg, to, len, 100 + i);
+		run_ok(p->q, &d, DP_CQE_F_FABRIC, timeout_ms);
+		fab_check(p->tgt + to, len, 10 + i, p->tgt, p->tgt + p->tlen, 0x5a, w);
+		/* READ: another pattern in B's segment -> A's region. */
+		pattern_fill(p->tgt + to, len, 20 + i);
+		guard_fill(p->loc, p->llen, lo, len);
+		dp_prep_read(&d, p->lreg, lo, p->seg, to, len, 200 + i);
+		run_ok(p->q, &d, DP_CQE_F_FABRIC, timeout_ms);
+		fab_check(p->loc + lo, len, 20 + i, p->loc, p->loc + p->llen, 0x5a, r);
+	}
+}
+
+#define MANY_OPS 64
+#define MANY_Q 4
+
+/* A batch of many_ops' completions: each a distinct op of it, whole,
+ * through the fabric. */
+static void many_check(const struct dp_cqe *cqes, unsigned n, bool *seen, uint64_t base_ud,
+		       uint64_t stride, uint64_t (*op_len)(unsigned i))
+{
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t k = cqes[i].user_data - base_ud;
+
+		cr_assert_lt(k, MANY_OPS, "unexpected user_data %llu",
+			     (unsigned long long)cqes[i].user_data);
+		cr_assert_not(seen[k], "user_data %llu completed twice",
+			      (unsigned long long)cqes[i].user_data);
+		seen[k] = true;
+		cr_assert_eq(cqes[i].status, 0, "op %llu: %s", (unsigned long long)k,
+			     dp_strerror(cqes[i].status));
+		cr_assert_eq(cqes[i].bytes, op_len ? op_len((unsigned)k) : stride);
+		cr_assert_eq(cqes[i].flags & (DP_CQE_F_FABRIC | DP_CQE_F_LOCAL | DP_CQE_F_GPU),
+			     DP_CQE_F_FABRIC, "flags 0x%x", cqes[i].flags);
+	}
+}
+
+/* All of d[] submitted at once over the queues, then reaped and checked. */
+static void many_run(struct dp_queue **q, struct dp_desc (*d)[MANY_OPS / MANY_Q], uint64_t base_ud,
+		     uint64_t stride, uint64_t (*op_len)(unsigned i), int timeout_ms)
+{
+	struct dp_cqe cqes[MANY_OPS / MANY_Q];
+	bool seen[MANY_OPS] = {0};
+
+	for (unsigned k = 0; k < MANY_Q; k++)
+		submit_all(q[k], d[k], MANY_OPS / MANY_Q, 10000);
+	for (unsigned k = 0; k < MANY_Q; k++) {
+		reap(q[k], cqes, MANY_OPS / MANY_Q, timeout_ms);
+		many_check(cqes, MANY_OPS / MANY_Q, seen, base_ud, stride, op_len);
+	}
+}
+
+void fab_pair_many(struct fab_pair *p, const char *name, uint64_t stride,
+		   uint64_t (*op_len)(unsigned i), int timeout_ms)
+{
+	const uint64_t len = MANY_OPS * stride + 4096;
+	struct dp_desc d[MANY_Q][MANY_OPS / MANY_Q];
+	struct dp_queue *q[MANY_Q];
+
+	fab_pair_seg(p, name, len, len, 64);
+	q[0] = p->q;
+	for (unsigned k = 1; k < MANY_Q; k++)
+		q[k] = make_queue(p->ca, 64);
+	/* WRITEs: op i carries pattern 1000 + i to B's offset i * stride + 17. */
+	for (unsigned i = 0; i < MANY_OPS; i++) {
+		uint64_t n = op_len ? op_len(i) : stride;
+
+		pattern_fill(p->loc + i * stride, n, 1000 + i);
+		dp_prep_write(&d[i % MANY_Q][i / MANY_Q], p->lreg, i * stride, p->seg,
+			      i * stride + 17, n, 5000 + i);
+	}
+	many_run(q, d, 5000, stride, op_len, timeout_ms);
+	for (unsigned i = 0; i < MANY_OPS; i++)
+		cr_assert_eq(pattern_check(p->tgt + i * stride + 17, op_len ? op_len(i) : stride,
+					   1000 + i),
+			     -1, "WRITE %u: bytes wrong", i);
+	/* READs: pattern 2000 + i back from B into A's zeroed region. */
+	for (unsigned i = 0; i < MANY_OPS; i++) {
+		uint64_t n = op_len ? op_len(i) : stride;
+
+		pattern_fill(p->tgt + i * stride + 17, n, 2000 + i);
+		dp_prep_read(&d[i % MANY_Q][i / MANY_Q], p->lreg, i * stride, p->seg,
+			     i * stride + 17, n, 7000 + i);
+	}
+	memset(p->loc, 0, len);
+	many_run(q, d, 7000, stride, op_len, timeout_ms);
+	for (unsigned i = 0; i < MANY_OPS; i++)
+		cr_assert_eq(
+			pattern_check(p->loc + i * stride, op_len ? op_len(i) : stride, 2000 + i),
+			-1, "READ %u: bytes wrong", i);
+	for (unsigned k = 1; k < MANY_Q; k++)
+		dp_queue_destroy(q[k]);
 }
 
 void fab_pair_stop(struct fab_pair *p)

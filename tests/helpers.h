@@ -266,6 +266,7 @@ struct fab_pair {
 	struct dp_queue *q;
 	int lreg, treg, seg;
 	uint8_t *loc, *tgt;
+	uint64_t llen, tlen; /* their sizes */
 };
 #define FAB_PAIR_SAME_A 1u    /* A takes the same-host path (--same-host-socket) */
 #define FAB_PAIR_SAME_B 2u    /* B does */
@@ -280,6 +281,24 @@ void fab_pair_seg(struct fab_pair *p, const char *name, uint64_t llen, uint64_t 
 /* Closes both clients; each service the test has not stopped itself must
  * exit 0 on SIGTERM. */
 void fab_pair_stop(struct fab_pair *p);
+/* A transfer of `len` bytes at `loff` in A's region and `toff` in B's. */
+struct xfer_shape {
+	uint64_t len, loff, toff;
+};
+/* For each shape i of xs[0..n) of at most `max` bytes, over fab_pair_seg's
+ * segment: a WRITE (pattern 10 + i, user_data 100 + i), then a READ back
+ * of another pattern (20 + i, user_data 200 + i), each run_ok through the
+ * fabric (timeout_ms) and checked byte-accurate with the guard bytes around
+ * it untouched; `what` prefixes "WRITE" and "READ" in failures. */
+void fab_pair_shapes(struct fab_pair *p, const struct xfer_shape *xs, unsigned n, uint64_t max,
+		     int timeout_ms, const char *what);
+/* 64 WRITEs in flight at once over 4 queues (fab_pair_seg's, `name`, and
+ * three more), then 64 READs back: op i moves op_len(i) bytes (NULL:
+ * `stride`) between offset i * stride in A's region and i * stride + 17 in
+ * B's. Each completes once, whole, through the fabric, within timeout_ms
+ * of its queue's reap, and every byte is checked. */
+void fab_pair_many(struct fab_pair *p, const char *name, uint64_t stride,
+		   uint64_t (*op_len)(unsigned i), int timeout_ms);
 
 /* How a fabric transfer may fail once its peer is gone. */
 bool fabric_error(int status);
