@@ -36,13 +36,11 @@ static uint64_t samehost_completions(const struct svc *s)
 
 Test(fabric_samehost, bytes_move_both_ways_without_the_fabric)
 {
-	static const struct {
-		uint64_t len, loff, toff;
-	} xs[] = {{1, 5, 7},
-		  {4096, 4096, 12345},
-		  {65537, 3, 65536 + 3},
-		  {MiB, 0, 1},
-		  {64 * MiB, 0, 65536}};
+	static const struct xfer_shape xs[] = {{1, 5, 7},
+					       {4096, 4096, 12345},
+					       {65537, 3, 65536 + 3},
+					       {MiB, 0, 1},
+					       {64 * MiB, 0, 65536}};
 	const uint64_t llen = 64 * MiB + 8192, tlen = 64 * MiB + 65536;
 	uint64_t before;
 	struct fab_pair p;
@@ -118,25 +116,18 @@ Test(fabric_samehost, no_same_host_on_either_side_takes_the_fabric)
 {
 	for (unsigned side = 0; side < 2; side++) {
 		struct fab_pair p;
-		uint8_t *loc, *tgt;
-		int lreg, treg, seg;
-		struct dp_queue *q;
 		struct dp_desc d;
 
 		fab_pair_start(&p, "tcp",
 			       (side != 0 ? FAB_PAIR_SAME_A : 0) |
 				       (side != 1 ? FAB_PAIR_SAME_B : 0),
 			       NULL, NULL);
-		treg = alloc_region(p.cb, MiB, &tgt);
-		export_segment(p.cb, treg, "sh-off", DP_ACCESS_RW);
-		lreg = alloc_region(p.ca, MiB, &loc);
-		seg = open_segment(p.ca, p.peer_b, "sh-off", DP_ACCESS_RW);
-		q = make_queue(p.ca, 8);
-		pattern_fill(loc, MiB, 7);
-		dp_prep_write(&d, lreg, 0, seg, 0, MiB, 1);
-		run_ok(q, &d, DP_CQE_F_FABRIC, 30000);
-		cr_assert_eq(pattern_check(tgt, MiB, 7), -1, "fabric WRITE (side %u)", side);
-		dp_queue_destroy(q);
+		fab_pair_seg(&p, "sh-off", MiB, MiB, 8);
+		pattern_fill(p.loc, MiB, 7);
+		dp_prep_write(&d, p.lreg, 0, p.seg, 0, MiB, 1);
+		run_ok(p.q, &d, DP_CQE_F_FABRIC, 30000);
+		cr_assert_eq(pattern_check(p.tgt, MiB, 7), -1, "fabric WRITE (side %u)", side);
+		dp_queue_destroy(p.q);
 		fab_pair_stop(&p);
 	}
 }

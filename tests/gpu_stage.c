@@ -28,9 +28,7 @@ static const char *const no_hmem[] = {"--no-hmem", NULL};
 
 Test(gpu_stage, tcp_gpu_to_remote_host_and_back_1B_to_256MiB)
 {
-	static const struct {
-		uint64_t len, loff, toff;
-	} xs[] = {
+	static const struct xfer_shape xs[] = {
 		{1, 5, 7},
 		{4095, 1, 12345},
 		{MiB + 3, 4096, 65536 + 3},
@@ -151,9 +149,8 @@ Test(gpu_stage, tcp_staging_off_is_enotsup)
  * tcp, byte-accurately, at any size and offset. */
 Test(gpu_stage, tcp_owner_stages_unregistered_gpu_export)
 {
-	static const struct {
-		uint64_t len, loff, toff;
-	} xs[] = {{1, 3, 5}, {4097, 0, 12345}, {MiB + 17, 7, 65536}, {3 * MiB, 0, MiB}};
+	static const struct xfer_shape xs[] = {
+		{1, 3, 5}, {4097, 0, 12345}, {MiB + 17, 7, 65536}, {3 * MiB, 0, MiB}};
 	const uint64_t glen = 4 * MiB + 65536;
 	struct fab_pair p;
 	struct dp_queue *q;
