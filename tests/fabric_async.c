@@ -20,20 +20,9 @@ static struct {
 	char ns[2][32];
 	char veth[2][16];
 	char ip[2][16];
-	bool made[2];
 } net;
 
-static void async_teardown(void)
-{
-	fab_teardown(); /* the services first: they hold the namespaces */
-	for (unsigned i = 0; i < 2; i++)
-		if (net.made[i]) {
-			run_sh("ip netns del %s", net.ns[i]);
-			net.made[i] = false;
-		}
-}
-
-TestSuite(fabric_async, .fini = async_teardown, .timeout = 90);
+TestSuite(fabric_async, .fini = netns_teardown, .timeout = 90);
 
 /* Namespaces dpyA-PID and dpyB-PID joined by a veth pair on 10.79.X.0/24;
  * false (nothing made) where they cannot be made. */
@@ -47,7 +36,6 @@ static bool netns_setup(void)
 		snprintf(net.ns[i], sizeof(net.ns[i]), "dpy%c-%u", "AB"[i], id);
 		if (netns_add(net.ns[i]))
 			return false;
-		net.made[i] = true;
 		snprintf(net.veth[i], sizeof(net.veth[i]), "dpy%c-%u", "ab"[i], id);
 		snprintf(net.ip[i], sizeof(net.ip[i]), "10.79.%u.%u", x, i + 1);
 	}

@@ -18,18 +18,7 @@ static struct {
 	char ns[2][32];
 	char veth[2][2][16]; /* [pair][side] */
 	char ip[2][2][16];   /* [pair][side] */
-	bool made[2];
 } net;
-
-static void netns_teardown(void)
-{
-	fab_teardown(); /* the services first: they hold the namespaces */
-	for (unsigned i = 0; i < 2; i++)
-		if (net.made[i]) {
-			run_sh("ip netns del %s", net.ns[i]);
-			net.made[i] = false;
-		}
-}
 
 TestSuite(fabric_netns, .fini = netns_teardown, .timeout = 60);
 
@@ -48,7 +37,6 @@ static void netns_setup(unsigned pairs)
 			cr_skip_test("fabric_netns: cannot make a network namespace with lo up "
 				     "(no CAP_SYS_ADMIN or no netns support here; the reason is "
 				     "above)");
-		net.made[i] = true;
 	}
 	for (unsigned p = 0; p < pairs; p++) {
 		for (unsigned i = 0; i < 2; i++) {

@@ -10,7 +10,6 @@
 
 static struct {
 	char ns[32], conf[64];
-	bool made;
 } rs;
 
 static void resolve_teardown(void)
@@ -23,11 +22,9 @@ static void resolve_teardown(void)
 		waitpid(child_pid, &status, 0);
 		child_pid = 0;
 	}
-	if (rs.made)
-		run_sh("ip netns del %s", rs.ns);
+	netns_del_all();
 	if (rs.conf[0])
 		unlink(rs.conf);
-	rs.made = false;
 	rs.conf[0] = 0;
 }
 
@@ -125,7 +122,6 @@ Test(fabric_resolve, slow_resolver_does_not_delay_bystanders)
 	if (netns_add(rs.ns))
 		cr_skip_test(
 			"fabric_resolve: cannot make a network namespace (the reason is above)");
-	rs.made = true;
 	snprintf(rs.conf, sizeof(rs.conf), "/tmp/%s.resolv.conf", rs.ns);
 	f = fopen(rs.conf, "w");
 	cr_assert_not_null(f);

@@ -12,57 +12,6 @@ TestSuite(fabric_samehost, .fini = fab_teardown, .timeout = 90);
 
 #define GUARD 0x5a
 
-/* The initiator A (fab_svc[0]) and the exporter B (fab_svc[1]), each with a
- * client of this process, so B's memory is checked right here. */
-struct pair {
-	struct dp_client *ca, *cb;
-	char peer_b[64];
-	char sock_a[128], sock_b[128];
-};
-
-/* same_a / same_b: whether each service takes the same-host path. */
-static void pair_start(struct pair *p, bool same_a, bool same_b, const char *const *b_more)
-{
-	const char *args[16];
-	unsigned n = 0;
-
-	memset(p, 0, sizeof(*p));
-	snprintf(p->sock_a, sizeof(p->sock_a), "/tmp/dp-samehost-a-%d.peer", (int)getpid());
-	snprintf(p->sock_b, sizeof(p->sock_b), "/tmp/dp-samehost-b-%d.peer", (int)getpid());
-	args[n++] = "--provider";
-	args[n++] = "tcp";
-	args[n++] = "--server-name";
-	args[n++] = "127.0.0.1";
-	if (same_b) {
-		args[n++] = "--same-host-socket";
-		args[n++] = p->sock_b;
-	}
-	for (; b_more && *b_more; b_more++)
-		args[n++] = *b_more;
-	args[n] = NULL;
-	start_svc(&fab_svc[1], args);
-	n = 4;
-	if (same_a) {
-		args[n++] = "--same-host-socket";
-		args[n++] = p->sock_a;
-	}
-	args[n] = NULL;
-	start_svc(&fab_svc[0], args);
-	snprintf(p->peer_b, sizeof(p->peer_b), "127.0.0.1:%d", fab_rpc_port(&fab_svc[1]));
-	p->ca = connect_client(&fab_svc[0], "initiator");
-	p->cb = connect_client(&fab_svc[1], "exporter");
-}
-
-static void pair_stop(struct pair *p)
-{
-	dp_close(p->ca);
-	dp_close(p->cb);
-	for (unsigned i = 0; i < 2; i++)
-		if (fab_svc[i].pid > 0)
-			cr_assert_eq(svc_stop(&fab_svc[i]), 0, "service %u did not exit cleanly",
-				     i);
-}
-
 static void expect_same_host(struct dp_cqe c, uint64_t len, const char *what)
 {
 	cr_assert_eq(c.status, 0, "%s of %llu B: %s", what, (unsigned long long)len,
@@ -87,54 +36,45 @@ static uint64_t samehost_completions(const struct svc *s)
 
 Test(fabric_samehost, bytes_move_both_ways_without_the_fabric)
 {
-	static const struct {
-		uint64_t len, loff, toff;
-	} xs[] = {{1, 5, 7},
-		  {4096, 4096, 12345},
-		  {65537, 3, 65536 + 3},
-		  {MiB, 0, 1},
-		  {64 * MiB, 0, 65536}};
+	static const struct xfer_shape xs[] = {{1, 5, 7},
+					       {4096, 4096, 12345},
+					       {65537, 3, 65536 + 3},
+					       {MiB, 0, 1},
+					       {64 * MiB, 0, 65536}};
 	const uint64_t llen = 64 * MiB + 8192, tlen = 64 * MiB + 65536;
 	uint64_t before;
-	struct pair p;
-	uint8_t *loc, *tgt;
-	int lreg, treg, seg;
-	struct dp_queue *q;
+	struct fab_pair p;
 
-	pair_start(&p, true, true, NULL);
+	fab_pair_start(&p, "tcp", FAB_PAIR_SAME_A | FAB_PAIR_SAME_B, NULL, NULL);
 	/* Not page-aligned in its memfd's mapping? The region is; offsets are
 	 * exercised by the descriptors. */
-	treg = alloc_region(p.cb, tlen, &tgt);
-	export_segment(p.cb, treg, "sh-sizes", DP_ACCESS_RW);
-	lreg = alloc_region(p.ca, llen, &loc);
-	seg = open_segment(p.ca, p.peer_b, "sh-sizes", DP_ACCESS_RW);
-	q = make_queue(p.ca, 64);
+	fab_pair_seg(&p, "sh-sizes", llen, tlen, 64);
 	before = samehost_completions(&fab_svc[0]);
 	for (unsigned i = 0; i < sizeof(xs) / sizeof(xs[0]); i++) {
 		uint64_t len = xs[i].len, lo = xs[i].loff, to = xs[i].toff;
 
-		guard_fill(tgt, tlen, to, len);
-		pattern_fill(loc + lo, len, 10 + i);
-		expect_same_host(run1(q, true, lreg, lo, seg, to, len, 100 + i, 30000), len,
+		guard_fill(p.tgt, tlen, to, len);
+		pattern_fill(p.loc + lo, len, 10 + i);
+		expect_same_host(run1(p.q, true, p.lreg, lo, p.seg, to, len, 100 + i, 30000), len,
 				 "WRITE");
-		fab_check(tgt + to, len, 10 + i, tgt, tgt + tlen, GUARD, "WRITE");
-		pattern_fill(tgt + to, len, 20 + i);
-		guard_fill(loc, llen, lo, len);
-		expect_same_host(run1(q, false, lreg, lo, seg, to, len, 200 + i, 30000), len,
+		fab_check(p.tgt + to, len, 10 + i, p.tgt, p.tgt + tlen, GUARD, "WRITE");
+		pattern_fill(p.tgt + to, len, 20 + i);
+		guard_fill(p.loc, llen, lo, len);
+		expect_same_host(run1(p.q, false, p.lreg, lo, p.seg, to, len, 200 + i, 30000), len,
 				 "READ");
-		fab_check(loc + lo, len, 20 + i, loc, loc + llen, GUARD, "READ");
+		fab_check(p.loc + lo, len, 20 + i, p.loc, p.loc + llen, GUARD, "READ");
 	}
 	/* The stats region counts them on the samehost path. */
 	cr_assert_eq(samehost_completions(&fab_svc[0]) - before, 2 * sizeof(xs) / sizeof(xs[0]),
 		     "samehost path completions");
 	/* Beyond the segment: refused, nothing moved. */
 	{
-		struct dp_cqe c = run1(q, true, lreg, 0, seg, tlen - 10, 11, 900, 30000);
+		struct dp_cqe c = run1(p.q, true, p.lreg, 0, p.seg, tlen - 10, 11, 900, 30000);
 
 		cr_assert_eq(c.status, -EFAULT, "past the end: %s", dp_strerror(c.status));
 	}
-	dp_queue_destroy(q);
-	pair_stop(&p);
+	dp_queue_destroy(p.q);
+	fab_pair_stop(&p);
 }
 
 Test(fabric_samehost, many_in_flight_every_byte_checked)
@@ -144,61 +84,51 @@ Test(fabric_samehost, many_in_flight_every_byte_checked)
 	struct dp_desc d[DEPTH];
 	struct dp_cqe c[DEPTH];
 	uint64_t rng = 42;
-	struct pair p;
-	uint8_t *loc, *tgt;
-	int lreg, treg, seg;
-	struct dp_queue *q;
+	struct fab_pair p;
 
-	pair_start(&p, true, true, NULL);
-	treg = alloc_region(p.cb, DEPTH * slot, &tgt);
-	export_segment(p.cb, treg, "sh-many", DP_ACCESS_RW);
-	lreg = alloc_region(p.ca, DEPTH * slot, &loc);
-	seg = open_segment(p.ca, p.peer_b, "sh-many", DP_ACCESS_RW);
-	q = make_queue(p.ca, DEPTH);
+	fab_pair_start(&p, "tcp", FAB_PAIR_SAME_A | FAB_PAIR_SAME_B, NULL, NULL);
+	fab_pair_seg(&p, "sh-many", DEPTH * slot, DEPTH * slot, DEPTH);
 	for (unsigned round = 0; round < N / DEPTH; round++) {
 		uint64_t len[DEPTH];
 
 		for (unsigned i = 0; i < DEPTH; i++) {
 			len[i] = 1 + xorshift64(&rng) % slot;
-			pattern_fill(loc + i * slot, len[i], round * DEPTH + i);
-			dp_prep_write(&d[i], lreg, i * slot, seg, i * slot, len[i], i);
+			pattern_fill(p.loc + i * slot, len[i], round * DEPTH + i);
+			dp_prep_write(&d[i], p.lreg, i * slot, p.seg, i * slot, len[i], i);
 		}
-		submit_all(q, d, DEPTH, 5000);
-		reap(q, c, DEPTH, 30000);
+		submit_all(p.q, d, DEPTH, 5000);
+		reap(p.q, c, DEPTH, 30000);
 		for (unsigned i = 0; i < DEPTH; i++) {
 			expect_same_host(c[i], len[c[i].user_data], "WRITE");
-			cr_assert_eq(pattern_check(tgt + c[i].user_data * slot, len[c[i].user_data],
+			cr_assert_eq(pattern_check(p.tgt + c[i].user_data * slot,
+						   len[c[i].user_data],
 						   round * DEPTH + c[i].user_data),
 				     -1, "round %u slot %llu: wrong bytes", round,
 				     (unsigned long long)c[i].user_data);
 		}
 	}
-	dp_queue_destroy(q);
-	pair_stop(&p);
+	dp_queue_destroy(p.q);
+	fab_pair_stop(&p);
 }
 
 /* --no-same-host on either end: the fabric, as between hosts. */
 Test(fabric_samehost, no_same_host_on_either_side_takes_the_fabric)
 {
 	for (unsigned side = 0; side < 2; side++) {
-		struct pair p;
-		uint8_t *loc, *tgt;
-		int lreg, treg, seg;
-		struct dp_queue *q;
+		struct fab_pair p;
 		struct dp_desc d;
 
-		pair_start(&p, side != 0, side != 1, NULL);
-		treg = alloc_region(p.cb, MiB, &tgt);
-		export_segment(p.cb, treg, "sh-off", DP_ACCESS_RW);
-		lreg = alloc_region(p.ca, MiB, &loc);
-		seg = open_segment(p.ca, p.peer_b, "sh-off", DP_ACCESS_RW);
-		q = make_queue(p.ca, 8);
-		pattern_fill(loc, MiB, 7);
-		dp_prep_write(&d, lreg, 0, seg, 0, MiB, 1);
-		run_ok(q, &d, DP_CQE_F_FABRIC, 30000);
-		cr_assert_eq(pattern_check(tgt, MiB, 7), -1, "fabric WRITE (side %u)", side);
-		dp_queue_destroy(q);
-		pair_stop(&p);
+		fab_pair_start(&p, "tcp",
+			       (side != 0 ? FAB_PAIR_SAME_A : 0) |
+				       (side != 1 ? FAB_PAIR_SAME_B : 0),
+			       NULL, NULL);
+		fab_pair_seg(&p, "sh-off", MiB, MiB, 8);
+		pattern_fill(p.loc, MiB, 7);
+		dp_prep_write(&d, p.lreg, 0, p.seg, 0, MiB, 1);
+		run_ok(p.q, &d, DP_CQE_F_FABRIC, 30000);
+		cr_assert_eq(pattern_check(p.tgt, MiB, 7), -1, "fabric WRITE (side %u)", side);
+		dp_queue_destroy(p.q);
+		fab_pair_stop(&p);
 	}
 }
 
@@ -206,13 +136,13 @@ Test(fabric_samehost, no_same_host_on_either_side_takes_the_fabric)
  * is opened anew, with its own memory. */
 Test(fabric_samehost, unexport_and_reexport_are_seen_at_once)
 {
-	struct pair p;
+	struct fab_pair p;
 	uint8_t *loc, *t1, *t2;
 	int lreg, r1, r2, seg;
 	struct dp_queue *q;
 	struct dp_cqe c;
 
-	pair_start(&p, true, true, NULL);
+	fab_pair_start(&p, "tcp", FAB_PAIR_SAME_A | FAB_PAIR_SAME_B, NULL, NULL);
 	r1 = alloc_region(p.cb, MiB, &t1);
 	export_segment(p.cb, r1, "sh-gone", DP_ACCESS_RW);
 	lreg = alloc_region(p.ca, MiB, &loc);
@@ -238,30 +168,24 @@ Test(fabric_samehost, unexport_and_reexport_are_seen_at_once)
 	cr_assert_eq(t2[0], 0x22, "the new export did not get the bytes");
 	cr_assert_eq(t1[0], 0, "the old region got bytes");
 	dp_queue_destroy(q);
-	pair_stop(&p);
+	fab_pair_stop(&p);
 }
 
 /* The exporter dies: its segments fail at once (its pidfd), not after a
  * timeout, and the importer goes on serving. */
 Test(fabric_samehost, exporter_death_fails_its_segments)
 {
-	struct pair p;
-	uint8_t *loc, *tgt;
-	int lreg, treg, seg, status = 0;
-	struct dp_queue *q;
+	struct fab_pair p;
+	int status = 0;
 	uint64_t t0;
 
-	pair_start(&p, true, true, NULL);
-	treg = alloc_region(p.cb, MiB, &tgt);
-	export_segment(p.cb, treg, "sh-dies", DP_ACCESS_RW);
-	lreg = alloc_region(p.ca, MiB, &loc);
-	seg = open_segment(p.ca, p.peer_b, "sh-dies", DP_ACCESS_RW);
-	q = make_queue(p.ca, 8);
-	expect_same_host(run1(q, true, lreg, 0, seg, 0, 64, 1, 30000), 64, "WRITE");
+	fab_pair_start(&p, "tcp", FAB_PAIR_SAME_A | FAB_PAIR_SAME_B, NULL, NULL);
+	fab_pair_seg(&p, "sh-dies", MiB, MiB, 8);
+	expect_same_host(run1(p.q, true, p.lreg, 0, p.seg, 0, 64, 1, 30000), 64, "WRITE");
 	svc_kill(&fab_svc[1]);
 	t0 = now_ns();
 	for (unsigned i = 0; i < 200 && !status; i++) {
-		status = run1(q, true, lreg, 0, seg, 0, 64, 10 + i, 30000).status;
+		status = run1(p.q, true, p.lreg, 0, p.seg, 0, 64, 10 + i, 30000).status;
 		if (!status)
 			sleep_ms(10);
 	}
@@ -275,10 +199,10 @@ Test(fabric_samehost, exporter_death_fails_its_segments)
 		int s2 = export_open(p.ca, r2, "sh-local", DP_ACCESS_RW, DP_ACCESS_RW);
 		struct dp_desc d;
 
-		dp_prep_write(&d, lreg, 0, s2, 0, 4096, 99);
-		run_ok(q, &d, DP_CQE_F_LOCAL, 5000);
+		dp_prep_write(&d, p.lreg, 0, s2, 0, 4096, 99);
+		run_ok(p.q, &d, DP_CQE_F_LOCAL, 5000);
 	}
-	dp_queue_destroy(q);
+	dp_queue_destroy(p.q);
 	dp_close(p.ca);
 	cr_assert_eq(svc_stop(&fab_svc[0]), 0);
 }
@@ -286,13 +210,13 @@ Test(fabric_samehost, exporter_death_fails_its_segments)
 /* A read-only export is mapped read-only: WRITE refused, READ served. */
 Test(fabric_samehost, read_only_stays_read_only)
 {
-	struct pair p;
+	struct fab_pair p;
 	uint8_t *loc, *tgt;
 	int lreg, treg, seg, rc;
 	struct dp_queue *q;
 	struct dp_cqe c;
 
-	pair_start(&p, true, true, NULL);
+	fab_pair_start(&p, "tcp", FAB_PAIR_SAME_A | FAB_PAIR_SAME_B, NULL, NULL);
 	treg = alloc_region(p.cb, MiB, &tgt);
 	export_segment(p.cb, treg, "sh-ro", DP_ACCESS_READ);
 	lreg = alloc_region(p.ca, MiB, &loc);
@@ -308,14 +232,14 @@ Test(fabric_samehost, read_only_stays_read_only)
 	expect_same_host(run1(q, false, lreg, 0, seg, 0, 4096, 2, 30000), 4096, "READ");
 	cr_assert_eq(loc[4095], 0x33);
 	dp_queue_destroy(q);
-	pair_stop(&p);
+	fab_pair_stop(&p);
 }
 
 /* Another fleet's service on this host: no memory, no description. */
 Test(fabric_samehost, another_fleet_gets_nothing)
 {
 	static const char *const other_key[] = {"--peer-key", "/tmp/dp-samehost-other.key", NULL};
-	struct pair p;
+	struct fab_pair p;
 	int treg, rc;
 	uint8_t *tgt;
 	FILE *f = fopen("/tmp/dp-samehost-other.key", "w");
@@ -324,11 +248,11 @@ Test(fabric_samehost, another_fleet_gets_nothing)
 	fprintf(f, "another-fleet-fedcba9876543210\n");
 	fclose(f);
 	cr_assert_eq(chmod("/tmp/dp-samehost-other.key", 0600), 0);
-	pair_start(&p, true, true, other_key);
+	fab_pair_start(&p, "tcp", FAB_PAIR_SAME_A | FAB_PAIR_SAME_B, NULL, other_key);
 	treg = alloc_region(p.cb, MiB, &tgt);
 	export_segment(p.cb, treg, "sh-fleet", DP_ACCESS_RW);
 	rc = dp_segment_open(p.ca, p.peer_b, "sh-fleet", DP_ACCESS_READ);
 	cr_assert_eq(rc, -EACCES, "open from another fleet: %d (%s)", rc, dp_strerror(rc));
 	unlink("/tmp/dp-samehost-other.key");
-	pair_stop(&p);
+	fab_pair_stop(&p);
 }

@@ -9,36 +9,16 @@
 
 TestSuite(fabric_small, .fini = fab_teardown, .timeout = 60);
 
-/* A (fab_svc[0]) initiates, B (fab_svc[1]) exports; both clients are ours,
- * so B's memory is checked right here. */
-struct pair {
-	struct dp_client *ca, *cb;
-	char peer_b[64];
-	uint8_t *loc, *tgt;
-	int lreg, seg;
-	struct dp_queue *q;
-};
-
 #define LEN (4 * MiB)
 
-static void pair_start(struct pair *p)
+/* A (fab_svc[0]) initiates, B (fab_svc[1]) exports "fab-small"; both
+ * clients are ours, so B's memory is checked right here. */
+static void pair_start(struct fab_pair *p)
 {
-	const char *args[] = {
-		"--provider", "tcp", "--server-name", "127.0.0.1", "--fabric-timeout-ms",
-		"2000",	      NULL};
-	int treg;
+	static const char *const timeout[] = {"--fabric-timeout-ms", "2000", NULL};
 
-	memset(p, 0, sizeof(*p));
-	start_svc(&fab_svc[1], args);
-	start_svc(&fab_svc[0], args);
-	snprintf(p->peer_b, sizeof(p->peer_b), "127.0.0.1:%d", fab_rpc_port(&fab_svc[1]));
-	p->ca = connect_client(&fab_svc[0], "initiator");
-	p->cb = connect_client(&fab_svc[1], "target");
-	treg = alloc_region(p->cb, LEN, &p->tgt);
-	export_segment(p->cb, treg, "fab-small", DP_ACCESS_RW);
-	p->lreg = alloc_region(p->ca, LEN, &p->loc);
-	p->seg = open_segment(p->ca, p->peer_b, "fab-small", DP_ACCESS_RW);
-	p->q = make_queue(p->ca, 64);
+	fab_pair_start(p, "tcp", 0, timeout, timeout);
+	fab_pair_seg(p, "fab-small", LEN, LEN, 64);
 }
 
 /* Rail 0's counters of service @s, summed over its pollers. */
@@ -70,7 +50,7 @@ Test(fabric_small, injected_writes_complete_after_delivery)
 {
 	static const uint64_t lens[] = {1, 8, 63, 64};
 	struct dp_stats_rail before, after;
-	struct pair p;
+	struct fab_pair p;
 	unsigned n = 0;
 
 	pair_start(&p);
@@ -113,7 +93,7 @@ Test(fabric_small, injected_writes_complete_after_delivery)
 
 /* @n WRITEs, up to 32 in flight: every 8th 2 MiB (two 1 MiB slices), the
  * others 64 B; all must succeed. */
-static void stream(struct pair *p, unsigned n)
+static void stream(struct fab_pair *p, unsigned n)
 {
 	struct dp_cqe cqes[32];
 	struct dp_desc d;
@@ -145,7 +125,7 @@ static void stream(struct pair *p, unsigned n)
 Test(fabric_small, no_allocation_per_descriptor)
 {
 	uint64_t warm, now;
-	struct pair p;
+	struct fab_pair p;
 
 	pair_start(&p);
 	cr_assert_geq(rail0(&fab_svc[0]).allocs, 2, "the pools were not filled at start");
@@ -169,7 +149,7 @@ Test(fabric_small, no_allocation_per_descriptor)
 Test(fabric_small, injected_write_to_a_dead_peer_fails)
 {
 	struct dp_cqe c;
-	struct pair p;
+	struct fab_pair p;
 
 	pair_start(&p);
 	guard_fill(p.tgt, LEN, 0, 64);

@@ -8,56 +8,12 @@
 
 TestSuite(fabric_stage, .fini = fab_teardown, .timeout = 90);
 
-#define GUARD 0x5a
-
-/* The initiator A (fab_svc[0]) and the target B (fab_svc[1]), each with a
- * client of this process. */
-struct pair {
-	struct dp_client *ca, *cb;
-	char peer_b[64]; /* "127.0.0.1:<B's RPC port>" */
-};
-
-static void pair_start(struct pair *p, const char *prov, const char *const *a_more,
-		       const char *const *b_more)
-{
-	const char *args[24];
-	unsigned n = 0;
-
-	memset(p, 0, sizeof(*p));
-	args[n++] = "--provider";
-	args[n++] = prov;
-	args[n++] = "--server-name";
-	args[n++] = "127.0.0.1";
-	for (; b_more && *b_more; b_more++)
-		args[n++] = *b_more;
-	args[n] = NULL;
-	start_svc(&fab_svc[1], args);
-	n = 4;
-	for (; a_more && *a_more; a_more++)
-		args[n++] = *a_more;
-	args[n] = NULL;
-	start_svc(&fab_svc[0], args);
-	snprintf(p->peer_b, sizeof(p->peer_b), "127.0.0.1:%d", fab_rpc_port(&fab_svc[1]));
-	p->ca = connect_client(&fab_svc[0], "initiator");
-	p->cb = connect_client(&fab_svc[1], "target");
-}
-
-static void pair_stop(struct pair *p)
-{
-	dp_close(p->ca);
-	dp_close(p->cb);
-	for (unsigned i = 0; i < 2; i++)
-		cr_assert_eq(svc_stop(&fab_svc[i]), 0, "service %u did not exit cleanly", i);
-}
-
 /* ---- WRITE and READ through the bounce buffers, byte-accurate ---- */
 
 static void sizes_ab(const char *prov, const char *const *a_more, const char *const *b_more,
 		     uint64_t max)
 {
-	static const struct {
-		uint64_t len, loff, toff;
-	} xs[] = {
+	static const struct xfer_shape xs[] = {
 		{1, 5, 7},
 		{4095, 1, 12345},
 		{MiB + 12345, 3, 65536 + 3},
@@ -65,33 +21,12 @@ static void sizes_ab(const char *prov, const char *const *a_more, const char *co
 		{64 * MiB, 0, 65536},
 	};
 	const uint64_t llen = max + 8192, tlen = max + 65536;
-	struct pair p;
-	uint8_t *loc, *tgt;
-	int lreg, treg, seg;
-	struct dp_queue *q;
+	struct fab_pair p;
 
-	pair_start(&p, prov, a_more, b_more);
-	treg = alloc_region(p.cb, tlen, &tgt);
-	export_segment(p.cb, treg, "stage-sizes", DP_ACCESS_RW);
-	lreg = alloc_region(p.ca, llen, &loc);
-	seg = open_segment(p.ca, p.peer_b, "stage-sizes", DP_ACCESS_RW);
-	q = make_queue(p.ca, 64);
-	for (unsigned i = 0; i < sizeof(xs) / sizeof(xs[0]) && xs[i].len <= max; i++) {
-		uint64_t len = xs[i].len, lo = xs[i].loff, to = xs[i].toff;
-		struct dp_desc d;
-
-		guard_fill(tgt, tlen, to, len);
-		pattern_fill(loc + lo, len, 10 + i);
-		dp_prep_write(&d, lreg, lo, seg, to, len, 100 + i);
-		run_ok(q, &d, DP_CQE_F_FABRIC, 60000);
-		fab_check(tgt + to, len, 10 + i, tgt, tgt + tlen, GUARD, "staged WRITE");
-		pattern_fill(tgt + to, len, 20 + i);
-		guard_fill(loc, llen, lo, len);
-		dp_prep_read(&d, lreg, lo, seg, to, len, 200 + i);
-		run_ok(q, &d, DP_CQE_F_FABRIC, 60000);
-		fab_check(loc + lo, len, 20 + i, loc, loc + llen, GUARD, "staged READ");
-	}
-	pair_stop(&p);
+	fab_pair_start(&p, prov, 0, a_more, b_more);
+	fab_pair_seg(&p, "stage-sizes", llen, tlen, 64);
+	fab_pair_shapes(&p, xs, sizeof(xs) / sizeof(xs[0]), max, 60000, "staged ");
+	fab_pair_stop(&p);
 }
 
 static void sizes(const char *prov, const char *const *a_more, uint64_t max)
@@ -122,80 +57,19 @@ Test(fabric_stage, tcp_small_slices_two_buffers)
 
 /* ---- many in flight over 4 queues on 2 pollers, sizes mixed ---- */
 
-#define NOPS 64
-#define NQ 4
-#define OP_LEN(i) ((i) % 3 == 0 ? MiB + (i) : (i) % 3 == 1 ? 3 * MiB - (i) : 4096 + (i))
-
-static void check_batch(const struct dp_cqe *cqes, unsigned n, bool *seen, uint64_t base_ud)
+/* Op i's bytes: about 1 MiB, 3 MiB or 4 KiB, each a little off. */
+static uint64_t op_len(unsigned i)
 {
-	for (unsigned i = 0; i < n; i++) {
-		uint64_t k = cqes[i].user_data - base_ud;
-
-		cr_assert_lt(k, NOPS, "unexpected user_data %llu",
-			     (unsigned long long)cqes[i].user_data);
-		cr_assert_not(seen[k], "user_data %llu completed twice",
-			      (unsigned long long)cqes[i].user_data);
-		seen[k] = true;
-		cr_assert_eq(cqes[i].status, 0, "op %llu: %s", (unsigned long long)k,
-			     dp_strerror(cqes[i].status));
-		cr_assert_eq(cqes[i].bytes, OP_LEN(k));
-		cr_assert_eq(cqes[i].flags & (DP_CQE_F_FABRIC | DP_CQE_F_LOCAL | DP_CQE_F_GPU),
-			     DP_CQE_F_FABRIC, "flags 0x%x", cqes[i].flags);
-	}
+	return i % 3 == 0 ? MiB + i : i % 3 == 1 ? 3 * MiB - i : 4096 + i;
 }
 
 static void many_ab(const char *prov, const char *const *a_more, const char *const *b_more)
 {
-	const uint64_t stride = 4 * MiB, len = NOPS * stride;
-	struct dp_desc d[NQ][NOPS / NQ];
-	struct dp_cqe cqes[NQ][NOPS / NQ];
-	struct dp_queue *q[NQ];
-	bool seen[NOPS];
-	uint8_t *loc, *tgt;
-	int lreg, treg, seg;
-	struct pair p;
+	struct fab_pair p;
 
-	pair_start(&p, prov, a_more, b_more);
-	treg = alloc_region(p.cb, len, &tgt);
-	export_segment(p.cb, treg, "stage-many", DP_ACCESS_RW);
-	lreg = alloc_region(p.ca, len, &loc);
-	seg = open_segment(p.ca, p.peer_b, "stage-many", DP_ACCESS_RW);
-	for (unsigned k = 0; k < NQ; k++)
-		q[k] = make_queue(p.ca, 64);
-
-	for (unsigned i = 0; i < NOPS; i++) {
-		pattern_fill(loc + i * stride, OP_LEN(i), 1000 + i);
-		dp_prep_write(&d[i % NQ][i / NQ], lreg, i * stride, seg, i * stride + 17, OP_LEN(i),
-			      5000 + i);
-	}
-	memset(seen, 0, sizeof(seen));
-	for (unsigned k = 0; k < NQ; k++)
-		submit_all(q[k], d[k], NOPS / NQ, 10000);
-	for (unsigned k = 0; k < NQ; k++) {
-		reap(q[k], cqes[k], NOPS / NQ, 60000);
-		check_batch(cqes[k], NOPS / NQ, seen, 5000);
-	}
-	for (unsigned i = 0; i < NOPS; i++)
-		cr_assert_eq(pattern_check(tgt + i * stride + 17, OP_LEN(i), 1000 + i), -1,
-			     "WRITE %u: bytes wrong", i);
-
-	for (unsigned i = 0; i < NOPS; i++) {
-		pattern_fill(tgt + i * stride + 17, OP_LEN(i), 2000 + i);
-		dp_prep_read(&d[i % NQ][i / NQ], lreg, i * stride, seg, i * stride + 17, OP_LEN(i),
-			     7000 + i);
-	}
-	memset(loc, 0, len);
-	memset(seen, 0, sizeof(seen));
-	for (unsigned k = 0; k < NQ; k++)
-		submit_all(q[k], d[k], NOPS / NQ, 10000);
-	for (unsigned k = 0; k < NQ; k++) {
-		reap(q[k], cqes[k], NOPS / NQ, 60000);
-		check_batch(cqes[k], NOPS / NQ, seen, 7000);
-	}
-	for (unsigned i = 0; i < NOPS; i++)
-		cr_assert_eq(pattern_check(loc + i * stride, OP_LEN(i), 2000 + i), -1,
-			     "READ %u: bytes wrong", i);
-	pair_stop(&p);
+	fab_pair_start(&p, prov, 0, a_more, b_more);
+	fab_pair_many(&p, "stage-many", 4 * MiB, op_len, 60000);
+	fab_pair_stop(&p);
 }
 
 static void many(const char *prov)
@@ -222,26 +96,26 @@ Test(fabric_stage, sockets_64_in_flight_4_queues)
 #define KILL_SLACK_MS 2000
 #define KILL_SEG (64 * MiB)
 
-static bool fabric_error(int status)
+/* Ends B, its client first. */
+static void kill_b(void *arg)
 {
-	return status == -EHOSTUNREACH || status == -ETIMEDOUT || status == -EIO ||
-	       status == -ECONNRESET;
+	struct fab_pair *p = arg;
+
+	dp_close(p->cb);
+	p->cb = NULL;
+	svc_kill(&fab_svc[1]);
 }
 
 static void peer_killed(const char *prov, const char *const *b_more)
 {
 	static const char *const a_more[] = {"--stage-host", "--fabric-timeout-ms", "2000", NULL};
-	static struct dp_cqe cqes[256];
-	static uint8_t done[4096];
-	unsigned sent = 0, reaped = 0, ok = 0, failed = 0;
-	uint64_t t_kill = 0;
 	uint8_t *loc, *tgt;
 	int lreg, treg, seg;
 	struct dp_queue *q;
 	struct dp_desc d;
-	struct pair p;
+	struct fab_pair p;
 
-	pair_start(&p, prov, a_more, b_more);
+	fab_pair_start(&p, prov, 0, a_more, b_more);
 	treg = alloc_region(p.cb, KILL_SEG, &tgt);
 	export_segment(p.cb, treg, "victim", DP_ACCESS_RW);
 	lreg = alloc_region(p.ca, KILL_SEG, &loc);
@@ -250,60 +124,16 @@ static void peer_killed(const char *prov, const char *const *b_more)
 	q = make_queue(p.ca, 128);
 	/* Up to 32 x 2 MiB (WRITEs and READs) in flight; B dies once 16 are
 	 * done, then 16 more are handed over for the dead peer. */
-	for (;;) {
-		uint64_t now = now_ns();
-		unsigned limit = t_kill ? 0 : 32;
-		int k;
-
-		while (sent - reaped < limit && sent < sizeof(done)) {
-			uint64_t off = (sent % 32) * 2 * MiB;
-
-			if (sent % 2)
-				dp_prep_read(&d, lreg, off, seg, off, 2 * MiB, sent);
-			else
-				dp_prep_write(&d, lreg, off, seg, off, 2 * MiB, sent);
-			submit_all(q, &d, 1, 10000);
-			sent++;
-		}
-		if (!t_kill && ok >= 16) {
-			dp_close(p.cb);
-			p.cb = NULL;
-			svc_kill(&fab_svc[1]);
-			t_kill = now_ns();
-			for (unsigned i = 0; i < 16; i++, sent++) {
-				dp_prep_write(&d, lreg, 0, seg, 0, 2 * MiB, sent);
-				submit_all(q, &d, 1, 10000);
-			}
-		}
-		if (t_kill && reaped == sent)
-			break;
-		cr_assert(!t_kill || now < t_kill + (KILL_TIMEOUT_MS + KILL_SLACK_MS) * 1000000ull,
-			  "%u of %u descriptors unanswered %d ms after the peer died",
-			  sent - reaped, sent, KILL_TIMEOUT_MS + KILL_SLACK_MS);
-		cr_assert(t_kill || sent < 2048, "no 16 transfers in the first 2048");
-		k = dp_wait(q, cqes, sizeof(cqes) / sizeof(cqes[0]), 100);
-		cr_assert_geq(k, 0, "dp_wait: %s", dp_strerror(k));
-		for (int i = 0; i < k; i++) {
-			uint64_t ud = cqes[i].user_data;
-
-			cr_assert_lt(ud, sent, "unknown user_data %llu", (unsigned long long)ud);
-			cr_assert_not(done[ud], "user_data %llu completed twice",
-				      (unsigned long long)ud);
-			done[ud] = 1;
-			cr_assert_eq(cqes[i].flags & DP_CQE_F_FABRIC, DP_CQE_F_FABRIC);
-			if (!cqes[i].status) {
-				ok++;
-				continue;
-			}
-			cr_assert(fabric_error(cqes[i].status), "op %llu failed with %s",
-				  (unsigned long long)ud, dp_strerror(cqes[i].status));
-			cr_assert(t_kill, "op %llu failed before the kill: %s",
-				  (unsigned long long)ud, dp_strerror(cqes[i].status));
-			failed++;
-		}
-		reaped += (unsigned)k;
-	}
-	cr_assert_geq(failed, 16, "only %u of %u failed after the kill", failed, sent);
+	fab_kill_run(&(struct kill_run){.q = q,
+					.lreg = lreg,
+					.seg = seg,
+					.len = 2 * MiB,
+					.inflight = 32,
+					.mixed = true,
+					.kill_after = 16,
+					.answer_ms = KILL_TIMEOUT_MS + KILL_SLACK_MS,
+					.kill = kill_b,
+					.arg = &p});
 	/* Nothing of the dead peer's transfers is left spinning, and the
 	 * bounce buffers came back: a fresh peer is served through them. */
 	{
@@ -326,7 +156,7 @@ static void peer_killed(const char *prov, const char *const *b_more)
 		run_ok(q, &d, DP_CQE_F_FABRIC, 20000);
 		cr_assert_eq(pattern_check(tgt, 8 * MiB, 99), -1, "WRITE after the kill");
 	}
-	pair_stop(&p);
+	fab_pair_stop(&p);
 }
 
 Test(fabric_stage, tcp_peer_killed_mid_transfer)
@@ -359,34 +189,29 @@ static void fails(struct dp_queue *q, const struct dp_desc *d, int status, const
 static void staging_off(const char *prov)
 {
 	static const char *const a_more[] = {"--stage-host", "--stage-bufs", "0", NULL};
-	struct pair p;
-	uint8_t *loc, *tgt, *home;
-	int lreg, treg, seg, hreg, hseg;
-	struct dp_queue *q;
+	struct fab_pair p;
+	uint8_t *home;
+	int hreg, hseg;
 	struct dp_desc d;
 
-	pair_start(&p, prov, a_more, NULL);
-	treg = alloc_region(p.cb, MiB, &tgt);
-	export_segment(p.cb, treg, "stage-off", DP_ACCESS_RW);
-	lreg = alloc_region(p.ca, MiB, &loc);
-	seg = open_segment(p.ca, p.peer_b, "stage-off", DP_ACCESS_RW);
-	q = make_queue(p.ca, 16);
-	memset(tgt, 0, MiB);
-	pattern_fill(loc, MiB, 5);
-	dp_prep_write(&d, lreg, 0, seg, 0, 4096, 1);
-	fails(q, &d, -ENOTSUP, "WRITE, staging off");
-	dp_prep_read(&d, lreg, 0, seg, 0, MiB, 2);
-	fails(q, &d, -ENOTSUP, "READ, staging off");
-	cr_assert_eq(pattern_check(loc, MiB, 5), -1, "a refused READ wrote bytes");
+	fab_pair_start(&p, prov, 0, a_more, NULL);
+	fab_pair_seg(&p, "stage-off", MiB, MiB, 16);
+	memset(p.tgt, 0, MiB);
+	pattern_fill(p.loc, MiB, 5);
+	dp_prep_write(&d, p.lreg, 0, p.seg, 0, 4096, 1);
+	fails(p.q, &d, -ENOTSUP, "WRITE, staging off");
+	dp_prep_read(&d, p.lreg, 0, p.seg, 0, MiB, 2);
+	fails(p.q, &d, -ENOTSUP, "READ, staging off");
+	cr_assert_eq(pattern_check(p.loc, MiB, 5), -1, "a refused READ wrote bytes");
 	for (unsigned i = 0; i < MiB; i++)
-		cr_assert_eq(tgt[i], 0, "a refused WRITE wrote byte %u", i);
+		cr_assert_eq(p.tgt[i], 0, "a refused WRITE wrote byte %u", i);
 	/* Local copies are another engine's: unaffected. */
 	hreg = alloc_region(p.ca, 4096, &home);
 	hseg = export_open(p.ca, hreg, "home", DP_ACCESS_RW, DP_ACCESS_RW);
-	dp_prep_write(&d, lreg, 0, hseg, 0, 4096, 3);
-	run_ok(q, &d, DP_CQE_F_LOCAL, 5000);
+	dp_prep_write(&d, p.lreg, 0, hseg, 0, 4096, 3);
+	run_ok(p.q, &d, DP_CQE_F_LOCAL, 5000);
 	cr_assert_eq(pattern_check(home, 4096, 5), -1);
-	pair_stop(&p);
+	fab_pair_stop(&p);
 }
 
 Test(fabric_stage, tcp_staging_off_is_enotsup)
@@ -410,13 +235,13 @@ static void owner_unregistered(const char *prov)
 {
 	const char *const *b_more = unstaged;
 	static const char *const a_more[] = {"--pollers", "2", NULL};
-	struct pair p;
+	struct fab_pair p;
 	uint8_t *loc, *tgt;
 	int lreg, treg, seg, rc;
 	struct dp_queue *q;
 	struct dp_desc d;
 
-	pair_start(&p, prov, a_more, b_more);
+	fab_pair_start(&p, prov, 0, a_more, b_more);
 	treg = alloc_region(p.cb, MiB, &tgt);
 	memset(tgt, 0, MiB);
 	export_segment(p.cb, treg, "unreg", DP_ACCESS_RW);
@@ -438,7 +263,7 @@ static void owner_unregistered(const char *prov)
 	cr_assert_eq(pattern_check(loc, MiB, 9), -1, "a refused READ wrote bytes");
 	for (unsigned i = 0; i < MiB; i++)
 		cr_assert_eq(tgt[i], 0, "a refused WRITE wrote byte %u", i);
-	pair_stop(&p);
+	fab_pair_stop(&p);
 }
 
 Test(fabric_stage, tcp_owner_not_staging_is_enotsup)
@@ -456,23 +281,16 @@ Test(fabric_stage, sockets_owner_not_staging_is_enotsup)
  * buffer is used. */
 Test(fabric_stage, tcp_staged_to_unstaged_owner_is_enotsup)
 {
-	struct pair p;
-	uint8_t *loc, *tgt;
-	int lreg, treg, seg;
-	struct dp_queue *q;
+	struct fab_pair p;
 	struct dp_desc d;
 
-	pair_start(&p, "tcp", staged, unstaged);
-	treg = alloc_region(p.cb, MiB, &tgt);
-	export_segment(p.cb, treg, "unreg2", DP_ACCESS_RW);
-	lreg = alloc_region(p.ca, MiB, &loc);
-	seg = open_segment(p.ca, p.peer_b, "unreg2", DP_ACCESS_RW);
-	q = make_queue(p.ca, 16);
-	dp_prep_write(&d, lreg, 0, seg, 0, MiB, 1);
-	fails(q, &d, -ENOTSUP, "staged WRITE to an unregistered export");
-	dp_prep_read(&d, lreg, 0, seg, 0, MiB, 2);
-	fails(q, &d, -ENOTSUP, "staged READ of an unregistered export");
-	pair_stop(&p);
+	fab_pair_start(&p, "tcp", 0, staged, unstaged);
+	fab_pair_seg(&p, "unreg2", MiB, MiB, 16);
+	dp_prep_write(&d, p.lreg, 0, p.seg, 0, MiB, 1);
+	fails(p.q, &d, -ENOTSUP, "staged WRITE to an unregistered export");
+	dp_prep_read(&d, p.lreg, 0, p.seg, 0, MiB, 2);
+	fails(p.q, &d, -ENOTSUP, "staged READ of an unregistered export");
+	fab_pair_stop(&p);
 }
 
 /* ---- owner staging: the export's owner stages it for us ---- */
@@ -524,13 +342,13 @@ Test(fabric_stage, tcp_owner_staged_owner_killed_mid_transfer)
 Test(fabric_stage, tcp_owner_staged_with_staging_off_here_is_enotsup)
 {
 	static const char *const a_off[] = {"--stage-bufs", "0", NULL};
-	struct pair p;
+	struct fab_pair p;
 	uint8_t *loc, *tgt;
 	int lreg, treg, seg;
 	struct dp_queue *q;
 	struct dp_desc d;
 
-	pair_start(&p, "tcp", a_off, owner_stages);
+	fab_pair_start(&p, "tcp", 0, a_off, owner_stages);
 	treg = alloc_region(p.cb, MiB, &tgt);
 	memset(tgt, 0, MiB);
 	export_segment(p.cb, treg, "staged-there", DP_ACCESS_RW);
@@ -545,5 +363,5 @@ Test(fabric_stage, tcp_owner_staged_with_staging_off_here_is_enotsup)
 	cr_assert_eq(pattern_check(loc, MiB, 4), -1, "a refused READ wrote bytes");
 	for (unsigned i = 0; i < MiB; i++)
 		cr_assert_eq(tgt[i], 0, "a refused WRITE wrote byte %u", i);
-	pair_stop(&p);
+	fab_pair_stop(&p);
 }

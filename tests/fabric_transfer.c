@@ -8,58 +8,11 @@
 
 TestSuite(fabric_transfer, .fini = fab_teardown, .timeout = 60);
 
-#define GUARD 0x5a
-
-/* The initiator A (index 0) and the target B (index 1), each with a client
- * of this process: B's exported memory is read and checked right here. */
-struct pair {
-	struct dp_client *ca, *cb;
-	int port_a, port_b;
-	char peer_b[64]; /* "127.0.0.1:<B's RPC port>" */
-};
-
-static void pair_start(struct pair *p, const char *prov, const char *const *a_more,
-		       const char *const *b_more)
-{
-	const char *args[24];
-	unsigned n = 0;
-
-	memset(p, 0, sizeof(*p));
-	args[n++] = "--provider";
-	args[n++] = prov;
-	args[n++] = "--server-name";
-	args[n++] = "127.0.0.1";
-	for (; b_more && *b_more; b_more++)
-		args[n++] = *b_more;
-	args[n] = NULL;
-	start_svc(&fab_svc[1], args);
-	n = 2;
-	for (; a_more && *a_more; a_more++)
-		args[n++] = *a_more;
-	args[n] = NULL;
-	start_svc(&fab_svc[0], args);
-	p->port_a = fab_rpc_port(&fab_svc[0]);
-	p->port_b = fab_rpc_port(&fab_svc[1]);
-	snprintf(p->peer_b, sizeof(p->peer_b), "127.0.0.1:%d", p->port_b);
-	p->ca = connect_client(&fab_svc[0], "initiator");
-	p->cb = connect_client(&fab_svc[1], "target");
-}
-
-static void pair_stop(struct pair *p)
-{
-	dp_close(p->ca);
-	dp_close(p->cb);
-	for (unsigned i = 0; i < 2; i++)
-		cr_assert_eq(svc_stop(&fab_svc[i]), 0, "service %u did not exit cleanly", i);
-}
-
 /* ---- WRITE and READ of 1 B .. max, byte-accurate ---- */
 
 static void sizes(const char *prov, uint64_t max)
 {
-	static const struct {
-		uint64_t len, loff, toff;
-	} xs[] = {
+	static const struct xfer_shape xs[] = {
 		{1, 5, 7},
 		{4096, 4096, 12345},
 		{MiB, 3, 65536 + 3},
@@ -67,49 +20,26 @@ static void sizes(const char *prov, uint64_t max)
 		{256 * MiB, 0, 65536},
 	};
 	const uint64_t llen = max + 8192, tlen = max + 65536;
-	struct pair p;
-	uint8_t *loc, *tgt;
-	int lreg, treg, seg;
-	struct dp_queue *q;
+	struct fab_pair p;
 
-	pair_start(&p, prov, NULL, NULL);
-	treg = alloc_region(p.cb, tlen, &tgt);
-	export_segment(p.cb, treg, "fab-sizes", DP_ACCESS_RW);
-	lreg = alloc_region(p.ca, llen, &loc);
-	seg = open_segment(p.ca, p.peer_b, "fab-sizes", DP_ACCESS_RW);
-	q = make_queue(p.ca, 64);
+	fab_pair_start(&p, prov, FAB_PAIR_A_UNNAMED, NULL, NULL);
+	fab_pair_seg(&p, "fab-sizes", llen, tlen, 64);
 	/* A WRITE's completion means the bytes are in the target's memory,
 	 * not merely sent: each one is checked the moment it completes,
 	 * while the target may still be asleep. */
 	for (unsigned i = 0; i < 300; i++) {
 		struct dp_desc d;
 
-		loc[0] = (uint8_t)(i + 1);
-		dp_prep_write(&d, lreg, 0, seg, i * 64, 1, i);
-		run_ok(q, &d, DP_CQE_F_FABRIC, 5000);
-		cr_assert_eq(tgt[i * 64], (uint8_t)(i + 1), "WRITE %u completed before it landed",
+		p.loc[0] = (uint8_t)(i + 1);
+		dp_prep_write(&d, p.lreg, 0, p.seg, i * 64, 1, i);
+		run_ok(p.q, &d, DP_CQE_F_FABRIC, 5000);
+		cr_assert_eq(p.tgt[i * 64], (uint8_t)(i + 1), "WRITE %u completed before it landed",
 			     i);
 		if (i % 50 == 49)
 			sleep_ms(5); /* let the target's poller fall asleep */
 	}
-	for (unsigned i = 0; i < sizeof(xs) / sizeof(xs[0]) && xs[i].len <= max; i++) {
-		uint64_t len = xs[i].len, lo = xs[i].loff, to = xs[i].toff;
-		struct dp_desc d;
-
-		/* WRITE: pattern in A's region -> B's segment. */
-		guard_fill(tgt, tlen, to, len);
-		pattern_fill(loc + lo, len, 10 + i);
-		dp_prep_write(&d, lreg, lo, seg, to, len, 100 + i);
-		run_ok(q, &d, DP_CQE_F_FABRIC, 30000);
-		fab_check(tgt + to, len, 10 + i, tgt, tgt + tlen, GUARD, "WRITE");
-		/* READ: another pattern in B's segment -> A's region. */
-		pattern_fill(tgt + to, len, 20 + i);
-		guard_fill(loc, llen, lo, len);
-		dp_prep_read(&d, lreg, lo, seg, to, len, 200 + i);
-		run_ok(q, &d, DP_CQE_F_FABRIC, 30000);
-		fab_check(loc + lo, len, 20 + i, loc, loc + llen, GUARD, "READ");
-	}
-	pair_stop(&p);
+	fab_pair_shapes(&p, xs, sizeof(xs) / sizeof(xs[0]), max, 30000, "");
+	fab_pair_stop(&p);
 }
 
 Test(fabric_transfer, tcp_sizes_1B_to_256MiB, .timeout = 90)
@@ -129,79 +59,14 @@ Test(fabric_transfer, sockets_sizes_1B_to_64MiB)
 
 /* ---- 64 x 1 MiB in flight at once, over 4 queues on 2 pollers ---- */
 
-#define NOPS 64
-#define NQ 4
-
-static void check_batch(struct dp_cqe *cqes, uint64_t base_ud)
-{
-	bool seen[NOPS] = {0};
-
-	for (unsigned i = 0; i < NOPS / NQ; i++) {
-		uint64_t k = cqes[i].user_data - base_ud;
-
-		cr_assert_lt(k, NOPS, "unexpected user_data %llu",
-			     (unsigned long long)cqes[i].user_data);
-		cr_assert_not(seen[k], "user_data %llu completed twice",
-			      (unsigned long long)cqes[i].user_data);
-		seen[k] = true;
-		cr_assert_eq(cqes[i].status, 0, "op %llu: %s", (unsigned long long)k,
-			     dp_strerror(cqes[i].status));
-		cr_assert_eq(cqes[i].bytes, MiB);
-		cr_assert_eq(cqes[i].flags & (DP_CQE_F_FABRIC | DP_CQE_F_LOCAL), DP_CQE_F_FABRIC,
-			     "flags 0x%x", cqes[i].flags);
-	}
-}
-
 static void many_outstanding(const char *prov)
 {
 	static const char *const a_more[] = {"--pollers", "2", NULL};
-	const uint64_t len = NOPS * MiB + 4096;
-	struct dp_desc d[NQ][NOPS / NQ];
-	struct dp_cqe cqes[NQ][NOPS / NQ];
-	struct dp_queue *q[NQ];
-	uint8_t *loc, *tgt;
-	int lreg, treg, seg;
-	struct pair p;
+	struct fab_pair p;
 
-	pair_start(&p, prov, a_more, NULL);
-	treg = alloc_region(p.cb, len, &tgt);
-	export_segment(p.cb, treg, "fab-many", DP_ACCESS_RW);
-	lreg = alloc_region(p.ca, len, &loc);
-	seg = open_segment(p.ca, p.peer_b, "fab-many", DP_ACCESS_RW);
-	for (unsigned k = 0; k < NQ; k++)
-		q[k] = make_queue(p.ca, 64);
-
-	/* WRITEs: op i carries pattern 1000+i to target offset i MiB + 17. */
-	for (unsigned i = 0; i < NOPS; i++) {
-		pattern_fill(loc + i * MiB, MiB, 1000 + i);
-		dp_prep_write(&d[i % NQ][i / NQ], lreg, i * MiB, seg, i * MiB + 17, MiB, 5000 + i);
-	}
-	for (unsigned k = 0; k < NQ; k++)
-		submit_all(q[k], d[k], NOPS / NQ, 10000);
-	for (unsigned k = 0; k < NQ; k++) {
-		reap(q[k], cqes[k], NOPS / NQ, 30000);
-		check_batch(cqes[k], 5000);
-	}
-	for (unsigned i = 0; i < NOPS; i++)
-		cr_assert_eq(pattern_check(tgt + i * MiB + 17, MiB, 1000 + i), -1,
-			     "WRITE %u: bytes wrong", i);
-
-	/* READs: back from the segment into a zeroed region. */
-	for (unsigned i = 0; i < NOPS; i++)
-		pattern_fill(tgt + i * MiB + 17, MiB, 2000 + i);
-	memset(loc, 0, len);
-	for (unsigned i = 0; i < NOPS; i++)
-		dp_prep_read(&d[i % NQ][i / NQ], lreg, i * MiB, seg, i * MiB + 17, MiB, 9000 + i);
-	for (unsigned k = 0; k < NQ; k++)
-		submit_all(q[k], d[k], NOPS / NQ, 10000);
-	for (unsigned k = 0; k < NQ; k++) {
-		reap(q[k], cqes[k], NOPS / NQ, 30000);
-		check_batch(cqes[k], 9000);
-	}
-	for (unsigned i = 0; i < NOPS; i++)
-		cr_assert_eq(pattern_check(loc + i * MiB, MiB, 2000 + i), -1,
-			     "READ %u: bytes wrong", i);
-	pair_stop(&p);
+	fab_pair_start(&p, prov, FAB_PAIR_A_UNNAMED, a_more, NULL);
+	fab_pair_many(&p, "fab-many", MiB, NULL, 30000);
+	fab_pair_stop(&p);
 }
 
 Test(fabric_transfer, tcp_64_in_flight_4_queues)
@@ -317,10 +182,10 @@ Test(fabric_transfer, errors)
 	int lreg, treg, seg, rc;
 	struct dp_desc d;
 	struct dp_cqe cqe;
-	struct pair p;
+	struct fab_pair p;
 	char peer[96];
 
-	pair_start(&p, "tcp", NULL, NULL);
+	fab_pair_start(&p, "tcp", FAB_PAIR_A_UNNAMED, NULL, NULL);
 	treg = alloc_region(p.cb, 65536, &tgt);
 	export_segment(p.cb, treg, "fab-ro", DP_ACCESS_READ);
 	lreg = alloc_region(p.ca, 65536, &loc);
@@ -356,15 +221,16 @@ Test(fabric_transfer, errors)
 	reap(q, &cqe, 1, 5000);
 	cr_assert_eq(cqe.status, -EFAULT, "offset overflow: %s", dp_strerror(cqe.status));
 	cr_assert_eq(pattern_check(tgt, 65536, 7), -1, "the read-only segment changed");
-	pair_stop(&p);
+	fab_pair_stop(&p);
 }
 
 /* ---- a peer SIGKILLed mid-transfer, then restarted ---- */
 
-static bool fabric_error(int status)
+/* Ends B (*arg: its client, closed first). */
+static void kill_b(void *arg)
 {
-	return status == -EHOSTUNREACH || status == -ETIMEDOUT || status == -EIO ||
-	       status == -ECONNRESET;
+	dp_close(*(struct dp_client **)arg);
+	svc_kill(&fab_svc[1]);
 }
 
 #define KILL_TIMEOUT_MS 2000
@@ -392,14 +258,15 @@ static void peer_killed(const char *prov)
 	const char *a_args[] = {
 		"--provider", prov, "--server-name", "127.0.0.1", "--fabric-timeout-ms",
 		"2000",	      NULL};
-	static struct dp_cqe cqes[4096];
-	static uint8_t done[4096];
+	struct kill_run r = {.len = MiB,
+			     .inflight = 64,
+			     .kill_after = 32,
+			     .answer_ms = KILL_TIMEOUT_MS + KILL_SLACK_MS,
+			     .kill = kill_b};
 	struct dp_client *ca, *cb;
 	struct dp_queue *q;
 	uint8_t *loc, *home, *tgt;
 	int lreg, hreg, hseg, seg, old_seg;
-	unsigned sent = 0, reaped = 0, ok = 0, failed = 0;
-	uint64_t t_kill = 0, t_last = 0;
 	char port[16], peer[64];
 	struct dp_desc d;
 
@@ -418,58 +285,13 @@ static void peer_killed(const char *prov)
 
 	/* Keep up to 64 x 1 MiB in flight; kill B once 32 have landed, then
 	 * hand over 16 more for the dead peer. */
-	for (;;) {
-		uint64_t now = now_ns();
-		unsigned limit = t_kill ? 0 : 64;
-		int k;
-
-		while (sent - reaped < limit && sent < sizeof(done)) {
-			dp_prep_write(&d, lreg, (sent % 64) * MiB, seg, (sent % 64) * MiB, MiB,
-				      sent);
-			submit_all(q, &d, 1, 10000);
-			sent++;
-		}
-		if (!t_kill && ok >= 32) {
-			dp_close(cb);
-			svc_kill(&fab_svc[1]);
-			t_kill = now_ns();
-			for (unsigned i = 0; i < 16; i++, sent++) {
-				dp_prep_write(&d, lreg, 0, seg, 0, MiB, sent);
-				submit_all(q, &d, 1, 10000);
-			}
-		}
-		if (t_kill && reaped == sent)
-			break;
-		cr_assert(!t_kill || now < t_kill + (KILL_TIMEOUT_MS + KILL_SLACK_MS) * 1000000ull,
-			  "%u of %u descriptors unanswered %d ms after the peer died",
-			  sent - reaped, sent, KILL_TIMEOUT_MS + KILL_SLACK_MS);
-		cr_assert(t_kill || sent < 2048, "no 32 transfers in the first 2048");
-		k = dp_wait(q, cqes, sizeof(cqes) / sizeof(cqes[0]), 100);
-		cr_assert_geq(k, 0, "dp_wait: %s", dp_strerror(k));
-		for (int i = 0; i < k; i++) {
-			uint64_t ud = cqes[i].user_data;
-
-			cr_assert_lt(ud, sent, "unknown user_data %llu", (unsigned long long)ud);
-			cr_assert_not(done[ud], "user_data %llu completed twice",
-				      (unsigned long long)ud);
-			done[ud] = 1;
-			if (cqes[i].status == 0) {
-				ok++;
-			} else {
-				cr_assert(fabric_error(cqes[i].status), "op %llu failed with %s",
-					  (unsigned long long)ud, dp_strerror(cqes[i].status));
-				cr_assert(t_kill, "op %llu failed before the kill: %s",
-					  (unsigned long long)ud, dp_strerror(cqes[i].status));
-				failed++;
-			}
-			cr_assert_eq(cqes[i].flags & DP_CQE_F_FABRIC, DP_CQE_F_FABRIC);
-			t_last = now_ns();
-		}
-		reaped += (unsigned)k;
-	}
-	cr_assert_geq(failed, 16, "only %u of %u failed after the kill", failed, sent);
-	cr_log_info("%s: %u ok, %u failed, last completion %.0f ms after the kill", prov, ok,
-		    failed, (double)(t_last - t_kill) / 1e6);
+	r.q = q;
+	r.lreg = lreg;
+	r.seg = seg;
+	r.arg = &cb;
+	fab_kill_run(&r);
+	cr_log_info("%s: %u ok, %u failed, last completion %.0f ms after the kill", prov, r.ok,
+		    r.failed, (double)(r.t_last - r.t_kill) / 1e6);
 
 	/* The survivor still serves local transfers. */
 	pattern_fill(loc, 4096, 88);

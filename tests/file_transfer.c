@@ -24,8 +24,7 @@ Test(file_transfer, round_trip_256m)
 	int64_t bad;
 	bool direct;
 
-	file_dir();
-	direct = odirect_works(fdir);
+	direct = file_dir_direct(NULL);
 	start_svc(&svc, local_only);
 	c = connect_client(&svc, "file-256m");
 	q = make_queue(c, 16);
@@ -108,10 +107,7 @@ Test(file_transfer, aligned_and_unaligned_shapes)
 	struct io_tally seen = {0};
 	bool direct;
 
-	file_dir();
-	direct = odirect_works(fdir);
-	if (!direct)
-		cr_log_warn("%s does not take O_DIRECT: only the page-cache path is checked", fdir);
+	direct = file_dir_direct("only the page-cache path is checked");
 	start_svc(&svc, flags);
 	c = connect_client(&svc, "file-shapes");
 	q = make_queue(c, 16);

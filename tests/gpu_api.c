@@ -15,37 +15,12 @@
 
 TestSuite(gpu_api, .fini = svc_teardown, .timeout = 60);
 
-/* One request on a bare control connection, one status back. */
-static int raw_call(int fd, uint16_t type, const void *payload, size_t len)
-{
-	static uint32_t seq;
-	struct dp_msg_hdr hdr = {.magic = DP_PROTO_MAGIC,
-				 .version = DP_PROTO_VERSION,
-				 .type = type,
-				 .len = (uint32_t)len,
-				 .seq = ++seq};
-	char buf[DP_MSG_MAX];
-	int32_t status;
-	ssize_t n;
-
-	memcpy(buf, &hdr, sizeof(hdr));
-	memcpy(buf + sizeof(hdr), payload, len);
-	cr_assert_eq(send(fd, buf, sizeof(hdr) + len, 0), (ssize_t)(sizeof(hdr) + len));
-	n = recv(fd, buf, sizeof(buf), 0);
-	cr_assert_geq(n, (ssize_t)(sizeof(hdr) + sizeof(status)), "no reply (%zd)", n);
-	memcpy(&hdr, buf, sizeof(hdr));
-	cr_assert_eq(hdr.type, type | DP_MSG_REPLY);
-	cr_assert_eq(hdr.seq, seq);
-	memcpy(&status, buf + sizeof(hdr), sizeof(status));
-	return status;
-}
-
 static void raw_hello(int fd)
 {
 	struct dp_msg_hello h = {.abi_version = DP_ABI_VERSION, .pid = (uint32_t)getpid()};
 
 	strcpy(h.name, "gpu-raw");
-	cr_assert_eq(raw_call(fd, DP_MSG_HELLO, &h, sizeof(h)), 0);
+	cr_assert_eq(raw_call(fd, DP_MSG_HELLO, &h, sizeof(h), NULL), 0);
 }
 
 /* dp_register_cuda on memory that is not GPU memory: ENOTSUP without CUDA,
@@ -102,17 +77,17 @@ Test(gpu_api, RegisterCudaMessageChecks)
 	memset(&m, 0, sizeof(m));
 	m.len = 4096;
 	memset(m.uuid, 0xff, sizeof(m.uuid));
-	rc = raw_call(fd, DP_MSG_REGION_REGISTER_CUDA, &m, sizeof(m) - 8);
+	rc = raw_call(fd, DP_MSG_REGION_REGISTER_CUDA, &m, sizeof(m) - 8, NULL);
 	cr_assert_eq(rc, -EBADMSG, "short message: %d", rc);
 	m.reserved = 1;
-	rc = raw_call(fd, DP_MSG_REGION_REGISTER_CUDA, &m, sizeof(m));
+	rc = raw_call(fd, DP_MSG_REGION_REGISTER_CUDA, &m, sizeof(m), NULL);
 	cr_assert_eq(rc, -EINVAL, "reserved field: %d", rc);
 	m.reserved = 0;
 	m.len = 0;
-	rc = raw_call(fd, DP_MSG_REGION_REGISTER_CUDA, &m, sizeof(m));
+	rc = raw_call(fd, DP_MSG_REGION_REGISTER_CUDA, &m, sizeof(m), NULL);
 	cr_assert_eq(rc, -EINVAL, "zero length: %d", rc);
 	m.len = 4096;
-	rc = raw_call(fd, DP_MSG_REGION_REGISTER_CUDA, &m, sizeof(m));
+	rc = raw_call(fd, DP_MSG_REGION_REGISTER_CUDA, &m, sizeof(m), NULL);
 	cr_assert_eq(rc, -ENODEV, "unknown device: %d", rc);
 #ifdef DP_HAVE_CUDA
 	if (gpu_count() > 0) {
@@ -121,12 +96,12 @@ Test(gpu_api, RegisterCudaMessageChecks)
 		cr_assert_eq(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
 		memcpy(m.uuid, prop.uuid.bytes, sizeof(m.uuid));
 		memset(m.handle, 0x5a, sizeof(m.handle));
-		rc = raw_call(fd, DP_MSG_REGION_REGISTER_CUDA, &m, sizeof(m));
+		rc = raw_call(fd, DP_MSG_REGION_REGISTER_CUDA, &m, sizeof(m), NULL);
 		cr_assert_eq(rc, -EINVAL, "a handle that is not one: %d", rc);
 	}
 #endif
 	/* Still connected, one strike down: an ordinary error reply. */
-	cr_assert_eq(raw_call(fd, DP_MSG_QUEUE_DESTROY, &id, sizeof(id)), -EBADF);
+	cr_assert_eq(raw_call(fd, DP_MSG_QUEUE_DESTROY, &id, sizeof(id), NULL), -EBADF);
 	close(fd);
 	cr_assert_eq(svc_stop(&svc), 0);
 }

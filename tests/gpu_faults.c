@@ -66,7 +66,7 @@ Test(gpu_faults, CudaFailuresEndAsEio)
 	seg_d = export_open(c, rd, "faults-dst", DP_ACCESS_RW, DP_ACCESS_RW);
 	for (unsigned i = 0; i < NCOPY; i++)
 		dp_prep_write(&d[i], rs, i * piece, seg_d, i * piece, piece, i);
-	gpu_run(q, d, NCOPY, cqe, 60000);
+	run_batch(q, d, NCOPY, cqe, 60000);
 	for (unsigned i = 0; i < NCOPY; i++) {
 		tally(&cqe[i], piece, &ok, &eio);
 		if (!cqe[i].status)
@@ -91,7 +91,7 @@ Test(gpu_faults, CudaFailuresEndAsEio)
 	rg = gpu_region(c, flen, -1, &g);
 	for (unsigned i = 0; i < NFILE; i++)
 		dp_prep_read(&d[i], rg, i * MiB, seg_f, i * MiB, MiB, i);
-	gpu_run(q, d, NFILE, cqe, 60000);
+	run_batch(q, d, NFILE, cqe, 60000);
 	for (unsigned i = 0; i < NFILE; i++) {
 		tally(&cqe[i], MiB, &fok, &feio);
 		if (!cqe[i].status)

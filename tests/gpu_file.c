@@ -80,7 +80,7 @@ static void run_file_ok(struct dp_queue *q, const struct dp_desc *d, unsigned n)
 	struct dp_cqe *cqe = calloc(n, sizeof(*cqe));
 
 	cr_assert(cqe);
-	gpu_run(q, d, n, cqe, 60000);
+	run_batch(q, d, n, cqe, 60000);
 	for (unsigned i = 0; i < n; i++) {
 		cr_assert_eq(cqe[i].status, 0, "descriptor %u: status %d (%s)", i, cqe[i].status,
 			     dp_strerror(cqe[i].status));
@@ -200,7 +200,7 @@ Test(gpu_file, FileShorterThanRegion)
 	cr_assert_eq(ftruncate(fd, (off_t)(len / 2)), 0);
 
 	dp_prep_read(&d, rg, 0, seg, 0, len, 0);
-	gpu_run(q, &d, 1, &cqe, 60000);
+	run_batch(q, &d, 1, &cqe, 60000);
 	cr_assert_eq(cqe.status, -EIO, "READ past the end: status %d (%s), want -EIO", cqe.status,
 		     dp_strerror(cqe.status));
 	cr_assert_eq(cqe.bytes, 0);

@@ -92,17 +92,9 @@ static void start_peer(size_t len, const char *name, uint64_t seed, int *go_w, i
 {
 	int go[2], ready[2];
 
-	cr_assert_eq(pipe(go), 0);
-	cr_assert_eq(pipe(ready), 0);
-	peer_pid = fork();
-	cr_assert_geq(peer_pid, 0);
-	if (peer_pid == 0) {
-		close(go[1]);
-		close(ready[0]);
+	peer_pid = fork_piped(ready, go);
+	if (peer_pid == 0)
 		_exit(peer_main(go[0], ready[1], len, name, seed));
-	}
-	close(go[0]);
-	close(ready[1]);
 	*go_w = go[1];
 	*ready_r = ready[0];
 	if (gpu_count() <= 0) {

@@ -191,7 +191,7 @@ static void SixtyFourInFlight(void)
 	q = make_queue(ca, N);
 	for (unsigned i = 0; i < N; i++)
 		dp_prep_write(&d[i], ra, i * slot, seg, (N - 1 - i) * slot, slot, i);
-	gpu_run(q, d, N, c, 60000);
+	run_batch(q, d, N, c, 60000);
 	for (unsigned i = 0; i < N; i++) {
 		expect_sh(c[i], slot, "WRITE");
 		gpu_expect((uint8_t *)db + (N - 1 - i) * slot, slot, 51, i * slot, "64 in flight");

@@ -13,43 +13,6 @@ TestSuite(gpu_stage, .fini = fab_teardown, .timeout = 180);
 
 #define STAGED (DP_CQE_F_FABRIC | DP_CQE_F_GPU)
 
-/* A (fab_svc[0]) with a GPU region, B (fab_svc[1]) with a host export. */
-struct gpair {
-	struct dp_client *ca, *cb;
-	char peer_b[64];
-};
-
-static void gpair_start(struct gpair *p, const char *const *a_more, const char *const *b_more)
-{
-	const char *args[16];
-	unsigned n;
-
-	for (unsigned k = 0; k < 2; k++) {
-		const char *const *more = k ? a_more : b_more;
-
-		n = 0;
-		args[n++] = "--provider";
-		args[n++] = "tcp";
-		args[n++] = "--server-name";
-		args[n++] = "127.0.0.1";
-		for (; more && *more; more++)
-			args[n++] = *more;
-		args[n] = NULL;
-		start_svc(&fab_svc[k ? 0 : 1], args);
-	}
-	snprintf(p->peer_b, sizeof(p->peer_b), "127.0.0.1:%d", fab_rpc_port(&fab_svc[1]));
-	p->ca = connect_client(&fab_svc[0], "gpu-initiator");
-	p->cb = connect_client(&fab_svc[1], "host-target");
-}
-
-static void gpair_stop(struct gpair *p)
-{
-	dp_close(p->ca);
-	dp_close(p->cb);
-	for (unsigned i = 0; i < 2; i++)
-		cr_assert_eq(svc_stop(&fab_svc[i]), 0, "service %u did not exit cleanly", i);
-}
-
 /* One descriptor that must move all its bytes through staging. */
 static void staged_ok(struct dp_queue *q, const struct dp_desc *d)
 {
@@ -65,9 +28,7 @@ static const char *const no_hmem[] = {"--no-hmem", NULL};
 
 Test(gpu_stage, tcp_gpu_to_remote_host_and_back_1B_to_256MiB)
 {
-	static const struct {
-		uint64_t len, loff, toff;
-	} xs[] = {
+	static const struct xfer_shape xs[] = {
 		{1, 5, 7},
 		{4095, 1, 12345},
 		{MiB + 3, 4096, 65536 + 3},
@@ -76,14 +37,14 @@ Test(gpu_stage, tcp_gpu_to_remote_host_and_back_1B_to_256MiB)
 		{256 * MiB, 0, 4096},
 	};
 	const uint64_t max = 256 * MiB, glen = max + 8192, tlen = max + 65536;
-	struct gpair p;
+	struct fab_pair p;
 	struct dp_queue *q;
 	uint8_t *tgt;
 	void *gs, *gd;
 	int gsrc, gdst, treg, seg;
 
 	GPU_REQUIRE();
-	gpair_start(&p, no_hmem, NULL);
+	fab_pair_start(&p, "tcp", 0, no_hmem, NULL);
 	treg = alloc_region(p.cb, tlen, &tgt);
 	export_segment(p.cb, treg, "host-kv", DP_ACCESS_RW);
 	gsrc = gpu_region(p.ca, glen, 3, &gs);	/* WRITEs read it */
@@ -108,7 +69,7 @@ Test(gpu_stage, tcp_gpu_to_remote_host_and_back_1B_to_256MiB)
 		staged_ok(q, &d);
 		gpu_expect((uint8_t *)gd + lo, len, 40 + i, 0, "host -> GPU");
 	}
-	gpair_stop(&p);
+	fab_pair_stop(&p);
 	CK(cudaFree(gs));
 	CK(cudaFree(gd));
 }
@@ -119,14 +80,14 @@ Test(gpu_stage, tcp_64_in_flight)
 	const uint64_t len = MiB + 77, stride = 2 * MiB;
 	struct dp_desc d[64];
 	struct dp_cqe out[64];
-	struct gpair p;
+	struct fab_pair p;
 	struct dp_queue *q;
 	uint8_t *tgt;
 	void *g;
 	int greg, treg, seg;
 
 	GPU_REQUIRE();
-	gpair_start(&p, no_hmem, NULL);
+	fab_pair_start(&p, "tcp", 0, no_hmem, NULL);
 	treg = alloc_region(p.cb, n * stride, &tgt);
 	export_segment(p.cb, treg, "host-many", DP_ACCESS_RW);
 	greg = gpu_region(p.ca, n * stride, 5, &g);
@@ -134,7 +95,7 @@ Test(gpu_stage, tcp_64_in_flight)
 	q = make_queue(p.ca, 64);
 	for (unsigned i = 0; i < n; i++)
 		dp_prep_write(&d[i], greg, i * stride, seg, i * stride, len, i);
-	gpu_run(q, d, n, out, 60000);
+	run_batch(q, d, n, out, 60000);
 	for (unsigned i = 0; i < n; i++) {
 		cr_assert_eq(out[i].status, 0, "WRITE %u: %s", i, dp_strerror(out[i].status));
 		cr_assert_eq(out[i].flags & (STAGED | DP_CQE_F_LOCAL), STAGED);
@@ -146,12 +107,12 @@ Test(gpu_stage, tcp_64_in_flight)
 		pattern_fill(tgt + i * stride, len, 500 + i);
 		dp_prep_read(&d[i], greg, i * stride, seg, i * stride, len, i);
 	}
-	gpu_run(q, d, n, out, 60000);
+	run_batch(q, d, n, out, 60000);
 	for (unsigned i = 0; i < n; i++) {
 		cr_assert_eq(out[i].status, 0, "READ %u: %s", i, dp_strerror(out[i].status));
 		gpu_expect((uint8_t *)g + i * stride, len, 500 + i, 0, "READ into the GPU");
 	}
-	gpair_stop(&p);
+	fab_pair_stop(&p);
 	CK(cudaFree(g));
 }
 
@@ -159,7 +120,7 @@ Test(gpu_stage, tcp_64_in_flight)
 Test(gpu_stage, tcp_staging_off_is_enotsup)
 {
 	static const char *const off[] = {"--no-hmem", "--stage-bufs", "0", NULL};
-	struct gpair p;
+	struct fab_pair p;
 	struct dp_queue *q;
 	struct dp_desc d;
 	uint8_t *tgt;
@@ -167,7 +128,7 @@ Test(gpu_stage, tcp_staging_off_is_enotsup)
 	int greg, treg, seg;
 
 	GPU_REQUIRE();
-	gpair_start(&p, off, NULL);
+	fab_pair_start(&p, "tcp", 0, off, NULL);
 	treg = alloc_region(p.cb, MiB, &tgt);
 	export_segment(p.cb, treg, "host-off", DP_ACCESS_RW);
 	greg = gpu_region(p.ca, MiB, 1, &g);
@@ -177,7 +138,7 @@ Test(gpu_stage, tcp_staging_off_is_enotsup)
 	gpu_run_one_fails(q, &d, -ENOTSUP, 10000, "GPU WRITE, staging off");
 	dp_prep_read(&d, greg, 0, seg, 0, MiB, 0);
 	gpu_run_one_fails(q, &d, -ENOTSUP, 10000, "GPU READ, staging off");
-	gpair_stop(&p);
+	fab_pair_stop(&p);
 	CK(cudaFree(g));
 }
 
@@ -188,11 +149,10 @@ Test(gpu_stage, tcp_staging_off_is_enotsup)
  * tcp, byte-accurately, at any size and offset. */
 Test(gpu_stage, tcp_owner_stages_unregistered_gpu_export)
 {
-	static const struct {
-		uint64_t len, loff, toff;
-	} xs[] = {{1, 3, 5}, {4097, 0, 12345}, {MiB + 17, 7, 65536}, {3 * MiB, 0, MiB}};
+	static const struct xfer_shape xs[] = {
+		{1, 3, 5}, {4097, 0, 12345}, {MiB + 17, 7, 65536}, {3 * MiB, 0, MiB}};
 	const uint64_t glen = 4 * MiB + 65536;
-	struct gpair p;
+	struct fab_pair p;
 	struct dp_queue *q;
 	struct dp_desc d;
 	uint8_t *host;
@@ -200,7 +160,7 @@ Test(gpu_stage, tcp_owner_stages_unregistered_gpu_export)
 	int hreg, breg, seg, rc;
 
 	GPU_REQUIRE();
-	gpair_start(&p, NULL, no_hmem);
+	fab_pair_start(&p, "tcp", 0, NULL, no_hmem);
 	breg = gpu_region(p.cb, glen, 2, &gb);
 	rc = dp_segment_export(p.cb, breg, "gpu-owner-staged", DP_ACCESS_RW);
 	cr_assert_eq(rc, 0, "export: %s", dp_strerror(rc));
@@ -225,7 +185,7 @@ Test(gpu_stage, tcp_owner_stages_unregistered_gpu_export)
 			     (unsigned long long)len, dp_strerror(cqe.status));
 		cr_assert_eq(pattern_check(host, len, 60 + i), -1, "owner-staged GPU -> host");
 	}
-	gpair_stop(&p);
+	fab_pair_stop(&p);
 	CK(cudaFree(gb));
 }
 
@@ -233,7 +193,7 @@ Test(gpu_stage, tcp_owner_stages_unregistered_gpu_export)
 Test(gpu_stage, tcp_unstaged_gpu_export_is_enotsup)
 {
 	static const char *const b_off[] = {"--no-hmem", "--stage-bufs", "0", NULL};
-	struct gpair p;
+	struct fab_pair p;
 	struct dp_queue *q;
 	struct dp_desc d;
 	uint8_t *host;
@@ -241,7 +201,7 @@ Test(gpu_stage, tcp_unstaged_gpu_export_is_enotsup)
 	int hreg, breg, seg, rc;
 
 	GPU_REQUIRE();
-	gpair_start(&p, NULL, b_off);
+	fab_pair_start(&p, "tcp", 0, NULL, b_off);
 	breg = gpu_region(p.cb, MiB, 2, &gb);
 	rc = dp_segment_export(p.cb, breg, "gpu-unreg", DP_ACCESS_RW);
 	cr_assert_eq(rc, 0, "export: %s", dp_strerror(rc));
@@ -253,7 +213,7 @@ Test(gpu_stage, tcp_unstaged_gpu_export_is_enotsup)
 	dp_prep_read(&d, hreg, 0, seg, 0, MiB, 0);
 	gpu_run_one_fails(q, &d, -ENOTSUP, 10000, "READ of an unstaged GPU export");
 	gpu_expect(gb, MiB, 2, 0, "the refused WRITE left the GPU export alone");
-	gpair_stop(&p);
+	fab_pair_stop(&p);
 	CK(cudaFree(gb));
 }
 

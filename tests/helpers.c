@@ -13,6 +13,7 @@
 #include <sys/un.h>
 
 #include "clock.h"
+#include "dp_proto.h"
 #include "dp_stats.h"
 #include "helpers.h"
 
@@ -375,6 +376,48 @@ int wait_child(pid_t pid)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+bool pipe_get(int fd, char want)
+{
+	char c;
+
+	return read(fd, &c, 1) == 1 && c == want;
+}
+
+void pipe_put(int fd, char c)
+{
+	if (write(fd, &c, 1) != 1)
+		_exit(90);
+}
+
+pid_t fork_piped(int up[2], int down[2])
+{
+	pid_t pid;
+
+	cr_assert_eq(pipe(up), 0);
+	if (down)
+		cr_assert_eq(pipe(down), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
+	close(pid ? up[1] : up[0]);
+	if (down)
+		close(pid ? down[0] : down[1]);
+	return pid;
+}
+
+void child_report(int fd, const void *res, size_t len)
+{
+	if (write(fd, res, len) != (ssize_t)len)
+		_exit(2);
+	_exit(0);
+}
+
+void child_result(pid_t pid, int fd, void *res, size_t len)
+{
+	cr_assert_eq(read(fd, res, len), (ssize_t)len, "the child's result");
+	close(fd);
+	cr_assert_eq(wait_child(pid), 0);
+}
+
 /* ---- what a service tells through the API and its stats region ---- */
 
 const struct dp_stats_header *stats_map(const struct svc *s)
@@ -605,6 +648,35 @@ int raw_connect(const char *sock, int timeout_s)
 	return fd;
 }
 
+int raw_call(int fd, uint16_t type, const void *payload, size_t len, uint32_t *id)
+{
+	static uint32_t seq;
+	struct dp_msg_hdr hdr = {.magic = DP_PROTO_MAGIC,
+				 .version = DP_PROTO_VERSION,
+				 .type = type,
+				 .len = (uint32_t)len,
+				 .seq = ++seq};
+	struct dp_msg_id_reply r = {0};
+	_Alignas(8) char buf[DP_MSG_MAX];
+	ssize_t n;
+
+	cr_assert_leq(len, sizeof(buf) - sizeof(hdr));
+	memcpy(buf, &hdr, sizeof(hdr));
+	memcpy(buf + sizeof(hdr), payload, len);
+	cr_assert_eq(send(fd, buf, sizeof(hdr) + len, MSG_NOSIGNAL), (ssize_t)(sizeof(hdr) + len));
+	n = recv(fd, buf, sizeof(buf), 0);
+	cr_assert_geq(n, (ssize_t)(sizeof(hdr) + sizeof(r.status)), "reply to type %u: %zd", type,
+		      n);
+	memcpy(&hdr, buf, sizeof(hdr));
+	cr_assert_eq(hdr.type, type | DP_MSG_REPLY);
+	cr_assert_eq(hdr.seq, seq);
+	memcpy(&r, buf + sizeof(hdr),
+	       (size_t)n - sizeof(hdr) < sizeof(r) ? (size_t)n - sizeof(hdr) : sizeof(r));
+	if (id)
+		*id = r.id;
+	return r.status;
+}
+
 void submit_all(struct dp_queue *q, const struct dp_desc *d, unsigned n, int timeout_ms)
 {
 	uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000ull;
@@ -695,16 +767,310 @@ void probe_start(struct probe *p, const struct svc *s, size_t len)
 	p->n = 0;
 }
 
+/* `target` exports a region of tlen as `name`; `init` allocates one of
+ * llen, opens the export through `peer` and makes a queue. */
+static void seg_between(struct seg_pair *p, const char *peer, const char *name, uint64_t llen,
+			uint64_t tlen, uint32_t depth)
+{
+	p->treg = alloc_region(p->ct, tlen, &p->tgt);
+	export_segment(p->ct, p->treg, name, DP_ACCESS_RW);
+	p->lreg = alloc_region(p->ci, llen, &p->loc);
+	p->seg = open_segment(p->ci, peer, name, DP_ACCESS_RW);
+	p->q = make_queue(p->ci, depth);
+}
+
 void seg_pair_open(struct seg_pair *p, const struct svc *init, const struct svc *target,
 		   const char *peer, const char *name, size_t len, uint32_t depth)
 {
 	p->ci = connect_client(init, "initiator");
 	p->ct = connect_client(target, "target");
-	p->treg = alloc_region(p->ct, len, &p->tgt);
-	export_segment(p->ct, p->treg, name, DP_ACCESS_RW);
-	p->lreg = alloc_region(p->ci, len, &p->loc);
-	p->seg = open_segment(p->ci, peer, name, DP_ACCESS_RW);
-	p->q = make_queue(p->ci, depth);
+	seg_between(p, peer, name, len, len, depth);
+}
+
+void fab_pair_start(struct fab_pair *p, const char *prov, unsigned flags, const char *const *a_more,
+		    const char *const *b_more)
+{
+	const char *args[32];
+	unsigned n = 0, base;
+
+	memset(p, 0, sizeof(*p));
+	snprintf(p->sock_a, sizeof(p->sock_a), "/tmp/dp-pair-a-%d.peer", (int)getpid());
+	snprintf(p->sock_b, sizeof(p->sock_b), "/tmp/dp-pair-b-%d.peer", (int)getpid());
+	args[n++] = "--provider";
+	args[n++] = prov;
+	args[n++] = "--server-name";
+	args[n++] = "127.0.0.1";
+	base = flags & FAB_PAIR_A_UNNAMED ? 2 : 4;
+	if (flags & FAB_PAIR_SAME_B) {
+		args[n++] = "--same-host-socket";
+		args[n++] = p->sock_b;
+	}
+	for (; b_more && *b_more; b_more++) {
+		cr_assert_lt(n, 31, "too many flags for B");
+		args[n++] = *b_more;
+	}
+	args[n] = NULL;
+	start_svc(&fab_svc[1], args);
+	n = base;
+	if (flags & FAB_PAIR_SAME_A) {
+		args[n++] = "--same-host-socket";
+		args[n++] = p->sock_a;
+	}
+	for (; a_more && *a_more; a_more++) {
+		cr_assert_lt(n, 31, "too many flags for A");
+		args[n++] = *a_more;
+	}
+	args[n] = NULL;
+	start_svc(&fab_svc[0], args);
+	snprintf(p->peer_b, sizeof(p->peer_b), "127.0.0.1:%d", fab_rpc_port(&fab_svc[1]));
+	p->ca = connect_client(&fab_svc[0], "initiator");
+	p->cb = connect_client(&fab_svc[1], "target");
+}
+
+void fab_pair_seg(struct fab_pair *p, const char *name, uint64_t llen, uint64_t tlen,
+		  uint32_t depth)
+{
+	struct seg_pair s = {.ci = p->ca, .ct = p->cb};
+
+	seg_between(&s, p->peer_b, name, llen, tlen, depth);
+	p->q = s.q;
+	p->lreg = s.lreg;
+	p->treg = s.treg;
+	p->seg = s.seg;
+	p->loc = s.loc;
+	p->tgt = s.tgt;
+	p->llen = llen;
+	p->tlen = tlen;
+}
+
+void fab_pair_shapes(struct fab_pair *p, const struct xfer_shape *xs, unsigned n, uint64_t max,
+		     int timeout_ms, const char *what)
+{
+	char w[64], r[64];
+
+	snprintf(w, sizeof(w), "%sWRITE", what);
+	snprintf(r, sizeof(r), "%sREAD", what);
+	for (unsigned i = 0; i < n && xs[i].len <= max; i++) {
+		uint64_t len = xs[i].len, lo = xs[i].loff, to = xs[i].toff;
+		struct dp_desc d;
+
+		cr_assert_leq(lo + len, p->llen, "shape %u outside A's region", i);
+		cr_assert_leq(to + len, p->tlen, "shape %u outside B's export", i);
+		/* WRITE: pattern in A's region -> B's segment. */
+		guard_fill(p->tgt, p->tlen, to, len);
+		pattern_fill(p->loc + lo, len, 10 + i);
+		dp_prep_write(&d, p->lreg, lo, p->seg, to, len, 100 + i);
+		run_ok(p->q, &d, DP_CQE_F_FABRIC, timeout_ms);
+		fab_check(p->tgt + to, len, 10 + i, p->tgt, p->tgt + p->tlen, 0x5a, w);
+		/* READ: another pattern in B's segment -> A's region. */
+		pattern_fill(p->tgt + to, len, 20 + i);
+		guard_fill(p->loc, p->llen, lo, len);
+		dp_prep_read(&d, p->lreg, lo, p->seg, to, len, 200 + i);
+		run_ok(p->q, &d, DP_CQE_F_FABRIC, timeout_ms);
+		fab_check(p->loc + lo, len, 20 + i, p->loc, p->loc + p->llen, 0x5a, r);
+	}
+}
+
+#define MANY_OPS 64
+#define MANY_Q 4
+
+/* A batch of many_ops' completions: each a distinct op of it, whole,
+ * through the fabric. */
+static void many_check(const struct dp_cqe *cqes, unsigned n, bool *seen, uint64_t base_ud,
+		       uint64_t stride, uint64_t (*op_len)(unsigned i))
+{
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t k = cqes[i].user_data - base_ud;
+
+		cr_assert_lt(k, MANY_OPS, "unexpected user_data %llu",
+			     (unsigned long long)cqes[i].user_data);
+		cr_assert_not(seen[k], "user_data %llu completed twice",
+			      (unsigned long long)cqes[i].user_data);
+		seen[k] = true;
+		cr_assert_eq(cqes[i].status, 0, "op %llu: %s", (unsigned long long)k,
+			     dp_strerror(cqes[i].status));
+		cr_assert_eq(cqes[i].bytes, op_len ? op_len((unsigned)k) : stride);
+		cr_assert_eq(cqes[i].flags & (DP_CQE_F_FABRIC | DP_CQE_F_LOCAL | DP_CQE_F_GPU),
+			     DP_CQE_F_FABRIC, "flags 0x%x", cqes[i].flags);
+	}
+}
+
+/* All of d[] submitted at once over the queues, then reaped and checked. */
+static void many_run(struct dp_queue **q, struct dp_desc (*d)[MANY_OPS / MANY_Q], uint64_t base_ud,
+		     uint64_t stride, uint64_t (*op_len)(unsigned i), int timeout_ms)
+{
+	struct dp_cqe cqes[MANY_OPS / MANY_Q];
+	bool seen[MANY_OPS] = {0};
+
+	for (unsigned k = 0; k < MANY_Q; k++)
+		submit_all(q[k], d[k], MANY_OPS / MANY_Q, 10000);
+	for (unsigned k = 0; k < MANY_Q; k++) {
+		reap(q[k], cqes, MANY_OPS / MANY_Q, timeout_ms);
+		many_check(cqes, MANY_OPS / MANY_Q, seen, base_ud, stride, op_len);
+	}
+}
+
+void fab_pair_many(struct fab_pair *p, const char *name, uint64_t stride,
+		   uint64_t (*op_len)(unsigned i), int timeout_ms)
+{
+	const uint64_t len = MANY_OPS * stride + 4096;
+	struct dp_desc d[MANY_Q][MANY_OPS / MANY_Q];
+	struct dp_queue *q[MANY_Q];
+
+	fab_pair_seg(p, name, len, len, 64);
+	q[0] = p->q;
+	for (unsigned k = 1; k < MANY_Q; k++)
+		q[k] = make_queue(p->ca, 64);
+	/* WRITEs: op i carries pattern 1000 + i to B's offset i * stride + 17. */
+	for (unsigned i = 0; i < MANY_OPS; i++) {
+		uint64_t n = op_len ? op_len(i) : stride;
+
+		pattern_fill(p->loc + i * stride, n, 1000 + i);
+		dp_prep_write(&d[i % MANY_Q][i / MANY_Q], p->lreg, i * stride, p->seg,
+			      i * stride + 17, n, 5000 + i);
+	}
+	many_run(q, d, 5000, stride, op_len, timeout_ms);
+	for (unsigned i = 0; i < MANY_OPS; i++)
+		cr_assert_eq(pattern_check(p->tgt + i * stride + 17, op_len ? op_len(i) : stride,
+					   1000 + i),
+			     -1, "WRITE %u: bytes wrong", i);
+	/* READs: pattern 2000 + i back from B into A's zeroed region. */
+	for (unsigned i = 0; i < MANY_OPS; i++) {
+		uint64_t n = op_len ? op_len(i) : stride;
+
+		pattern_fill(p->tgt + i * stride + 17, n, 2000 + i);
+		dp_prep_read(&d[i % MANY_Q][i / MANY_Q], p->lreg, i * stride, p->seg,
+			     i * stride + 17, n, 7000 + i);
+	}
+	memset(p->loc, 0, len);
+	many_run(q, d, 7000, stride, op_len, timeout_ms);
+	for (unsigned i = 0; i < MANY_OPS; i++)
+		cr_assert_eq(
+			pattern_check(p->loc + i * stride, op_len ? op_len(i) : stride, 2000 + i),
+			-1, "READ %u: bytes wrong", i);
+	for (unsigned k = 1; k < MANY_Q; k++)
+		dp_queue_destroy(q[k]);
+}
+
+void fab_pair_stop(struct fab_pair *p)
+{
+	dp_close(p->ca);
+	dp_close(p->cb);
+	for (unsigned i = 0; i < 2; i++)
+		if (fab_svc[i].pid > 0)
+			cr_assert_eq(svc_stop(&fab_svc[i]), 0, "service %u did not exit cleanly",
+				     i);
+}
+
+void run_batch(struct dp_queue *q, const struct dp_desc *d, unsigned n, struct dp_cqe *out,
+	       int timeout_ms)
+{
+	unsigned sent = 0, got = 0;
+	uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	unsigned char *seen = calloc(n, 1);
+	struct dp_cqe cq[64];
+
+	cr_assert(seen);
+	while (got < n) {
+		if (sent < n) {
+			int k = dp_submit(q, d + sent, n - sent);
+
+			cr_assert_geq(k, 0, "dp_submit: %s", dp_strerror(k));
+			sent += (unsigned)k;
+		}
+		int k = dp_wait(q, cq, 64, 100);
+
+		cr_assert_geq(k, 0, "dp_wait: %s", dp_strerror(k));
+		for (int i = 0; i < k; i++) {
+			uint64_t ud = cq[i].user_data;
+			unsigned at = ud < n && d[ud].user_data == ud ? (unsigned)ud : n;
+
+			for (unsigned j = 0; at == n && j < sent; j++)
+				if (d[j].user_data == ud)
+					at = j;
+			cr_assert_lt(at, n, "unknown user_data %llu", (unsigned long long)ud);
+			cr_assert(!seen[at], "two completions for descriptor %llu",
+				  (unsigned long long)ud);
+			seen[at] = 1;
+			out[at] = cq[i];
+			got++;
+		}
+		cr_assert_lt(now_ns(), deadline, "%u of %u completions after %d ms", got, n,
+			     timeout_ms);
+	}
+	free(seen);
+}
+
+bool fabric_error(int status)
+{
+	return status == -EHOSTUNREACH || status == -ETIMEDOUT || status == -EIO ||
+	       status == -ECONNRESET;
+}
+
+void fab_kill_run(struct kill_run *r)
+{
+	static struct dp_cqe cqes[256];
+	static uint8_t done[4096];
+	unsigned reaped = 0;
+	struct dp_desc d;
+
+	memset(done, 0, sizeof(done));
+	r->sent = r->ok = r->failed = 0;
+	r->t_kill = r->t_last = 0;
+	for (;;) {
+		uint64_t now = now_ns();
+		unsigned limit = r->t_kill ? 0 : r->inflight;
+		int k;
+
+		while (r->sent - reaped < limit && r->sent < sizeof(done)) {
+			uint64_t off = (r->sent % r->inflight) * r->len;
+
+			if (r->mixed && r->sent % 2)
+				dp_prep_read(&d, r->lreg, off, r->seg, off, r->len, r->sent);
+			else
+				dp_prep_write(&d, r->lreg, off, r->seg, off, r->len, r->sent);
+			submit_all(r->q, &d, 1, 10000);
+			r->sent++;
+		}
+		if (!r->t_kill && r->ok >= r->kill_after) {
+			r->kill(r->arg);
+			r->t_kill = now_ns();
+			for (unsigned i = 0; i < 16; i++, r->sent++) {
+				dp_prep_write(&d, r->lreg, 0, r->seg, 0, r->len, r->sent);
+				submit_all(r->q, &d, 1, 10000);
+			}
+		}
+		if (r->t_kill && reaped == r->sent)
+			break;
+		cr_assert(!r->t_kill || now < r->t_kill + r->answer_ms * 1000000ull,
+			  "%u of %u descriptors unanswered %u ms after the peer died",
+			  r->sent - reaped, r->sent, r->answer_ms);
+		cr_assert(r->t_kill || r->sent < 2048, "no %u transfers in the first 2048",
+			  r->kill_after);
+		k = dp_wait(r->q, cqes, sizeof(cqes) / sizeof(cqes[0]), 100);
+		cr_assert_geq(k, 0, "dp_wait: %s", dp_strerror(k));
+		for (int i = 0; i < k; i++) {
+			uint64_t ud = cqes[i].user_data;
+
+			cr_assert_lt(ud, r->sent, "unknown user_data %llu", (unsigned long long)ud);
+			cr_assert_not(done[ud], "user_data %llu completed twice",
+				      (unsigned long long)ud);
+			done[ud] = 1;
+			cr_assert_eq(cqes[i].flags & DP_CQE_F_FABRIC, DP_CQE_F_FABRIC);
+			if (cqes[i].status == 0) {
+				r->ok++;
+			} else {
+				cr_assert(fabric_error(cqes[i].status), "op %llu failed with %s",
+					  (unsigned long long)ud, dp_strerror(cqes[i].status));
+				cr_assert(r->t_kill, "op %llu failed before the kill: %s",
+					  (unsigned long long)ud, dp_strerror(cqes[i].status));
+				r->failed++;
+			}
+			r->t_last = now_ns();
+		}
+		reaped += (unsigned)k;
+	}
+	cr_assert_geq(r->failed, 16, "only %u of %u failed after the kill", r->failed, r->sent);
 }
 
 /* ---- a bystander in a thread, and the service's health ---- */
@@ -1051,6 +1417,15 @@ bool odirect_works(const char *dir)
 	close(fd);
 	unlink(path);
 	return ok;
+}
+
+bool file_dir_direct(const char *unchecked)
+{
+	bool direct = odirect_works(file_dir());
+
+	if (!direct && unchecked)
+		cr_log_warn("%s does not take O_DIRECT: %s", fdir, unchecked);
+	return direct;
 }
 
 void expect_cqe(struct dp_cqe cqe, int status, uint64_t bytes, const char *what)
@@ -1885,46 +2260,11 @@ int gpu_register(struct dp_client *c, void *ptr, size_t len)
 	return r;
 }
 
-void gpu_run(struct dp_queue *q, const struct dp_desc *d, unsigned n, struct dp_cqe *out,
-	     int timeout_ms)
-{
-	unsigned sent = 0, got = 0;
-	uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000ull;
-	unsigned char *seen = calloc(n, 1);
-	struct dp_cqe cq[64];
-
-	cr_assert(seen);
-	while (got < n) {
-		if (sent < n) {
-			int k = dp_submit(q, d + sent, n - sent);
-
-			cr_assert_geq(k, 0, "dp_submit: %s", dp_strerror(k));
-			sent += (unsigned)k;
-		}
-		int k = dp_wait(q, cq, 64, 100);
-
-		cr_assert_geq(k, 0, "dp_wait: %s", dp_strerror(k));
-		for (int i = 0; i < k; i++) {
-			uint64_t ud = cq[i].user_data;
-
-			cr_assert_lt(ud, n, "unknown user_data %llu", (unsigned long long)ud);
-			cr_assert(!seen[ud], "two completions for descriptor %llu",
-				  (unsigned long long)ud);
-			seen[ud] = 1;
-			out[ud] = cq[i];
-			got++;
-		}
-		cr_assert_lt(now_ns(), deadline, "%u of %u completions after %d ms", got, n,
-			     timeout_ms);
-	}
-	free(seen);
-}
-
 void gpu_run_one_ok(struct dp_queue *q, const struct dp_desc *d)
 {
 	struct dp_cqe cqe;
 
-	gpu_run(q, d, 1, &cqe, 30000);
+	run_batch(q, d, 1, &cqe, 30000);
 	cr_assert_eq(cqe.status, 0, "status %d (%s)", cqe.status, dp_strerror(cqe.status));
 	cr_assert_eq(cqe.bytes, d->len, "bytes %llu, want %llu", (unsigned long long)cqe.bytes,
 		     (unsigned long long)d->len);
@@ -1936,7 +2276,7 @@ void gpu_run_one_fails(struct dp_queue *q, const struct dp_desc *d, int status, 
 {
 	struct dp_cqe cqe;
 
-	gpu_run(q, d, 1, &cqe, timeout_ms);
+	run_batch(q, d, 1, &cqe, timeout_ms);
 	cr_assert_eq(cqe.status, status, "%s: status %d (%s), want %d (%s)", what, cqe.status,
 		     dp_strerror(cqe.status), status, dp_strerror(status));
 }
@@ -2056,15 +2396,34 @@ int run_sh(const char *fmt, ...)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* The namespaces netns_add made in this test process, for netns_del_all. */
+static char netns_made[8][32];
+static unsigned netns_nmade;
+
 int netns_add(const char *ns)
 {
+	cr_assert_lt(netns_nmade, 8, "more namespaces than netns_del_all keeps");
+	cr_assert_lt(strlen(ns), sizeof(netns_made[0]), "namespace name %s too long", ns);
 	if (run_sh("ip netns add %s", ns))
 		return -1;
 	if (netns_sh(ns, "ip link set lo up")) {
 		run_sh("ip netns del %s", ns);
 		return -1;
 	}
+	snprintf(netns_made[netns_nmade++], sizeof(netns_made[0]), "%s", ns);
 	return 0;
+}
+
+void netns_del_all(void)
+{
+	while (netns_nmade)
+		run_sh("ip netns del %s", netns_made[--netns_nmade]);
+}
+
+void netns_teardown(void)
+{
+	fab_teardown(); /* the services first: they hold the namespaces */
+	netns_del_all();
 }
 
 int netns_sh(const char *ns, const char *fmt, ...)

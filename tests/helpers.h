@@ -103,6 +103,11 @@ int run_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int netns_add(const char *ns);
 int netns_sh(const char *ns, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void netns_prefix(const char *ns, char enter[64], const char *prefix[3]);
+/* Deletes every namespace netns_add made in this test process. */
+void netns_del_all(void);
+/* .fini of the suites with fab_svc[] in namespaces: fab_teardown, then
+ * netns_del_all. */
+void netns_teardown(void);
 /* .fini of the suites with one service (and a child): kills what is left. */
 void svc_teardown(void);
 /* .fini of the suites with fab_svc[]; FAB_LOGS=1 prints the services' logs. */
@@ -124,6 +129,22 @@ void wait_stopped(pid_t pid);
 double cpu_share(pid_t pid, unsigned ms);
 /* Child processes report through their exit status: 0, or the failed step. */
 int wait_child(pid_t pid);
+/* One byte through a pipe between a test and its child: pipe_get reads one
+ * and tells whether it is `want`; pipe_put writes one, and a process that
+ * cannot ends with status 90 (no Criterion in a child). */
+bool pipe_get(int fd, char want);
+void pipe_put(int fd, char c);
+/* Makes pipe `up` (the child writes up[1], the test reads up[0]) and, unless
+ * NULL, pipe `down` (the test writes down[1], the child reads down[0]),
+ * and forks: each process closes the ends that are the other's. Returns 0
+ * in the child and its pid in the test (the test fails if fork fails). */
+pid_t fork_piped(int up[2], int down[2]);
+/* A child's result of `len` bytes: child_report (in the child) writes it
+ * to fd and exits (0, or 2 when the write fails); child_result (in the
+ * test) reads exactly `len` bytes from fd, closes it, and the child `pid`
+ * must exit 0. */
+__attribute__((noreturn)) void child_report(int fd, const void *res, size_t len);
+void child_result(pid_t pid, int fd, void *res, size_t len);
 
 /* ---- what a service tells through the API and its stats region ---- */
 
@@ -181,6 +202,10 @@ int export_open(struct dp_client *c, int region, const char *name, unsigned acce
 		unsigned open_access);
 /* A control connection of our own, no libclient: SO_RCVTIMEO timeout_s. */
 int raw_connect(const char *sock, int timeout_s);
+/* One request (dp_proto.h) on such a connection: its reply must echo the
+ * type and the sequence number. Returns the reply's status; *id (unless
+ * NULL) gets the id of an id reply (0 when the reply has none). */
+int raw_call(int fd, uint16_t type, const void *payload, size_t len, uint32_t *id);
 /* Submits all `n` descriptors (the caller keeps within the queue's credit),
  * retrying while the ring is short; fails after timeout_ms of no progress. */
 void submit_all(struct dp_queue *q, const struct dp_desc *d, unsigned n, int timeout_ms);
@@ -196,6 +221,11 @@ void run_ok(struct dp_queue *q, const struct dp_desc *d, uint32_t flag, int time
  * id, run to its completion (run_wait, timeout_ms), which is returned. */
 struct dp_cqe run1(struct dp_queue *q, bool write, int lreg, uint64_t loff, int seg, uint64_t toff,
 		   uint64_t len, uint64_t id, int timeout_ms);
+/* Submits the `n` descriptors (as credit allows) and reaps their
+ * completions: out[i] gets that of d[i], found by its user_data (unique in
+ * the batch). Each must come exactly once, all within timeout_ms. */
+void run_batch(struct dp_queue *q, const struct dp_desc *d, unsigned n, struct dp_cqe *out,
+	       int timeout_ms);
 /* Guard bytes (0x5a) over [off - 64, off + len + 64), clipped to the buffer. */
 void guard_fill(uint8_t *buf, uint64_t buf_len, uint64_t off, uint64_t len);
 
@@ -222,6 +252,78 @@ struct seg_pair {
 };
 void seg_pair_open(struct seg_pair *p, const struct svc *init, const struct svc *target,
 		   const char *peer, const char *name, size_t len, uint32_t depth);
+
+/* Two services of the running test on this host, B (fab_svc[1]) started
+ * first, then A (fab_svc[0]), each with the fabric provider `prov`,
+ * --server-name 127.0.0.1 and its own extra flags (NULL-terminated, or
+ * NULL), and a client of this process on each, so that B's memory is
+ * checked right here. */
+struct fab_pair {
+	struct dp_client *ca, *cb;     /* A's client ("initiator"), B's ("target") */
+	char peer_b[64];	       /* "127.0.0.1:<B's RPC port>" */
+	char sock_a[128], sock_b[128]; /* their same-host sockets (FAB_PAIR_SAME_*) */
+	/* fab_pair_seg's: A's region and queue, B's export, opened by A */
+	struct dp_queue *q;
+	int lreg, treg, seg;
+	uint8_t *loc, *tgt;
+	uint64_t llen, tlen; /* their sizes */
+};
+#define FAB_PAIR_SAME_A 1u    /* A takes the same-host path (--same-host-socket) */
+#define FAB_PAIR_SAME_B 2u    /* B does */
+#define FAB_PAIR_A_UNNAMED 4u /* A keeps its default server name */
+void fab_pair_start(struct fab_pair *p, const char *prov, unsigned flags, const char *const *a_more,
+		    const char *const *b_more);
+/* B exports a zeroed region of `tlen` bytes as `name` (DP_ACCESS_RW); A
+ * allocates one of `llen`, opens the export through peer_b and makes a
+ * queue of `depth`: p->treg, p->tgt, p->lreg, p->loc, p->seg, p->q. */
+void fab_pair_seg(struct fab_pair *p, const char *name, uint64_t llen, uint64_t tlen,
+		  uint32_t depth);
+/* Closes both clients; each service the test has not stopped itself must
+ * exit 0 on SIGTERM. */
+void fab_pair_stop(struct fab_pair *p);
+/* A transfer of `len` bytes at `loff` in A's region and `toff` in B's. */
+struct xfer_shape {
+	uint64_t len, loff, toff;
+};
+/* For each shape i of xs[0..n) of at most `max` bytes, over fab_pair_seg's
+ * segment: a WRITE (pattern 10 + i, user_data 100 + i), then a READ back
+ * of another pattern (20 + i, user_data 200 + i), each run_ok through the
+ * fabric (timeout_ms) and checked byte-accurate with the guard bytes around
+ * it untouched; `what` prefixes "WRITE" and "READ" in failures. */
+void fab_pair_shapes(struct fab_pair *p, const struct xfer_shape *xs, unsigned n, uint64_t max,
+		     int timeout_ms, const char *what);
+/* 64 WRITEs in flight at once over 4 queues (fab_pair_seg's, `name`, and
+ * three more), then 64 READs back: op i moves op_len(i) bytes (NULL:
+ * `stride`) between offset i * stride in A's region and i * stride + 17 in
+ * B's. Each completes once, whole, through the fabric, within timeout_ms
+ * of its queue's reap, and every byte is checked. */
+void fab_pair_many(struct fab_pair *p, const char *name, uint64_t stride,
+		   uint64_t (*op_len)(unsigned i), int timeout_ms);
+
+/* How a fabric transfer may fail once its peer is gone. */
+bool fabric_error(int status);
+
+/* A peer killed mid-transfer (the fabric suites): descriptors of `len`
+ * bytes between lreg and seg (slot i at offset i * len, slots rotating
+ * over `inflight`), up to `inflight` in flight, READs on odd user_data
+ * when `mixed`, else WRITEs; once `kill_after` have succeeded, kill(arg)
+ * ends the peer and 16 more WRITEs are handed over for it. Every
+ * descriptor must be answered exactly once, through the fabric, within
+ * `answer_ms` of the kill; only fabric_error()s, only after the kill, and
+ * at least 16 of them. */
+struct kill_run {
+	struct dp_queue *q;
+	int lreg, seg;
+	uint64_t len;
+	unsigned inflight, kill_after, answer_ms;
+	bool mixed;
+	void (*kill)(void *arg);
+	void *arg;
+	/* what came of it */
+	unsigned sent, ok, failed;
+	uint64_t t_kill, t_last; /* the kill, the last completion */
+};
+void fab_kill_run(struct kill_run *r);
 
 /* ---- a bystander in a thread, and the service's health ---- */
 
@@ -291,6 +393,10 @@ int file_make(const char *name, uint64_t len, uint64_t seed, int flags);
 int64_t file_check(int fd, uint64_t off, uint64_t len, uint64_t seed);
 /* Whether files in `dir` take O_DIRECT: an aligned 4 KiB write and read. */
 bool odirect_works(const char *dir);
+/* file_dir(), and whether its files take O_DIRECT; where they do not, a
+ * warning says what the test then leaves unchecked (`unchecked`, or no
+ * warning when NULL). */
+bool file_dir_direct(const char *unchecked);
 /* A file completion: its status, bytes and DP_CQE_F_FILE. */
 void expect_cqe(struct dp_cqe cqe, int status, uint64_t bytes, const char *what);
 
@@ -443,11 +549,6 @@ void *gpu_buf(size_t len, int64_t seed);
  * pattern byte (seed, src_off + i); zeros when seed < 0. */
 void gpu_expect(const void *d, size_t len, int64_t seed, uint64_t src_off, const char *what);
 int gpu_register(struct dp_client *c, void *ptr, size_t len);
-/* Submits @n descriptors (user_data must be 0..n-1) and reaps their
- * completions into out[user_data]; each must come exactly once, within
- * @timeout_ms overall. */
-void gpu_run(struct dp_queue *q, const struct dp_desc *d, unsigned n, struct dp_cqe *out,
-	     int timeout_ms);
 /* One descriptor, which must succeed through the GPU path. */
 void gpu_run_one_ok(struct dp_queue *q, const struct dp_desc *d);
 /* One descriptor, which must complete with `status` (a -errno) within

@@ -219,27 +219,19 @@ static int connect_as_nobody(gid_t gid)
 {
 	int p[2], rc = 1;
 
-	cr_assert_eq(pipe(p), 0);
-	child_pid = fork();
-	cr_assert_geq(child_pid, 0);
+	child_pid = fork_piped(p, NULL);
 	if (child_pid == 0) {
 		struct dp_client *c = NULL;
 
-		close(p[0]);
 		if (setgroups(0, NULL) || setgid(gid) || setuid(65534))
 			rc = -EPERM - 1000;
 		else if (getuid() != 65534)
 			rc = -1001;
 		else
 			rc = dp_connect(svc.sock, "nobody", &c);
-		if (write(p[1], &rc, sizeof(rc)) != sizeof(rc))
-			_exit(2);
-		_exit(0);
+		child_report(p[1], &rc, sizeof(rc));
 	}
-	close(p[1]);
-	cr_assert_eq(read(p[0], &rc, sizeof(rc)), (ssize_t)sizeof(rc));
-	close(p[0]);
-	cr_assert_eq(wait_child(child_pid), 0);
+	child_result(child_pid, p[0], &rc, sizeof(rc));
 	return rc;
 }
 

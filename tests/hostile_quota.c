@@ -89,14 +89,11 @@ static struct nobody_result as_nobody(size_t alloc_len)
 	struct nobody_result res = {1, 1};
 	int p[2];
 
-	cr_assert_eq(pipe(p), 0);
-	child_pid = fork();
-	cr_assert_geq(child_pid, 0);
+	child_pid = fork_piped(p, NULL);
 	if (child_pid == 0) {
 		struct dp_client *c = NULL;
 		void *addr = NULL;
 
-		close(p[0]);
 		if (setgroups(0, NULL) || setgid(65534) || setuid(65534) || getuid() != 65534) {
 			res.connect = -1000;
 		} else {
@@ -109,14 +106,9 @@ static struct nobody_result as_nobody(size_t alloc_len)
 				}
 			}
 		}
-		if (write(p[1], &res, sizeof(res)) != sizeof(res))
-			_exit(2);
-		_exit(0);
+		child_report(p[1], &res, sizeof(res));
 	}
-	close(p[1]);
-	cr_assert_eq(read(p[0], &res, sizeof(res)), (ssize_t)sizeof(res));
-	close(p[0]);
-	cr_assert_eq(wait_child(child_pid), 0);
+	child_result(child_pid, p[0], &res, sizeof(res));
 	cr_assert_neq(res.connect, -1000, "the child could not become uid 65534");
 	return res;
 }

@@ -14,52 +14,6 @@
 
 TestSuite(notify_remote, .fini = fab_teardown, .timeout = 90);
 
-/* The writer's service A (fab_svc[0]) and the exporter's B (fab_svc[1]). */
-struct pair {
-	struct dp_client *ca, *cb;
-	char peer_b[64];
-	char sock_a[128], sock_b[128];
-};
-
-/* prov: the fabric provider; same: both services on the same-host path. */
-static void pair_start(struct pair *p, const char *prov, bool same)
-{
-	const char *args[16];
-	unsigned n = 0;
-
-	memset(p, 0, sizeof(*p));
-	snprintf(p->sock_a, sizeof(p->sock_a), "/tmp/dp-notify-a-%d.peer", (int)getpid());
-	snprintf(p->sock_b, sizeof(p->sock_b), "/tmp/dp-notify-b-%d.peer", (int)getpid());
-	args[n++] = "--provider";
-	args[n++] = prov;
-	args[n++] = "--server-name";
-	args[n++] = "127.0.0.1";
-	if (same) {
-		args[n++] = "--same-host-socket";
-		args[n++] = p->sock_b;
-	}
-	args[n] = NULL;
-	start_svc(&fab_svc[1], args);
-	n = 4;
-	if (same) {
-		args[n++] = "--same-host-socket";
-		args[n++] = p->sock_a;
-	}
-	args[n] = NULL;
-	start_svc(&fab_svc[0], args);
-	snprintf(p->peer_b, sizeof(p->peer_b), "127.0.0.1:%d", fab_rpc_port(&fab_svc[1]));
-	p->ca = connect_client(&fab_svc[0], "writer");
-	p->cb = connect_client(&fab_svc[1], "owner");
-}
-
-static void pair_stop(struct pair *p)
-{
-	dp_close(p->ca);
-	dp_close(p->cb);
-	for (unsigned i = 0; i < 2; i++)
-		cr_assert_eq(svc_stop(&fab_svc[i]), 0, "service %u did not exit cleanly", i);
-}
-
 /* The service block's notification counters of `s`, once `field` reaches
  * `want` or 10 s pass. */
 static struct dp_stats_service svc_block(const struct svc *s, size_t field, uint64_t want)
@@ -97,10 +51,10 @@ static void notify_run(const char *prov, bool same)
 	struct dp_notification n;
 	struct dp_queue *q;
 	uint8_t *src, *tgt;
-	struct pair p;
+	struct fab_pair p;
 	int sreg, treg, seg;
 
-	pair_start(&p, prov, same);
+	fab_pair_start(&p, prov, same ? FAB_PAIR_SAME_A | FAB_PAIR_SAME_B : 0, NULL, NULL);
 	treg = alloc_region(p.cb, (size_t)SLOTS * SPAN, &tgt);
 	export_segment(p.cb, treg, "kv", DP_ACCESS_RW);
 	cr_assert_eq(dp_notify_open(p.cb, 64), 0, "%s", dp_last_error());
@@ -140,7 +94,7 @@ static void notify_run(const char *prov, bool same)
 	cr_assert_eq(va.notify_lost, 0);
 	cr_assert_eq(vb.notify_received, SLOTS);
 	cr_assert_eq(vb.notify_received_dropped, 0);
-	pair_stop(&p);
+	fab_pair_stop(&p);
 }
 
 Test(notify_remote, fabric_tcp)
@@ -165,10 +119,10 @@ Test(notify_remote, owner_without_ring)
 	struct dp_stats_service va, vb;
 	struct dp_queue *q;
 	uint8_t *src, *tgt;
-	struct pair p;
+	struct fab_pair p;
 	int sreg, treg, seg;
 
-	pair_start(&p, "tcp", false);
+	fab_pair_start(&p, "tcp", 0, NULL, NULL);
 	treg = alloc_region(p.cb, 4096, &tgt);
 	export_segment(p.cb, treg, "kv", DP_ACCESS_RW);
 	sreg = alloc_region(p.ca, 4096, &src);
@@ -185,5 +139,5 @@ Test(notify_remote, owner_without_ring)
 	cr_assert_eq(va.notify_sent, 5);
 	cr_assert_eq(vb.notify_received, 0);
 	cr_assert_eq(vb.notify_received_dropped, 5);
-	pair_stop(&p);
+	fab_pair_stop(&p);
 }

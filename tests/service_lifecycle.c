@@ -115,14 +115,9 @@ Test(service_lifecycle, sigkill_with_1000_in_flight_leaks_nothing, .timeout = 60
 	cr_assert_gt(fd_base, 0);
 	cr_assert_gt(mem_base, 0);
 
-	cr_assert_eq(pipe(p), 0);
-	child_pid = fork();
-	cr_assert_geq(child_pid, 0);
-	if (child_pid == 0) {
-		close(p[0]);
+	child_pid = fork_piped(p, NULL);
+	if (child_pid == 0)
 		doomed_main(p[1]);
-	}
-	close(p[1]);
 	if (read(p[0], &rep, sizeof(rep)) != sizeof(rep))
 		cr_assert_fail("the doomed client failed (exit %d)", wait_child(child_pid));
 	close(p[0]);

@@ -36,19 +36,6 @@ static uint64_t read_seed(unsigned i)
 	return 200 + i;
 }
 
-static bool pipe_get(int fd, char want)
-{
-	char c;
-
-	return read(fd, &c, 1) == 1 && c == want;
-}
-
-static void pipe_put(int fd, char c)
-{
-	if (write(fd, &c, 1) != 1)
-		_exit(90);
-}
-
 /* Waits for one completion in a child (no Criterion there). */
 static bool child_run(struct dp_queue *q, const struct dp_desc *d, uint64_t want_bytes)
 {
@@ -120,17 +107,9 @@ Test(service_transfer, two_processes_1b_4k_1m_256m, .timeout = 60)
 	region = alloc_region(c, SEG_LEN, &seg);
 	memset(seg, GUARD, SEG_LEN);
 	cr_assert_eq(dp_segment_export(c, region, "xfer", DP_ACCESS_RW), 0);
-	cr_assert_eq(pipe(to_parent), 0);
-	cr_assert_eq(pipe(from_parent), 0);
-	child_pid = fork();
-	cr_assert_geq(child_pid, 0);
-	if (child_pid == 0) {
-		close(to_parent[0]);
-		close(from_parent[1]);
+	child_pid = fork_piped(to_parent, from_parent);
+	if (child_pid == 0)
 		writer_main(to_parent[1], from_parent[0]);
-	}
-	close(to_parent[1]);
-	close(from_parent[0]);
 
 	for (unsigned i = 0; i < NXFERS; i++) {
 		const struct xfer *x = &xfers[i];

@@ -40,18 +40,6 @@ static const struct {
 };
 #define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
 
-static struct dp_cqe run(struct dp_queue *q, bool write, int region, uint64_t loff, int seg,
-			 uint64_t toff, uint64_t len, uint64_t ud)
-{
-	struct dp_desc d;
-
-	if (write)
-		dp_prep_write(&d, region, loff, seg, toff, len, ud);
-	else
-		dp_prep_read(&d, region, loff, seg, toff, len, ud);
-	return run_wait(q, &d, 60000);
-}
-
 static void expect_ok(struct dp_cqe c, uint64_t len, const char *what)
 {
 	cr_assert_eq(c.status, 0, "%s: %s", what, dp_strerror(c.status));
@@ -82,13 +70,13 @@ static void round_trips(struct dp_queue *q, int mreg, uint8_t *mem, int seg, uin
 		guard_window(tgt, tgt_len, to, len);
 		pattern_fill(mem + mo, len, 1000 + i);
 		snprintf(what, sizeof(what), "WRITE %llu B", (unsigned long long)len);
-		expect_ok(run(q, true, mreg, mo, seg, to, len, i), len, what);
+		expect_ok(run1(q, true, mreg, mo, seg, to, len, i, 60000), len, what);
 		fab_check(tgt + to, len, 1000 + i, tgt, tgt + tgt_len, GUARD, what);
 
 		guard_window(mem, BIG + 8192, mo, len);
 		pattern_fill(tgt + to, len, 2000 + i);
 		snprintf(what, sizeof(what), "READ %llu B", (unsigned long long)len);
-		expect_ok(run(q, false, mreg, mo, seg, to, len, 100 + i), len, what);
+		expect_ok(run1(q, false, mreg, mo, seg, to, len, 100 + i, 60000), len, what);
 		fab_check(mem + mo, len, 2000 + i, mem, mem + BIG + 8192, GUARD, what);
 	}
 }
@@ -114,25 +102,13 @@ Test(service_vm, malloc_to_own_host_region)
 	/* The VM region exported: the host region WRITEs into it. */
 	seg = export_open(c, mreg, "vm/mem", DP_ACCESS_RW, DP_ACCESS_RW);
 	pattern_fill(tgt, 1 << 20, 31);
-	expect_ok(run(q, true, treg, 0, seg, 5, 1 << 20, 1), 1 << 20, "host -> exported VM");
+	expect_ok(run1(q, true, treg, 0, seg, 5, 1 << 20, 1, 60000), 1 << 20,
+		  "host -> exported VM");
 	cr_assert_eq(pattern_check(mem + 5, 1 << 20, 31), -1);
 	cr_assert_eq(dp_free(c, mreg), 0);
 	free(mem);
 	dp_close(c);
 	service_still_serves();
-}
-
-static bool pipe_get(int fd, char want)
-{
-	char ch;
-
-	return read(fd, &ch, 1) == 1 && ch == want;
-}
-
-static void pipe_put(int fd, char ch)
-{
-	if (write(fd, &ch, 1) != 1)
-		_exit(90);
 }
 
 static bool child_ok(struct dp_queue *q, bool write, int region, uint64_t loff, int seg,
@@ -252,28 +228,28 @@ Test(service_vm, unmapped_later_is_efault)
 	mreg = dp_register_mem(c, mem, len);
 	cr_assert_geq(mreg, 0, "%s", dp_last_error());
 	memset(mem, 1, len);
-	expect_ok(run(q, true, mreg, 0, seg, 0, len, 1), len, "mapped");
+	expect_ok(run1(q, true, mreg, 0, seg, 0, len, 1, 60000), len, "mapped");
 	/* The last page goes: a sliced copy faults at its end. */
 	cr_assert_eq(munmap(mem + len - page, page), 0);
-	e = run(q, true, mreg, 0, seg, 0, len, 2);
+	e = run1(q, true, mreg, 0, seg, 0, len, 2, 60000);
 	cr_assert_eq(e.status, -EFAULT, "partly unmapped WRITE: %d", e.status);
-	e = run(q, false, mreg, 0, seg, 0, len, 3);
+	e = run1(q, false, mreg, 0, seg, 0, len, 3, 60000);
 	cr_assert_eq(e.status, -EFAULT, "partly unmapped READ: %d", e.status);
-	expect_ok(run(q, true, mreg, 0, seg, 0, 4096, 4), 4096, "the mapped part");
+	expect_ok(run1(q, true, mreg, 0, seg, 0, 4096, 4, 60000), 4096, "the mapped part");
 	/* All of it, then a PROT_NONE mapping in its place. */
 	cr_assert_eq(munmap(mem, len - page), 0);
-	e = run(q, true, mreg, 0, seg, 0, 64, 5);
+	e = run1(q, true, mreg, 0, seg, 0, 64, 5, 60000);
 	cr_assert_eq(e.status, -EFAULT, "unmapped 64 B WRITE: %d", e.status);
 	cr_assert_eq(mmap(mem, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
 		     mem);
-	e = run(q, false, mreg, 0, seg, 0, len, 6);
+	e = run1(q, false, mreg, 0, seg, 0, len, 6, 60000);
 	cr_assert_eq(e.status, -EFAULT, "PROT_NONE READ: %d", e.status);
 	munmap(mem, len);
 	/* The client is still served. */
 	mem = malloc(4096);
 	mreg = dp_register_mem(c, mem, 4096);
 	cr_assert_geq(mreg, 0);
-	expect_ok(run(q, true, mreg, 0, seg, 0, 4096, 7), 4096, "after the faults");
+	expect_ok(run1(q, true, mreg, 0, seg, 0, 4096, 7, 60000), 4096, "after the faults");
 	free(mem);
 	dp_close(c);
 	service_still_serves();
@@ -371,34 +347,6 @@ Test(service_vm, client_exits_in_flight)
 	service_still_serves();
 }
 
-/* One request on a bare control connection; its status, and the id of an
- * id reply. */
-static int raw_call(int fd, uint16_t type, const void *payload, size_t len, uint32_t *id)
-{
-	static uint32_t seq;
-	struct dp_msg_hdr hdr = {.magic = DP_PROTO_MAGIC,
-				 .version = DP_PROTO_VERSION,
-				 .type = type,
-				 .len = (uint32_t)len,
-				 .seq = ++seq};
-	char buf[DP_MSG_MAX];
-	struct dp_msg_id_reply r = {0};
-	ssize_t n;
-
-	memcpy(buf, &hdr, sizeof(hdr));
-	memcpy(buf + sizeof(hdr), payload, len);
-	cr_assert_eq(send(fd, buf, sizeof(hdr) + len, 0), (ssize_t)(sizeof(hdr) + len));
-	n = recv(fd, buf, sizeof(buf), 0);
-	cr_assert_geq(n, (ssize_t)(sizeof(hdr) + 4), "no reply (%zd)", n);
-	memcpy(&hdr, buf, sizeof(hdr));
-	cr_assert_eq(hdr.type, type | DP_MSG_REPLY);
-	memcpy(&r, buf + sizeof(hdr),
-	       (size_t)n - sizeof(hdr) < sizeof(r) ? (size_t)n - sizeof(hdr) : sizeof(r));
-	if (id)
-		*id = r.id;
-	return r.status;
-}
-
 /*
  * Nothing in a message names the process: a connection that claims another
  * pid in its HELLO registers its own memory all the same. The child maps a
@@ -474,7 +422,7 @@ Test(service_vm, pid_is_the_connections_not_the_messages)
 	q = make_queue(c, 8);
 	dreg = alloc_region(c, 64, &dst);
 	seg = open_segment(c, NULL, "vm/liar", DP_ACCESS_READ);
-	expect_ok(run(q, false, dreg, 0, seg, 0, 64, 1), 64, "READ of the liar's region");
+	expect_ok(run1(q, false, dreg, 0, seg, 0, 64, 1, 60000), 64, "READ of the liar's region");
 	for (int i = 0; i < 64; i++)
 		cr_assert_eq(dst[i], 0xa1, "byte %d is %#x: not the connecting process's", i,
 			     dst[i]);
@@ -508,10 +456,10 @@ Test(service_vm, enotsup_with_files)
 		cr_skip_test("no io_uring here");
 	cr_assert_geq(freg, 0, "%s", dp_last_error());
 	seg = export_open(c, freg, "vm/file", DP_ACCESS_RW, DP_ACCESS_RW);
-	e = run(q, true, mreg, 0, seg, 0, 4096, 1);
+	e = run1(q, true, mreg, 0, seg, 0, 4096, 1, 60000);
 	cr_assert_eq(e.status, -ENOTSUP, "VM -> file: %d", e.status);
 	seg = export_open(c, mreg, "vm/mem", DP_ACCESS_RW, DP_ACCESS_RW);
-	e = run(q, false, freg, 0, seg, 0, 4096, 2);
+	e = run1(q, false, freg, 0, seg, 0, 4096, 2, 60000);
 	cr_assert_eq(e.status, -ENOTSUP, "file <- VM: %d", e.status);
 	dp_close(c);
 	free(mem);
@@ -546,11 +494,11 @@ Test(service_vm, unsealable_memfd)
 	treg = alloc_region(c, len, &tgt);
 	seg = export_open(c, treg, "vm/memfd", DP_ACCESS_RW, DP_ACCESS_RW);
 	pattern_fill(m, len, 8);
-	expect_ok(run(q, true, mreg, 0, seg, 0, len, 1), len, "memfd mapping -> host");
+	expect_ok(run1(q, true, mreg, 0, seg, 0, len, 1, 60000), len, "memfd mapping -> host");
 	cr_assert_eq(pattern_check(tgt, len, 8), -1);
 	/* Shrunk under the service: -EFAULT, no SIGBUS anywhere. */
 	cr_assert_eq(ftruncate(fd, 0), 0);
-	cr_assert_eq(run(q, true, mreg, 0, seg, 0, len, 2).status, -EFAULT);
+	cr_assert_eq(run1(q, true, mreg, 0, seg, 0, len, 2, 60000).status, -EFAULT);
 	munmap(m, len);
 	close(fd);
 	dp_close(c);

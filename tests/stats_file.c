@@ -134,10 +134,7 @@ Test(stats_file, direct_and_buffered_slices)
 	int fd, fdc, rf, rc, rh, rh2, seg, segc;
 	bool direct;
 
-	file_dir();
-	direct = odirect_works(fdir);
-	if (!direct)
-		cr_log_warn("%s does not take O_DIRECT: only buffered counts are checked", fdir);
+	direct = file_dir_direct("only buffered counts are checked");
 	start_svc(&svc, flags);
 	json[1] = prom[1] = wide[1] = svc.sock;
 	c = connect_client(&svc, "stats-file");

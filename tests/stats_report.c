@@ -39,33 +39,21 @@ static void teardown(void)
 	shm_unlink(region);
 }
 
-/* Submits every descriptor (as credit allows) and reaps every completion;
- * counts completions by status. */
+/* Runs every descriptor (run_batch); counts completions by status. */
 static void run_all(struct dp_queue *q, const struct dp_desc *d, unsigned n, unsigned *ok,
 		    unsigned *by_errno /* [256] */)
 {
-	unsigned sent = 0, done = 0;
-	struct dp_cqe cqe[64];
+	struct dp_cqe *out = calloc(n, sizeof(*out));
 
-	while (done < n) {
-		if (sent < n) {
-			int k = dp_submit(q, d + sent, n - sent);
-
-			cr_assert_geq(k, 0, "dp_submit: %s", dp_strerror(k));
-			sent += (unsigned)k;
-		}
-		int k = dp_wait(q, cqe, 64, 5000);
-
-		cr_assert_gt(k, 0, "dp_wait: %s (done %u of %u)", k ? dp_strerror(k) : "timeout",
-			     done, n);
-		for (int i = 0; i < k; i++) {
-			if (cqe[i].status == 0)
-				(*ok)++;
-			else
-				by_errno[-cqe[i].status & 255]++;
-		}
-		done += (unsigned)k;
+	cr_assert(out);
+	run_batch(q, d, n, out, 30000);
+	for (unsigned i = 0; i < n; i++) {
+		if (out[i].status == 0)
+			(*ok)++;
+		else
+			by_errno[-out[i].status & 255]++;
 	}
+	free(out);
 }
 
 static struct jv *sample_until(const char *const *args, bool (*pred)(const struct jv *));

@@ -1002,33 +1002,14 @@ static uint64_t fabric_one(struct bench *b, uint64_t off, uint64_t len, uint64_t
  * region; returns GB/s. */
 static double fabric_stream(struct bench *b, unsigned depth, unsigned total, uint32_t *path)
 {
-	struct dp_cqe cqe[FABRIC_DEPTH];
-	unsigned sent = 0, done = 0;
-	uint64_t t0 = dp_now_ns();
+	const char *what = "fabric WRITE";
+	double gbps;
+	int rc = dp_tool_write_stream(b->q, b->src, b->seg, FABRIC_XFER, FABRIC_LEN, total, depth,
+				      10000, &gbps, path, &what);
 
-	while (done < total) {
-		while (sent < total && sent - done < depth) {
-			uint64_t off = (sent % (FABRIC_LEN / FABRIC_XFER)) * FABRIC_XFER;
-			struct dp_desc d;
-			int rc;
-
-			dp_prep_write(&d, b->src, off, b->seg, off, FABRIC_XFER, sent);
-			if ((rc = dp_submit(b->q, &d, 1)) != 1)
-				die("submit", rc < 0 ? rc : -EAGAIN);
-			sent++;
-		}
-		int k = dp_wait(b->q, cqe, FABRIC_DEPTH, 10000);
-
-		if (k <= 0)
-			die("wait", k < 0 ? k : -ETIMEDOUT);
-		for (int i = 0; i < k; i++) {
-			if (cqe[i].status)
-				die("fabric WRITE", cqe[i].status);
-			*path = cqe[i].flags;
-		}
-		done += (unsigned)k;
-	}
-	return (double)total * FABRIC_XFER / (double)(dp_now_ns() - t0);
+	if (rc)
+		die(what, rc);
+	return gbps;
 }
 
 /* One measurement: the target exported by the other service and opened

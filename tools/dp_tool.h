@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * dp_tool.h - what the command-line tools share: the --version line, a
- * failed dp_connect told in words that name the socket that was tried, and
- * one descriptor run to its completion.
+ * failed dp_connect told in words that name the socket that was tried, one
+ * descriptor run to its completion, and a stream of WRITEs kept in flight.
  */
 #ifndef DP_TOOL_H
 #define DP_TOOL_H
@@ -100,6 +100,53 @@ static inline int dp_tool_run_one(struct dp_queue *q, const struct dp_desc *d, i
 	if (rc != 1)
 		return rc < 0 ? rc : -ETIMEDOUT;
 	return cqe->status ? cqe->status : cqe->user_data != d->user_data ? -EBADMSG : 0;
+}
+
+/*
+ * Streams @total WRITEs of @len bytes from region @src to segment @seg, at
+ * the same offset on both sides, the offsets rotating over [0, @span), with
+ * up to @depth in flight; each wait for completions lasts up to @wait_ms.
+ * Returns 0 with the GB/s (bytes per ns) in *gbps and the last completion's
+ * flags in *flags; else the error: of dp_submit (-EAGAIN: no room) or the
+ * wait (-ETIMEDOUT: nothing in time), *what then naming that step ("submit",
+ * "wait"), or a completion's status (*what left as the caller set it).
+ */
+static inline int dp_tool_write_stream(struct dp_queue *q, int src, int seg, uint64_t len,
+				       uint64_t span, unsigned total, unsigned depth, int wait_ms,
+				       double *gbps, uint32_t *flags, const char **what)
+{
+	struct dp_cqe cqe[64];
+	unsigned sent = 0, done = 0, batch = depth < 64 ? depth : 64;
+	uint64_t t0 = dp_now_ns();
+
+	while (done < total) {
+		while (sent < total && sent - done < depth) {
+			uint64_t off = (sent % (span / len)) * len;
+			struct dp_desc d;
+			int rc;
+
+			dp_prep_write(&d, src, off, seg, off, len, sent);
+			if ((rc = dp_submit(q, &d, 1)) != 1) {
+				*what = "submit";
+				return rc < 0 ? rc : -EAGAIN;
+			}
+			sent++;
+		}
+		int k = dp_wait(q, cqe, batch, wait_ms);
+
+		if (k <= 0) {
+			*what = "wait";
+			return k < 0 ? k : -ETIMEDOUT;
+		}
+		for (int i = 0; i < k; i++) {
+			if (cqe[i].status)
+				return cqe[i].status;
+			*flags = cqe[i].flags;
+		}
+		done += (unsigned)k;
+	}
+	*gbps = (double)total * len / (double)(dp_now_ns() - t0);
+	return 0;
 }
 
 #endif

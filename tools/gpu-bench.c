@@ -1022,33 +1022,14 @@ static void bench_probe(void)
  * P13_DEPTH outstanding; GB/s. The completions' flags go to *flags. */
 static double p13_stream(int src, int seg, uint64_t len, unsigned total, uint32_t *flags)
 {
-	struct dp_cqe cqe[P13_DEPTH];
-	unsigned sent = 0, done = 0;
-	uint64_t t0 = dp_now_ns();
+	const char *what = "P13 WRITE";
+	double gbps;
+	int rc = dp_tool_write_stream(q, src, seg, len, P13_SPAN, total, P13_DEPTH, 30000, &gbps,
+				      flags, &what);
 
-	while (done < total) {
-		while (sent < total && sent - done < P13_DEPTH) {
-			uint64_t off = (sent % (P13_SPAN / len)) * len;
-			struct dp_desc d;
-			int rc;
-
-			dp_prep_write(&d, src, off, seg, off, len, sent);
-			if ((rc = dp_submit(q, &d, 1)) != 1)
-				die("submit", rc < 0 ? rc : -EAGAIN);
-			sent++;
-		}
-		int k = dp_wait(q, cqe, P13_DEPTH, 30000);
-
-		if (k <= 0)
-			die("wait", k < 0 ? k : -ETIMEDOUT);
-		for (int i = 0; i < k; i++) {
-			if (cqe[i].status)
-				die("P13 WRITE", cqe[i].status);
-			*flags = cqe[i].flags;
-		}
-		done += (unsigned)k;
-	}
-	return (double)total * len / (double)(dp_now_ns() - t0);
+	if (rc)
+		die(what, rc);
+	return gbps;
 }
 
 /* Median GB/s of @reps streams of @len WRITEs (a warm-up first). */
