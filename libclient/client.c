@@ -26,6 +26,7 @@
 #include "dp_proto.h"
 #include "dp_ring.h"
 #include "net.h"
+#include "sockpath.h"
 
 #define MAX_ALLOCS 1024
 #define RPC_TIMEOUT_MS 10000	     /* a control call's reply; $DP_CTL_TIMEOUT_MS overrides it */
@@ -414,19 +415,6 @@ static int rpc_locked(struct dp_client *c, uint16_t type, const void *req, size_
 	return rc;
 }
 
-static void default_socket(char *out, size_t len)
-{
-	const char *env = getenv("DP_SOCKET");
-	const char *xdg = getenv("XDG_RUNTIME_DIR");
-
-	if (env && *env)
-		snprintf(out, len, "%s", env);
-	else if (xdg && *xdg)
-		snprintf(out, len, "%s/dataplane/dataplane.sock", xdg);
-	else
-		snprintf(out, len, "/run/dataplane/dataplane.sock");
-}
-
 /* $DP_CTL_TIMEOUT_MS (docs/api.md): how long a control call waits for the
  * service's reply; 10 s when unset or not a positive number of ms. */
 static uint64_t ctl_timeout_ms(void)
@@ -459,7 +447,7 @@ static int connect_(const char *socket_path, const char *name, struct dp_client 
 	if (socket_path)
 		memcpy(sa.sun_path, socket_path, strlen(socket_path) + 1);
 	else
-		default_socket(sa.sun_path, sizeof(sa.sun_path));
+		dp_default_socket(sa.sun_path, sizeof(sa.sun_path));
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;

@@ -15,6 +15,7 @@
 #include "clock.h"
 #include "dataplane.h"
 #include "dp_version.h"
+#include "sockpath.h"
 
 /* "ring-stat (dataplane) 0.9.0" on stdout. */
 static inline void dp_tool_version(const char *prog)
@@ -27,16 +28,9 @@ static inline void dp_tool_version(const char *prog)
  * /run/dataplane/dataplane.sock (docs/api.md). */
 static inline const char *dp_tool_socket(const char *path, char *buf, size_t len)
 {
-	const char *env = getenv("DP_SOCKET"), *xdg = getenv("XDG_RUNTIME_DIR");
-
 	if (path)
 		return path;
-	if (env && *env)
-		snprintf(buf, len, "%s", env);
-	else if (xdg && *xdg)
-		snprintf(buf, len, "%s/dataplane/dataplane.sock", xdg);
-	else
-		snprintf(buf, len, "/run/dataplane/dataplane.sock");
+	dp_default_socket(buf, len);
 	return buf;
 }
 
