@@ -365,7 +365,7 @@ static inline void fast_count(struct queue *q, uint64_t n, uint64_t bytes)
  */
 static __attribute__((always_inline)) inline int fast_loop(struct queue *q, const struct dp_desc *d,
 							   int n, const struct fast_run *f,
-							   const bool write, const bool stamps)
+							   const bool write)
 {
 	struct dp_ring *cq = &q->pair.cq;
 	struct dp_cqe *cqes = (struct dp_cqe *)cq->slots; /* entry size: ours (control.c) */
@@ -376,11 +376,7 @@ static __attribute__((always_inline)) inline int fast_loop(struct queue *q, cons
 	const uint8_t *const sbase = f->sbase;
 	const uint32_t path = f->path, mask = cq->mask;
 	uint32_t ci = cq->local + q->nstage;
-	/* With stamps (stats on, and the burst's first and last stamps
-	 * differ): the stats run's stamp and whether its flags are this
-	 * path's, compared per descriptor, changed only by a switch. */
-	uint64_t run_submit = q->run_submit;
-	bool run_path = path == q->run_flags;
+	const bool st = q->st;
 	uint64_t bytes = 0;
 
 	for (; d < end; d++) {
@@ -394,15 +390,14 @@ static __attribute__((always_inline)) inline int fast_loop(struct queue *q, cons
 		/* desc_resolve's checks (len <= inline_max too), as subtractions. */
 		if (len > lim || doff > dlen - len || soff > slen - len)
 			break;
-		if (stamps && __builtin_expect(d->submit_ns != run_submit || !run_path, 0)) {
+		if (st &&
+		    __builtin_expect(d->submit_ns != q->run_submit || path != q->run_flags, 0)) {
 			/* The run switch reads the counters: bring them up to
 			 * date first. */
 			fast_count(q, (uint64_t)(d - counted), bytes);
 			counted = d;
 			bytes = 0;
-			run_submit = d->submit_ns;
-			run_path = true;
-			stats_run_switch(q, run_submit, path);
+			stats_run_switch(q, d->submit_ns, path);
 		}
 #ifdef DP_TSAN
 		__tsan_ignore_thread_begin();
@@ -446,18 +441,7 @@ static int fast_run(struct queue *q, const struct dp_desc *d, int n, struct fast
 	if (atomic_load_explicit(&f->seg->dead, memory_order_acquire) ||
 	    (f->same && !samehost_alive(f->same)))
 		return 0;
-	/* One dp_submit() stamps its whole batch alike, and stamps grow, so a
-	 * burst whose first and last stamps are equal is one stats run: it
-	 * is switched to once, here, and the loop compares no stamps. (Stamps
-	 * are the client's word: a client that writes others only skews its
-	 * own latency figures.) */
-	if (!q->st || d[0].submit_ns == d[n - 1].submit_ns) {
-		if (q->st && (d->submit_ns != q->run_submit || f->path != q->run_flags))
-			stats_run_switch(q, d->submit_ns, f->path);
-		return f->write ? fast_loop(q, d, n, f, true, false)
-				: fast_loop(q, d, n, f, false, false);
-	}
-	return f->write ? fast_loop(q, d, n, f, true, true) : fast_loop(q, d, n, f, false, true);
+	return f->write ? fast_loop(q, d, n, f, true) : fast_loop(q, d, n, f, false);
 }
 
 /* Drains up to one burst from q's SQ, never more than its credit allows:
