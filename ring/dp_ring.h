@@ -269,24 +269,25 @@ static inline void dp_ring_release(struct dp_ring *r, uint32_t n)
 }
 
 /*
- * A producer's n entries of es bytes into the slots. Entries of 64 B
- * (descriptors) and 32 B (completions) go one by one, each a copy of known
- * size, inlined, as dp_submit() and the poller's completions do: one
- * memcpy() of a burst of 32 descriptors (2 KiB) ran P1 at 0.76-0.89x
- * rte_ring on the dev machine, entry by entry at 1.12-1.15x
- * (docs/benchmarks.md, "Ring"). A consumer's copy out stays one memcpy():
- * entry by entry there gained little and cost the poller's drain 6
- * instructions per descriptor.
+ * A producer's n entries of es bytes into the slots. A burst of 64 B
+ * (descriptors) or 32 B (completions) entries goes one by one, each a copy
+ * of known size, inlined, as dp_submit() and the poller's completions do:
+ * one memcpy() of a burst of 32 descriptors (2 KiB) ran P1 at 0.64-0.93x
+ * rte_ring, entry by entry at 1.03-1.25x on the H200 and 1.12-1.15x on the
+ * dev machine (docs/benchmarks.md, "Ring"). A single entry, and a
+ * consumer's copy out, stay one memcpy(): with a single entry inlined in
+ * and out, P2's round trip was 12% slower on the H200, and entry by entry
+ * out cost the poller's drain 6 instructions per descriptor.
  */
 static inline void dp_ring__copy(void *dst, const void *src, uint32_t n, size_t es)
 {
 	uint8_t *d = dst;
 	const uint8_t *s = src;
 
-	if (es == 64)
+	if (n > 1 && es == 64)
 		for (uint32_t i = 0; i < n; i++)
 			memcpy(d + 64 * (size_t)i, s + 64 * (size_t)i, 64);
-	else if (es == 32)
+	else if (n > 1 && es == 32)
 		for (uint32_t i = 0; i < n; i++)
 			memcpy(d + 32 * (size_t)i, s + 32 * (size_t)i, 32);
 	else
@@ -313,11 +314,6 @@ static inline void dp_ring_copy_out(const struct dp_ring *r, uint32_t idx, void 
 	uint32_t first = dp_ring_size(r) - (idx & r->mask);
 	size_t es = r->entry_size;
 
-	/* One entry (a round trip's): inlined, not a call. */
-	if (n == 1) {
-		dp_ring__copy(dst, dp_ring_slot(r, idx), 1, es);
-		return;
-	}
 	if (first >= n) {
 		memcpy(dst, dp_ring_slot(r, idx), n * es);
 		return;
