@@ -272,12 +272,13 @@ static inline void dp_ring_release(struct dp_ring *r, uint32_t n)
  * A producer's n entries of es bytes into the slots. A burst of 64 B
  * (descriptors) or 32 B (completions) entries goes one by one, each a copy
  * of known size, inlined, as dp_submit() and the poller's completions do:
- * one memcpy() of a burst of 32 descriptors (2 KiB) ran P1 at 0.64-0.93x
- * rte_ring, entry by entry at 1.03-1.25x on the H200 and 1.12-1.15x on the
- * dev machine (docs/benchmarks.md, "Ring"). A single entry, and a
- * consumer's copy out, stay one memcpy(): with a single entry inlined in
- * and out, P2's round trip was 12% slower on the H200, and entry by entry
- * out cost the poller's drain 6 instructions per descriptor.
+ * one memcpy() of a burst of 32 descriptors (2 KiB) ran P1 at 0.76-0.89x
+ * rte_ring on the dev machine, entry by entry going in 1.12-1.15x (in and
+ * out 1.17-1.23x; on the H200, in and out, 1.03-1.25x against 0.64-0.93x:
+ * docs/benchmarks.md, "Ring"). A single entry, and a consumer's copy out,
+ * stay one memcpy(): with a single entry inlined in and out, P2's round
+ * trip was 12% slower on the H200, and entry by entry out cost the
+ * poller's drain 6 instructions per descriptor.
  */
 static inline void dp_ring__copy(void *dst, const void *src, uint32_t n, size_t es)
 {

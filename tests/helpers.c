@@ -787,40 +787,36 @@ void seg_pair_open(struct seg_pair *p, const struct svc *init, const struct svc 
 	seg_between(p, peer, name, len, len, depth);
 }
 
+/* args[n..] for one side of a pair: its same-host socket when asked for,
+ * then its extra flags; NULL-terminated. */
+static void pair_side_args(const char **args, unsigned n, bool same, const char *sock,
+			   const char *const *more)
+{
+	if (same) {
+		args[n++] = "--same-host-socket";
+		args[n++] = sock;
+	}
+	for (; more && *more; more++) {
+		cr_assert_lt(n, 31, "too many flags for one side of a pair");
+		args[n++] = *more;
+	}
+	args[n] = NULL;
+}
+
 void fab_pair_start(struct fab_pair *p, const char *prov, unsigned flags, const char *const *a_more,
 		    const char *const *b_more)
 {
-	const char *args[32];
-	unsigned n = 0, base;
+	/* B: --provider PROV --server-name 127.0.0.1 ...; A: the same, or
+	 * only --provider PROV with FAB_PAIR_A_UNNAMED. */
+	const char *args[32] = {"--provider", prov, "--server-name", "127.0.0.1"};
 
 	memset(p, 0, sizeof(*p));
 	snprintf(p->sock_a, sizeof(p->sock_a), "/tmp/dp-pair-a-%d.peer", (int)getpid());
 	snprintf(p->sock_b, sizeof(p->sock_b), "/tmp/dp-pair-b-%d.peer", (int)getpid());
-	args[n++] = "--provider";
-	args[n++] = prov;
-	args[n++] = "--server-name";
-	args[n++] = "127.0.0.1";
-	base = flags & FAB_PAIR_A_UNNAMED ? 2 : 4;
-	if (flags & FAB_PAIR_SAME_B) {
-		args[n++] = "--same-host-socket";
-		args[n++] = p->sock_b;
-	}
-	for (; b_more && *b_more; b_more++) {
-		cr_assert_lt(n, 31, "too many flags for B");
-		args[n++] = *b_more;
-	}
-	args[n] = NULL;
+	pair_side_args(args, 4, flags & FAB_PAIR_SAME_B, p->sock_b, b_more);
 	start_svc(&fab_svc[1], args);
-	n = base;
-	if (flags & FAB_PAIR_SAME_A) {
-		args[n++] = "--same-host-socket";
-		args[n++] = p->sock_a;
-	}
-	for (; a_more && *a_more; a_more++) {
-		cr_assert_lt(n, 31, "too many flags for A");
-		args[n++] = *a_more;
-	}
-	args[n] = NULL;
+	pair_side_args(args, flags & FAB_PAIR_A_UNNAMED ? 2 : 4, flags & FAB_PAIR_SAME_A, p->sock_a,
+		       a_more);
 	start_svc(&fab_svc[0], args);
 	snprintf(p->peer_b, sizeof(p->peer_b), "127.0.0.1:%d", fab_rpc_port(&fab_svc[1]));
 	p->ca = connect_client(&fab_svc[0], "initiator");
