@@ -87,6 +87,36 @@ Test(service_stripe, big_copies_are_shared_and_exact)
 	dp_close(b.c);
 }
 
+/* Streamed copies (4 MiB and up) whose ends are on no 32 B boundary, from
+ * and to different offsets in their pages, in a length that is no multiple
+ * of the loop's four pages: the head, the four-page body and the tail all
+ * land exactly, on one poller and on two (stripes offered). */
+Test(service_stripe, unaligned_streamed_copy_is_exact)
+{
+	static const char *const one[] = {"--provider", "none", NULL};
+	static const char *const two[] = {"--provider",	  "none",    "--pollers", "2",
+					  "--stripe-min", "4194304", NULL};
+	const uint64_t soff = 3, toff = 4096 + 1000 + 5, len = 9 * MiB + 4096 * 3 + 77;
+	struct big b;
+	struct dp_cqe cqe;
+
+	for (int k = 0; k < 2; k++) {
+		const char *const *args = k ? two : one;
+
+		start_svc(&svc, args);
+		big_open(&b, 10 * MiB);
+		pattern_fill(b.src + soff, len, 300 + k);
+		guard_fill(b.dst, 10 * MiB, toff, len);
+		cqe = run1(b.q, true, b.rsrc, soff, b.seg, toff, len, k, 30000);
+		cr_assert_eq(cqe.status, 0, "unaligned WRITE: %s", dp_strerror(cqe.status));
+		cr_assert_eq(cqe.bytes, len);
+		fab_check(b.dst + toff, len, 300 + k, b.dst, b.dst + 10 * MiB, 0x5a,
+			  k ? "unaligned striped WRITE" : "unaligned streamed WRITE");
+		dp_close(b.c);
+		svc_teardown();
+	}
+}
+
 /* Within one region, its ends overlapping: the result is memmove's, in
  * both directions (no stripe, no streaming store may run ahead). */
 Test(service_stripe, overlapping_copy_is_a_memmove)
