@@ -258,8 +258,10 @@ static struct queue *queue_new(uint32_t depth, int *rc)
 	*rc = -ENOMEM;
 	if (!q)
 		return NULL;
-	*rc = dp_ring_pair_create(&q->pair, "dataplane-queue", depth, sizeof(struct dp_desc), depth,
-				  sizeof(struct dp_cqe), 0);
+	*rc = dp_ring_pair_create_seq(
+		&q->pair, "dataplane-queue",
+		&(struct dp_ring_layout){depth, sizeof(struct dp_desc), DP_SQ_SEQ_OFF},
+		&(struct dp_ring_layout){depth, sizeof(struct dp_cqe), DP_CQ_SEQ_OFF}, 0);
 	if (*rc) {
 		free(q);
 		return NULL;

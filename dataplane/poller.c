@@ -93,8 +93,7 @@ void queue_complete_ns(struct queue *q, uint64_t user_data, uint64_t submit_ns, 
 	e->user_data = user_data;
 	e->status = status;
 	e->flags = flags;
-	e->bytes = bytes;
-	e->reserved = 0;
+	e->bytes = bytes; /* reserved: the ring's sequence word (dp_proto.h) */
 }
 
 /*
@@ -225,8 +224,10 @@ static void desc_process(struct poller *p, struct queue *q, const struct dp_desc
 	int rc;
 
 	q->ctr.submitted++;
-	/* DP_DESC_F_NOTIFY on a WRITE only; without it, notify is reserved. */
-	if (d->flags & ~DP_DESC_F_NOTIFY || d->reserved0 || d->reserved1 ||
+	/* DP_DESC_F_NOTIFY on a WRITE only; without it, notify is reserved.
+	 * reserved1's place holds the ring's sequence word: libclient turns a
+	 * caller's reserved1 into reserved0 (dp_proto.h). */
+	if (d->flags & ~DP_DESC_F_NOTIFY || d->reserved0 ||
 	    (d->flags & DP_DESC_F_NOTIFY ? d->opcode != DP_OP_WRITE : d->notify != 0))
 		rc = -EINVAL;
 	else if (d->opcode == DP_OP_NOP)
@@ -270,10 +271,11 @@ static void desc_process(struct poller *p, struct queue *q, const struct dp_desc
  * Works on the private copy of the burst, like the general path.
  */
 struct fast_run {
-	/* The descriptor's words 0 (opcode, flags, reserved0, region) and 2
-	 * (segment, reserved1) that the run's lookup was made for; key0 0:
-	 * none (a run's opcode is never 0). */
-	uint64_t key0, key1;
+	/* The descriptor's word 0 (opcode, flags, reserved0, region) and
+	 * segment that the run's lookup was made for; key0 0: none (a run's
+	 * opcode is never 0). */
+	uint64_t key0;
+	uint32_t key1;
 	uint8_t *dbase, *sbase; /* destination and source regions' byte 0 */
 	uint64_t dlen, slen, lim;
 	bool write;    /* dst is the target (offsets swap for a READ) */
@@ -287,6 +289,25 @@ struct fast_run {
 void __tsan_ignore_thread_begin(void);
 void __tsan_ignore_thread_end(void);
 #endif
+
+/*
+ * A 64 B memmove inline: four 16-byte loads into registers, then four
+ * stores, so overlapping ranges copy right. GCC turns memmove(d, s, 64),
+ * and a copy through a buffer on the stack, into a call of libc's
+ * (19-20 instructions per descriptor, tools/bench-instr.sh); this is 8.
+ */
+typedef uint8_t v16u8 __attribute__((vector_size(16), aligned(1), may_alias));
+
+static inline void copy64(uint8_t *d, const uint8_t *s)
+{
+	v16u8 a = *(const v16u8 *)s, b = *(const v16u8 *)(s + 16);
+	v16u8 c = *(const v16u8 *)(s + 32), e = *(const v16u8 *)(s + 48);
+
+	*(v16u8 *)d = a;
+	*(v16u8 *)(d + 16) = b;
+	*(v16u8 *)(d + 32) = c;
+	*(v16u8 *)(d + 48) = e;
+}
 
 static inline uint64_t desc_word(const struct dp_desc *d, size_t off)
 {
@@ -310,8 +331,7 @@ static bool fast_lookup(struct queue *q, const struct dp_desc *d, struct fast_ru
 
 	f->key0 = 0;
 	if (q->broken || (d->opcode != DP_OP_WRITE && d->opcode != DP_OP_READ) || d->flags ||
-	    d->reserved0 || d->reserved1 || d->region >= DP_MAX_REGIONS ||
-	    d->segment >= DP_MAX_SEGS)
+	    d->reserved0 || d->region >= DP_MAX_REGIONS || d->segment >= DP_MAX_SEGS)
 		return false;
 	local = atomic_load_explicit(&c->regions[d->region], memory_order_acquire);
 	h = atomic_load_explicit(&c->segs[d->segment], memory_order_acquire);
@@ -343,7 +363,7 @@ static bool fast_lookup(struct queue *q, const struct dp_desc *d, struct fast_ru
 	f->seg = seg;
 	f->same = seg->same;
 	f->key0 = desc_word(d, 0);
-	f->key1 = desc_word(d, offsetof(struct dp_desc, segment));
+	f->key1 = d->segment;
 	return true;
 }
 
@@ -384,8 +404,7 @@ static __attribute__((always_inline)) inline int fast_loop(struct queue *q, cons
 		uint64_t soff = write ? d->local_off : d->target_off;
 		struct dp_cqe *e;
 
-		if (desc_word(d, 0) != key0 ||
-		    desc_word(d, offsetof(struct dp_desc, segment)) != key1 || d->notify)
+		if (desc_word(d, 0) != key0 || d->segment != key1 || d->notify)
 			break;
 		/* desc_resolve's checks (len <= inline_max too), as subtractions. */
 		if (len > lim || doff > dlen - len || soff > slen - len)
@@ -402,10 +421,9 @@ static __attribute__((always_inline)) inline int fast_loop(struct queue *q, cons
 #ifdef DP_TSAN
 		__tsan_ignore_thread_begin();
 #endif
-		/* memmove: a region written onto itself may overlap (the
-		 * fixed-size one is inlined). */
+		/* memmove: a region written onto itself may overlap. */
 		if (len == 64)
-			memmove(dbase + doff, sbase + soff, 64);
+			copy64(dbase + doff, sbase + soff);
 		else
 			memmove(dbase + doff, sbase + soff, len);
 #ifdef DP_TSAN
@@ -415,8 +433,7 @@ static __attribute__((always_inline)) inline int fast_loop(struct queue *q, cons
 		e->user_data = d->user_data;
 		e->status = 0;
 		e->flags = path;
-		e->bytes = len;
-		e->reserved = 0;
+		e->bytes = len; /* reserved: the ring's sequence word (dp_proto.h) */
 		bytes += len;
 	}
 	q->nstage = ci - cq->local;
@@ -434,8 +451,7 @@ static __attribute__((always_inline)) inline int fast_loop(struct queue *q, cons
 static int fast_run(struct queue *q, const struct dp_desc *d, int n, struct fast_run *f)
 {
 	/* key0 0 is no run: a descriptor of zeroes would match it. */
-	if ((!f->key0 || desc_word(d, 0) != f->key0 ||
-	     desc_word(d, offsetof(struct dp_desc, segment)) != f->key1) &&
+	if ((!f->key0 || desc_word(d, 0) != f->key0 || d->segment != f->key1) &&
 	    !fast_lookup(q, d, f))
 		return 0;
 	if (atomic_load_explicit(&f->seg->dead, memory_order_acquire) ||
@@ -444,31 +460,39 @@ static int fast_run(struct queue *q, const struct dp_desc *d, int n, struct fast
 	return f->write ? fast_loop(q, d, n, f, true) : fast_loop(q, d, n, f, false);
 }
 
-/* Drains up to one burst from q's SQ, never more than its credit allows:
- * the CQ must have room for every completion we owe. */
+/*
+ * Drains up to one burst from q's SQ, never more than its credit allows:
+ * the CQ must have room for every completion we owe. The SQ first: an idle
+ * queue costs one load, of the slot its client writes next. The CQ's head,
+ * a line the client writes on every reap, is loaded only when the room
+ * last seen is short of what we would owe: polling it too would make the
+ * client's next submit wait for that line to come back.
+ */
 static int queue_drain_sq(struct poller *p, struct queue *q)
 {
 	struct dp_desc descs[DP_BURST];
 	struct fast_run f = {.key0 = 0};
-	uint32_t idx;
-	int room, budget, k;
+	uint32_t idx, cidx, owed;
+	int room, k;
 
 	if (q->broken || atomic_load_explicit(&q->closing, memory_order_relaxed))
 		return 0;
-	room = dp_ring_reserve(&q->pair.cq, dp_ring_size(&q->pair.cq), &idx);
-	if (room < 0) {
-		queue_mark_broken(q, "completion ring head out of range");
-		return 0;
-	}
-	budget = room - (int)q->inflight - (int)q->nstage;
-	if (budget <= 0)
-		return 0;
-	k = dp_ring_peek(&q->pair.sq, budget < DP_BURST ? (uint32_t)budget : DP_BURST, &idx);
+	k = dp_ring_peek(&q->pair.sq, DP_BURST, &idx);
 	if (k <= 0) {
 		if (k < 0)
 			queue_mark_broken(q, "submission ring tail out of range");
 		return 0;
 	}
+	owed = q->inflight + q->nstage;
+	room = dp_ring_reserve(&q->pair.cq, owed + (uint32_t)k, &cidx);
+	if (room < 0) {
+		queue_mark_broken(q, "completion ring head out of range");
+		return 0;
+	}
+	if (room <= (int)owed)
+		return 0;
+	if (k > room - (int)owed)
+		k = room - (int)owed;
 	/* Copy first, validate after: the client may rewrite a slot at any
 	 * time, but never the private copy we act on. */
 	dp_ring_copy_out(&q->pair.sq, idx, descs, (uint32_t)k);

@@ -537,7 +537,10 @@ static int queue_create(struct dp_client *c, uint32_t depth, struct dp_queue **o
 		free(q);
 		return rc;
 	}
-	rc = dp_ring_pair_attach(&q->pair, fds[0], sizeof(struct dp_desc), sizeof(struct dp_cqe));
+	rc = dp_ring_pair_attach_seq(
+		&q->pair, fds[0],
+		&(struct dp_ring_layout){0, sizeof(struct dp_desc), DP_SQ_SEQ_OFF},
+		&(struct dp_ring_layout){0, sizeof(struct dp_cqe), DP_CQ_SEQ_OFF});
 	if (!rc && (dp_ring_size(&q->pair.sq) != r.depth || dp_ring_size(&q->pair.cq) != r.depth)) {
 		dp_ring_pair_close(&q->pair);
 		fds[0] = -1;
@@ -884,13 +887,38 @@ static int idle_check(struct dp_queue *q)
 	return service_alive(q->c) ? 0 : -ECONNRESET;
 }
 
-/* n descriptors into consecutive SQ slots, each stamped. */
-static inline void slots_write(struct dp_desc *slot, const struct dp_desc *d, uint32_t n,
-			       uint64_t now)
+_Static_assert(offsetof(struct dp_desc, reserved1) == DP_SQ_SEQ_OFF, "SQ sequence word");
+_Static_assert(offsetof(struct dp_cqe, reserved) + 4 == DP_CQ_SEQ_OFF, "CQ sequence word");
+
+/*
+ * A descriptor whose reserved1 is set, into its slot: every field but the
+ * ring's sequence word in reserved1's place (an odd value there could
+ * publish the entry half written), and reserved1 becomes reserved0's low
+ * bit, which the service refuses with -EINVAL as it would reserved1.
+ */
+static void slot_write_reserved1(struct dp_desc *slot, const struct dp_desc *d)
 {
-	for (const struct dp_desc *end = d + n; d < end; d++, slot++) {
-		*slot = *d;
+	memcpy(slot, d, offsetof(struct dp_desc, reserved1));
+	memcpy(&slot->target_off, &d->target_off,
+	       sizeof(*d) - offsetof(struct dp_desc, target_off));
+	slot->reserved0 |= 1;
+}
+
+/* n descriptors into consecutive SQ slots from index idx, each stamped
+ * and then published by its sequence word (dp_ring_commit_tail). A
+ * reserved1 of 0 is copied over the word first: 0 publishes nothing. */
+static inline void slots_write(struct dp_desc *slot, const struct dp_desc *d, uint32_t n,
+			       uint64_t now, uint32_t idx)
+{
+	uint32_t v = dp_ring_seq_value(idx);
+
+	for (const struct dp_desc *end = d + n; d < end; d++, slot++, v += 2) {
+		if (__builtin_expect(d->reserved1 == 0, 1))
+			*slot = *d;
+		else
+			slot_write_reserved1(slot, d);
 		slot->submit_ns = now;
+		__atomic_store_n(&slot->reserved1, v, __ATOMIC_RELEASE);
 	}
 }
 
@@ -918,10 +946,10 @@ int dp_submit(struct dp_queue *q, const struct dp_desc *descs, unsigned n)
 	first = dp_ring_size(&q->pair.sq) - (idx & q->pair.sq.mask);
 	if (first > (uint32_t)k)
 		first = (uint32_t)k;
-	slots_write(dp_ring_slot(&q->pair.sq, idx), descs, first, now);
-	slots_write(dp_ring_slot(&q->pair.sq, idx + first), descs + first, (uint32_t)k - first,
-		    now);
-	dp_ring_commit(&q->pair.sq, (uint32_t)k);
+	slots_write(dp_ring_slot(&q->pair.sq, idx), descs, first, now, idx);
+	slots_write(dp_ring_slot(&q->pair.sq, idx + first), descs + first, (uint32_t)k - first, now,
+		    idx + first);
+	dp_ring_commit_tail(&q->pair.sq, (uint32_t)k);
 	if (dp_ring_needs_wakeup(&q->pair.sq))
 		dp_doorbell_ring(q->sq_efd);
 	q->in_flight += (uint32_t)k;
@@ -938,6 +966,7 @@ int dp_poll(struct dp_queue *q, struct dp_cqe *cqes, unsigned max)
 	if (!k)
 		return q->in_flight ? fail(C_POLL, idle_check(q)) : 0;
 	for (int i = 0; i < k; i++) {
+		cqes[i].reserved = 0; /* the ring's sequence word (dp_proto.h) */
 		if (cqes[i].status) {
 			q->st.failed++;
 		} else {

@@ -20,11 +20,22 @@
 #include <stdint.h>
 
 #define DP_PROTO_MAGIC 0x4c504444u /* "DDPL" */
-/* 2: the doorbells are the client's ends of socketpairs (docs/ring.md) */
-#define DP_PROTO_VERSION 2u
+/* 2: the doorbells are the client's ends of socketpairs (docs/ring.md)
+ * 3: the queue rings carry sequence words (DP_SQ_SEQ_OFF, DP_CQ_SEQ_OFF) */
+#define DP_PROTO_VERSION 3u
 #define DP_MSG_MAX 512u
 #define DP_NAME_MAX 64u /* segment names and peers, NUL included */
 #define DP_MSG_REPLY 0x8000u
+
+/*
+ * A queue's rings have sequence words (ring/dp_ring.h, docs/ring.md): in an
+ * SQ slot the descriptor's reserved1 (dp_submit folds a caller's nonzero
+ * reserved1 into reserved0, which the service refuses the same way), in a
+ * CQ slot the high half of the completion's reserved (little-endian). A
+ * consumer's copies read 0 there.
+ */
+#define DP_SQ_SEQ_OFF 20u
+#define DP_CQ_SEQ_OFF 28u
 
 /*
  * A segment name (dataplane.h, docs/api.md): 1..DP_NAME_MAX - 1 bytes of

@@ -15,6 +15,13 @@
  * A side never follows an index that makes no sense: if the other side's
  * index says more than `entries` are in flight, the call returns -EPROTO and
  * the caller treats the peer as broken.
+ *
+ * A ring may carry a sequence word in each entry (dp_ring_format_seq): the
+ * producer publishes entry i by storing i there, and the consumer polls
+ * that word in the slot it reads anyway instead of the tail, so an entry
+ * costs the consumer one cache-line transfer instead of two (the tail's
+ * line, then the slot's). The tail is still published, for the sleep
+ * handshake's producer side and for observers.
  */
 #ifndef DP_RING_H
 #define DP_RING_H
@@ -26,12 +33,15 @@
 
 #define DP_RING_MAGIC 0x474e5244u      /* "DRNG" */
 #define DP_RING_PAIR_MAGIC 0x50515044u /* "DPQP" */
-#define DP_RING_ABI_VERSION 1u
+/* 2: the header's seq_off (sequence words in the entries) */
+#define DP_RING_ABI_VERSION 2u
 /* Two cache lines: keeps the adjacent-line prefetcher from coupling the
  * producer's and consumer's indices. */
 #define DP_RING_ALIGN 128u
 #define DP_RING_MAX_ENTRIES (1u << 20)
 #define DP_RING_MAX_ENTRY_SIZE 1024u
+/* seq_off of a ring without sequence words. */
+#define DP_RING_NO_SEQ UINT32_MAX
 
 /* hdr->flags bits, written by the consumer only. */
 #define DP_RING_NEED_WAKEUP 1u
@@ -50,7 +60,8 @@ struct dp_ring_hdr {
 	uint32_t entries;
 	uint64_t entries_off; /* from the start of this header */
 	uint64_t ring_bytes;  /* header + entries */
-	uint8_t pad0[DP_RING_ALIGN - 32];
+	uint32_t seq_off;     /* the sequence word's offset in an entry, or DP_RING_NO_SEQ */
+	uint8_t pad0[DP_RING_ALIGN - 36];
 	uint32_t tail;
 	uint8_t pad1[DP_RING_ALIGN - 4];
 	uint32_t head;
@@ -79,8 +90,9 @@ struct dp_ring {
 	uint8_t *slots;
 	uint32_t mask;
 	uint32_t entry_size;
-	uint32_t local;	 /* ours: tail for a producer, head for a consumer */
-	uint32_t cached; /* theirs, as last loaded */
+	uint32_t seq_off; /* validated; DP_RING_NO_SEQ: none */
+	uint32_t local;	  /* ours: tail for a producer, head for a consumer */
+	uint32_t cached;  /* theirs, as last loaded (a seq consumer: ready up to) */
 };
 
 struct dp_ring_pair {
@@ -98,12 +110,20 @@ enum dp_ring_role { DP_RING_PRODUCER, DP_RING_CONSUMER };
 /* Bytes a ring of `entries` x `entry_size` needs, header included. */
 size_t dp_ring_bytes(uint32_t entries, uint32_t entry_size);
 /* Lays out a ring in `mem` (DP_RING_ALIGN-aligned, dp_ring_bytes() long)
- * with both indices at `start`. -EINVAL for a bad geometry. */
+ * with both indices at `start`. -EINVAL for a bad geometry. The _seq form
+ * gives each entry a sequence word at `seq_off` (4-aligned, inside the
+ * entry; DP_RING_NO_SEQ for none), owned by the ring. */
 int dp_ring_format(void *mem, size_t len, uint32_t entries, uint32_t entry_size, uint32_t start);
+int dp_ring_format_seq(void *mem, size_t len, uint32_t entries, uint32_t entry_size,
+		       uint32_t seq_off, uint32_t start);
 /* Checks every header field of a ring at `off` inside a mapping of `map_len`
  * bytes: -EBADMSG wrong magic, -EPROTONOSUPPORT wrong version, -EMSGSIZE
- * wrong entry size, -EINVAL bad count, -ERANGE offsets beyond the mapping. */
+ * wrong entry size or sequence word (not the caller's), -EINVAL bad count,
+ * -ERANGE offsets beyond the mapping. dp_ring_validate expects no sequence
+ * word. */
 int dp_ring_validate(const void *map, size_t map_len, uint64_t off, uint32_t entry_size);
+int dp_ring_validate_seq(const void *map, size_t map_len, uint64_t off, uint32_t entry_size,
+			 uint32_t seq_off);
 /* Binds a private view to a validated header. The creator binds before the
  * memory is shared; an attaching side reads the current indices once here
  * and gets -EPROTO when they are inconsistent. */
@@ -117,6 +137,18 @@ int dp_ring_pair_create(struct dp_ring_pair *p, const char *name, uint32_t sq_en
  * validates every field; binds the attacher's roles (SQ producer, CQ
  * consumer). Entry sizes must be the ones the caller expects. */
 int dp_ring_pair_attach(struct dp_ring_pair *p, int fd, uint32_t sq_esize, uint32_t cq_esize);
+/* The same with sequence words at sq_seq and cq_seq (DP_RING_NO_SEQ: none);
+ * an attacher must expect the ones the creator chose. */
+struct dp_ring_layout {
+	uint32_t entries; /* ignored by attach */
+	uint32_t entry_size;
+	uint32_t seq_off;
+};
+int dp_ring_pair_create_seq(struct dp_ring_pair *p, const char *name,
+			    const struct dp_ring_layout *sq, const struct dp_ring_layout *cq,
+			    uint32_t start);
+int dp_ring_pair_attach_seq(struct dp_ring_pair *p, int fd, const struct dp_ring_layout *sq,
+			    const struct dp_ring_layout *cq);
 void dp_ring_pair_close(struct dp_ring_pair *p);
 
 /*
@@ -205,6 +237,68 @@ static inline int dp_ring__move(struct dp_ring *r, uint32_t n, uint32_t *idx, in
 	return (int)n;
 }
 
+/*
+ * A ring with sequence words: the word of index idx's slot, and the value
+ * that publishes entry idx there. It is odd, so a word that holds 0 (what
+ * an entry's own field in that place normally is) never publishes
+ * anything, and it keeps 31 bits of the index: the entry of the same slot
+ * a lap earlier (at most 2^20 indices back) has another value.
+ */
+static inline uint32_t *dp_ring__seqw(const struct dp_ring *r, uint32_t idx)
+{
+	return (uint32_t *)((uint8_t *)dp_ring_slot(r, idx) + r->seq_off);
+}
+
+static inline uint32_t dp_ring_seq_value(uint32_t idx)
+{
+	return idx << 1 | 1;
+}
+
+static inline int dp_ring__ready(const struct dp_ring *r, uint32_t idx)
+{
+	/* Acquire: pairs with the release of the word in dp_ring_commit()
+	 * (#1s/#2s in docs/ring.md): the entry's other bytes are read after
+	 * it is seen. */
+	return __atomic_load_n(dp_ring__seqw(r, idx), __ATOMIC_ACQUIRE) == dp_ring_seq_value(idx);
+}
+
+/*
+ * Consumer step 1 on a ring with sequence words: entries from our head on
+ * whose word holds their index. An empty ring costs one load, of the line
+ * the producer writes next. Entries are published in index order, so once
+ * the first is there, the last one wanted being there means all are: a
+ * full burst costs two loads. A producer that publishes out of order, or
+ * words that were never its entries, hurts only its own entries: the
+ * consumer copies each entry before acting on it, and never reads more
+ * than a ring from its own head. The producer's tail is never read here.
+ */
+static inline int dp_ring__scan(struct dp_ring *r, uint32_t n, uint32_t *idx, int bulk)
+{
+	uint32_t local = r->local, have = r->cached - local;
+
+	*idx = local;
+	if (have < n) {
+		/* Private copies: the acquire loads would make the compiler
+		 * reload every field of *r after each. */
+		const struct dp_ring v = *r;
+		uint32_t want = n <= v.mask ? n : v.mask + 1;
+
+		while (have < want && dp_ring__ready(&v, local + have)) {
+			if (++have == 1 && want > 2 && dp_ring__ready(&v, local + want - 1)) {
+				have = want;
+				break;
+			}
+		}
+		r->cached = local + have;
+		if (have < n) {
+			if (bulk)
+				return 0;
+			n = have;
+		}
+	}
+	return (int)n;
+}
+
 /* Producer, step 1: reserve up to `n` slots starting at *idx (burst: as
  * many as fit; bulk: n or 0), or -EPROTO for a head out of range. */
 static inline int dp_ring_reserve(struct dp_ring *r, uint32_t n, uint32_t *idx)
@@ -238,8 +332,38 @@ static inline int dp_ring_stage(struct dp_ring *r, uint32_t k, void **slot)
 	return 1;
 }
 
-/* Producer, step 3: publish `n` reserved slots. */
-static inline void dp_ring_commit(struct dp_ring *r, uint32_t n)
+/* The sequence words of the n entries from the producer's index on, in
+ * index order, in at most two runs of slots (before and after the wrap). */
+static inline void dp_ring__publish(const struct dp_ring *r, uint32_t n)
+{
+	/* Private copies: each release store would make the compiler reload
+	 * every field of *r after it. */
+	const uint32_t es = r->entry_size, first = r->mask + 1 - (r->local & r->mask);
+	uint32_t v = dp_ring_seq_value(r->local);
+	uint8_t *w = (uint8_t *)dp_ring__seqw(r, r->local);
+	uint8_t *cut = w + (size_t)(n < first ? n : first) * es;
+
+	for (;;) {
+		/* Release: pairs with the acquire in dp_ring__ready(). The
+		 * entry's other bytes are visible before its word; words go
+		 * in index order. */
+		for (; w != cut; w += es, v += 2)
+			__atomic_store_n((uint32_t *)w, v, __ATOMIC_RELEASE);
+		if (n <= first)
+			return;
+		w = r->slots + r->seq_off;
+		cut = w + (size_t)(n - first) * es;
+		n = first;
+	}
+}
+
+/*
+ * Producer, step 3 when the caller published each entry itself, storing
+ * dp_ring_seq_value(idx) into its sequence word with release order after
+ * the entry's other bytes, in index order (dp_submit does, in the pass that
+ * writes the slots): the tail only.
+ */
+static inline void dp_ring_commit_tail(struct dp_ring *r, uint32_t n)
 {
 	r->local += n;
 	/* Release: pairs with the acquire of tail in dp_ring_peek(). The
@@ -247,15 +371,27 @@ static inline void dp_ring_commit(struct dp_ring *r, uint32_t n)
 	__atomic_store_n(&r->hdr->tail, r->local, __ATOMIC_RELEASE);
 }
 
+/* Producer, step 3: publish `n` reserved slots. */
+static inline void dp_ring_commit(struct dp_ring *r, uint32_t n)
+{
+	if (r->seq_off != DP_RING_NO_SEQ)
+		dp_ring__publish(r, n);
+	dp_ring_commit_tail(r, n);
+}
+
 /* Consumer, step 1: up to `n` entries are readable from *idx on (burst:
  * what is there; bulk: n or 0), or -EPROTO for a tail out of range. */
 static inline int dp_ring_peek(struct dp_ring *r, uint32_t n, uint32_t *idx)
 {
+	if (r->seq_off != DP_RING_NO_SEQ)
+		return dp_ring__scan(r, n, idx, 0);
 	return dp_ring__move(r, n, idx, 0, 0, &r->hdr->tail);
 }
 
 static inline int dp_ring_peek_bulk(struct dp_ring *r, uint32_t n, uint32_t *idx)
 {
+	if (r->seq_off != DP_RING_NO_SEQ)
+		return dp_ring__scan(r, n, idx, 1);
 	return dp_ring__move(r, n, idx, 1, 0, &r->hdr->tail);
 }
 
@@ -295,21 +431,54 @@ static inline void dp_ring__copy(void *dst, const void *src, uint32_t n, size_t 
 		memcpy(d, s, n * es);
 }
 
+/*
+ * The same into a ring with sequence words: every byte but the word, which
+ * keeps its old value (not ready) until dp_ring_commit() stores the index.
+ * Copying it too would let a source whose word happened to equal the index
+ * publish the entry half written. A word in an entry's last 4 bytes leaves
+ * one copy of known size per 64 B or 32 B entry.
+ */
+static inline void dp_ring__copy_seq(void *dst, const void *src, uint32_t n, size_t es, size_t so)
+{
+	uint8_t *d = dst;
+	const uint8_t *s = src;
+
+	for (uint32_t i = 0; i < n; i++, d += es, s += es)
+		if (es == 64 && so == 60)
+			memcpy(d, s, 60);
+		else if (es == 32 && so == 28)
+			memcpy(d, s, 28);
+		else {
+			memcpy(d, s, so);
+			memcpy(d + so + 4, s + so + 4, es - so - 4);
+		}
+}
+
+static inline void dp_ring__copy_in(const struct dp_ring *r, void *dst, const void *src, uint32_t n)
+{
+	if (r->seq_off != DP_RING_NO_SEQ)
+		dp_ring__copy_seq(dst, src, n, r->entry_size, r->seq_off);
+	else
+		dp_ring__copy(dst, src, n, r->entry_size);
+}
+
 /* Step 2 for whole batches: copy between private memory and the slots, in
  * at most two pieces (before and after the wrap). */
 static inline void dp_ring_copy_in(struct dp_ring *r, uint32_t idx, const void *src, uint32_t n)
 {
 	uint32_t first = dp_ring_size(r) - (idx & r->mask);
-	size_t es = r->entry_size;
 
 	if (first >= n) {
-		dp_ring__copy(dp_ring_slot(r, idx), src, n, es);
+		dp_ring__copy_in(r, dp_ring_slot(r, idx), src, n);
 		return;
 	}
-	dp_ring__copy(dp_ring_slot(r, idx), src, first, es);
-	dp_ring__copy(r->slots, (const uint8_t *)src + first * es, n - first, es);
+	dp_ring__copy_in(r, dp_ring_slot(r, idx), src, first);
+	dp_ring__copy_in(r, r->slots, (const uint8_t *)src + (size_t)first * r->entry_size,
+			 n - first);
 }
 
+/* A consumer's copies carry the sequence word as it was: the ring's, not
+ * the entry's; the caller ignores it. */
 static inline void dp_ring_copy_out(const struct dp_ring *r, uint32_t idx, void *dst, uint32_t n)
 {
 	uint32_t first = dp_ring_size(r) - (idx & r->mask);
@@ -416,7 +585,9 @@ static inline int dp_ring_prepare_sleep(struct dp_ring *r)
 	__atomic_store_n(&r->hdr->flags, DP_RING_NEED_WAKEUP, __ATOMIC_RELAXED);
 	/* Full fence: pairs with the one in dp_ring_needs_wakeup(). */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&r->hdr->tail, __ATOMIC_ACQUIRE) != r->local) {
+	if (r->seq_off != DP_RING_NO_SEQ
+		    ? dp_ring__ready(r, r->local)
+		    : __atomic_load_n(&r->hdr->tail, __ATOMIC_ACQUIRE) != r->local) {
 		__atomic_store_n(&r->hdr->flags, 0, __ATOMIC_RELAXED);
 		return 0;
 	}

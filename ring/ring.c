@@ -38,13 +38,26 @@ static int check_geometry(uint32_t entries, uint32_t entry_size)
 	return 0;
 }
 
+static bool seq_off_ok(uint32_t seq_off, uint32_t entry_size)
+{
+	return seq_off == DP_RING_NO_SEQ || (seq_off % 4 == 0 && seq_off <= entry_size - 4);
+}
+
 int dp_ring_format(void *mem, size_t len, uint32_t entries, uint32_t entry_size, uint32_t start)
+{
+	return dp_ring_format_seq(mem, len, entries, entry_size, DP_RING_NO_SEQ, start);
+}
+
+int dp_ring_format_seq(void *mem, size_t len, uint32_t entries, uint32_t entry_size,
+		       uint32_t seq_off, uint32_t start)
 {
 	struct dp_ring_hdr *h = mem;
 	int rc = check_geometry(entries, entry_size);
 
 	if (rc)
 		return rc;
+	if (!seq_off_ok(seq_off, entry_size))
+		return -EINVAL;
 	if ((uintptr_t)mem % DP_RING_ALIGN || len < dp_ring_bytes(entries, entry_size))
 		return -EINVAL;
 	memset(h, 0, sizeof(*h));
@@ -55,12 +68,30 @@ int dp_ring_format(void *mem, size_t len, uint32_t entries, uint32_t entry_size,
 	h->entries = entries;
 	h->entries_off = sizeof(*h);
 	h->ring_bytes = dp_ring_bytes(entries, entry_size);
+	h->seq_off = seq_off;
 	h->tail = start;
 	h->head = start;
+	/* Each word holds the index a lap before the first one the consumer
+	 * will look for in its slot: nothing is ready. */
+	if (seq_off != DP_RING_NO_SEQ)
+		for (uint32_t k = 0; k < entries; k++) {
+			uint32_t idx = start + k;
+			uint8_t *slot = (uint8_t *)mem + h->entries_off +
+					(size_t)(idx & (entries - 1)) * entry_size;
+			uint32_t old = dp_ring_seq_value(idx - entries);
+
+			memcpy(slot + seq_off, &old, sizeof(old));
+		}
 	return 0;
 }
 
 int dp_ring_validate(const void *map, size_t map_len, uint64_t off, uint32_t entry_size)
+{
+	return dp_ring_validate_seq(map, map_len, off, entry_size, DP_RING_NO_SEQ);
+}
+
+int dp_ring_validate_seq(const void *map, size_t map_len, uint64_t off, uint32_t entry_size,
+			 uint32_t seq_off)
 {
 	const struct dp_ring_hdr *h;
 	uint64_t end;
@@ -72,9 +103,9 @@ int dp_ring_validate(const void *map, size_t map_len, uint64_t off, uint32_t ent
 		return -EBADMSG;
 	if (h->abi_version != DP_RING_ABI_VERSION || h->hdr_size != sizeof(*h))
 		return -EPROTONOSUPPORT;
-	if (h->entry_size != entry_size)
+	if (h->entry_size != entry_size || h->seq_off != seq_off)
 		return -EMSGSIZE;
-	if (check_geometry(h->entries, h->entry_size))
+	if (check_geometry(h->entries, h->entry_size) || !seq_off_ok(h->seq_off, h->entry_size))
 		return -EINVAL;
 	/* Entries must follow the header, be aligned, and end inside the
 	 * mapping. All terms are bounded (entries <= 2^20, size <= 2^10), so
@@ -100,24 +131,38 @@ int dp_ring_bind(struct dp_ring *r, struct dp_ring_hdr *hdr, enum dp_ring_role r
 	r->slots = (uint8_t *)hdr + hdr->entries_off;
 	r->mask = entries - 1;
 	r->entry_size = hdr->entry_size;
+	r->seq_off = hdr->seq_off;
 	r->local = role == DP_RING_PRODUCER ? tail : head;
-	r->cached = role == DP_RING_PRODUCER ? head : tail;
+	/* A consumer of sequence words finds its entries in the slots. */
+	r->cached = role == DP_RING_PRODUCER ? head : r->seq_off == DP_RING_NO_SEQ ? tail : head;
 	return 0;
 }
 
 int dp_ring_pair_create(struct dp_ring_pair *p, const char *name, uint32_t sq_entries,
 			uint32_t sq_esize, uint32_t cq_entries, uint32_t cq_esize, uint32_t start)
 {
+	struct dp_ring_layout sq = {sq_entries, sq_esize, DP_RING_NO_SEQ};
+	struct dp_ring_layout cq = {cq_entries, cq_esize, DP_RING_NO_SEQ};
+
+	return dp_ring_pair_create_seq(p, name, &sq, &cq, start);
+}
+
+int dp_ring_pair_create_seq(struct dp_ring_pair *p, const char *name,
+			    const struct dp_ring_layout *sq, const struct dp_ring_layout *cq,
+			    uint32_t start)
+{
 	struct dp_ring_pair_hdr *ph;
 	size_t sq_bytes, cq_bytes, total;
 	int rc, fd;
 	void *base;
 
-	if ((rc = check_geometry(sq_entries, sq_esize)) ||
-	    (rc = check_geometry(cq_entries, cq_esize)))
+	if ((rc = check_geometry(sq->entries, sq->entry_size)) ||
+	    (rc = check_geometry(cq->entries, cq->entry_size)))
 		return rc;
-	sq_bytes = dp_ring_bytes(sq_entries, sq_esize);
-	cq_bytes = dp_ring_bytes(cq_entries, cq_esize);
+	if (!seq_off_ok(sq->seq_off, sq->entry_size) || !seq_off_ok(cq->seq_off, cq->entry_size))
+		return -EINVAL;
+	sq_bytes = dp_ring_bytes(sq->entries, sq->entry_size);
+	cq_bytes = dp_ring_bytes(cq->entries, cq->entry_size);
 	total = align_up(PAIR_HDR_BYTES + sq_bytes + cq_bytes, (size_t)sysconf(_SC_PAGESIZE));
 
 	fd = memfd_create(name ? name : "dp-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -145,8 +190,10 @@ int dp_ring_pair_create(struct dp_ring_pair *p, const char *name, uint32_t sq_en
 	ph->map_size = total;
 	ph->sq_off = PAIR_HDR_BYTES;
 	ph->cq_off = PAIR_HDR_BYTES + sq_bytes;
-	dp_ring_format((uint8_t *)base + ph->sq_off, sq_bytes, sq_entries, sq_esize, start);
-	dp_ring_format((uint8_t *)base + ph->cq_off, cq_bytes, cq_entries, cq_esize, start);
+	dp_ring_format_seq((uint8_t *)base + ph->sq_off, sq_bytes, sq->entries, sq->entry_size,
+			   sq->seq_off, start);
+	dp_ring_format_seq((uint8_t *)base + ph->cq_off, cq_bytes, cq->entries, cq->entry_size,
+			   cq->seq_off, start);
 
 	p->base = base;
 	p->map_size = total;
@@ -164,6 +211,15 @@ err_fd:
 }
 
 int dp_ring_pair_attach(struct dp_ring_pair *p, int fd, uint32_t sq_esize, uint32_t cq_esize)
+{
+	struct dp_ring_layout sq = {0, sq_esize, DP_RING_NO_SEQ};
+	struct dp_ring_layout cq = {0, cq_esize, DP_RING_NO_SEQ};
+
+	return dp_ring_pair_attach_seq(p, fd, &sq, &cq);
+}
+
+int dp_ring_pair_attach_seq(struct dp_ring_pair *p, int fd, const struct dp_ring_layout *sql,
+			    const struct dp_ring_layout *cql)
 {
 	struct dp_ring_pair_hdr ph;
 	struct stat st;
@@ -187,8 +243,10 @@ int dp_ring_pair_attach(struct dp_ring_pair *p, int fd, uint32_t sq_esize, uint3
 	rc = -ERANGE;
 	if (ph.map_size != (uint64_t)st.st_size)
 		goto err;
-	if ((rc = dp_ring_validate(base, ph.map_size, ph.sq_off, sq_esize)) ||
-	    (rc = dp_ring_validate(base, ph.map_size, ph.cq_off, cq_esize)))
+	if ((rc = dp_ring_validate_seq(base, ph.map_size, ph.sq_off, sql->entry_size,
+				       sql->seq_off)) ||
+	    (rc = dp_ring_validate_seq(base, ph.map_size, ph.cq_off, cql->entry_size,
+				       cql->seq_off)))
 		goto err;
 	{
 		const struct dp_ring_hdr *sq = (const void *)(base + ph.sq_off);

@@ -2291,12 +2291,18 @@ int gpu_region(struct dp_client *c, size_t len, int64_t seed, void *addr)
 void *ring_test_new(uint32_t entries, uint32_t entry_size, uint32_t start, struct dp_ring *prod,
 		    struct dp_ring *cons)
 {
+	return ring_test_new_seq(entries, entry_size, DP_RING_NO_SEQ, start, prod, cons);
+}
+
+void *ring_test_new_seq(uint32_t entries, uint32_t entry_size, uint32_t seq_off, uint32_t start,
+			struct dp_ring *prod, struct dp_ring *cons)
+{
 	size_t bytes = dp_ring_bytes(entries, entry_size);
 	void *mem = aligned_alloc(DP_RING_ALIGN, bytes);
 
 	if (!mem)
 		return NULL;
-	if (dp_ring_format(mem, bytes, entries, entry_size, start) ||
+	if (dp_ring_format_seq(mem, bytes, entries, entry_size, seq_off, start) ||
 	    dp_ring_bind(prod, mem, DP_RING_PRODUCER) ||
 	    dp_ring_bind(cons, mem, DP_RING_CONSUMER)) {
 		free(mem);

@@ -567,6 +567,9 @@ int gpu_region(struct dp_client *c, size_t len, int64_t seed, void *addr);
  * a producer and a consumer view; returns the memory (free() it) or NULL. */
 void *ring_test_new(uint32_t entries, uint32_t entry_size, uint32_t start, struct dp_ring *prod,
 		    struct dp_ring *cons);
+/* The same with sequence words at seq_off (DP_RING_NO_SEQ: none). */
+void *ring_test_new_seq(uint32_t entries, uint32_t entry_size, uint32_t seq_off, uint32_t start,
+			struct dp_ring *prod, struct dp_ring *cons);
 /* DP_STRESS_SCALE divides the long runs (the TSan build uses 50). */
 uint64_t ring_test_scaled(uint64_t n);
 /* Pins the calling thread to the `nth` CPU it may run on. With fewer than

@@ -15,12 +15,16 @@
 /* One 64-byte entry: a sequence number, a payload derived from it and a
  * checksum of the payload. A lost or duplicated entry breaks the sequence;
  * a torn one (read while being overwritten) breaks the checksum or the
- * payload. */
+ * payload. On a ring with sequence words, `word` is the ring's. */
+#define NPAY 5
 struct stress_entry {
 	uint64_t seq;
-	uint64_t payload[6];
+	uint64_t payload[NPAY];
+	uint32_t word;
+	uint32_t zero;
 	uint64_t checksum;
 };
+#define STRESS_SEQ_OFF offsetof(struct stress_entry, word)
 _Static_assert(sizeof(struct stress_entry) == 64, "64-byte entries");
 
 static uint64_t payload_word(uint64_t seq, unsigned k)
@@ -32,7 +36,7 @@ static uint64_t payload_checksum(const struct stress_entry *e)
 {
 	uint64_t c = 0xcbf29ce484222325ull ^ e->seq;
 
-	for (unsigned k = 0; k < 6; k++)
+	for (unsigned k = 0; k < NPAY; k++)
 		c = (c ^ e->payload[k]) * 0x100000001b3ull;
 	return c;
 }
@@ -40,7 +44,7 @@ static uint64_t payload_checksum(const struct stress_entry *e)
 static void stamp(struct stress_entry *e, uint64_t seq)
 {
 	e->seq = seq;
-	for (unsigned k = 0; k < 6; k++)
+	for (unsigned k = 0; k < NPAY; k++)
 		e->payload[k] = payload_word(seq, k);
 	e->checksum = payload_checksum(e);
 }
@@ -132,7 +136,7 @@ static void rx_check(struct stream_rx *rx, const struct stress_entry *e)
 {
 	bool intact = e->checksum == payload_checksum(e);
 
-	for (unsigned k = 0; intact && k < 6; k++)
+	for (unsigned k = 0; intact && k < NPAY; k++)
 		intact = e->payload[k] == payload_word(e->seq, k);
 	if (e->seq != rx->expected || !intact) {
 		if (!rx->lost && !rx->duplicated && !rx->torn)
@@ -260,12 +264,14 @@ static void *rx_thread(void *p)
 	return NULL;
 }
 
-static void stream_between_threads(uint32_t entries, uint32_t start, uint64_t count)
+static void stream_between_threads(uint32_t entries, uint32_t start, uint64_t count,
+				   uint32_t seq_off)
 {
 	/* Each thread writes its view on every call: one cache line each. */
 	struct dp_ring prod __attribute__((aligned(DP_RING_ALIGN)));
 	struct dp_ring cons __attribute__((aligned(DP_RING_ALIGN)));
-	void *mem = ring_test_new(entries, sizeof(struct stress_entry), start, &prod, &cons);
+	void *mem = ring_test_new_seq(entries, sizeof(struct stress_entry), seq_off, start, &prod,
+				      &cons);
 	struct stream_tx *tx = aligned_alloc(DP_RING_ALIGN, sizeof(*tx));
 	struct stream_rx *rx = aligned_alloc(DP_RING_ALIGN, sizeof(*rx));
 	struct thread_arg ta = {.cpu = 0}, ra = {.cpu = 1};
@@ -305,14 +311,28 @@ static void stream_between_threads(uint32_t entries, uint32_t start, uint64_t co
 Test(ring_stress, two_threads, .timeout = 120)
 {
 	/* Starts just below 2^32 so the indices wrap early in the run. */
-	stream_between_threads(1024, 0xFFFFF000u, ring_test_scaled(STRESS_ENTRIES));
+	stream_between_threads(1024, 0xFFFFF000u, ring_test_scaled(STRESS_ENTRIES), DP_RING_NO_SEQ);
+}
+
+/* The same with sequence words, as the service's queues have: the consumer
+ * finds entries by their words, never by the tail. */
+Test(ring_stress, two_threads_seq, .timeout = 120)
+{
+	stream_between_threads(1024, 0xFFFFF000u, ring_test_scaled(STRESS_ENTRIES), STRESS_SEQ_OFF);
 }
 
 /* A ring smaller than a burst: full and empty every few entries, so the
  * cached indices are reloaded all the time. */
 Test(ring_stress, two_threads_tiny_ring, .timeout = 120)
 {
-	stream_between_threads(8, 0xFFFFFFF0u, ring_test_scaled(STRESS_ENTRIES / 10));
+	stream_between_threads(8, 0xFFFFFFF0u, ring_test_scaled(STRESS_ENTRIES / 10),
+			       DP_RING_NO_SEQ);
+}
+
+Test(ring_stress, two_threads_tiny_ring_seq, .timeout = 120)
+{
+	stream_between_threads(8, 0xFFFFFFF0u, ring_test_scaled(STRESS_ENTRIES / 10),
+			       STRESS_SEQ_OFF);
 }
 
 /* ---- two processes ---- */
@@ -348,7 +368,7 @@ static int duplex(struct dp_ring *out, struct dp_ring *in, uint64_t count, uint6
 	return err;
 }
 
-static int child_main(int fd, uint64_t count)
+static int child_main(int fd, uint64_t count, const struct dp_ring_layout *l)
 {
 	struct dp_ring_pair p;
 	struct stream_rx *rx = aligned_alloc(DP_RING_ALIGN, sizeof(*rx));
@@ -357,8 +377,7 @@ static int child_main(int fd, uint64_t count)
 	/* Die with the parent: a failed assertion there must not leave us spinning. */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	ring_test_pin(1);
-	if (!rx ||
-	    dp_ring_pair_attach(&p, fd, sizeof(struct stress_entry), sizeof(struct stress_entry)))
+	if (!rx || dp_ring_pair_attach_seq(&p, fd, l, l))
 		return CHILD_ATTACH;
 	/* The attacher produces on the SQ and consumes the CQ. */
 	err = duplex(&p.sq, &p.cq, count, 0xc0ffeeull, rx);
@@ -377,8 +396,9 @@ static int child_main(int fd, uint64_t count)
  * receiving it over SCM_RIGHTS. Under TSan each process is checked on its
  * own: TSan cannot see the other side's accesses, so the two-thread tests
  * are the ones that check the ordering there. */
-Test(ring_stress, two_processes, .timeout = 120)
+static void two_processes(uint32_t seq_off)
 {
+	struct dp_ring_layout l = {1024, sizeof(struct stress_entry), seq_off};
 	uint64_t count = ring_test_scaled(STRESS_ENTRIES);
 	struct dp_ring_pair p;
 	struct stream_rx *rx = aligned_alloc(DP_RING_ALIGN, sizeof(*rx));
@@ -387,14 +407,12 @@ Test(ring_stress, two_processes, .timeout = 120)
 	double t0;
 
 	cr_assert_not_null(rx);
-	cr_assert_eq(dp_ring_pair_create(&p, "stress", 1024, sizeof(struct stress_entry), 1024,
-					 sizeof(struct stress_entry), 0xFFFFF000u),
-		     0);
+	cr_assert_eq(dp_ring_pair_create_seq(&p, "stress", &l, &l, 0xFFFFF000u), 0);
 	t0 = ring_test_now();
 	child = fork();
 	cr_assert_geq(child, 0);
 	if (child == 0)
-		_exit(child_main(p.fd, count));
+		_exit(child_main(p.fd, count, &l));
 
 	ring_test_pin(0);
 	/* The creator consumes the SQ and produces on the CQ. */
@@ -418,4 +436,14 @@ Test(ring_stress, two_processes, .timeout = 120)
 	cr_assert_eq(p.cq.hdr->head, 0xFFFFF000u + (uint32_t)count);
 	free(rx);
 	dp_ring_pair_close(&p);
+}
+
+Test(ring_stress, two_processes, .timeout = 120)
+{
+	two_processes(DP_RING_NO_SEQ);
+}
+
+Test(ring_stress, two_processes_seq, .timeout = 120)
+{
+	two_processes(STRESS_SEQ_OFF);
 }

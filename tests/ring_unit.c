@@ -22,11 +22,15 @@ static void entry_fill(void *entry, uint32_t esize, uint64_t seq)
 		w[i] = i ? (seq + 1) * 0x9E3779B97F4A7C15ull + i : seq;
 }
 
-static bool entry_matches(const void *entry, uint32_t esize, uint64_t seq)
+/* A ring's sequence word (seq_off, not DP_RING_NO_SEQ) is the ring's,
+ * not the entry's: not compared. */
+static bool entry_matches(const void *entry, uint32_t esize, uint64_t seq, uint32_t seq_off)
 {
 	uint64_t want[DP_RING_MAX_ENTRY_SIZE / 8];
 
 	entry_fill(want, esize, seq);
+	if (seq_off != DP_RING_NO_SEQ)
+		memcpy((uint8_t *)want + seq_off, (const uint8_t *)entry + seq_off, 4);
 	return memcmp(entry, want, esize) == 0;
 }
 
@@ -54,7 +58,7 @@ static int get(struct dp_ring *r, uint64_t *seq, uint32_t n, bool bulk)
 	cr_assert_leq(n * r->entry_size, sizeof(buf));
 	k = bulk ? dp_ring_dequeue_bulk(r, buf, n) : dp_ring_dequeue_burst(r, buf, n);
 	for (int i = 0; i < k; i++) {
-		cr_assert(entry_matches(buf + i * r->entry_size, r->entry_size, *seq),
+		cr_assert(entry_matches(buf + i * r->entry_size, r->entry_size, *seq, r->seq_off),
 			  "entry %d of a batch of %d: expected seq %lu", i, k, (unsigned long)*seq);
 		++*seq;
 	}
@@ -97,13 +101,13 @@ Test(ring_unit, layout_and_sizes, .timeout = 10)
 	cr_assert_null(p.base);
 }
 
-Test(ring_unit, empty_and_full, .timeout = 10)
+static void empty_and_full(uint32_t seq_off)
 {
 	struct dp_ring prod, cons;
 	uint64_t wseq = 0, rseq = 0;
 	uint8_t entry[ESIZE];
 	uint32_t idx;
-	void *mem = ring_test_new(8, ESIZE, 0, &prod, &cons);
+	void *mem = ring_test_new_seq(8, ESIZE, seq_off, 0, &prod, &cons);
 
 	cr_assert_not_null(mem);
 	cr_assert_eq(dp_ring_count(&cons), 0);
@@ -131,11 +135,22 @@ Test(ring_unit, empty_and_full, .timeout = 10)
 	free(mem);
 }
 
-Test(ring_unit, single_slot_ring, .timeout = 10)
+Test(ring_unit, empty_and_full, .timeout = 10)
+{
+	empty_and_full(DP_RING_NO_SEQ);
+}
+
+/* With sequence words, which the consumer polls instead of the tail. */
+Test(ring_unit, empty_and_full_seq, .timeout = 10)
+{
+	empty_and_full(20);
+}
+
+static void single_slot_ring(uint32_t seq_off)
 {
 	struct dp_ring prod, cons;
 	uint64_t wseq = 0, rseq = 0;
-	void *mem = ring_test_new(1, 8, UINT32_MAX, &prod, &cons);
+	void *mem = ring_test_new_seq(1, 8, seq_off, UINT32_MAX, &prod, &cons);
 
 	cr_assert_not_null(mem);
 	for (int i = 0; i < 10; i++) {
@@ -147,9 +162,20 @@ Test(ring_unit, single_slot_ring, .timeout = 10)
 	free(mem);
 }
 
+Test(ring_unit, single_slot_ring, .timeout = 10)
+{
+	single_slot_ring(DP_RING_NO_SEQ);
+}
+
+/* With sequence words, which the consumer polls instead of the tail. */
+Test(ring_unit, single_slot_ring_seq, .timeout = 10)
+{
+	single_slot_ring(4);
+}
+
 /* Free-running indices cross 2^32: fullness, emptiness and order must not
  * notice. */
-Test(ring_unit, wrap_around_2_32, .timeout = 10)
+static void wrap_around_2_32(uint32_t seq_off)
 {
 	static const uint32_t starts[] = {0xFFFFFFF0u, 0xFFFFFFFFu, 0xFFFFFFF9u, 0x7FFFFFFFu};
 
@@ -157,7 +183,7 @@ Test(ring_unit, wrap_around_2_32, .timeout = 10)
 		struct dp_ring prod, cons;
 		uint64_t wseq = 0, rseq = 0;
 		bool wrapped = false;
-		void *mem = ring_test_new(16, ESIZE, starts[s], &prod, &cons);
+		void *mem = ring_test_new_seq(16, ESIZE, seq_off, starts[s], &prod, &cons);
 
 		cr_assert_not_null(mem);
 		cr_assert_eq(shared_tail(&prod), starts[s]);
@@ -181,9 +207,20 @@ Test(ring_unit, wrap_around_2_32, .timeout = 10)
 	}
 }
 
+Test(ring_unit, wrap_around_2_32, .timeout = 10)
+{
+	wrap_around_2_32(DP_RING_NO_SEQ);
+}
+
+/* With sequence words, which the consumer polls instead of the tail. */
+Test(ring_unit, wrap_around_2_32_seq, .timeout = 10)
+{
+	wrap_around_2_32(20);
+}
+
 /* Every batch size at every slot offset, so both the one-piece and the
  * split (wrapping) copy run. */
-Test(ring_unit, batch_sizes_every_offset, .timeout = 20)
+static void batch_sizes_every_offset(uint32_t seq_off)
 {
 	static const uint32_t sizes[] = {1, 2, 16, 256};
 
@@ -191,7 +228,7 @@ Test(ring_unit, batch_sizes_every_offset, .timeout = 20)
 		uint32_t entries = sizes[s];
 		struct dp_ring prod, cons;
 		uint64_t wseq = 0, rseq = 0;
-		void *mem = ring_test_new(entries, ESIZE, 0, &prod, &cons);
+		void *mem = ring_test_new_seq(entries, ESIZE, seq_off, 0, &prod, &cons);
 
 		cr_assert_not_null(mem);
 		/* Every offset of the small rings, a spread of the big one. */
@@ -224,6 +261,97 @@ Test(ring_unit, batch_sizes_every_offset, .timeout = 20)
 		cr_assert_eq(wseq, rseq);
 		free(mem);
 	}
+}
+
+Test(ring_unit, batch_sizes_every_offset, .timeout = 20)
+{
+	batch_sizes_every_offset(DP_RING_NO_SEQ);
+}
+
+/* With sequence words, which the consumer polls instead of the tail. */
+Test(ring_unit, batch_sizes_every_offset_seq, .timeout = 20)
+{
+	batch_sizes_every_offset(60);
+}
+
+/*
+ * Sequence words: where they may be, that the consumer goes by them and
+ * never by the tail, that nothing is published before dp_ring_commit()
+ * stores them, and that a forged word never takes a consumer more than a
+ * ring from its head.
+ */
+Test(ring_unit, sequence_words, .timeout = 10)
+{
+	const size_t len = dp_ring_bytes(16, ESIZE);
+	uint8_t *mem = aligned_alloc(DP_RING_ALIGN, len), entry[ESIZE];
+	struct dp_ring prod, cons;
+	uint64_t wseq = 0, rseq = 0;
+	uint32_t idx, w;
+
+	cr_assert_not_null(mem);
+	cr_assert_eq(dp_ring_format_seq(mem, len, 16, ESIZE, 2, 0), -EINVAL, "misaligned word");
+	cr_assert_eq(dp_ring_format_seq(mem, len, 16, ESIZE, ESIZE - 2, 0), -EINVAL);
+	cr_assert_eq(dp_ring_format_seq(mem, len, 16, ESIZE, ESIZE, 0), -EINVAL, "past the entry");
+	cr_assert_eq(dp_ring_format_seq(mem, len, 16, ESIZE, ESIZE - 4, 0), 0);
+	cr_assert_eq(dp_ring_validate_seq(mem, len, 0, ESIZE, ESIZE - 4), 0);
+	cr_assert_eq(dp_ring_validate(mem, len, 0, ESIZE), -EMSGSIZE, "a word not expected");
+	cr_assert_eq(dp_ring_validate_seq(mem, len, 0, ESIZE, 0), -EMSGSIZE, "another word");
+	((struct dp_ring_hdr *)mem)->seq_off = 2;
+	cr_assert_eq(dp_ring_validate_seq(mem, len, 0, ESIZE, 2), -EINVAL, "a bad word expected");
+
+	/* Start near 2^32, the word in the middle of the entry. */
+	cr_assert_eq(dp_ring_format_seq(mem, len, 16, ESIZE, 20, 0xFFFFFFF8u), 0);
+	cr_assert_eq(dp_ring_bind(&prod, (void *)mem, DP_RING_PRODUCER), 0);
+	cr_assert_eq(dp_ring_bind(&cons, (void *)mem, DP_RING_CONSUMER), 0);
+	cr_assert_eq(dp_ring_peek(&cons, 16, &idx), 0, "a fresh ring publishes nothing");
+
+	/* An entry whose bytes hold the publishing value where the word is:
+	 * copied in, still not published; committed, it is, and the
+	 * consumer's copy carries the word. */
+	cr_assert_eq(dp_ring_reserve(&prod, 1, &idx), 1);
+	memset(entry, 0xab, sizeof(entry));
+	w = dp_ring_seq_value(idx);
+	memcpy(entry + 20, &w, 4);
+	dp_ring_copy_in(&prod, idx, entry, 1);
+	cr_assert_eq(dp_ring_peek(&cons, 1, &idx), 0, "published by copy_in");
+	dp_ring_commit(&prod, 1);
+	cr_assert_eq(dp_ring_dequeue(&cons, entry), 1);
+	memcpy(&w, entry + 20, 4);
+	cr_assert_eq(w, dp_ring_seq_value(0xFFFFFFF8u));
+	cr_assert_eq(entry[19], 0xab);
+	cr_assert_eq(entry[24], 0xab);
+
+	/* The tail means nothing to this consumer, in range or not. */
+	__atomic_store_n(&prod.hdr->tail, prod.local + 5, __ATOMIC_RELEASE);
+	cr_assert_eq(dp_ring_peek(&cons, 16, &idx), 0, "went by the tail");
+	__atomic_store_n(&prod.hdr->tail, prod.local + 0x80000000u, __ATOMIC_RELEASE);
+	cr_assert_eq(dp_ring_peek(&cons, 16, &idx), 0, "a tail out of range is not -EPROTO");
+	cr_assert_eq(put(&prod, &wseq, 3, true), 3);
+	cr_assert_eq(dp_ring_count(&cons), 3, "commit still moves the tail, for observers");
+	cr_assert_eq(get(&cons, &rseq, 16, false), 3);
+
+	/* Words published without the tail: the consumer finds them, and a
+	 * sleeper does not sleep on them. */
+	cr_assert_eq(dp_ring_reserve(&prod, 2, &idx), 2);
+	for (uint32_t i = 0; i < 2; i++)
+		entry_fill(dp_ring_slot(&prod, idx + i), ESIZE, wseq + i);
+	for (uint32_t i = 0; i < 2; i++)
+		__atomic_store_n((uint32_t *)((uint8_t *)dp_ring_slot(&prod, idx + i) + 20),
+				 dp_ring_seq_value(idx + i), __ATOMIC_RELEASE);
+	cr_assert_eq(dp_ring_prepare_sleep(&cons), 0, "slept on a published entry");
+	cr_assert_eq(get(&cons, &rseq, 16, false), 2);
+	dp_ring_commit_tail(&prod, 2);
+	wseq += 2;
+	cr_assert_eq(dp_ring_prepare_sleep(&cons), 1);
+	dp_ring_finish_sleep(&cons);
+
+	/* Every word forged, this lap's and the next: the consumer takes one
+	 * ring at most, whatever it asks for. */
+	for (uint32_t i = 0; i < 32; i++)
+		__atomic_store_n((uint32_t *)((uint8_t *)dp_ring_slot(&cons, cons.local + i) + 20),
+				 dp_ring_seq_value(cons.local + (i & 15)), __ATOMIC_RELEASE);
+	cr_assert_eq(dp_ring_peek(&cons, 64, &idx), 16);
+	free(mem);
 }
 
 Test(ring_unit, partial_batches, .timeout = 10)
@@ -270,7 +398,7 @@ Test(ring_unit, reserve_commit_peek_release, .timeout = 10)
 	cr_assert_eq(dp_ring_peek(&cons, 8, &ridx), 5);
 	cr_assert_eq(ridx, 100);
 	for (uint32_t i = 0; i < 5; i++)
-		cr_assert(entry_matches(dp_ring_slot(&cons, ridx + i), ESIZE, i));
+		cr_assert(entry_matches(dp_ring_slot(&cons, ridx + i), ESIZE, i, DP_RING_NO_SEQ));
 	dp_ring_release(&cons, 2);
 	cr_assert_eq(shared_head(&cons), 102);
 	cr_assert_eq(dp_ring_reserve_bulk(&prod, 6, &idx), 0, "3 free slots, not 6");

@@ -180,7 +180,7 @@ static void *consumer(void *p)
 
 /* A million cycles take 15-20 s on a quiet two-vCPU VM and up to 100 s on a
  * loaded one (each real sleep costs a wake-up through the scheduler). */
-Test(ring_wakeup, sleep_wake_cycles, .timeout = 300)
+static void sleep_wake_cycles(uint32_t seq_off)
 {
 	struct wake_test *t = aligned_alloc(DP_RING_ALIGN, sizeof(*t));
 	void *mem;
@@ -190,7 +190,8 @@ Test(ring_wakeup, sleep_wake_cycles, .timeout = 300)
 	cr_assert_not_null(t);
 	memset(t, 0, sizeof(*t));
 	t->cycles = ring_test_scaled(WAKE_CYCLES);
-	mem = ring_test_new(8, sizeof(struct wake_entry), 0xFFFFFF00u, &t->prod, &t->cons);
+	mem = ring_test_new_seq(8, sizeof(struct wake_entry), seq_off, 0xFFFFFF00u, &t->prod,
+				&t->cons);
 	cr_assert_not_null(mem);
 	/* The service's doorbell: a socketpair, never blocking. */
 	cr_assert_eq(dp_doorbell_pair(t->db), 0);
@@ -222,4 +223,17 @@ Test(ring_wakeup, sleep_wake_cycles, .timeout = 300)
 	close(t->db[1]);
 	free(mem);
 	free(t);
+}
+
+Test(ring_wakeup, sleep_wake_cycles, .timeout = 300)
+{
+	sleep_wake_cycles(DP_RING_NO_SEQ);
+}
+
+/* With sequence words the consumer's check before sleeping is the next
+ * entry's word, not the tail (the word in the last 4 bytes: pad[6]'s high
+ * half is the ring's). */
+Test(ring_wakeup, sleep_wake_cycles_seq, .timeout = 300)
+{
+	sleep_wake_cycles(60);
 }

@@ -64,10 +64,13 @@
 #define PREEMPT_CHECK_EVERY 16384u
 #define ABANDON_WAIT_NS 1e6
 
+/* With sequence words (the default, as the service's queues), the ring's
+ * word is the last 4 bytes: payload[6]'s high half is the ring's. */
 struct entry {
 	uint64_t seq;
 	uint64_t payload[7];
 };
+#define ENTRY_SEQ_OFF 60u
 _Static_assert(sizeof(struct entry) == ENTRY_SIZE, "64-byte entries");
 
 static struct {
@@ -78,6 +81,7 @@ static struct {
 	uint32_t ring_size;
 	int cpu[2];
 	bool peers;
+	bool no_seq;
 } opt = {
 	.p1_entries = 5 * 1000 * 1000,
 	.p2_round_trips = 1000 * 1000,
@@ -240,14 +244,15 @@ struct ours_pair {
 
 static void ours_pair_open(struct ours_pair *p)
 {
-	int rc = dp_ring_pair_create(&p->service, "ring-bench", opt.ring_size, ENTRY_SIZE,
-				     opt.ring_size, ENTRY_SIZE, 0);
+	struct dp_ring_layout l = {opt.ring_size, ENTRY_SIZE,
+				   opt.no_seq ? DP_RING_NO_SEQ : ENTRY_SEQ_OFF};
+	int rc = dp_ring_pair_create_seq(&p->service, "ring-bench", &l, &l, 0);
 	int fd;
 
 	if (rc)
 		die("dp_ring_pair_create");
 	fd = dup(p->service.fd);
-	if (fd < 0 || dp_ring_pair_attach(&p->client, fd, ENTRY_SIZE, ENTRY_SIZE))
+	if (fd < 0 || dp_ring_pair_attach_seq(&p->client, fd, &l, &l))
 		die("dp_ring_pair_attach");
 }
 
@@ -612,13 +617,15 @@ static void usage(FILE *f, int rc)
 	}
 	fprintf(f, "usage: ring-bench [--iters N] [--rt-iters N] [--reps N] [--retries N] "
 		   "[--size SLOTS] [--cpus A,B]\n"
-		   "                  [--no-peers] [--json] [--help] [--version]\n"
+		   "                  [--no-seq] [--no-peers] [--json] [--help] [--version]\n"
 		   "  --iters N     entries per P1 run (default 5000000)\n"
 		   "  --rt-iters N  round trips per P2 run (default 1000000)\n"
 		   "  --reps N      timed runs per measurement, median reported (default 5)\n"
 		   "  --retries N   repeats of a run disturbed by other programs (default 20)\n"
 		   "  --size SLOTS  ring size, a power of two >= 32 (default 1024)\n"
 		   "  --cpus A,B    producer/client CPU and consumer/echo CPU (default 0,1)\n"
+		   "  --no-seq      our rings without sequence words: the consumer polls the tail\n"
+		   "                (the default has them, as the service's queues do)\n"
 		   "  --no-peers    ours and the placement ping-pong only: no rte_ring, no ratios\n"
 		   "  --json        every figure as one JSON object on stdout (text on stderr)\n");
 	exit(rc);
@@ -627,17 +634,12 @@ static void usage(FILE *f, int rc)
 static void parse(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		{"iters", required_argument, NULL, 'i'},
-		{"rt-iters", required_argument, NULL, 'r'},
-		{"reps", required_argument, NULL, 'n'},
-		{"retries", required_argument, NULL, 'R'},
-		{"size", required_argument, NULL, 's'},
-		{"cpus", required_argument, NULL, 'c'},
-		{"no-peers", no_argument, NULL, 'P'},
-		{"json", no_argument, NULL, 'j'},
-		{"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, 'V'},
-		{NULL, 0, NULL, 0},
+		{"iters", required_argument, NULL, 'i'}, {"rt-iters", required_argument, NULL, 'r'},
+		{"reps", required_argument, NULL, 'n'},	 {"retries", required_argument, NULL, 'R'},
+		{"size", required_argument, NULL, 's'},	 {"cpus", required_argument, NULL, 'c'},
+		{"no-peers", no_argument, NULL, 'P'},	 {"no-seq", no_argument, NULL, 'S'},
+		{"json", no_argument, NULL, 'j'},	 {"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},	 {NULL, 0, NULL, 0},
 	};
 	bool json = false;
 	int c;
@@ -667,6 +669,9 @@ static void parse(int argc, char **argv)
 			break;
 		case 'P':
 			opt.peers = false;
+			break;
+		case 'S':
+			opt.no_seq = true;
 			break;
 		case 'j':
 			json = true;
@@ -748,17 +753,20 @@ int main(int argc, char **argv)
 	values = calloc((size_t)opt.reps * METRICS, sizeof(*values));
 	if (!values)
 		die("calloc");
-	printf("ring-bench (dataplane %s): 64-byte entries, %u-slot rings, producer/client on "
-	       "CPU %d, consumer/echo on CPU %d\n"
+	printf("ring-bench (dataplane %s): 64-byte entries, %u-slot rings (ours %s), "
+	       "producer/client on CPU %d, consumer/echo on CPU %d\n"
 	       "P1: %lu entries per run; P2: %lu round trips per run; 1 warm-up + %u runs, "
 	       "interleaved; medians\n",
-	       DP_VERSION_STRING, opt.ring_size, opt.cpu[0], opt.cpu[1],
-	       (unsigned long)opt.p1_entries, (unsigned long)opt.p2_round_trips, opt.reps);
+	       DP_VERSION_STRING, opt.ring_size,
+	       opt.no_seq ? "without sequence words: tail polled" : "with sequence words",
+	       opt.cpu[0], opt.cpu[1], (unsigned long)opt.p1_entries,
+	       (unsigned long)opt.p2_round_trips, opt.reps);
 	report_str("tool", "ring-bench");
 	report_str("version", DP_VERSION_STRING);
 	report_bool("peers", opt.peers);
 	report_u64("entry_size", ENTRY_SIZE);
 	report_u64("ring_size", opt.ring_size);
+	report_bool("sequence_words", !opt.no_seq);
 	report_u64("p1_entries", opt.p1_entries);
 	report_u64("p2_round_trips", opt.p2_round_trips);
 	report_u64("reps", opt.reps);

@@ -33,7 +33,14 @@ static void exercise(struct dp_ring_pair *p, const uint8_t *data, size_t size)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static const uint32_t esizes[][2] = {{64, 32}, {8, 8}, {1024, 16}};
+	/* Entry sizes and sequence words of SQ and CQ: the queues' (dp_proto.h),
+	 * then rings without words. */
+	static const struct dp_ring_layout layouts[][2] = {
+		{{0, 64, 20}, {0, 32, 28}},
+		{{0, 64, DP_RING_NO_SEQ}, {0, 32, DP_RING_NO_SEQ}},
+		{{0, 8, DP_RING_NO_SEQ}, {0, 8, DP_RING_NO_SEQ}},
+		{{0, 1024, DP_RING_NO_SEQ}, {0, 16, DP_RING_NO_SEQ}},
+	};
 	struct dp_ring_pair p;
 	size_t len = size < 64 ? 4096 : (size + 4095) & ~(size_t)4095;
 	int fd;
@@ -45,9 +52,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	if (size && pwrite(fd, data, size, 0) != (ssize_t)size)
 		abort();
-	for (unsigned i = 0; i < 3; i++) {
+	for (unsigned i = 0; i < sizeof(layouts) / sizeof(layouts[0]); i++) {
 		memset(&p, 0, sizeof(p));
-		if (dp_ring_pair_attach(&p, fd, esizes[i][0], esizes[i][1]) == 0) {
+		if (dp_ring_pair_attach_seq(&p, fd, &layouts[i][0], &layouts[i][1]) == 0) {
 			/* Every slot of both rings lies inside the mapping. */
 			uint8_t *end = (uint8_t *)p.base + p.map_size;
 
@@ -63,7 +70,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			uint64_t off;
 
 			memcpy(&off, data, sizeof(off));
-			(void)dp_ring_validate(data, size, off % (size + 1), esizes[i][0]);
+			(void)dp_ring_validate_seq(data, size, off % (size + 1),
+						   layouts[i][0].entry_size, layouts[i][0].seq_off);
 		}
 	}
 	close(fd);
