@@ -904,31 +904,26 @@ static void slot_write_reserved1(struct dp_desc *slot, const struct dp_desc *d)
 	slot->reserved0 |= 1;
 }
 
-/* One descriptor into its SQ slot, stamped. A reserved1 of 0 is copied
- * over the sequence word: 0 publishes nothing. */
-static inline void slot_write(struct dp_desc *slot, const struct dp_desc *d, uint64_t now)
-{
-	if (__builtin_expect(d->reserved1 == 0, 1))
-		*slot = *d;
-	else
-		slot_write_reserved1(slot, d);
-	slot->submit_ns = now;
-}
-
-/* n descriptors into consecutive SQ slots, each then published by its
- * sequence word (v: the first one's value). */
+/* n descriptors into consecutive SQ slots from index idx, each stamped
+ * and then published by its sequence word (dp_ring_commit_tail). A
+ * reserved1 of 0 is copied over the word first: 0 publishes nothing. */
 static inline void slots_write(struct dp_desc *slot, const struct dp_desc *d, uint32_t n,
-			       uint64_t now, uint32_t v)
+			       uint64_t now, uint32_t idx)
 {
+	uint32_t v = dp_ring_seq_value(idx);
+
 	for (const struct dp_desc *end = d + n; d < end; d++, slot++, v += 2) {
-		slot_write(slot, d, now);
+		if (__builtin_expect(d->reserved1 == 0, 1))
+			*slot = *d;
+		else
+			slot_write_reserved1(slot, d);
+		slot->submit_ns = now;
 		__atomic_store_n(&slot->reserved1, v, __ATOMIC_RELEASE);
 	}
 }
 
 int dp_submit(struct dp_queue *q, const struct dp_desc *descs, unsigned n)
 {
-	struct dp_desc *slot;
 	uint32_t idx, credit, first;
 	uint64_t now;
 	int k;
@@ -946,20 +941,15 @@ int dp_submit(struct dp_queue *q, const struct dp_desc *descs, unsigned n)
 	if (k <= 0)
 		return fail(C_SUBMIT, k < 0 ? k : idle_check(q));
 	now = dp_now_ns();
-	/* One pass: each slot is written once, stamp and word included, in at
-	 * most two runs of consecutive slots (before and after the wrap); the
-	 * first one's word after the tail, by dp_ring_commit_first(). */
+	/* One pass: each slot is written once, stamp included, in at most two
+	 * runs of consecutive slots (before and after the wrap). */
 	first = dp_ring_size(&q->pair.sq) - (idx & q->pair.sq.mask);
 	if (first > (uint32_t)k)
 		first = (uint32_t)k;
-	slot = dp_ring_slot(&q->pair.sq, idx);
-	slots_write(slot + 1, descs + 1, first - 1, now, dp_ring_seq_value(idx + 1));
+	slots_write(dp_ring_slot(&q->pair.sq, idx), descs, first, now, idx);
 	slots_write(dp_ring_slot(&q->pair.sq, idx + first), descs + first, (uint32_t)k - first, now,
-		    dp_ring_seq_value(idx + first));
-	/* The first slot last: its line is the one a poller that caught up
-	 * polls, and its word follows soon after. */
-	slot_write(slot, descs, now);
-	dp_ring_commit_first(&q->pair.sq, (uint32_t)k);
+		    idx + first);
+	dp_ring_commit_tail(&q->pair.sq, (uint32_t)k);
 	if (dp_ring_needs_wakeup(&q->pair.sq))
 		dp_doorbell_ring(q->sq_efd);
 	q->in_flight += (uint32_t)k;

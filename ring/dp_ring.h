@@ -263,22 +263,14 @@ static inline int dp_ring__ready(const struct dp_ring *r, uint32_t idx)
 }
 
 /*
- * Consumer step 1 on a ring with sequence words. A commit stores the words
- * of its entries but the first, then the tail, then the first entry's
- * word (dp_ring_commit): so the first entry's word being there means the
- * whole commit is, and the tail covers it. An empty ring costs one load,
- * of the line the producer writes last. A lone entry costs a second, of
- * the next word; when that one is there too, the tail says how many more
- * are: at least those two, at most what was asked; a tail more than a ring
- * ahead of our head, which no producer writes, counts for nothing. A
- * consumer that caught up with its producer so never reads a word while
- * the producer is storing the ones after it: with the words in index order
- * and read one by one, each such read took a line the next store needed
- * (ring-bench's P1 on the reference host fell from 94-114 to 57-61 M/s in
- * those runs). Words that
- * never publish, or forged ones, hurt only the producer's own entries: the
- * consumer copies each entry before acting on it, and never takes more
- * than a ring from its own head.
+ * Consumer step 1 on a ring with sequence words: entries from our head on
+ * whose word holds their index. An empty ring costs one load, of the line
+ * the producer writes next. Entries are published in index order, so once
+ * the first is there, the last one wanted being there means all are: a
+ * full burst costs two loads. A producer that publishes out of order, or
+ * words that were never its entries, hurts only its own entries: the
+ * consumer copies each entry before acting on it, and never reads more
+ * than a ring from its own head. The producer's tail is never read here.
  */
 static inline int dp_ring__scan(struct dp_ring *r, uint32_t n, uint32_t *idx, int bulk)
 {
@@ -286,25 +278,18 @@ static inline int dp_ring__scan(struct dp_ring *r, uint32_t n, uint32_t *idx, in
 
 	*idx = local;
 	if (have < n) {
-		uint32_t want = n <= r->mask ? n : r->mask + 1;
+		/* Private copies: the acquire loads would make the compiler
+		 * reload every field of *r after each. */
+		const struct dp_ring v = *r;
+		uint32_t want = n <= v.mask ? n : v.mask + 1;
 
-		if (dp_ring__ready(r, local + have)) {
-			if (want - have > 1 && dp_ring__ready(r, local + have + 1)) {
-				/* Acquire: pairs with the tail's release in
-				 * dp_ring_commit_first(). */
-				uint32_t t =
-					__atomic_load_n(&r->hdr->tail, __ATOMIC_ACQUIRE) - local;
-
-				/* More than a ring: a tail no producer could
-				 * have written; the two words seen count. */
-				have = t < have + 2 || t > r->mask + 1 ? have + 2
-				       : t > want		       ? want
-								       : t;
-			} else {
-				have++;
+		while (have < want && dp_ring__ready(&v, local + have)) {
+			if (++have == 1 && want > 2 && dp_ring__ready(&v, local + want - 1)) {
+				have = want;
+				break;
 			}
-			r->cached = local + have;
 		}
+		r->cached = local + have;
 		if (have < n) {
 			if (bulk)
 				return 0;
@@ -347,20 +332,21 @@ static inline int dp_ring_stage(struct dp_ring *r, uint32_t k, void **slot)
 	return 1;
 }
 
-/* The sequence words of the n entries from index i on, in index order, in
- * at most two runs of slots (before and after the wrap). */
-static inline void dp_ring__publish(const struct dp_ring *r, uint32_t i, uint32_t n)
+/* The sequence words of the n entries from the producer's index on, in
+ * index order, in at most two runs of slots (before and after the wrap). */
+static inline void dp_ring__publish(const struct dp_ring *r, uint32_t n)
 {
 	/* Private copies: each release store would make the compiler reload
 	 * every field of *r after it. */
-	const uint32_t es = r->entry_size, first = r->mask + 1 - (i & r->mask);
-	uint32_t v = dp_ring_seq_value(i);
-	uint8_t *w = (uint8_t *)dp_ring__seqw(r, i);
+	const uint32_t es = r->entry_size, first = r->mask + 1 - (r->local & r->mask);
+	uint32_t v = dp_ring_seq_value(r->local);
+	uint8_t *w = (uint8_t *)dp_ring__seqw(r, r->local);
 	uint8_t *cut = w + (size_t)(n < first ? n : first) * es;
 
 	for (;;) {
 		/* Release: pairs with the acquire in dp_ring__ready(). The
-		 * entry's other bytes are visible before its word. */
+		 * entry's other bytes are visible before its word; words go
+		 * in index order. */
 		for (; w != cut; w += es, v += 2)
 			__atomic_store_n((uint32_t *)w, v, __ATOMIC_RELEASE);
 		if (n <= first)
@@ -372,35 +358,25 @@ static inline void dp_ring__publish(const struct dp_ring *r, uint32_t i, uint32_
 }
 
 /*
- * Producer, step 3 when the caller stored the sequence words of the n
- * entries but the first itself (dp_ring_seq_value(idx), release, after
- * each entry's other bytes; dp_submit does, in the pass that writes the
- * slots): the tail, then the first entry's word (dp_ring__scan says why).
- * Without sequence words, the tail only.
+ * Producer, step 3 when the caller published each entry itself, storing
+ * dp_ring_seq_value(idx) into its sequence word with release order after
+ * the entry's other bytes, in index order (dp_submit does, in the pass that
+ * writes the slots): the tail only.
  */
-static inline void dp_ring_commit_first(struct dp_ring *r, uint32_t n)
+static inline void dp_ring_commit_tail(struct dp_ring *r, uint32_t n)
 {
-	uint32_t first = r->local;
-
-	if (!n)
-		return;
 	r->local += n;
 	/* Release: pairs with the acquire of tail in dp_ring_peek(). The
 	 * entries written into the slots are visible before the new tail. */
 	__atomic_store_n(&r->hdr->tail, r->local, __ATOMIC_RELEASE);
-	if (r->seq_off != DP_RING_NO_SEQ)
-		/* Release: the tail and the other words before it. */
-		__atomic_store_n(dp_ring__seqw(r, first), dp_ring_seq_value(first),
-				 __ATOMIC_RELEASE);
 }
 
-/* Producer, step 3: publish `n` reserved slots: with sequence words, the
- * words of all but the first, the tail, the first's word. */
+/* Producer, step 3: publish `n` reserved slots. */
 static inline void dp_ring_commit(struct dp_ring *r, uint32_t n)
 {
-	if (r->seq_off != DP_RING_NO_SEQ && n > 1)
-		dp_ring__publish(r, r->local + 1, n - 1);
-	dp_ring_commit_first(r, n);
+	if (r->seq_off != DP_RING_NO_SEQ)
+		dp_ring__publish(r, n);
+	dp_ring_commit_tail(r, n);
 }
 
 /* Consumer, step 1: up to `n` entries are readable from *idx on (burst:
@@ -462,29 +438,20 @@ static inline void dp_ring__copy(void *dst, const void *src, uint32_t n, size_t 
  * publish the entry half written. A word in an entry's last 4 bytes leaves
  * one copy of known size per 64 B or 32 B entry.
  */
-static inline void dp_ring__copy_one(uint8_t *d, const uint8_t *s, size_t es, size_t so)
-{
-	if (es == 64 && so == 60) {
-		memcpy(d, s, 60);
-	} else if (es == 32 && so == 28) {
-		memcpy(d, s, 28);
-	} else {
-		memcpy(d, s, so);
-		memcpy(d + so + 4, s + so + 4, es - so - 4);
-	}
-}
-
-/* The first entry goes last: its line is the one a consumer that caught up
- * polls, and its word follows soon after (dp_ring_commit). */
 static inline void dp_ring__copy_seq(void *dst, const void *src, uint32_t n, size_t es, size_t so)
 {
 	uint8_t *d = dst;
 	const uint8_t *s = src;
 
-	for (uint32_t i = 1; i < n; i++)
-		dp_ring__copy_one(d + i * es, s + i * es, es, so);
-	if (n)
-		dp_ring__copy_one(d, s, es, so);
+	for (uint32_t i = 0; i < n; i++, d += es, s += es)
+		if (es == 64 && so == 60)
+			memcpy(d, s, 60);
+		else if (es == 32 && so == 28)
+			memcpy(d, s, 28);
+		else {
+			memcpy(d, s, so);
+			memcpy(d + so + 4, s + so + 4, es - so - 4);
+		}
 }
 
 static inline void dp_ring__copy_in(const struct dp_ring *r, void *dst, const void *src, uint32_t n)
