@@ -960,20 +960,23 @@ int dp_submit(struct dp_queue *q, const struct dp_desc *descs, unsigned n)
 int dp_poll(struct dp_queue *q, struct dp_cqe *cqes, unsigned max)
 {
 	int k = dp_ring_dequeue_burst(&q->pair.cq, cqes, max);
+	uint64_t bytes = 0, failed = 0;
 
 	if (k < 0)
 		return fail(C_POLL, k);
 	if (!k)
 		return q->in_flight ? fail(C_POLL, idle_check(q)) : 0;
+	/* Counted in locals: the stores into cqes could alias q->st. */
 	for (int i = 0; i < k; i++) {
 		cqes[i].reserved = 0; /* the ring's sequence word (dp_proto.h) */
-		if (cqes[i].status) {
-			q->st.failed++;
-		} else {
-			q->st.completed++;
-			q->st.bytes += cqes[i].bytes;
-		}
+		if (cqes[i].status)
+			failed++;
+		else
+			bytes += cqes[i].bytes;
 	}
+	q->st.failed += failed;
+	q->st.completed += (uint64_t)k - failed;
+	q->st.bytes += bytes;
 	q->in_flight -= (uint32_t)k <= q->in_flight ? (uint32_t)k : q->in_flight;
 	return k;
 }
