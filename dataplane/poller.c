@@ -586,8 +586,8 @@ void poller_add_queue(struct queue *q)
 }
 
 /*
- * Parked queues. Every loop reads each polled queue's SQ tail and CQ head,
- * lines its client writes: with a thousand idle queues that was most of a
+ * Parked queues. Every loop reads each polled queue's next SQ slot, a line
+ * its client writes: with a thousand idle queues that was most of a
  * loop. A queue with nothing submitted, in flight or staged for
  * PARK_AFTER_LOOPS loops is parked instead: NEED_WAKEUP armed on its SQ as
  * if the poller slept, off the polled list. Its client's next dp_submit
