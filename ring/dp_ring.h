@@ -264,10 +264,14 @@ static inline int dp_ring__ready(const struct dp_ring *r, uint32_t idx)
 
 /*
  * Consumer step 1 on a ring with sequence words: entries from our head on
- * whose word holds their index. An empty ring costs one load, of the line
+ * whose word holds their value. An empty ring costs one load, of the line
  * the producer writes next. Entries are published in index order, so once
  * the first is there, the last one wanted being there means all are: a
- * full burst costs two loads. A producer that publishes out of order, or
+ * full burst costs two loads. A consumer that caught up with its producer
+ * reads the words one by one while they are being stored (ring-bench's P1
+ * on the reference host fell to 0.66x rte_ring in one run of ten); storing
+ * a commit's first word last, after the tail, avoided that and cost more
+ * than it saved (docs/benchmarks.md, "Sequence words"). A producer that publishes out of order, or
  * words that were never its entries, hurts only its own entries: the
  * consumer copies each entry before acting on it, and never reads more
  * than a ring from its own head. The producer's tail is never read here.
