@@ -265,17 +265,18 @@ static inline int dp_ring__ready(const struct dp_ring *r, uint32_t idx)
 /*
  * Consumer step 1 on a ring with sequence words: entries from our head on
  * whose word holds their value. An empty ring costs one load, of the line
- * the producer writes last. A commit writes all its entries' bytes, then
- * their words in index order but the first, whose word comes last
- * (dp_ring__publish): so the first entry's word being there means its
- * whole commit is, and any word being there means the bytes of every
- * entry up to it are (an entry whose own word is not yet stored may be
- * taken: its bytes are). Once the first is there, the last one wanted
- * being there means all are: a full burst costs two loads. Else they go
- * one by one, to the first word not there. A producer that publishes out of order, or
- * words that were never its entries, hurts only its own entries: the
- * consumer copies each entry before acting on it, and never reads more
- * than a ring from its own head. The producer's tail is never read here.
+ * the producer writes last. A commit stores each word after the bytes of
+ * every entry up to it, and the words in index order but the first, whose
+ * word comes last (dp_ring__publish): so the first entry's word being
+ * there means its whole commit is, and any word being there means the
+ * bytes of every entry up to it are (an entry whose own word is not yet
+ * stored may be taken: its bytes are). Once the first is there, the last
+ * one wanted being there means all are: a full burst costs two loads.
+ * Else they go one by one, to the first word not there. A producer that
+ * publishes out of order, or words that were never its entries, hurts
+ * only its own entries: the consumer copies each entry before acting on
+ * it, and never reads more than a ring from its own head. The producer's
+ * tail is never read here.
  */
 static inline int dp_ring__scan(struct dp_ring *r, uint32_t n, uint32_t *idx, int bulk)
 {
