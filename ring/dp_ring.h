@@ -265,18 +265,16 @@ static inline int dp_ring__ready(const struct dp_ring *r, uint32_t idx)
 /*
  * Consumer step 1 on a ring with sequence words: entries from our head on
  * whose word holds their value. An empty ring costs one load, of the line
- * the producer writes last. A commit stores each word after the bytes of
- * every entry up to it, and the words in index order but the first, whose
- * word comes last (dp_ring__publish): so the first entry's word being
- * there means its whole commit is, and any word being there means the
- * bytes of every entry up to it are (an entry whose own word is not yet
- * stored may be taken: its bytes are). Once the first is there, the last
- * one wanted being there means all are: a full burst costs two loads.
- * Else they go one by one, to the first word not there. A producer that
- * publishes out of order, or words that were never its entries, hurts
- * only its own entries: the consumer copies each entry before acting on
- * it, and never reads more than a ring from its own head. The producer's
- * tail is never read here.
+ * the producer writes next. Entries are published in index order, so once
+ * the first is there, the last one wanted being there means all are: a
+ * full burst costs two loads. A consumer that caught up with its producer
+ * reads the words one by one while they are being stored (ring-bench's P1
+ * on the reference host fell to 0.66x rte_ring in one run of ten); storing
+ * a commit's first word last, after the tail, avoided that and cost more
+ * than it saved (docs/benchmarks.md, "Sequence words"). A producer that publishes out of order, or
+ * words that were never its entries, hurts only its own entries: the
+ * consumer copies each entry before acting on it, and never reads more
+ * than a ring from its own head. The producer's tail is never read here.
  */
 static inline int dp_ring__scan(struct dp_ring *r, uint32_t n, uint32_t *idx, int bulk)
 {
@@ -338,20 +336,21 @@ static inline int dp_ring_stage(struct dp_ring *r, uint32_t k, void **slot)
 	return 1;
 }
 
-/* The sequence words of the n entries from index i on, in index order, in
- * at most two runs of slots (before and after the wrap). */
-static inline void dp_ring__publish_run(const struct dp_ring *r, uint32_t i, uint32_t n)
+/* The sequence words of the n entries from the producer's index on, in
+ * index order, in at most two runs of slots (before and after the wrap). */
+static inline void dp_ring__publish(const struct dp_ring *r, uint32_t n)
 {
 	/* Private copies: each release store would make the compiler reload
 	 * every field of *r after it. */
-	const uint32_t es = r->entry_size, first = r->mask + 1 - (i & r->mask);
-	uint32_t v = dp_ring_seq_value(i);
-	uint8_t *w = (uint8_t *)dp_ring__seqw(r, i);
+	const uint32_t es = r->entry_size, first = r->mask + 1 - (r->local & r->mask);
+	uint32_t v = dp_ring_seq_value(r->local);
+	uint8_t *w = (uint8_t *)dp_ring__seqw(r, r->local);
 	uint8_t *cut = w + (size_t)(n < first ? n : first) * es;
 
 	for (;;) {
 		/* Release: pairs with the acquire in dp_ring__ready(). The
-		 * entry's other bytes are visible before its word. */
+		 * entry's other bytes are visible before its word; words go
+		 * in index order. */
 		for (; w != cut; w += es, v += 2)
 			__atomic_store_n((uint32_t *)w, v, __ATOMIC_RELEASE);
 		if (n <= first)
@@ -363,25 +362,10 @@ static inline void dp_ring__publish_run(const struct dp_ring *r, uint32_t i, uin
 }
 
 /*
- * The words of the n entries from the producer's index on: in index order
- * but the first, whose word comes last. A consumer that caught up polls
- * that word (dp_ring__scan), so it finds the whole commit at once instead
- * of chasing the stores one by one.
- */
-static inline void dp_ring__publish(const struct dp_ring *r, uint32_t n)
-{
-	if (n > 1)
-		dp_ring__publish_run(r, r->local + 1, n - 1);
-	/* Release: the other words, and every entry's bytes, before it. */
-	__atomic_store_n(dp_ring__seqw(r, r->local), dp_ring_seq_value(r->local), __ATOMIC_RELEASE);
-}
-
-/*
- * Producer, step 3 when the caller published each entry itself, as
- * dp_ring__publish() does: storing dp_ring_seq_value(idx) into its word
- * with release order, after every entry's other bytes, in index order but
- * the first entry's last (dp_submit does, in the pass that writes the
- * slots): the tail only.
+ * Producer, step 3 when the caller published each entry itself, storing
+ * dp_ring_seq_value(idx) into its sequence word with release order after
+ * the entry's other bytes, in index order (dp_submit does, in the pass that
+ * writes the slots): the tail only.
  */
 static inline void dp_ring_commit_tail(struct dp_ring *r, uint32_t n)
 {
