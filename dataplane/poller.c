@@ -477,12 +477,11 @@ static int queue_drain_sq(struct poller *p, struct queue *q)
 
 	if (q->broken || atomic_load_explicit(&q->closing, memory_order_relaxed))
 		return 0;
+	/* Never -EPROTO: a ring with sequence words reads no index of the
+	 * client's (docs/ring.md). */
 	k = dp_ring_peek(&q->pair.sq, DP_BURST, &idx);
-	if (k <= 0) {
-		if (k < 0)
-			queue_mark_broken(q, "submission ring tail out of range");
+	if (k <= 0)
 		return 0;
-	}
 	owed = q->inflight + q->nstage;
 	room = dp_ring_reserve(&q->pair.cq, owed + (uint32_t)k, &cidx);
 	if (room < 0) {

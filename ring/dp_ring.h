@@ -270,11 +270,12 @@ static inline int dp_ring__ready(const struct dp_ring *r, uint32_t idx)
  * full burst costs two loads. A consumer that caught up with its producer
  * reads the words one by one while they are being stored (ring-bench's P1
  * on the reference host fell to 0.66x rte_ring in one run of ten); storing
- * a commit's first word last, after the tail, avoided that and cost more
- * than it saved (docs/benchmarks.md, "Sequence words"). A producer that publishes out of order, or
- * words that were never its entries, hurts only its own entries: the
- * consumer copies each entry before acting on it, and never reads more
- * than a ring from its own head. The producer's tail is never read here.
+ * a commit's first word last avoided that, but lets this check copy a word
+ * while it is being stored (docs/ring.md, "Sequence words"). A producer
+ * that publishes out of order, or words that were never its entries, hurts
+ * only its own entries: the consumer copies each entry before acting on
+ * it, and never reads more than a ring from its own head. The producer's
+ * tail is never read here.
  */
 static inline int dp_ring__scan(struct dp_ring *r, uint32_t n, uint32_t *idx, int bulk)
 {
@@ -447,15 +448,16 @@ static inline void dp_ring__copy_seq(void *dst, const void *src, uint32_t n, siz
 	uint8_t *d = dst;
 	const uint8_t *s = src;
 
-	for (uint32_t i = 0; i < n; i++, d += es, s += es)
-		if (es == 64 && so == 60)
+	for (uint32_t i = 0; i < n; i++, d += es, s += es) {
+		if (es == 64 && so == 60) {
 			memcpy(d, s, 60);
-		else if (es == 32 && so == 28)
+		} else if (es == 32 && so == 28) {
 			memcpy(d, s, 28);
-		else {
+		} else {
 			memcpy(d, s, so);
 			memcpy(d + so + 4, s + so + 4, es - so - 4);
 		}
+	}
 }
 
 static inline void dp_ring__copy_in(const struct dp_ring *r, void *dst, const void *src, uint32_t n)

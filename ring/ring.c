@@ -133,8 +133,9 @@ int dp_ring_bind(struct dp_ring *r, struct dp_ring_hdr *hdr, enum dp_ring_role r
 	r->entry_size = hdr->entry_size;
 	r->seq_off = hdr->seq_off;
 	r->local = role == DP_RING_PRODUCER ? tail : head;
-	/* A consumer of sequence words finds its entries in the slots. */
-	r->cached = role == DP_RING_PRODUCER ? head : r->seq_off == DP_RING_NO_SEQ ? tail : head;
+	/* Theirs: the producer's tail for a consumer, but one of sequence
+	 * words finds its entries in the slots, from its own head. */
+	r->cached = role == DP_RING_CONSUMER && r->seq_off == DP_RING_NO_SEQ ? tail : head;
 	return 0;
 }
 
