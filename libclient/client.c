@@ -907,23 +907,29 @@ static void slot_write_reserved1(struct dp_desc *slot, const struct dp_desc *d)
 /* n descriptors into consecutive SQ slots from index idx, each stamped
  * and then published by its sequence word (dp_ring_commit_tail). A
  * reserved1 of 0 is copied over the word first: 0 publishes nothing. */
+static inline void slot_write(struct dp_desc *slot, const struct dp_desc *d, uint64_t now)
+{
+	if (__builtin_expect(d->reserved1 == 0, 1))
+		*slot = *d;
+	else
+		slot_write_reserved1(slot, d);
+	slot->submit_ns = now;
+}
+
 static inline void slots_write(struct dp_desc *slot, const struct dp_desc *d, uint32_t n,
 			       uint64_t now, uint32_t idx)
 {
 	uint32_t v = dp_ring_seq_value(idx);
 
 	for (const struct dp_desc *end = d + n; d < end; d++, slot++, v += 2) {
-		if (__builtin_expect(d->reserved1 == 0, 1))
-			*slot = *d;
-		else
-			slot_write_reserved1(slot, d);
-		slot->submit_ns = now;
+		slot_write(slot, d, now);
 		__atomic_store_n(&slot->reserved1, v, __ATOMIC_RELEASE);
 	}
 }
 
 int dp_submit(struct dp_queue *q, const struct dp_desc *descs, unsigned n)
 {
+	struct dp_desc *slot;
 	uint32_t idx, credit, first;
 	uint64_t now;
 	int k;
@@ -946,9 +952,13 @@ int dp_submit(struct dp_queue *q, const struct dp_desc *descs, unsigned n)
 	first = dp_ring_size(&q->pair.sq) - (idx & q->pair.sq.mask);
 	if (first > (uint32_t)k)
 		first = (uint32_t)k;
-	slots_write(dp_ring_slot(&q->pair.sq, idx), descs, first, now, idx);
+	slot = dp_ring_slot(&q->pair.sq, idx);
+	slot_write(slot, descs, now);
+	slots_write(slot + 1, descs + 1, first - 1, now, idx + 1);
 	slots_write(dp_ring_slot(&q->pair.sq, idx + first), descs + first, (uint32_t)k - first, now,
 		    idx + first);
+	/* The first slot's word last (dp_ring__publish says why). */
+	__atomic_store_n(&slot->reserved1, dp_ring_seq_value(idx), __ATOMIC_RELEASE);
 	dp_ring_commit_tail(&q->pair.sq, (uint32_t)k);
 	if (dp_ring_needs_wakeup(&q->pair.sq))
 		dp_doorbell_ring(q->sq_efd);

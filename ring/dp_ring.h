@@ -265,17 +265,19 @@ static inline int dp_ring__ready(const struct dp_ring *r, uint32_t idx)
 /*
  * Consumer step 1 on a ring with sequence words: entries from our head on
  * whose word holds their value. An empty ring costs one load, of the line
- * the producer writes next. Entries are published in index order, so once
- * the first is there, the last one wanted being there means all are: a
- * full burst costs two loads. A consumer that caught up with its producer
- * reads the words one by one while they are being stored (ring-bench's P1
- * on the reference host fell to 0.66x rte_ring in one run of ten); storing
- * a commit's first word last avoided that, but lets this check copy a word
- * while it is being stored (docs/ring.md, "Sequence words"). A producer
- * that publishes out of order, or words that were never its entries, hurts
- * only its own entries: the consumer copies each entry before acting on
- * it, and never reads more than a ring from its own head. The producer's
- * tail is never read here.
+ * the producer writes last. A commit writes all its entries' bytes, then
+ * their words in index order but the first, whose word comes last
+ * (dp_ring__publish): so the first entry's word being there means its
+ * whole commit is, and any word being there means the bytes of every
+ * entry up to it are. Once the first is there, the last one wanted being
+ * there means all are: a full burst costs two loads. Else they go one by
+ * one, to the first word not there. The burst check may take the first
+ * entry of a commit whose word is still being stored: its bytes are there,
+ * and the copy out reads its word only as a value nobody uses
+ * (dp_ring_copy_out). A producer that publishes out of order, or words
+ * that were never its entries, hurts only its own entries: the consumer
+ * copies each entry before acting on it, and never reads more than a ring
+ * from its own head. The producer's tail is never read here.
  */
 static inline int dp_ring__scan(struct dp_ring *r, uint32_t n, uint32_t *idx, int bulk)
 {
@@ -337,21 +339,20 @@ static inline int dp_ring_stage(struct dp_ring *r, uint32_t k, void **slot)
 	return 1;
 }
 
-/* The sequence words of the n entries from the producer's index on, in
- * index order, in at most two runs of slots (before and after the wrap). */
-static inline void dp_ring__publish(const struct dp_ring *r, uint32_t n)
+/* The sequence words of the n entries from index i on, in index order, in
+ * at most two runs of slots (before and after the wrap). */
+static inline void dp_ring__publish_run(const struct dp_ring *r, uint32_t i, uint32_t n)
 {
 	/* Private copies: each release store would make the compiler reload
 	 * every field of *r after it. */
-	const uint32_t es = r->entry_size, first = r->mask + 1 - (r->local & r->mask);
-	uint32_t v = dp_ring_seq_value(r->local);
-	uint8_t *w = (uint8_t *)dp_ring__seqw(r, r->local);
+	const uint32_t es = r->entry_size, first = r->mask + 1 - (i & r->mask);
+	uint32_t v = dp_ring_seq_value(i);
+	uint8_t *w = (uint8_t *)dp_ring__seqw(r, i);
 	uint8_t *cut = w + (size_t)(n < first ? n : first) * es;
 
 	for (;;) {
 		/* Release: pairs with the acquire in dp_ring__ready(). The
-		 * entry's other bytes are visible before its word; words go
-		 * in index order. */
+		 * entry's other bytes are visible before its word. */
 		for (; w != cut; w += es, v += 2)
 			__atomic_store_n((uint32_t *)w, v, __ATOMIC_RELEASE);
 		if (n <= first)
@@ -363,10 +364,25 @@ static inline void dp_ring__publish(const struct dp_ring *r, uint32_t n)
 }
 
 /*
- * Producer, step 3 when the caller published each entry itself, storing
- * dp_ring_seq_value(idx) into its sequence word with release order after
- * the entry's other bytes, in index order (dp_submit does, in the pass that
- * writes the slots): the tail only.
+ * The words of the n entries from the producer's index on: in index order
+ * but the first, whose word comes last. A consumer that caught up polls
+ * that word (dp_ring__scan), so it finds the whole commit at once instead
+ * of chasing the stores one by one.
+ */
+static inline void dp_ring__publish(const struct dp_ring *r, uint32_t n)
+{
+	if (n > 1)
+		dp_ring__publish_run(r, r->local + 1, n - 1);
+	/* Release: the other words, and every entry's bytes, before it. */
+	__atomic_store_n(dp_ring__seqw(r, r->local), dp_ring_seq_value(r->local), __ATOMIC_RELEASE);
+}
+
+/*
+ * Producer, step 3 when the caller published each entry itself, as
+ * dp_ring__publish() does: storing dp_ring_seq_value(idx) into its word
+ * with release order, after every entry's other bytes, in index order but
+ * the first entry's last (dp_submit does, in the pass that writes the
+ * slots): the tail only.
  */
 static inline void dp_ring_commit_tail(struct dp_ring *r, uint32_t n)
 {
@@ -483,19 +499,50 @@ static inline void dp_ring_copy_in(struct dp_ring *r, uint32_t idx, const void *
 			 n - first);
 }
 
-/* A consumer's copies carry the sequence word as it was: the ring's, not
- * the entry's; the caller ignores it. */
+/*
+ * A consumer's copy of n entries, one memcpy() (entry by entry cost the
+ * poller's drain 6 instructions per descriptor: dp_ring__copy). On a ring
+ * with sequence words it carries the word as the ring had it, not the
+ * entry's own field; the caller ignores it (the service ignores reserved1,
+ * dp_poll() hands reserved out as 0). It may be the word of a commit's
+ * first entry being stored while it is copied (dp_ring__scan): the copy's
+ * word is then either value. A ThreadSanitizer build copies around the
+ * word and loads it atomically, so that its check covers every other byte.
+ */
+static inline void dp_ring__copy_out(const struct dp_ring *r, void *dst, const void *src,
+				     uint32_t n)
+{
+#ifdef DP_TSAN
+	if (r->seq_off != DP_RING_NO_SEQ) {
+		const size_t es = r->entry_size, so = r->seq_off;
+		uint8_t *d = dst;
+		const uint8_t *s = src;
+
+		for (uint32_t i = 0; i < n; i++, d += es, s += es) {
+			uint32_t w = __atomic_load_n((const uint32_t *)(s + so), __ATOMIC_RELAXED);
+
+			memcpy(d, s, so);
+			memcpy(d + so, &w, sizeof(w));
+			memcpy(d + so + 4, s + so + 4, es - so - 4);
+		}
+		return;
+	}
+#endif
+	memcpy(dst, src, (size_t)n * r->entry_size);
+}
+
+/* Step 2 for the consumer: see dp_ring_copy_in. */
 static inline void dp_ring_copy_out(const struct dp_ring *r, uint32_t idx, void *dst, uint32_t n)
 {
 	uint32_t first = dp_ring_size(r) - (idx & r->mask);
 	size_t es = r->entry_size;
 
 	if (first >= n) {
-		memcpy(dst, dp_ring_slot(r, idx), n * es);
+		dp_ring__copy_out(r, dst, dp_ring_slot(r, idx), n);
 		return;
 	}
-	memcpy(dst, dp_ring_slot(r, idx), first * es);
-	memcpy((uint8_t *)dst + first * es, r->slots, (n - first) * es);
+	dp_ring__copy_out(r, dst, dp_ring_slot(r, idx), first);
+	dp_ring__copy_out(r, (uint8_t *)dst + first * es, r->slots, n - first);
 }
 
 /* Burst and bulk enqueue/dequeue built on the three steps. Return the count

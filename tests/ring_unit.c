@@ -345,6 +345,19 @@ Test(ring_unit, sequence_words, .timeout = 10)
 	cr_assert_eq(dp_ring_prepare_sleep(&cons), 1);
 	dp_ring_finish_sleep(&cons);
 
+	/* A commit stores its first word last: with the others there and
+	 * not it, nothing is taken; with it, all are. */
+	cr_assert_eq(dp_ring_reserve(&prod, 3, &idx), 3);
+	for (uint32_t i = 0; i < 3; i++)
+		entry_fill(dp_ring_slot(&prod, idx + i), ESIZE, wseq + i);
+	for (uint32_t i = 1; i < 3; i++)
+		__atomic_store_n((uint32_t *)((uint8_t *)dp_ring_slot(&prod, idx + i) + 20),
+				 dp_ring_seq_value(idx + i), __ATOMIC_RELEASE);
+	cr_assert_eq(dp_ring_peek(&cons, 16, &w), 0, "took a commit before its first word");
+	dp_ring_commit(&prod, 3);
+	wseq += 3;
+	cr_assert_eq(get(&cons, &rseq, 16, false), 3);
+
 	/* Every word forged, this lap's and the next: the consumer takes one
 	 * ring at most, whatever it asks for. */
 	for (uint32_t i = 0; i < 32; i++)
