@@ -385,20 +385,33 @@ static inline void fast_count(struct queue *q, uint64_t n, uint64_t bytes)
  */
 static __attribute__((always_inline)) inline int fast_loop(struct queue *q, const struct dp_desc *d,
 							   int n, const struct fast_run *f,
-							   const bool write)
+							   const bool write, const bool st)
 {
 	struct dp_ring *cq = &q->pair.cq;
 	struct dp_cqe *cqes = (struct dp_cqe *)cq->slots; /* entry size: ours (control.c) */
-	const struct dp_desc *const d0 = d, *const end = d + n, *counted = d;
+	const struct dp_desc *const d0 = d, *const end = d + n;
 	const uint64_t key0 = f->key0, key1 = f->key1, dlen = f->dlen, slen = f->slen;
 	const uint64_t lim = f->lim;
 	uint8_t *const dbase = f->dbase;
 	const uint8_t *const sbase = f->sbase;
-	const uint32_t path = f->path, mask = cq->mask;
+	const uint32_t mask = cq->mask;
+	/* A completion's status (0) and flags, stored as one word. */
+	const struct {
+		int32_t status;
+		uint32_t flags;
+	} sf = {0, f->path};
 	uint32_t ci = cq->local + q->nstage;
-	const bool st = q->st;
-	uint64_t bytes = 0;
+	uint64_t bytes = 0, stamp = 0;
 
+	if (st) {
+		/* The run's flags are the path from the first descriptor on,
+		 * so only the stamp is compared per descriptor. Switching for
+		 * one that then leaves the loop costs nothing: an empty run is
+		 * never timed. */
+		if (q->run_flags != sf.flags)
+			stats_run_switch(q, d->submit_ns, sf.flags, 0, 0);
+		stamp = q->run_submit;
+	}
 	for (; d < end; d++) {
 		uint64_t len = d->len, doff = write ? d->target_off : d->local_off;
 		uint64_t soff = write ? d->local_off : d->target_off;
@@ -409,14 +422,9 @@ static __attribute__((always_inline)) inline int fast_loop(struct queue *q, cons
 		/* desc_resolve's checks (len <= inline_max too), as subtractions. */
 		if (len > lim || doff > dlen - len || soff > slen - len)
 			break;
-		if (st &&
-		    __builtin_expect(d->submit_ns != q->run_submit || path != q->run_flags, 0)) {
-			/* The run switch reads the counters: bring them up to
-			 * date first. */
-			fast_count(q, (uint64_t)(d - counted), bytes);
-			counted = d;
-			bytes = 0;
-			stats_run_switch(q, d->submit_ns, path);
+		if (st && __builtin_expect(d->submit_ns != stamp, 0)) {
+			stamp = d->submit_ns;
+			stats_run_switch(q, stamp, sf.flags, (uint64_t)(d - d0), bytes);
 		}
 #ifdef DP_TSAN
 		__tsan_ignore_thread_begin();
@@ -431,13 +439,12 @@ static __attribute__((always_inline)) inline int fast_loop(struct queue *q, cons
 #endif
 		e = &cqes[ci++ & mask];
 		e->user_data = d->user_data;
-		e->status = 0;
-		e->flags = path;
+		memcpy(&e->status, &sf, sizeof(sf));
 		e->bytes = len; /* reserved: the ring's sequence word (dp_proto.h) */
 		bytes += len;
 	}
 	q->nstage = ci - cq->local;
-	fast_count(q, (uint64_t)(d - counted), bytes);
+	fast_count(q, (uint64_t)(d - d0), bytes);
 	return (int)(d - d0);
 }
 
@@ -457,7 +464,22 @@ static int fast_run(struct queue *q, const struct dp_desc *d, int n, struct fast
 	if (atomic_load_explicit(&f->seg->dead, memory_order_acquire) ||
 	    (f->same && !samehost_alive(f->same)))
 		return 0;
-	return f->write ? fast_loop(q, d, n, f, true) : fast_loop(q, d, n, f, false);
+	/* Four copies of the loop: one compares each descriptor's stamp with
+	 * its run's (as stats_complete does), one does not: with the stats
+	 * region off, and when the first and the last descriptor have the
+	 * same stamp. dp_submit stamps a batch once, after its reserve, and a
+	 * queue's batches are submitted one after another (CLOCK_MONOTONIC),
+	 * so everything between is the same batch or batches of the same
+	 * stamp. A client that writes its own stamps blurs its own latencies
+	 * only. */
+	if (q->st) {
+		if (d->submit_ns != d[n - 1].submit_ns)
+			return f->write ? fast_loop(q, d, n, f, true, true)
+					: fast_loop(q, d, n, f, false, true);
+		if (d->submit_ns != q->run_submit || f->path != q->run_flags)
+			stats_run_switch(q, d->submit_ns, f->path, 0, 0);
+	}
+	return f->write ? fast_loop(q, d, n, f, true, false) : fast_loop(q, d, n, f, false, false);
 }
 
 /*

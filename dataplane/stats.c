@@ -404,7 +404,7 @@ void stats_queue_retire(struct queue *q)
 	sp = q->poller->stats;
 	/* Its completions of this loop (or of the shutdown) are timed now. */
 	if (q->ctr.completed + q->ctr.failed != q->run_done0)
-		stats_run_close(q, q->ctr.completed + q->ctr.failed);
+		stats_run_close(q, q->ctr.completed + q->ctr.failed, q->ctr.bytes);
 	if (sp->npend)
 		stats_runs_end(sp, stats_now(sp));
 	sh = sp->sh;
@@ -464,36 +464,17 @@ void stats_runs_end(struct stats_poller *sp, uint64_t t)
 	sp->npend = 0;
 }
 
-/*
- * q's run so far joins the loop's pending runs (done: q's completed + failed
- * now); a loop with more runs than fit times them now. The run goes on with
- * the same stamp and flags, empty: later completions of the same batch
- * extend it without a switch.
- */
-void stats_run_close(struct queue *q, uint64_t done)
-{
-	struct stats_poller *sp = q->poller->stats;
-	uint64_t count = done - q->run_done0, bytes = q->ctr.bytes - q->run_bytes0;
-
-	sp->flag_ops[q->run_flags & 31] += count;
-	sp->flag_bytes[q->run_flags & 31] += bytes;
-	if (sp->npend == STATS_PEND)
-		stats_runs_end(sp, stats_now(sp));
-	sp->pend[sp->npend++] =
-		(struct stats_pend){.q = q, .submit_ns = q->run_submit, .count = count};
-	q->run_done0 = done;
-	q->run_bytes0 = q->ctr.bytes;
-}
-
 /* A completion with another stamp or flags than q's run (before q's
  * counters count it): closes the run, if it has completions, and starts
- * the next. */
-void stats_run_switch(struct queue *q, uint64_t submit_ns, uint32_t flags)
+ * the next. n completions moving `bytes` are already made but not yet in
+ * q's counters (the fast path counts its own at the end of its loop). */
+void stats_run_switch(struct queue *q, uint64_t submit_ns, uint32_t flags, uint64_t n,
+		      uint64_t bytes)
 {
-	uint64_t done = q->ctr.completed + q->ctr.failed;
+	uint64_t done = q->ctr.completed + q->ctr.failed + n;
 
 	if (done != q->run_done0)
-		stats_run_close(q, done);
+		stats_run_close(q, done, q->ctr.bytes + bytes);
 	q->run_submit = submit_ns;
 	q->run_flags = flags;
 }

@@ -185,8 +185,30 @@ static inline uint64_t stats_now(struct stats_poller *sp)
 
 /* Times every run the loop closed at t (stats.c). */
 void stats_runs_end(struct stats_poller *sp, uint64_t t);
-void stats_run_close(struct queue *q, uint64_t done);
-void stats_run_switch(struct queue *q, uint64_t submit_ns, uint32_t flags);
+
+/*
+ * q's run so far joins the loop's pending runs (done and bytes: q's
+ * completed + failed and bytes now); a loop with more runs than fit times
+ * them now. The run goes on with the same stamp and flags, empty: later
+ * completions of the same batch extend it without a switch.
+ */
+static inline void stats_run_close(struct queue *q, uint64_t done, uint64_t bytes_now)
+{
+	struct stats_poller *sp = q->poller->stats;
+	uint64_t count = done - q->run_done0, bytes = bytes_now - q->run_bytes0;
+
+	sp->flag_ops[q->run_flags & 31] += count;
+	sp->flag_bytes[q->run_flags & 31] += bytes;
+	if (sp->npend == STATS_PEND)
+		stats_runs_end(sp, stats_now(sp));
+	sp->pend[sp->npend++] =
+		(struct stats_pend){.q = q, .submit_ns = q->run_submit, .count = count};
+	q->run_done0 = done;
+	q->run_bytes0 = bytes_now;
+}
+
+void stats_run_switch(struct queue *q, uint64_t submit_ns, uint32_t flags, uint64_t n,
+		      uint64_t bytes);
 
 /*
  * One completion about to be counted in q->ctr (queue_complete_ns).
@@ -199,7 +221,7 @@ void stats_run_switch(struct queue *q, uint64_t submit_ns, uint32_t flags);
 static inline void stats_complete(struct queue *q, uint64_t submit_ns, uint32_t flags)
 {
 	if (__builtin_expect(q->st && (submit_ns != q->run_submit || flags != q->run_flags), 0))
-		stats_run_switch(q, submit_ns, flags);
+		stats_run_switch(q, submit_ns, flags, 0, 0);
 }
 
 /*
@@ -293,7 +315,7 @@ static inline void stats_queue_flush(struct queue *q)
 		return;
 	done = q->ctr.completed + q->ctr.failed;
 	if (done != q->run_done0)
-		stats_run_close(q, done);
+		stats_run_close(q, done, q->ctr.bytes);
 	sp = q->poller->stats;
 	d = q->ctr.submitted - q->ctr.submitted_seen;
 	if (d | q->nstage) {
