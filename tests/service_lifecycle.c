@@ -1,7 +1,6 @@
 /* service_lifecycle.c - processes that die or stop: a SIGKILLed client leaves nothing behind, SIGTERM answers every descriptor, a killed service fails calls fast, flags. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -92,73 +91,47 @@ static void doomed_main(int to_parent)
 		pause();
 }
 
-/* Starts a doomed client and waits for its report. */
-static pid_t doomed_start(struct doomed_report *rep)
-{
-	int p[2];
-	pid_t pid = fork_piped(p, NULL);
+/* What the service's VmSize may grow by for good. None; under
+ * ThreadSanitizer, its runtime's own metadata: the slabs of sync objects
+ * grow with the atomics the service touches (a ring's sequence words: one
+ * per slot) by 168 kB chunks, and never shrink. The leaks this test looks
+ * for are caught by the plain build, which make test runs. */
+#ifdef DP_TSAN
+#define MEM_SLACK_KIB 1024
+#else
+#define MEM_SLACK_KIB 0
+#endif
 
-	if (pid == 0)
-		doomed_main(p[1]);
-	if (read(p[0], rep, sizeof(*rep)) != sizeof(*rep))
-		cr_assert_fail("the doomed client failed (exit %d)", wait_child(pid));
-	close(p[0]);
-	return pid;
-}
-
-/* Probes the bystander until the service is back to fds and at most mem
- * (or 10 s have passed); returns the checks made. */
-static int until_cleaned(struct probe *b, int fds, long mem, int *fd_now, long *mem_now)
-{
-	uint64_t deadline = now_ns() + 10000000000ull;
-	int checks = 0;
-
-	for (;;) {
-		probe_check(b);
-		checks++;
-		*fd_now = proc_fd_count(svc.pid);
-		*mem_now = proc_mapped_kib(svc.pid);
-		if ((*fd_now == fds && *mem_now <= mem) || now_ns() > deadline)
-			return checks;
-		sleep_ms(20);
-	}
-}
-
-Test(service_lifecycle, sigkill_with_1000_in_flight_leaks_nothing, .timeout = 90)
+Test(service_lifecycle, sigkill_with_1000_in_flight_leaks_nothing, .timeout = 60)
 {
 	struct doomed_report rep;
 	struct probe b;
 	uint8_t *shared;
-	int fd_base, fd_during, fd_now = -1, checks;
+	int p[2], fd_base, fd_during, fd_now = -1, checks = 0;
 	long mem_base, mem_during, mem_now = -1;
-	uint64_t t_kill;
+	uint64_t t_kill, deadline;
 
 	start_svc(&svc, NULL);
 	probe_start(&b, &svc, BY_LEN);
 	/* Its own region for the doomed client to write into: the bystander's
 	 * checks use other memory. */
 	export_open(b.c, alloc_region(b.c, K_SZ, &shared), "shared", DP_ACCESS_RW, DP_ACCESS_READ);
-	/* A first doomed client, killed the same way, brings the service to
-	 * its steady state: the copy engine's allocations and the allocator's
-	 * own (ThreadSanitizer's sync-object slabs grow with the number of
-	 * atomics touched and never shrink). The baseline is taken after it. */
+	/* Warm up the paths the doomed client will use (the copy engine's
+	 * allocations), so that the baseline is the service's steady state. */
 	for (int i = 0; i < 3; i++)
 		probe_check(&b);
-	fd_base = proc_fd_count(svc.pid);
-	child_pid = doomed_start(&rep);
-	kill(child_pid, SIGKILL);
-	wait_child(child_pid);
-	until_cleaned(&b, fd_base, LONG_MAX, &fd_now, &mem_now);
-	cr_assert_eq(fd_now, fd_base, "fds after the first doomed client: %d, before %d", fd_now,
-		     fd_base);
-	cr_assert_eq(dp_segment_open(b.c, NULL, "doomed", DP_ACCESS_READ), -ENOENT);
 	sleep_ms(100);
 	fd_base = proc_fd_count(svc.pid);
 	mem_base = proc_mapped_kib(svc.pid);
 	cr_assert_gt(fd_base, 0);
 	cr_assert_gt(mem_base, 0);
 
-	child_pid = doomed_start(&rep);
+	child_pid = fork_piped(p, NULL);
+	if (child_pid == 0)
+		doomed_main(p[1]);
+	if (read(p[0], &rep, sizeof(rep)) != sizeof(rep))
+		cr_assert_fail("the doomed client failed (exit %d)", wait_child(child_pid));
+	close(p[0]);
 	fd_during = proc_fd_count(svc.pid);
 	mem_during = proc_mapped_kib(svc.pid);
 	probe_check(&b); /* served beside a thousand 1 MiB copies */
@@ -176,15 +149,26 @@ Test(service_lifecycle, sigkill_with_1000_in_flight_leaks_nothing, .timeout = 90
 		      mem_base, mem_during);
 
 	/* The bystander keeps working while the service cleans up. */
-	checks = until_cleaned(&b, fd_base, mem_base, &fd_now, &mem_now);
+	deadline = t_kill + 10000000000ull;
+	for (;;) {
+		probe_check(&b);
+		checks++;
+		fd_now = proc_fd_count(svc.pid);
+		mem_now = proc_mapped_kib(svc.pid);
+		if (fd_now == fd_base && mem_now <= mem_base + MEM_SLACK_KIB)
+			break;
+		if (now_ns() > deadline)
+			break;
+		sleep_ms(20);
+	}
 	cr_log_info("cleanup after SIGKILL: %.0f ms, %d bystander checks; fds %d/%d/%d, "
 		    "VmSize %ld/%ld/%ld kB (before/during/after)",
 		    (now_ns() - t_kill) / 1e6, checks, fd_base, fd_during, fd_now, mem_base,
 		    mem_during, mem_now);
 	cr_assert_eq(fd_now, fd_base, "fds: %d before the client, %d 10 s after its death", fd_base,
 		     fd_now);
-	cr_assert_leq(mem_now, mem_base, "VmSize: %ld kB before the client, %ld kB after", mem_base,
-		      mem_now);
+	cr_assert_leq(mem_now, mem_base + MEM_SLACK_KIB,
+		      "VmSize: %ld kB before the client, %ld kB after", mem_base, mem_now);
 	cr_assert_eq(dp_segment_open(b.c, NULL, "doomed", DP_ACCESS_READ), -ENOENT,
 		     "the dead client's export is gone");
 	probe_check(&b);
