@@ -506,8 +506,11 @@ static inline void dp_ring_copy_in(struct dp_ring *r, uint32_t idx, const void *
  * entry's own field; the caller ignores it (the service ignores reserved1,
  * dp_poll() hands reserved out as 0). It may be the word of a commit's
  * first entry being stored while it is copied (dp_ring__scan): the copy's
- * word is then either value. A ThreadSanitizer build copies around the
- * word and loads it atomically, so that its check covers every other byte.
+ * word is then unspecified (memcpy may even read it in pieces). Formally a
+ * data race, on bytes whose value is never used; the service's copies of
+ * SQ slots race with their client anyway, which may rewrite a slot at any
+ * time. A ThreadSanitizer build copies around the word and loads it
+ * atomically, so that its check covers every other byte.
  */
 static inline void dp_ring__copy_out(const struct dp_ring *r, void *dst, const void *src,
 				     uint32_t n)
