@@ -401,17 +401,10 @@ static __attribute__((always_inline)) inline int fast_loop(struct queue *q, cons
 		uint32_t flags;
 	} sf = {0, f->path};
 	uint32_t ci = cq->local + q->nstage;
-	uint64_t bytes = 0, stamp = 0;
+	/* With st, the run is d's stamp and path already (fast_run): only
+	 * the stamp is compared per descriptor. */
+	uint64_t bytes = 0, stamp = d->submit_ns;
 
-	if (st) {
-		/* The run's flags are the path from the first descriptor on,
-		 * so only the stamp is compared per descriptor. Switching for
-		 * one that then leaves the loop costs nothing: an empty run is
-		 * never timed. */
-		if (q->run_flags != sf.flags)
-			stats_run_switch(q, d->submit_ns, sf.flags, 0, 0);
-		stamp = q->run_submit;
-	}
 	for (; d < end; d++) {
 		uint64_t len = d->len, doff = write ? d->target_off : d->local_off;
 		uint64_t soff = write ? d->local_off : d->target_off;
@@ -473,11 +466,14 @@ static int fast_run(struct queue *q, const struct dp_desc *d, int n, struct fast
 	 * stamp. A client that writes its own stamps blurs its own latencies
 	 * only. */
 	if (q->st) {
+		/* The run switched to d's stamp and path first: one for d that
+		 * then leaves the loop costs nothing (an empty run is never
+		 * timed). */
+		if (d->submit_ns != q->run_submit || f->path != q->run_flags)
+			stats_run_switch(q, d->submit_ns, f->path, 0, 0);
 		if (d->submit_ns != d[n - 1].submit_ns)
 			return f->write ? fast_loop(q, d, n, f, true, true)
 					: fast_loop(q, d, n, f, false, true);
-		if (d->submit_ns != q->run_submit || f->path != q->run_flags)
-			stats_run_switch(q, d->submit_ns, f->path, 0, 0);
 	}
 	return f->write ? fast_loop(q, d, n, f, true, false) : fast_loop(q, d, n, f, false, false);
 }

@@ -280,6 +280,18 @@ Test(ring_unit, batch_sizes_every_offset_seq, .timeout = 20)
  * stores them, and that a forged word never takes a consumer more than a
  * ring from its head.
  */
+/* Fills n reserved entries of r from idx (sequence numbers from seq) and
+ * stores their words by hand, as dp_submit does, but the first `skip`. */
+static void fill_and_publish(struct dp_ring *r, uint32_t idx, uint32_t n, uint32_t skip,
+			     uint64_t seq)
+{
+	for (uint32_t i = 0; i < n; i++)
+		entry_fill(dp_ring_slot(r, idx + i), r->entry_size, seq + i);
+	for (uint32_t i = skip; i < n; i++)
+		__atomic_store_n((uint32_t *)((uint8_t *)dp_ring_slot(r, idx + i) + r->seq_off),
+				 dp_ring_seq_value(idx + i), __ATOMIC_RELEASE);
+}
+
 Test(ring_unit, sequence_words, .timeout = 10)
 {
 	const size_t len = dp_ring_bytes(16, ESIZE);
@@ -333,11 +345,7 @@ Test(ring_unit, sequence_words, .timeout = 10)
 	/* Words published without the tail: the consumer finds them, and a
 	 * sleeper does not sleep on them. */
 	cr_assert_eq(dp_ring_reserve(&prod, 2, &idx), 2);
-	for (uint32_t i = 0; i < 2; i++)
-		entry_fill(dp_ring_slot(&prod, idx + i), ESIZE, wseq + i);
-	for (uint32_t i = 0; i < 2; i++)
-		__atomic_store_n((uint32_t *)((uint8_t *)dp_ring_slot(&prod, idx + i) + 20),
-				 dp_ring_seq_value(idx + i), __ATOMIC_RELEASE);
+	fill_and_publish(&prod, idx, 2, 0, wseq);
 	cr_assert_eq(dp_ring_prepare_sleep(&cons), 0, "slept on a published entry");
 	cr_assert_eq(get(&cons, &rseq, 16, false), 2);
 	dp_ring_commit_tail(&prod, 2);
@@ -348,11 +356,7 @@ Test(ring_unit, sequence_words, .timeout = 10)
 	/* A commit stores its first word last: with the others there and
 	 * not it, nothing is taken; with it, all are. */
 	cr_assert_eq(dp_ring_reserve(&prod, 3, &idx), 3);
-	for (uint32_t i = 0; i < 3; i++)
-		entry_fill(dp_ring_slot(&prod, idx + i), ESIZE, wseq + i);
-	for (uint32_t i = 1; i < 3; i++)
-		__atomic_store_n((uint32_t *)((uint8_t *)dp_ring_slot(&prod, idx + i) + 20),
-				 dp_ring_seq_value(idx + i), __ATOMIC_RELEASE);
+	fill_and_publish(&prod, idx, 3, 1, wseq);
 	cr_assert_eq(dp_ring_peek(&cons, 16, &w), 0, "took a commit before its first word");
 	dp_ring_commit(&prod, 3);
 	wseq += 3;
