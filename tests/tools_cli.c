@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* tools_cli.c - every binary answers --help (usage on stdout, exit 0) and --version (one line, the number of dp_version.h), rejects unknown options with exit 2 and a hint, and a client tool with no service names the socket it tried. */
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,4 +148,73 @@ Test(tools_cli, two_dp_bench_share_a_service, .timeout = 240, .fini = svc_teardo
 			  st, buf);
 	}
 	stop_svc(&svc);
+}
+
+/* The dataplaned processes started by some dp-bench (their socket lies in a
+ * /tmp/dp-bench-svc-* directory): how many are alive, zombies aside. */
+static int dp_bench_services(void)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	int n = 0;
+
+	cr_assert(d, "opendir /proc");
+	while ((e = readdir(d))) {
+		char path[300], buf[4096], state = 0;
+		ssize_t len;
+		int fd;
+		FILE *f;
+
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/cmdline", e->d_name);
+		if ((fd = open(path, O_RDONLY)) < 0)
+			continue;
+		len = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		if (len <= 0)
+			continue;
+		for (ssize_t i = 0; i < len; i++)
+			buf[i] = buf[i] ? buf[i] : ' ';
+		buf[len] = 0;
+		if (!strstr(buf, "dataplaned") || !strstr(buf, "/tmp/dp-bench-svc-"))
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+		if ((f = fopen(path, "r"))) {
+			if (fscanf(f, "%*d (%*[^)]) %c", &state) != 1)
+				state = 0;
+			fclose(f);
+		}
+		n += state != 'Z';
+	}
+	closedir(d);
+	return n;
+}
+
+/* A dp-bench that dies (here: its queue refused, --depth above the
+ * service's --max-depth) stops the service it started: none is left
+ * spinning on --service-cpu. */
+Test(tools_cli, dp_bench_dying_stops_its_service, .timeout = 120)
+{
+	const char *args[] = {"--dataplaned",  build_path("dataplaned"),
+			      "--no-peers",    "--quick",
+			      "--cpu",	       "0",
+			      "--service-cpu", "0",
+			      "--depth",       "8192",
+			      "rate",	       NULL};
+	int before = dp_bench_services(), after = before;
+	struct tool_run r = run_tool("dp-bench", args);
+
+	cr_assert_eq(r.status, 1, "dp-bench --depth 8192: exit %d, stderr: %s", r.status, r.err);
+	cr_assert(strstr(r.err, "queue: Invalid argument"), "stderr: %s", r.err);
+	for (int i = 0; i < 300 && (after = dp_bench_services()) > before; i++)
+		sleep_ms(10);
+	cr_assert_leq(after, before, "%d dataplaned of dp-bench's left alive", after - before);
+	tool_run_free(&r);
+
+	const char *bad[] = {"--depth", "100", "rate", NULL};
+	r = run_tool("dp-bench", bad);
+	cr_assert_eq(r.status, 2, "--depth 100: exit %d", r.status);
+	cr_assert(strstr(r.err, "--depth wants a power of two"), "stderr: %s", r.err);
+	tool_run_free(&r);
 }

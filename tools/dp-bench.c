@@ -31,7 +31,7 @@
  *
  * usage: dp-bench [--socket PATH | --dataplaned PATH] [--cpu N] [--service-cpu N]
  *                 [--quick] [--max-size BYTES] [--no-peers] [--json]
- *                 [--plot FILE.png] [--rounds N]
+ *                 [--plot FILE.png] [--rounds N] [--depth N]
  *                 [--peer HOST:PORT --peer-socket PATH]
  *                 [latency|rate|bandwidth|overhead|notify|fabric|bypass|vm|scale|idle-queues|
  *                  stripe|placement|check|all]
@@ -53,6 +53,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -78,6 +79,8 @@ static int service_cpu = -1;
  * before each peer runs. */
 static bool own_service;
 static unsigned overhead_rounds; /* 0: 3 with --quick, else 7 */
+/* The queue depth of latency, rate, bandwidth and overhead (--depth). */
+static uint32_t queue_depth = 256;
 
 struct bench {
 	struct dp_client *c;
@@ -112,7 +115,7 @@ static void bench_open(struct bench *b, uint64_t len)
 	b->len = len;
 	if ((rc = dp_connect(sock_path, "dp-bench", &b->c)) < 0)
 		die("connect", rc);
-	if ((rc = dp_queue_create(b->c, 256, &b->q)) < 0)
+	if ((rc = dp_queue_create(b->c, queue_depth, &b->q)) < 0)
 		die("queue", rc);
 	if ((b->src = dp_alloc(b->c, len, DP_ALLOC_HUGE, (void **)&b->srcp)) < 0)
 		die("alloc", b->src);
@@ -213,6 +216,7 @@ static void service_start_on(struct service *s, const int *cpus, unsigned npolle
 	char list[512], np[16], spin[16], log[128];
 	const char *argv[32];
 	int status, k = 0;
+	pid_t parent;
 
 	fmt_list(list, sizeof(list), cpus, (int)npollers);
 	snprintf(np, sizeof(np), "%u", npollers);
@@ -242,10 +246,15 @@ static void service_start_on(struct service *s, const int *cpus, unsigned npolle
 		argv[k++] = *extra;
 	argv[k] = NULL;
 	fflush(stdout);
+	parent = getpid();
 	s->pid = fork();
 	if (s->pid < 0)
 		die("fork", -errno);
 	if (s->pid == 0) {
+		/* A dp-bench that dies (die(), a signal) takes its service
+		 * along instead of leaving it spinning on --service-cpu. */
+		if (prctl(PR_SET_PDEATHSIG, SIGTERM) || getppid() != parent)
+			_exit(127);
 		pin_set(cpus, (int)npollers);
 		if (!freopen(log, "w", stderr))
 			_exit(127);
@@ -572,12 +581,14 @@ static void bench_rate(void)
 	verify(&b, 4096);
 	bench_close(&b);
 	ours_end();
-	printf("P4 rate, 64 B local WRITEs, batch 32, one poller (%llu descriptors)\n",
-	       (unsigned long long)total);
+	printf("P4 rate, 64 B local WRITEs, batch 32, one poller (%llu descriptors, "
+	       "queue depth %u)\n",
+	       (unsigned long long)total, queue_depth);
 	report_obj("rate");
 	report_str("what", "P4: 64 B local WRITEs, batch 32, one poller");
 	print_ours_cpus();
 	report_u64("descriptors", total);
+	report_u64("queue_depth", queue_depth);
 	report_num("desc_per_s", ours);
 	if (!with_peers) {
 		printf("  dataplane %.2f M desc/s\n", ours / 1e6);
@@ -2026,6 +2037,7 @@ static void usage(void)
 	       "[--quick]\n"
 	       "                [--max-size BYTES] [--no-peers] [--json] [--plot FILE.png] "
 	       "[--rounds N]\n"
+	       "                [--depth N] "
 	       "                [--peer HOST:PORT --peer-socket PATH] [--help] [--version]\n"
 	       "                "
 	       "[latency|rate|bandwidth|overhead|notify|fabric|bypass|vm|scale|idle-queues|\n"
@@ -2045,6 +2057,8 @@ static void usage(void)
 	       "    alive and their pollers' CPUs is printed beside each peer.\n"
 	       "  overhead (and all, with --dataplaned): P3/P4 against services with the stats\n"
 	       "    region on and off, --rounds N rounds.\n"
+	       "  --depth N: the queue depth of latency, rate, bandwidth and overhead (a power\n"
+	       "    of two, 32 .. the service's --max-depth; default 256).\n"
 	       "  notify: 64 B WRITE + notification (submit -> owner sees it) vs a plain 64 B\n"
 	       "    WRITE (submit -> completion), p50/p99 and their ratio.\n"
 	       "  fabric|bypass --peer HOST:PORT --peer-socket PATH: P6/P7 through another "
@@ -2112,6 +2126,7 @@ static const char *parse_args(int argc, char **argv)
 					     {"seconds", required_argument, 0, 'D'},
 					     {"idle-queues", required_argument, 0, 'I'},
 					     {"spin-us", required_argument, 0, 'U'},
+					     {"depth", required_argument, 0, 'Q'},
 					     {0, 0, 0, 0}};
 	const char *what = "all";
 	int o;
@@ -2187,6 +2202,14 @@ static const char *parse_args(int argc, char **argv)
 			break;
 		case 'U':
 			svc_spin_us = (unsigned)atoi(optarg);
+			break;
+		case 'Q':
+			queue_depth = (uint32_t)strtoul(optarg, NULL, 0);
+			/* Above the service's --max-depth: its EINVAL, at the queue. */
+			if (queue_depth < 32 || (queue_depth & (queue_depth - 1))) {
+				fprintf(stderr, "dp-bench: --depth wants a power of two >= 32\n");
+				exit(2);
+			}
 			break;
 		case 'V':
 			dp_tool_version("dp-bench");

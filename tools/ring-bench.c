@@ -6,6 +6,13 @@
  *   P1  throughput: a producer streams entries to a consumer, burst 1 and 32.
  *   P2  round trip: A enqueues one entry on an SQ, echo thread B moves it to
  *       a CQ, A dequeues it. A bare cache-line ping-pong is the floor.
+ *   P4's ring traffic ("pipe"): what P4 moves between the client's and the
+ *       poller's CPUs and nothing else. A streams 64-byte entries in bursts
+ *       of 32 with at most PIPE_DEPTH in flight and reaps up to 256 at a
+ *       time; B takes bursts of 32 and answers each entry with a 32-byte
+ *       completion on a second ring, as the poller does, without the
+ *       validation and the copy. No target: P4 can go no faster than this
+ *       on the same two CPUs, with our rings or rte_ring.
  *
  * Each measurement runs once to warm up and then --reps times, interleaved
  * (ours, rte_ring, ours, ...), so that noise from other work on the machine
@@ -72,6 +79,22 @@ struct entry {
 };
 #define ENTRY_SEQ_OFF 60u
 _Static_assert(sizeof(struct entry) == ENTRY_SIZE, "64-byte entries");
+
+/* The pipe's completion: a struct dp_cqe's size, its ring's word where the
+ * service's CQ has it (the high half of the last 8 bytes). */
+struct completion {
+	uint64_t seq;
+	int32_t status;
+	uint32_t flags;
+	uint64_t bytes;
+	uint64_t reserved;
+};
+#define CQE_SIZE 32u
+#define CQE_SEQ_OFF 28u
+_Static_assert(sizeof(struct completion) == CQE_SIZE, "32-byte completions");
+/* dp-bench's P4 queue: 256 slots each way, and as many in flight. */
+#define PIPE_DEPTH 256u
+#define PIPE_REAP 256u
 
 static struct {
 	uint64_t p1_entries;
@@ -195,30 +218,40 @@ struct queue {
 	void *rx; /* consumer's handle */
 };
 
-typedef int (*enqueue_fn)(void *q, const struct entry *src, uint32_t n);
-typedef int (*dequeue_fn)(void *q, struct entry *dst, uint32_t n);
+/* Entries of the ring's own size: struct entry, or struct completion on the
+ * pipe's CQ (rte_ring is told the size; ours knows it). */
+typedef int (*enqueue_fn)(void *q, const void *src, uint32_t n);
+typedef int (*dequeue_fn)(void *q, void *dst, uint32_t n);
 
-static inline __attribute__((always_inline)) int ours_enqueue(void *q, const struct entry *src,
-							      uint32_t n)
+static inline __attribute__((always_inline)) int ours_enqueue(void *q, const void *src, uint32_t n)
 {
 	return dp_ring_enqueue_burst(q, src, n);
 }
 
-static inline __attribute__((always_inline)) int ours_dequeue(void *q, struct entry *dst,
-							      uint32_t n)
+static inline __attribute__((always_inline)) int ours_dequeue(void *q, void *dst, uint32_t n)
 {
 	return dp_ring_dequeue_burst(q, dst, n);
 }
 
-static inline __attribute__((always_inline)) int rte_enqueue(void *q, const struct entry *src,
-							     uint32_t n)
+static inline __attribute__((always_inline)) int rte_enqueue(void *q, const void *src, uint32_t n)
 {
 	return (int)rte_ring_enqueue_burst_elem(q, src, ENTRY_SIZE, n, NULL);
 }
 
-static inline __attribute__((always_inline)) int rte_dequeue(void *q, struct entry *dst, uint32_t n)
+static inline __attribute__((always_inline)) int rte_dequeue(void *q, void *dst, uint32_t n)
 {
 	return (int)rte_ring_dequeue_burst_elem(q, dst, ENTRY_SIZE, n, NULL);
+}
+
+static inline __attribute__((always_inline)) int rte_enqueue_cqe(void *q, const void *src,
+								 uint32_t n)
+{
+	return (int)rte_ring_enqueue_burst_elem(q, src, CQE_SIZE, n, NULL);
+}
+
+static inline __attribute__((always_inline)) int rte_dequeue_cqe(void *q, void *dst, uint32_t n)
+{
+	return (int)rte_ring_dequeue_burst_elem(q, dst, CQE_SIZE, n, NULL);
 }
 
 /* Shared, populated memory for both kinds of ring, so neither pays page
@@ -242,18 +275,26 @@ struct ours_pair {
 	struct dp_ring_pair client __attribute__((aligned(128)));
 };
 
-static void ours_pair_open(struct ours_pair *p)
+static void ours_pair_open_as(struct ours_pair *p, uint32_t slots, bool cqes)
 {
-	struct dp_ring_layout l = {opt.ring_size, ENTRY_SIZE,
-				   opt.no_seq ? DP_RING_NO_SEQ : ENTRY_SEQ_OFF};
-	int rc = dp_ring_pair_create_seq(&p->service, "ring-bench", &l, &l, 0);
-	int fd;
+	struct dp_ring_layout sq = {slots, ENTRY_SIZE, opt.no_seq ? DP_RING_NO_SEQ : ENTRY_SEQ_OFF};
+	struct dp_ring_layout cq = sq;
+	int rc, fd;
 
+	if (cqes)
+		cq = (struct dp_ring_layout){slots, CQE_SIZE,
+					     opt.no_seq ? DP_RING_NO_SEQ : CQE_SEQ_OFF};
+	rc = dp_ring_pair_create_seq(&p->service, "ring-bench", &sq, &cq, 0);
 	if (rc)
 		die("dp_ring_pair_create");
 	fd = dup(p->service.fd);
-	if (fd < 0 || dp_ring_pair_attach_seq(&p->client, fd, &l, &l))
+	if (fd < 0 || dp_ring_pair_attach_seq(&p->client, fd, &sq, &cq))
 		die("dp_ring_pair_attach");
+}
+
+static void ours_pair_open(struct ours_pair *p)
+{
+	ours_pair_open_as(p, opt.ring_size, false);
 }
 
 static void ours_pair_close(struct ours_pair *p)
@@ -262,22 +303,32 @@ static void ours_pair_close(struct ours_pair *p)
 	dp_ring_pair_close(&p->service);
 }
 
-static struct rte_ring *rte_open(const char *name)
+static struct rte_ring *rte_open_as(const char *name, uint32_t esize, uint32_t slots)
 {
-	ssize_t len = rte_ring_get_memsize_elem(ENTRY_SIZE, opt.ring_size);
+	ssize_t len = rte_ring_get_memsize_elem(esize, slots);
 	struct rte_ring *r;
 
 	if (len < 0)
 		die("rte_ring_get_memsize_elem");
 	r = shared_mem((size_t)len);
-	if (rte_ring_init(r, name, opt.ring_size, RING_F_SP_ENQ | RING_F_SC_DEQ))
+	if (rte_ring_init(r, name, slots, RING_F_SP_ENQ | RING_F_SC_DEQ))
 		die("rte_ring_init");
 	return r;
 }
 
+static void rte_close_as(struct rte_ring *r, uint32_t esize, uint32_t slots)
+{
+	munmap(r, (size_t)rte_ring_get_memsize_elem(esize, slots));
+}
+
+static struct rte_ring *rte_open(const char *name)
+{
+	return rte_open_as(name, ENTRY_SIZE, opt.ring_size);
+}
+
 static void rte_close(struct rte_ring *r)
 {
-	munmap(r, (size_t)rte_ring_get_memsize_elem(ENTRY_SIZE, opt.ring_size));
+	rte_close_as(r, ENTRY_SIZE, opt.ring_size);
 }
 
 /* ---- P1: throughput ---- */
@@ -530,6 +581,149 @@ static double p2(bool ours, struct run_ctl *ctl)
 	return (run.ctl.t_end - run.ctl.t_start) / (double)run.count;
 }
 
+/* ---- P4's ring traffic: the pipe ---- */
+
+struct pipe_run {
+	struct queue sq, cq;
+	uint64_t count;
+	struct run_ctl ctl __attribute__((aligned(128)));
+	int client_err __attribute__((aligned(128)));
+	uint64_t bad; /* completions out of sequence */
+	int echo_err __attribute__((aligned(128)));
+};
+
+/* Thread A, as dp-bench's P4 client: a burst out while it has credit, then
+ * whatever completions are there. */
+static inline __attribute__((always_inline)) void pipe_client(struct pipe_run *run, enqueue_fn enq,
+							      dequeue_fn deq)
+{
+	struct entry buf[MAX_BURST] __attribute__((aligned(64))) = {{0}};
+	struct completion c[PIPE_REAP] __attribute__((aligned(64)));
+	struct run_thread t = run_start(&run->ctl, opt.cpu[0]);
+	uint64_t sent = 0, done = 0, bad = 0;
+	int k = 0;
+
+	run->ctl.t_start = (double)dp_now_ns();
+	while (done < run->count) {
+		uint64_t room = PIPE_DEPTH - (sent - done), left = run->count - sent;
+		uint32_t n = (uint32_t)(room < left ? room : left);
+
+		if (n > MAX_BURST)
+			n = MAX_BURST;
+		if (n) {
+			for (uint32_t i = 0; i < n; i++)
+				buf[i].seq = sent + i;
+			if ((k = enq(run->sq.tx, buf, n)) < 0)
+				break;
+			sent += (uint32_t)k;
+		}
+		if ((k = deq(run->cq.rx, c, PIPE_REAP)) < 0)
+			break;
+		for (int i = 0; i < k; i++)
+			bad += c[i].seq != done + (uint64_t)i || c[i].bytes != ENTRY_SIZE;
+		done += (uint32_t)k;
+		if ((k == 0 && run_abandoned(&t)) || run_disturbed(&t))
+			break;
+	}
+	run->ctl.t_end = (double)dp_now_ns();
+	if (k < 0)
+		run->client_err = k;
+	run->bad = bad;
+	run_finish(&t);
+}
+
+/* Thread B, as the poller: a burst in, a completion out for each. */
+static inline __attribute__((always_inline)) void pipe_echo(struct pipe_run *run, enqueue_fn enq,
+							    dequeue_fn deq)
+{
+	struct entry buf[MAX_BURST] __attribute__((aligned(64)));
+	struct completion c[MAX_BURST] __attribute__((aligned(64))) = {{0}};
+	struct run_thread t = run_start(&run->ctl, opt.cpu[1]);
+	uint64_t moved = 0;
+	int k = 0;
+
+	while (moved < run->count) {
+		int n = deq(run->sq.rx, buf, MAX_BURST);
+
+		if ((k = n) < 0)
+			break;
+		for (int i = 0; i < n; i++) {
+			c[i].seq = buf[i].seq;
+			c[i].bytes = ENTRY_SIZE;
+		}
+		for (int i = 0; i < n; i += k)
+			if ((k = enq(run->cq.tx, c + i, (uint32_t)(n - i))) <= 0) {
+				if (k < 0 || run_abandoned(&t))
+					goto out;
+				k = 0;
+			}
+		moved += (uint32_t)n;
+		if ((n == 0 && run_abandoned(&t)) || run_disturbed(&t))
+			break;
+	}
+out:
+	if (k < 0)
+		run->echo_err = k;
+	run_finish(&t);
+}
+
+static void *ours_pipe_client(void *run)
+{
+	pipe_client(run, ours_enqueue, ours_dequeue);
+	return NULL;
+}
+
+static void *ours_pipe_echo(void *run)
+{
+	pipe_echo(run, ours_enqueue, ours_dequeue);
+	return NULL;
+}
+
+static void *rte_pipe_client(void *run)
+{
+	pipe_client(run, rte_enqueue, rte_dequeue_cqe);
+	return NULL;
+}
+
+static void *rte_pipe_echo(void *run)
+{
+	pipe_echo(run, rte_enqueue_cqe, rte_dequeue);
+	return NULL;
+}
+
+/* Returns Mops/s: entries out and their completions back. */
+static double pipe_rate(bool ours, struct run_ctl *ctl)
+{
+	struct pipe_run run = {.ctl = *ctl, .count = opt.p1_entries};
+	struct ours_pair pair;
+	struct rte_ring *sq, *cq;
+
+	if (ours) {
+		ours_pair_open_as(&pair, PIPE_DEPTH, true);
+		run.sq = (struct queue){.tx = &pair.client.sq, .rx = &pair.service.sq};
+		run.cq = (struct queue){.tx = &pair.service.cq, .rx = &pair.client.cq};
+		run_threads(ours_pipe_client, ours_pipe_echo, &run);
+		ours_pair_close(&pair);
+	} else {
+		sq = rte_open_as("pipe-sq", ENTRY_SIZE, PIPE_DEPTH);
+		cq = rte_open_as("pipe-cq", CQE_SIZE, PIPE_DEPTH);
+		run.sq = (struct queue){.tx = sq, .rx = sq};
+		run.cq = (struct queue){.tx = cq, .rx = cq};
+		run_threads(rte_pipe_client, rte_pipe_echo, &run);
+		rte_close_as(sq, ENTRY_SIZE, PIPE_DEPTH);
+		rte_close_as(cq, CQE_SIZE, PIPE_DEPTH);
+	}
+	if (run.client_err || run.echo_err)
+		die("a ring reported an error (-EPROTO)");
+	if (run.bad) {
+		fprintf(stderr, "ring-bench: pipe %s: %lu completions out of sequence\n",
+			ours ? "ours" : "rte_ring", (unsigned long)run.bad);
+		exit(1);
+	}
+	*ctl = run.ctl;
+	return (double)run.count / (run.ctl.t_end - run.ctl.t_start) * 1e3;
+}
+
 /* The physical floor of P2, and the placement the run got: one cache line
  * handed back and forth (bench-report.c). Its threads are not given up
  * early; a disturbed run is repeated like the others. */
@@ -552,6 +746,8 @@ enum metric {
 	P1_RTE_B1,
 	P1_OURS_B32,
 	P1_RTE_B32,
+	PIPE_OURS,
+	PIPE_RTE,
 	P2_OURS,
 	P2_RTE,
 	P2_PINGPONG,
@@ -569,6 +765,10 @@ static double measure_once(enum metric m, struct run_ctl *ctl)
 		return p1(true, MAX_BURST, ctl);
 	case P1_RTE_B32:
 		return p1(false, MAX_BURST, ctl);
+	case PIPE_OURS:
+		return pipe_rate(true, ctl);
+	case PIPE_RTE:
+		return pipe_rate(false, ctl);
 	case P2_OURS:
 		return p2(true, ctl);
 	case P2_RTE:
@@ -618,7 +818,7 @@ static void usage(FILE *f, int rc)
 	fprintf(f, "usage: ring-bench [--iters N] [--rt-iters N] [--reps N] [--retries N] "
 		   "[--size SLOTS] [--cpus A,B]\n"
 		   "                  [--no-seq] [--no-peers] [--json] [--help] [--version]\n"
-		   "  --iters N     entries per P1 run (default 5000000)\n"
+		   "  --iters N     entries per P1 run and P4 rings run (default 5000000)\n"
 		   "  --rt-iters N  round trips per P2 run (default 1000000)\n"
 		   "  --reps N      timed runs per measurement, median reported (default 5)\n"
 		   "  --retries N   repeats of a run disturbed by other programs (default 20)\n"
@@ -708,7 +908,7 @@ static const char *verdict(bool pass)
 
 static bool is_peer(enum metric m)
 {
-	return m == P1_RTE_B1 || m == P1_RTE_B32 || m == P2_RTE;
+	return m == P1_RTE_B1 || m == P1_RTE_B32 || m == PIPE_RTE || m == P2_RTE;
 }
 
 /* One figure with its runs (and, with peers, rte_ring's and the ratio) in
@@ -744,9 +944,10 @@ static void report_pair(const char *key, const double *values, const double *med
 
 int main(int argc, char **argv)
 {
-	static const char *names[METRICS] = {"ours-b1", "rte-b1", "ours-b32", "rte-b32",
-					     "ours-rt", "rte-rt", "pingpong"};
-	double *values, med[METRICS], b1 = 0, b32 = 0, rt = 0, rt_floor = 0;
+	static const char *names[METRICS] = {"ours-b1", "rte-b1",    "ours-b32",
+					     "rte-b32", "ours-pipe", "rte-pipe",
+					     "ours-rt", "rte-rt",    "pingpong"};
+	double *values, med[METRICS], b1 = 0, b32 = 0, pp = 0, rt = 0, rt_floor = 0;
 	struct peer_check before, after;
 
 	parse(argc, argv);
@@ -755,7 +956,8 @@ int main(int argc, char **argv)
 		die("calloc");
 	printf("ring-bench (dataplane %s): 64-byte entries, %u-slot rings (ours %s), "
 	       "producer/client on CPU %d, consumer/echo on CPU %d\n"
-	       "P1: %lu entries per run; P2: %lu round trips per run; 1 warm-up + %u runs, "
+	       "P1 and P4's rings: %lu entries per run; P2: %lu round trips per run; 1 warm-up + "
+	       "%u runs, "
 	       "interleaved; medians\n",
 	       DP_VERSION_STRING, opt.ring_size,
 	       opt.no_seq ? "without sequence words: tail polled" : "with sequence words",
@@ -802,6 +1004,7 @@ int main(int argc, char **argv)
 	if (opt.peers) {
 		b1 = median_ratio(values, P1_OURS_B1, P1_RTE_B1);
 		b32 = median_ratio(values, P1_OURS_B32, P1_RTE_B32);
+		pp = median_ratio(values, PIPE_OURS, PIPE_RTE);
 		rt = median_ratio(values, P2_OURS, P2_RTE);
 		rt_floor = median_ratio(values, P2_OURS, P2_PINGPONG);
 	}
@@ -826,6 +1029,8 @@ int main(int argc, char **argv)
 		printf("%-22s %9.1f %9.1f %7.2fx  %-18s %s\n", "P1 burst 32, Mops/s",
 		       med[P1_OURS_B32], med[P1_RTE_B32], b32, ">= 1.0x rte_ring",
 		       verdict(b32 >= 1.0));
+		printf("%-22s %9.1f %9.1f %7.2fx  %-18s %s\n", "P4's rings, Mops/s", med[PIPE_OURS],
+		       med[PIPE_RTE], pp, "- (P4's ceiling)", "-");
 		printf("%-22s %9.1f %9.1f %7.2fx  %-18s %s\n", "P2 round trip, ns", med[P2_OURS],
 		       med[P2_RTE], rt, "<= 1.1x rte_ring", verdict(rt <= 1.1));
 		printf("%-22s %9.1f %9.1f %7.2fx  %-18s %s\n", "P2 vs ping-pong, ns", med[P2_OURS],
@@ -833,7 +1038,10 @@ int main(int argc, char **argv)
 		printf("(ours, peer: medians of the runs; ratio: median of the runs' ratios. Peer: "
 		       "rte_ring SP/SC *_burst_elem,\n a bare cache-line ping-pong for the last "
 		       "row. P2 and the ping-pong are full round trips,\n A -> B -> A, on both "
-		       "sides.)\n");
+		       "sides. P4's rings: 64 B entries out in bursts of 32, a 32 B completion\n"
+		       " back for each, %u in flight, nothing else: the most P4 could do on these "
+		       "CPUs.)\n",
+		       PIPE_DEPTH);
 		printf("CPUs: ours and rte_ring alike, producer/client %d, consumer/echo %d; no "
 		       "service started\n",
 		       opt.cpu[0], opt.cpu[1]);
@@ -842,12 +1050,14 @@ int main(int argc, char **argv)
 		printf("\n%-22s %9s\n", "metric", "ours");
 		printf("%-22s %9.1f\n", "P1 burst 1, Mops/s", med[P1_OURS_B1]);
 		printf("%-22s %9.1f\n", "P1 burst 32, Mops/s", med[P1_OURS_B32]);
+		printf("%-22s %9.1f\n", "P4's rings, Mops/s", med[PIPE_OURS]);
 		printf("%-22s %9.1f\n", "P2 round trip, ns", med[P2_OURS]);
 		printf("(medians of the runs; P2 is a full round trip, A -> B -> A)\n");
 	}
 	report_pair("p1_burst1", values, med, P1_OURS_B1, P1_RTE_B1, "mops", NULL, false);
 	report_pair("p1_burst32", values, med, P1_OURS_B32, P1_RTE_B32, "mops", ">= 1.0x rte_ring",
 		    b32 >= 1.0);
+	report_pair("p4_rings", values, med, PIPE_OURS, PIPE_RTE, "mops", NULL, false);
 	report_pair("p2_round_trip", values, med, P2_OURS, P2_RTE, "ns", "<= 1.1x rte_ring",
 		    rt <= 1.1);
 	if (opt.peers)
