@@ -514,6 +514,12 @@ static int queue_drain_sq(struct poller *p, struct queue *q)
 	 * time, but never the private copy we act on. */
 	dp_ring_copy_out(&q->pair.sq, idx, descs, (uint32_t)k);
 	dp_ring_release(&q->pair.sq, (uint32_t)k);
+	/* A full burst: the client is ahead, and its next burst is likely
+	 * written already. Fetching it while this one is processed took P4
+	 * from 35.3 to 37.1 M/s on the reference host (medians, 6 rounds
+	 * alternating; docs/benchmarks.md). */
+	if (k == DP_BURST)
+		dp_ring_prefetch(&q->pair.sq, idx + (uint32_t)k, DP_BURST);
 	q->idle_loops = 0;
 	for (int i = 0, n; i < k; i += n)
 		if (!(n = fast_run(q, &descs[i], k - i, &f))) {

@@ -426,6 +426,36 @@ static inline void dp_ring_release(struct dp_ring *r, uint32_t n)
 }
 
 /*
+ * A hint, no step of the protocol: the CPU starts fetching the n slots
+ * from idx (a consumer's next burst) while the consumer works on the
+ * burst it holds, so the next peek and copy out wait less for the
+ * producer's lines. A slot not yet written is fetched for nothing and
+ * read again later; nothing is read from them here. One prefetch per slot:
+ * for the SQ's 64-byte slots, one per line.
+ */
+static inline void dp_ring_prefetch(const struct dp_ring *r, uint32_t idx, uint32_t n)
+{
+	const size_t es = r->entry_size;
+	const uint8_t *p = dp_ring_slot(r, idx), *wrap = r->slots + (size_t)(r->mask + 1) * es;
+	const uint8_t *end = p + (size_t)n * es;
+
+	if (end > wrap) {
+		for (const uint8_t *s = r->slots; s < r->slots + (size_t)(end - wrap); s += es)
+			__builtin_prefetch(s, 0, 3);
+		end = wrap;
+	}
+	/* Four a turn: a loop of one costs three instructions a slot. */
+	for (; p + 4 * es <= end; p += 4 * es) {
+		__builtin_prefetch(p, 0, 3);
+		__builtin_prefetch(p + es, 0, 3);
+		__builtin_prefetch(p + 2 * es, 0, 3);
+		__builtin_prefetch(p + 3 * es, 0, 3);
+	}
+	for (; p < end; p += es)
+		__builtin_prefetch(p, 0, 3);
+}
+
+/*
  * A producer's n entries of es bytes into the slots. A burst of 64 B
  * (descriptors) or 32 B (completions) entries goes one by one, each a copy
  * of known size, inlined, as dp_submit() and the poller's completions do:
