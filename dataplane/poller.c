@@ -257,6 +257,9 @@ static void desc_process(struct poller *p, struct queue *q, const struct dp_desc
  *     flush, so no client can tell the lookups apart. What can change
  *     while the loop runs is still checked per descriptor: the segment's
  *     dead flag and, for another service's export, samehost_alive();
+ *   - a run also has one length: its range checks are two compares
+ *     against offsets computed once (fast_len), and a descriptor of
+ *     another length starts another run of the same lookup;
  *   - the completion goes straight into its CQ slot: the burst was taken
  *     within the queue's credit (queue_drain_sq), so the slot is free and
  *     dp_ring_stage's check is not needed;
@@ -278,6 +281,10 @@ struct fast_run {
 	uint32_t key1;
 	uint8_t *dbase, *sbase; /* destination and source regions' byte 0 */
 	uint64_t dlen, slen, lim;
+	/* The run's length (every descriptor of a run has it: another
+	 * length starts another run, without a new lookup), and the largest
+	 * destination and source offsets it leaves in range. */
+	uint64_t len, dmax, smax;
 	bool write;    /* dst is the target (offsets swap for a READ) */
 	uint32_t path; /* DP_CQE_F_LOCAL or DP_CQE_F_SAME_HOST */
 	const struct segment *seg;
@@ -315,6 +322,18 @@ static inline uint64_t desc_word(const struct dp_desc *d, size_t off)
 
 	memcpy(&w, (const uint8_t *)d + off, sizeof(w));
 	return w;
+}
+
+/* The run's length becomes len; false when no descriptor of that length
+ * can take the fast path (len > lim: desc_resolve's checks, inline_max). */
+static inline bool fast_len(struct fast_run *f, uint64_t len)
+{
+	if (len > f->lim)
+		return false;
+	f->len = len;
+	f->dmax = f->dlen - len;
+	f->smax = f->slen - len;
+	return true;
 }
 
 /* The lookup of desc_resolve for d's (opcode, region, segment), kept for the
@@ -362,6 +381,8 @@ static bool fast_lookup(struct queue *q, const struct dp_desc *d, struct fast_ru
 	f->path = seg->same ? DP_CQE_F_SAME_HOST : DP_CQE_F_LOCAL;
 	f->seg = seg;
 	f->same = seg->same;
+	if (!fast_len(f, d->len))
+		return false;
 	f->key0 = desc_word(d, 0);
 	f->key1 = d->segment;
 	return true;
@@ -388,36 +409,37 @@ static __attribute__((always_inline)) inline int fast_loop(struct queue *q, cons
 							   const bool write, const bool st)
 {
 	struct dp_ring *cq = &q->pair.cq;
-	struct dp_cqe *cqes = (struct dp_cqe *)cq->slots; /* entry size: ours (control.c) */
+	/* The completions' slots, walked by pointer (entry size: ours,
+	 * control.c); credit made them free (queue_drain_sq). */
+	struct dp_cqe *const cqes = (struct dp_cqe *)cq->slots, *const cq_end = cqes + cq->mask + 1;
+	struct dp_cqe *e = cqes + ((cq->local + q->nstage) & cq->mask);
 	const struct dp_desc *const d0 = d, *const end = d + n;
-	const uint64_t key0 = f->key0, key1 = f->key1, dlen = f->dlen, slen = f->slen;
-	const uint64_t lim = f->lim;
+	const uint64_t key0 = f->key0, key1 = f->key1, len = f->len;
+	const uint64_t dmax = f->dmax, smax = f->smax;
 	uint8_t *const dbase = f->dbase;
 	const uint8_t *const sbase = f->sbase;
-	const uint32_t mask = cq->mask;
 	/* A completion's status (0) and flags, stored as one word. */
 	const struct {
 		int32_t status;
 		uint32_t flags;
 	} sf = {0, f->path};
-	uint32_t ci = cq->local + q->nstage;
 	/* With st, the run is d's stamp and path already (fast_run): only
 	 * the stamp is compared per descriptor. */
-	uint64_t bytes = 0, stamp = d->submit_ns;
+	uint64_t stamp = d->submit_ns;
 
 	for (; d < end; d++) {
-		uint64_t len = d->len, doff = write ? d->target_off : d->local_off;
+		uint64_t doff = write ? d->target_off : d->local_off;
 		uint64_t soff = write ? d->local_off : d->target_off;
-		struct dp_cqe *e;
 
-		if (desc_word(d, 0) != key0 || d->segment != key1 || d->notify)
+		if (desc_word(d, 0) != key0 || d->segment != key1 || d->len != len || d->notify)
 			break;
-		/* desc_resolve's checks (len <= inline_max too), as subtractions. */
-		if (len > lim || doff > dlen - len || soff > slen - len)
+		/* desc_resolve's checks for the run's length (fast_len). */
+		if (doff > dmax || soff > smax)
 			break;
 		if (st && __builtin_expect(d->submit_ns != stamp, 0)) {
 			stamp = d->submit_ns;
-			stats_run_switch(q, stamp, sf.flags, (uint64_t)(d - d0), bytes);
+			stats_run_switch(q, stamp, sf.flags, (uint64_t)(d - d0),
+					 (uint64_t)(d - d0) * len);
 		}
 #ifdef DP_TSAN
 		__tsan_ignore_thread_begin();
@@ -430,15 +452,16 @@ static __attribute__((always_inline)) inline int fast_loop(struct queue *q, cons
 #ifdef DP_TSAN
 		__tsan_ignore_thread_end();
 #endif
-		e = &cqes[ci++ & mask];
 		e->user_data = d->user_data;
 		memcpy(&e->status, &sf, sizeof(sf));
 		e->bytes = len; /* reserved: the ring's sequence word (dp_proto.h) */
-		bytes += len;
+		if (++e == cq_end)
+			e = cqes;
 	}
-	q->nstage = ci - cq->local;
-	fast_count(q, (uint64_t)(d - d0), bytes);
-	return (int)(d - d0);
+	n = (int)(d - d0);
+	q->nstage += (uint32_t)n;
+	fast_count(q, (uint64_t)n, (uint64_t)n * len);
+	return n;
 }
 
 /*
@@ -453,6 +476,8 @@ static int fast_run(struct queue *q, const struct dp_desc *d, int n, struct fast
 	/* key0 0 is no run: a descriptor of zeroes would match it. */
 	if ((!f->key0 || desc_word(d, 0) != f->key0 || d->segment != f->key1) &&
 	    !fast_lookup(q, d, f))
+		return 0;
+	if (d->len != f->len && !fast_len(f, d->len))
 		return 0;
 	if (atomic_load_explicit(&f->seg->dead, memory_order_acquire) ||
 	    (f->same && !samehost_alive(f->same)))

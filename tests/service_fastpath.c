@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* service_fastpath.c - the poller's burst fast path (runs of host WRITEs/READs) gives, descriptor by descriptor, what the general path gives: in one burst whose runs change key (opcode, region, segment), are broken by invalid descriptors and by copies above --inline-max, every completion has its status, bytes and flags and every byte lands where it should. */
+/* service_fastpath.c - the poller's burst fast path (runs of host WRITEs/READs) gives, descriptor by descriptor, what the general path gives: in one burst whose runs change key (opcode, region, segment), are broken by invalid descriptors, by a length whose range check fails where the run's passed, and by copies above --inline-max, every completion has its status, bytes and flags and every byte lands where it should. */
 #include <criterion/criterion.h>
 #include <stdbool.h>
 #include <string.h>
@@ -70,6 +70,10 @@ Test(service_fastpath, mixed_runs_in_one_burst, .timeout = 30)
 			d[i].notify = 1;
 			want[i] = -EINVAL;
 			break;
+		case 8: /* the same key, a longer one: in range for 64 B only */
+			d[i] = mk(DP_OP_WRITE, a, off, sb, RLEN - 1024, 4096);
+			want[i] = -EFAULT;
+			break;
 		case 9: /* the same key, above --inline-max: queued */
 			d[i] = mk(DP_OP_WRITE, a, 40 * 1024, sb, 40 * 1024, 8192);
 			break;
@@ -135,8 +139,8 @@ Test(service_fastpath, mixed_runs_in_one_burst, .timeout = 30)
 	cr_assert(!memcmp(bp, want_b, RLEN), "region b");
 	cr_assert(!memcmp(cp, want_c, RLEN), "region c");
 	cr_assert_eq(dp_queue_stats(q, &st), 0);
-	cr_assert_eq(st.failed, 5);
-	cr_assert_eq(st.completed, N - 5);
+	cr_assert_eq(st.failed, 6);
+	cr_assert_eq(st.completed, N - 6);
 	cr_assert_eq(st.bytes, moved);
 	dp_close(cl);
 	stop_svc(&svc);
