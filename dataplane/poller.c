@@ -495,7 +495,7 @@ static int fast_run(struct queue *q, const struct dp_desc *d, int n, struct fast
 		 * then leaves the loop costs nothing (an empty run is never
 		 * timed). */
 		if (d->submit_ns != q->run_submit || f->path != q->run_flags)
-			stats_run_switch(q, d->submit_ns, f->path, 0, 0);
+			stats_run_start(q, d->submit_ns, f->path);
 		if (d->submit_ns != d[n - 1].submit_ns)
 			return f->write ? fast_loop(q, d, n, f, true, true)
 					: fast_loop(q, d, n, f, false, true);

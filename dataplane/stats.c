@@ -438,29 +438,11 @@ void stats_queue_retire(struct queue *q)
 
 /* ---- latency runs (the owning poller) ---- */
 
-/*
- * Times the loop's runs at t, the clock after the loop published them: a
- * latency is submit to completion visible. A stamp of 0 (an engine that did
- * not keep it) or from the future (a client that wrote its own) counts as
- * unstamped instead of landing in the histogram; one a microsecond ahead
- * is the TSC extrapolation's error, and times as 0.
- */
+/* Times the loop's runs at t (stats_run_time). */
 void stats_runs_end(struct stats_poller *sp, uint64_t t)
 {
-	for (unsigned i = 0; i < sp->npend; i++) {
-		struct stats_pend *r = &sp->pend[i];
-		struct queue *q = r->q;
-		uint64_t lat = t > r->submit_ns ? t - r->submit_ns : 0;
-
-		if (!r->submit_ns || r->submit_ns > t + 1000) {
-			q->ctr.lat_unstamped += r->count;
-			continue;
-		}
-		stats_add(&q->st->hist[dp_stats_hist_index(lat)], r->count);
-		q->ctr.lat_sum_ns += lat * r->count;
-		if (lat > q->ctr.lat_max_ns)
-			q->ctr.lat_max_ns = lat;
-	}
+	for (unsigned i = 0; i < sp->npend; i++)
+		stats_run_time(&sp->pend[i], t);
 	sp->npend = 0;
 }
 

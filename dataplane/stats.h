@@ -183,6 +183,28 @@ static inline uint64_t stats_now(struct stats_poller *sp)
 	return stats_anchor(sp);
 }
 
+/*
+ * Times one run the loop closed, at t, the clock after the loop published
+ * its completions: a latency is submit to completion visible. A stamp of 0
+ * (an engine that did not keep it) or from the future (a client that wrote
+ * its own) counts as unstamped instead of landing in the histogram; one a
+ * microsecond ahead is the TSC extrapolation's error, and times as 0.
+ */
+static inline void stats_run_time(const struct stats_pend *r, uint64_t t)
+{
+	struct queue *q = r->q;
+	uint64_t lat = t > r->submit_ns ? t - r->submit_ns : 0;
+
+	if (!r->submit_ns || r->submit_ns > t + 1000) {
+		q->ctr.lat_unstamped += r->count;
+		return;
+	}
+	stats_add(&q->st->hist[dp_stats_hist_index(lat)], r->count);
+	q->ctr.lat_sum_ns += lat * r->count;
+	if (lat > q->ctr.lat_max_ns)
+		q->ctr.lat_max_ns = lat;
+}
+
 /* Times every run the loop closed at t (stats.c). */
 void stats_runs_end(struct stats_poller *sp, uint64_t t);
 
@@ -210,6 +232,19 @@ static inline void stats_run_close(struct queue *q, uint64_t done, uint64_t byte
 void stats_run_switch(struct queue *q, uint64_t submit_ns, uint32_t flags, uint64_t n,
 		      uint64_t bytes);
 
+/* stats_run_switch(q, submit_ns, flags, 0, 0): inline when q's run has no
+ * completion since it was last closed (the flush closes it: the first
+ * switch of a loop, the usual one), out of line otherwise. */
+static inline void stats_run_start(struct queue *q, uint64_t submit_ns, uint32_t flags)
+{
+	if (q->ctr.completed + q->ctr.failed != q->run_done0) {
+		stats_run_switch(q, submit_ns, flags, 0, 0);
+		return;
+	}
+	q->run_submit = submit_ns;
+	q->run_flags = flags;
+}
+
 /*
  * One completion about to be counted in q->ctr (queue_complete_ns).
  * submit_ns is the descriptor's stamp. Completions are counted in runs: one
@@ -221,7 +256,7 @@ void stats_run_switch(struct queue *q, uint64_t submit_ns, uint32_t flags, uint6
 static inline void stats_complete(struct queue *q, uint64_t submit_ns, uint32_t flags)
 {
 	if (__builtin_expect(q->st && (submit_ns != q->run_submit || flags != q->run_flags), 0))
-		stats_run_switch(q, submit_ns, flags, 0, 0);
+		stats_run_start(q, submit_ns, flags);
 }
 
 /*
@@ -340,9 +375,14 @@ static inline uint64_t stats_loop_end(struct poller *p, int work)
 		return work ? 0 : stats_clock();
 	if (sp->npend) {
 		/* After poller_flush: the loop's completions are visible and
-		 * its runs closed. */
+		 * its runs closed. One run (one queue, one batch): inline. */
 		t = stats_now(sp);
-		stats_runs_end(sp, t);
+		if (sp->npend == 1) {
+			stats_run_time(&sp->pend[0], t);
+			sp->npend = 0;
+		} else {
+			stats_runs_end(sp, t);
+		}
 	} else if (work)
 		t = stats_now(sp);
 	else {
