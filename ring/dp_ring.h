@@ -438,13 +438,14 @@ static inline void dp_ring_release(struct dp_ring *r, uint32_t n)
  * burst it holds, so the next peek and copy out wait less for the
  * producer's lines. A slot not yet written is fetched for nothing and
  * read again later; nothing is read from them here. One prefetch per
- * 64-byte line the slots cover (the SQ's slots are one line each).
+ * 64-byte line the slots cover (the SQ's slots are one line each), never
+ * more than the ring.
  */
 static inline void dp_ring_prefetch(const struct dp_ring *r, uint32_t idx, uint32_t n)
 {
 	const size_t es = r->entry_size;
 	const uint8_t *p = dp_ring_slot(r, idx), *wrap = r->slots + (size_t)(r->mask + 1) * es;
-	const uint8_t *end = p + (size_t)n * es;
+	const uint8_t *end = p + (size_t)(n <= r->mask ? n : r->mask + 1) * es;
 
 	if (end > wrap) {
 		for (const uint8_t *s = r->slots; s < r->slots + (size_t)(end - wrap); s += 64)
