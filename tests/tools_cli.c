@@ -3,6 +3,7 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,9 +151,8 @@ Test(tools_cli, two_dp_bench_share_a_service, .timeout = 240, .fini = svc_teardo
 	stop_svc(&svc);
 }
 
-/* The dataplaned processes started by some dp-bench (their socket lies in a
- * /tmp/dp-bench-svc-* directory): how many are alive, zombies aside. */
-static int dp_bench_services(void)
+/* Live processes (zombies have no exe) running the binary at `path`. */
+static int running(const char *path)
 {
 	DIR *d = opendir("/proc");
 	struct dirent *e;
@@ -160,32 +160,17 @@ static int dp_bench_services(void)
 
 	cr_assert(d, "opendir /proc");
 	while ((e = readdir(d))) {
-		char path[300], buf[4096], state = 0;
+		char link[300], exe[PATH_MAX];
 		ssize_t len;
-		int fd;
-		FILE *f;
 
 		if (e->d_name[0] < '1' || e->d_name[0] > '9')
 			continue;
-		snprintf(path, sizeof(path), "/proc/%s/cmdline", e->d_name);
-		if ((fd = open(path, O_RDONLY)) < 0)
-			continue;
-		len = read(fd, buf, sizeof(buf) - 1);
-		close(fd);
+		snprintf(link, sizeof(link), "/proc/%s/exe", e->d_name);
+		len = readlink(link, exe, sizeof(exe) - 1);
 		if (len <= 0)
 			continue;
-		for (ssize_t i = 0; i < len; i++)
-			buf[i] = buf[i] ? buf[i] : ' ';
-		buf[len] = 0;
-		if (!strstr(buf, "dataplaned") || !strstr(buf, "/tmp/dp-bench-svc-"))
-			continue;
-		snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
-		if ((f = fopen(path, "r"))) {
-			if (fscanf(f, "%*d (%*[^)]) %c", &state) != 1)
-				state = 0;
-			fclose(f);
-		}
-		n += state != 'Z';
+		exe[len] = 0;
+		n += !strcmp(exe, path);
 	}
 	closedir(d);
 	return n;
@@ -193,28 +178,38 @@ static int dp_bench_services(void)
 
 /* A dp-bench that dies (here: its queue refused, --depth above the
  * service's --max-depth) stops the service it started: none is left
- * spinning on --service-cpu. */
+ * spinning on --service-cpu. The service runs from a copy of dataplaned of
+ * this test's own, so no other dataplaned on the machine is counted. */
 Test(tools_cli, dp_bench_dying_stops_its_service, .timeout = 120)
 {
-	const char *args[] = {"--dataplaned",  build_path("dataplaned"),
-			      "--no-peers",    "--quick",
-			      "--cpu",	       "0",
-			      "--service-cpu", "0",
-			      "--depth",       "8192",
-			      "rate",	       NULL};
-	int before = dp_bench_services(), after = before;
+	char dir[64], bin[96], cmd[320];
+	int left = 0;
+
+	snprintf(dir, sizeof(dir), "/tmp/dp-test-pdeath-%d", (int)getpid());
+	snprintf(bin, sizeof(bin), "%s/dataplaned", dir);
+	snprintf(cmd, sizeof(cmd), "mkdir -p %s && cp %s %s", dir, build_path("dataplaned"), bin);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+
+	const char *args[] = {"--dataplaned",  bin, "--no-peers", "--quick", "--cpu", "0",
+			      "--service-cpu", "0", "--depth",	  "8192",    "rate",  NULL};
 	struct tool_run r = run_tool("dp-bench", args);
 
 	cr_assert_eq(r.status, 1, "dp-bench --depth 8192: exit %d, stderr: %s", r.status, r.err);
 	cr_assert(strstr(r.err, "queue: Invalid argument"), "stderr: %s", r.err);
-	for (int i = 0; i < 300 && (after = dp_bench_services()) > before; i++)
+	for (int i = 0; i < 300 && (left = running(bin)) > 0; i++)
 		sleep_ms(10);
-	cr_assert_leq(after, before, "%d dataplaned of dp-bench's left alive", after - before);
+	cr_assert_eq(left, 0, "%d dataplaned of dp-bench's left alive", left);
 	tool_run_free(&r);
+	unlink(bin);
+	rmdir(dir);
 
-	const char *bad[] = {"--depth", "100", "rate", NULL};
-	r = run_tool("dp-bench", bad);
-	cr_assert_eq(r.status, 2, "--depth 100: exit %d", r.status);
-	cr_assert(strstr(r.err, "--depth wants a power of two"), "stderr: %s", r.err);
-	tool_run_free(&r);
+	const char *const bad[] = {"100", "64k", "4294967328", "2097152", NULL};
+	for (int i = 0; bad[i]; i++) {
+		const char *a[] = {"--depth", bad[i], "rate", NULL};
+
+		r = run_tool("dp-bench", a);
+		cr_assert_eq(r.status, 2, "--depth %s: exit %d", bad[i], r.status);
+		cr_assert(strstr(r.err, "--depth wants a power of two"), "stderr: %s", r.err);
+		tool_run_free(&r);
+	}
 }

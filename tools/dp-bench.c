@@ -79,7 +79,8 @@ static int service_cpu = -1;
  * before each peer runs. */
 static bool own_service;
 static unsigned overhead_rounds; /* 0: 3 with --quick, else 7 */
-/* The queue depth of latency, rate, bandwidth and overhead (--depth). */
+/* The depth of the queue each benchmark measures through (--depth; fabric
+ * and bypass keep 256). */
 static uint32_t queue_depth = 256;
 
 struct bench {
@@ -2057,8 +2058,9 @@ static void usage(void)
 	       "    alive and their pollers' CPUs is printed beside each peer.\n"
 	       "  overhead (and all, with --dataplaned): P3/P4 against services with the stats\n"
 	       "    region on and off, --rounds N rounds.\n"
-	       "  --depth N: the queue depth of latency, rate, bandwidth and overhead (a power\n"
-	       "    of two, 32 .. the service's --max-depth; default 256).\n"
+	       "  --depth N: the depth of the queue each benchmark measures through, fabric\n"
+	       "    and bypass aside (256): a power of two, 32 .. the service's --max-depth\n"
+	       "    (default 256). rate prints it.\n"
 	       "  notify: 64 B WRITE + notification (submit -> owner sees it) vs a plain 64 B\n"
 	       "    WRITE (submit -> completion), p50/p99 and their ratio.\n"
 	       "  fabric|bypass --peer HOST:PORT --peer-socket PATH: P6/P7 through another "
@@ -2203,14 +2205,21 @@ static const char *parse_args(int argc, char **argv)
 		case 'U':
 			svc_spin_us = (unsigned)atoi(optarg);
 			break;
-		case 'Q':
-			queue_depth = (uint32_t)strtoul(optarg, NULL, 0);
+		case 'Q': {
+			char *end;
+			unsigned long v;
+
+			errno = 0;
+			v = strtoul(optarg, &end, 10);
 			/* Above the service's --max-depth: its EINVAL, at the queue. */
+			queue_depth = errno || *end || v > (1ul << 20) ? 0 : (uint32_t)v;
 			if (queue_depth < 32 || (queue_depth & (queue_depth - 1))) {
-				fprintf(stderr, "dp-bench: --depth wants a power of two >= 32\n");
+				fprintf(stderr,
+					"dp-bench: --depth wants a power of two, 32 .. 1048576\n");
 				exit(2);
 			}
 			break;
+		}
 		case 'V':
 			dp_tool_version("dp-bench");
 			exit(0);
