@@ -904,9 +904,8 @@ static void slot_write_reserved1(struct dp_desc *slot, const struct dp_desc *d)
 	slot->reserved0 |= 1;
 }
 
-/* n descriptors into consecutive SQ slots from index idx, each stamped
- * and then published by its sequence word (dp_ring_commit_tail). A
- * reserved1 of 0 is copied over the word first: 0 publishes nothing. */
+/* One descriptor into its SQ slot, stamped, its word not yet stored. A
+ * reserved1 of 0 is copied over the word: 0 publishes nothing. */
 static inline void slot_write(struct dp_desc *slot, const struct dp_desc *d, uint64_t now)
 {
 	if (__builtin_expect(d->reserved1 == 0, 1))
@@ -916,6 +915,9 @@ static inline void slot_write(struct dp_desc *slot, const struct dp_desc *d, uin
 	slot->submit_ns = now;
 }
 
+/* n descriptors into consecutive SQ slots from index idx, each written
+ * and then published by its sequence word (dp_ring_commit_tail moves the
+ * tail after). */
 static inline void slots_write(struct dp_desc *slot, const struct dp_desc *d, uint32_t n,
 			       uint64_t now, uint32_t idx)
 {

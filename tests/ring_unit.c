@@ -274,12 +274,6 @@ Test(ring_unit, batch_sizes_every_offset_seq, .timeout = 20)
 	batch_sizes_every_offset(60);
 }
 
-/*
- * Sequence words: where they may be, that the consumer goes by them and
- * never by the tail, that nothing is published before dp_ring_commit()
- * stores them, and that a forged word never takes a consumer more than a
- * ring from its head.
- */
 /* Fills n reserved entries of r from idx (sequence numbers from seq) and
  * stores their words by hand, as dp_submit does, but the first `skip`. */
 static void fill_and_publish(struct dp_ring *r, uint32_t idx, uint32_t n, uint32_t skip,
@@ -292,6 +286,12 @@ static void fill_and_publish(struct dp_ring *r, uint32_t idx, uint32_t n, uint32
 				 dp_ring_seq_value(idx + i), __ATOMIC_RELEASE);
 }
 
+/*
+ * Sequence words: where they may be, that the consumer goes by them and
+ * never by the tail, that nothing is published before dp_ring_commit()
+ * stores them, and that a forged word never takes a consumer more than a
+ * ring from its head.
+ */
 Test(ring_unit, sequence_words, .timeout = 10)
 {
 	const size_t len = dp_ring_bytes(16, ESIZE);

@@ -275,7 +275,9 @@ struct ours_pair {
 	struct dp_ring_pair client __attribute__((aligned(128)));
 };
 
-static void ours_pair_open_as(struct ours_pair *p, uint32_t slots, bool cqes)
+/* slots each way; cqes: the CQ holds 32-byte completions, else 64-byte
+ * entries as the SQ does. */
+static void ours_pair_open(struct ours_pair *p, uint32_t slots, bool cqes)
 {
 	struct dp_ring_layout sq = {slots, ENTRY_SIZE, opt.no_seq ? DP_RING_NO_SEQ : ENTRY_SEQ_OFF};
 	struct dp_ring_layout cq = sq;
@@ -292,11 +294,6 @@ static void ours_pair_open_as(struct ours_pair *p, uint32_t slots, bool cqes)
 		die("dp_ring_pair_attach");
 }
 
-static void ours_pair_open(struct ours_pair *p)
-{
-	ours_pair_open_as(p, opt.ring_size, false);
-}
-
 static void ours_pair_close(struct ours_pair *p)
 {
 	dp_ring_pair_close(&p->client);
@@ -311,7 +308,7 @@ static uint32_t rte_size(uint32_t slots, bool exact)
 	return exact ? 2 * slots : slots;
 }
 
-static struct rte_ring *rte_open_as(const char *name, uint32_t esize, uint32_t slots, bool exact)
+static struct rte_ring *rte_open(const char *name, uint32_t esize, uint32_t slots, bool exact)
 {
 	ssize_t len = rte_ring_get_memsize_elem(esize, rte_size(slots, exact));
 	struct rte_ring *r;
@@ -325,19 +322,9 @@ static struct rte_ring *rte_open_as(const char *name, uint32_t esize, uint32_t s
 	return r;
 }
 
-static void rte_close_as(struct rte_ring *r, uint32_t esize, uint32_t slots, bool exact)
+static void rte_close(struct rte_ring *r, uint32_t esize, uint32_t slots, bool exact)
 {
 	munmap(r, (size_t)rte_ring_get_memsize_elem(esize, rte_size(slots, exact)));
-}
-
-static struct rte_ring *rte_open(const char *name)
-{
-	return rte_open_as(name, ENTRY_SIZE, opt.ring_size, false);
-}
-
-static void rte_close(struct rte_ring *r)
-{
-	rte_close_as(r, ENTRY_SIZE, opt.ring_size, false);
 }
 
 /* ---- P1: throughput ---- */
@@ -438,16 +425,16 @@ static double p1(bool ours, uint32_t burst, struct run_ctl *ctl)
 	struct rte_ring *r;
 
 	if (ours) {
-		ours_pair_open(&pair);
+		ours_pair_open(&pair, opt.ring_size, false);
 		run.q.tx = &pair.client.sq;
 		run.q.rx = &pair.service.sq;
 		run_threads(ours_p1_producer, ours_p1_consumer, &run);
 		ours_pair_close(&pair);
 	} else {
-		r = rte_open("p1");
+		r = rte_open("p1", ENTRY_SIZE, opt.ring_size, false);
 		run.q.tx = run.q.rx = r;
 		run_threads(rte_p1_producer, rte_p1_consumer, &run);
-		rte_close(r);
+		rte_close(r, ENTRY_SIZE, opt.ring_size, false);
 	}
 	if (run.producer_err || run.consumer_err)
 		die("a ring reported an error (-EPROTO)");
@@ -462,17 +449,60 @@ static double p1(bool ours, uint32_t burst, struct run_ctl *ctl)
 
 /* ---- P2: round trip ---- */
 
-struct p2_run {
+/* P2's and the pipe's run: a client and an echo thread, an SQ and a CQ. */
+struct echo_run {
 	struct queue sq, cq;
 	uint64_t count;
 	struct run_ctl ctl __attribute__((aligned(128)));
 	int client_err __attribute__((aligned(128)));
-	uint64_t bad; /* round trips that brought back another entry */
+	uint64_t bad; /* entries or completions that came back wrong */
 	int echo_err __attribute__((aligned(128)));
 };
 
+/* The shape of an echo run: its rings (slots each way, completions of
+ * cq_esize bytes; exact: rte_ring's hold all their slots too) and its
+ * threads for each kind of ring. */
+struct echo_shape {
+	const char *name;
+	uint32_t slots, cq_esize;
+	bool exact;
+	void *(*ours[2])(void *); /* client, echo */
+	void *(*rte[2])(void *);
+};
+
+/* Opens the shape's rings of one kind, runs its threads on them, closes
+ * them; exits on a ring error or a wrong entry. */
+static void echo_run(const struct echo_shape *sh, bool ours, struct echo_run *run)
+{
+	struct ours_pair pair;
+	struct rte_ring *sq, *cq;
+
+	if (ours) {
+		ours_pair_open(&pair, sh->slots, sh->cq_esize == CQE_SIZE);
+		run->sq = (struct queue){.tx = &pair.client.sq, .rx = &pair.service.sq};
+		run->cq = (struct queue){.tx = &pair.service.cq, .rx = &pair.client.cq};
+		run_threads(sh->ours[0], sh->ours[1], run);
+		ours_pair_close(&pair);
+	} else {
+		sq = rte_open("echo-sq", ENTRY_SIZE, sh->slots, sh->exact);
+		cq = rte_open("echo-cq", sh->cq_esize, sh->slots, sh->exact);
+		run->sq = (struct queue){.tx = sq, .rx = sq};
+		run->cq = (struct queue){.tx = cq, .rx = cq};
+		run_threads(sh->rte[0], sh->rte[1], run);
+		rte_close(sq, ENTRY_SIZE, sh->slots, sh->exact);
+		rte_close(cq, sh->cq_esize, sh->slots, sh->exact);
+	}
+	if (run->client_err || run->echo_err)
+		die("a ring reported an error (-EPROTO)");
+	if (run->bad) {
+		fprintf(stderr, "ring-bench: %s %s: %lu came back wrong\n", sh->name,
+			ours ? "ours" : "rte_ring", (unsigned long)run->bad);
+		exit(1);
+	}
+}
+
 /* Thread A: one entry out on the SQ, wait for it on the CQ. */
-static inline __attribute__((always_inline)) void p2_client(struct p2_run *run, enqueue_fn enq,
+static inline __attribute__((always_inline)) void p2_client(struct echo_run *run, enqueue_fn enq,
 							    dequeue_fn deq)
 {
 	struct run_thread t = run_start(&run->ctl, opt.cpu[0]);
@@ -506,7 +536,7 @@ out:
 }
 
 /* Thread B: the echo. */
-static inline __attribute__((always_inline)) void p2_echo(struct p2_run *run, enqueue_fn enq,
+static inline __attribute__((always_inline)) void p2_echo(struct echo_run *run, enqueue_fn enq,
 							  dequeue_fn deq)
 {
 	struct run_thread t = run_start(&run->ctl, opt.cpu[1]);
@@ -560,50 +590,23 @@ static void *rte_p2_echo(void *run)
 /* Returns ns per round trip. */
 static double p2(bool ours, struct run_ctl *ctl)
 {
-	struct p2_run run = {.ctl = *ctl, .count = opt.p2_round_trips};
-	struct ours_pair pair;
-	struct rte_ring *sq, *cq;
+	const struct echo_shape sh = {.name = "P2",
+				      .slots = opt.ring_size,
+				      .cq_esize = ENTRY_SIZE,
+				      .ours = {ours_p2_client, ours_p2_echo},
+				      .rte = {rte_p2_client, rte_p2_echo}};
+	struct echo_run run = {.ctl = *ctl, .count = opt.p2_round_trips};
 
-	if (ours) {
-		ours_pair_open(&pair);
-		run.sq = (struct queue){.tx = &pair.client.sq, .rx = &pair.service.sq};
-		run.cq = (struct queue){.tx = &pair.service.cq, .rx = &pair.client.cq};
-		run_threads(ours_p2_client, ours_p2_echo, &run);
-		ours_pair_close(&pair);
-	} else {
-		sq = rte_open("p2-sq");
-		cq = rte_open("p2-cq");
-		run.sq = (struct queue){.tx = sq, .rx = sq};
-		run.cq = (struct queue){.tx = cq, .rx = cq};
-		run_threads(rte_p2_client, rte_p2_echo, &run);
-		rte_close(sq);
-		rte_close(cq);
-	}
-	if (run.client_err || run.echo_err)
-		die("a ring reported an error (-EPROTO)");
-	if (run.bad) {
-		fprintf(stderr, "ring-bench: P2 %s: %lu entries came back wrong\n",
-			ours ? "ours" : "rte_ring", (unsigned long)run.bad);
-		exit(1);
-	}
+	echo_run(&sh, ours, &run);
 	*ctl = run.ctl;
 	return (run.ctl.t_end - run.ctl.t_start) / (double)run.count;
 }
 
 /* ---- P4's ring traffic: the pipe ---- */
 
-struct pipe_run {
-	struct queue sq, cq;
-	uint64_t count;
-	struct run_ctl ctl __attribute__((aligned(128)));
-	int client_err __attribute__((aligned(128)));
-	uint64_t bad; /* completions out of sequence */
-	int echo_err __attribute__((aligned(128)));
-};
-
 /* Thread A, as dp-bench's P4 client: a burst out while it has credit, then
  * whatever completions are there. */
-static inline __attribute__((always_inline)) void pipe_client(struct pipe_run *run, enqueue_fn enq,
+static inline __attribute__((always_inline)) void pipe_client(struct echo_run *run, enqueue_fn enq,
 							      dequeue_fn deq)
 {
 	struct entry buf[MAX_BURST] __attribute__((aligned(64))) = {{0}};
@@ -642,7 +645,7 @@ static inline __attribute__((always_inline)) void pipe_client(struct pipe_run *r
 }
 
 /* Thread B, as the poller: a burst in, a completion out for each. */
-static inline __attribute__((always_inline)) void pipe_echo(struct pipe_run *run, enqueue_fn enq,
+static inline __attribute__((always_inline)) void pipe_echo(struct echo_run *run, enqueue_fn enq,
 							    dequeue_fn deq)
 {
 	struct entry buf[MAX_BURST] __attribute__((aligned(64)));
@@ -703,33 +706,16 @@ static void *rte_pipe_echo(void *run)
 /* Returns Mops/s: entries out and their completions back. */
 static double pipe_rate(bool ours, struct run_ctl *ctl)
 {
-	struct pipe_run run = {.ctl = *ctl, .count = opt.p1_entries};
-	struct ours_pair pair;
-	struct rte_ring *sq, *cq;
+	/* 256 usable slots each way on both kinds: the credit is 256. */
+	static const struct echo_shape sh = {.name = "P4's rings",
+					     .slots = PIPE_DEPTH,
+					     .cq_esize = CQE_SIZE,
+					     .exact = true,
+					     .ours = {ours_pipe_client, ours_pipe_echo},
+					     .rte = {rte_pipe_client, rte_pipe_echo}};
+	struct echo_run run = {.ctl = *ctl, .count = opt.p1_entries};
 
-	if (ours) {
-		ours_pair_open_as(&pair, PIPE_DEPTH, true);
-		run.sq = (struct queue){.tx = &pair.client.sq, .rx = &pair.service.sq};
-		run.cq = (struct queue){.tx = &pair.service.cq, .rx = &pair.client.cq};
-		run_threads(ours_pipe_client, ours_pipe_echo, &run);
-		ours_pair_close(&pair);
-	} else {
-		/* 256 usable slots each way, as ours: the credit is 256. */
-		sq = rte_open_as("pipe-sq", ENTRY_SIZE, PIPE_DEPTH, true);
-		cq = rte_open_as("pipe-cq", CQE_SIZE, PIPE_DEPTH, true);
-		run.sq = (struct queue){.tx = sq, .rx = sq};
-		run.cq = (struct queue){.tx = cq, .rx = cq};
-		run_threads(rte_pipe_client, rte_pipe_echo, &run);
-		rte_close_as(sq, ENTRY_SIZE, PIPE_DEPTH, true);
-		rte_close_as(cq, CQE_SIZE, PIPE_DEPTH, true);
-	}
-	if (run.client_err || run.echo_err)
-		die("a ring reported an error (-EPROTO)");
-	if (run.bad) {
-		fprintf(stderr, "ring-bench: pipe %s: %lu completions out of sequence\n",
-			ours ? "ours" : "rte_ring", (unsigned long)run.bad);
-		exit(1);
-	}
+	echo_run(&sh, ours, &run);
 	*ctl = run.ctl;
 	return (double)run.count / (run.ctl.t_end - run.ctl.t_start) * 1e3;
 }
