@@ -248,7 +248,7 @@ asan: deps
 # with its temp dir) and any report there fails the run. hostile_ring's
 # rewrite test races on purpose, in the client, so it stays out. About 2
 # minutes of tests on 2 cores.
-TSAN_FILTER ?= @(service_@(transfer|lifecycle|errors|stripe|parked)/*|hostile_ring/!(rewriting_*))
+TSAN_FILTER ?= @(service_@(transfer|lifecycle|errors|stripe|parked|wakeup)/*|hostile_ring/!(rewriting_*))
 TSAN_REPORTS := $(abspath build/tsan/reports)
 TSAN_SUPP := $(abspath tests/tsan.supp)
 tsan: deps

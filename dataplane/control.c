@@ -315,6 +315,7 @@ static int on_queue_create(struct client *c, struct msg_in *m, struct msg_out *o
 	c->queues[slot] = q;
 	r.queue_id = slot;
 	r.depth = depth;
+	r.flags = cfg.membarrier ? DP_QUEUE_F_SQ_MEMBARRIER : 0;
 	o->fds[0] = q->pair.fd;
 	o->fds[1] = q->sq_peer;
 	o->fds[2] = q->cq_peer;

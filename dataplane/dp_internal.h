@@ -60,7 +60,11 @@ struct dp_config {
 	unsigned max_depth;
 	int rpc_port;
 	char stats_name[64];
-	bool no_stats;	   /* --no-stats: no stats region, no hot-path counting for it */
+	bool no_stats; /* --no-stats: no stats region, no hot-path counting for it */
+	/* Pollers arm their SQs with membarrier, clients' dp_submit skips its
+	 * fence (docs/ring.md, "Light producers"): on where the kernel can,
+	 * unless --no-membarrier. */
+	bool membarrier, no_membarrier;
 	size_t chunk;	   /* local copy engine: bytes per step */
 	size_t inline_max; /* copies up to this size run at once */
 	size_t stripe_min; /* host copies from this size are shared with idle pollers (0: never) */

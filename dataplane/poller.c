@@ -643,24 +643,87 @@ void poller_add_queue(struct queue *q)
  * every PARK_CHECK_LOOPS loops the poller asks epoll, without waiting,
  * whether a doorbell or a kick came, and only then walks the parked list
  * for queues with work or closing. A busy loop pays one test per loop.
+ * Queues are parked in rounds, every PARK_ROUND_LOOPS loops, all that are
+ * due at once: arming takes a barrier (poller_arm), with membarrier a
+ * system call, one per round however many queues it parks.
  */
 #define PARK_AFTER_LOOPS 1024u
-#define PARK_CHECK_LOOPS 32u /* a power of two */
+#define PARK_ROUND_LOOPS 1024u /* a power of two */
+#define PARK_CHECK_LOOPS 32u   /* a power of two */
 
-/* Parks q (polled, idle, nothing owed): false when it cannot be yet. */
-static bool queue_park(struct poller *p, struct queue *q)
+/* The barrier between arming SQs and checking them (docs/ring.md, "Light
+ * producers"): membarrier, which clients' light SQs rely on, else a fence.
+ * Non-zero: it failed, and nothing armed may sleep. */
+static int sq_barrier(void)
 {
-	if (q->inflight || q->nstage || q->broken)
+	static atomic_bool warned;
+	int rc;
+
+	if (!cfg.membarrier) {
+		dp_ring_fence();
+		return 0;
+	}
+	rc = dp_ring_asym_barrier();
+	if (rc && !atomic_exchange(&warned, true))
+		log_warn("membarrier: %s; pollers spin instead of sleeping", strerror(-rc));
+	return rc;
+}
+
+/* Whether poller_arm arms q: every queue before a sleep (all), else the
+ * ones due for parking. */
+static bool queue_to_arm(const struct queue *q, bool all)
+{
+	if (q->broken)
 		return false;
-	if (!dp_ring_prepare_sleep(&q->pair.sq)) {
-		q->idle_loops = 0;
+	return all || (q->idle_loops >= PARK_AFTER_LOOPS && !q->inflight && !q->nstage);
+}
+
+/*
+ * Arms NEED_WAKEUP on the SQs of p's polled queues (all, or those due for
+ * parking), issues one barrier for all of them, then looks at each: those
+ * still empty with nothing owed are parked, the others stay polled (armed,
+ * when empty and owed something: the sleep's). Returns whether every armed
+ * SQ was empty; a failed barrier disarms them all and returns false.
+ */
+static bool poller_arm(struct poller *p, bool all)
+{
+	struct queue **pp, *q;
+	bool empty = true;
+	unsigned n = 0;
+
+	for (q = p->queues; q; q = q->next)
+		if (queue_to_arm(q, all)) {
+			dp_ring_arm(&q->pair.sq);
+			n++;
+		}
+	if (!n)
+		return true;
+	if (sq_barrier()) {
+		for (q = p->queues; q; q = q->next)
+			if (queue_to_arm(q, all)) {
+				dp_ring_finish_sleep(&q->pair.sq);
+				q->idle_loops = 0;
+			}
 		return false;
 	}
-	stats_queue_publish(q);
-	q->next = p->parked;
-	p->parked = q;
-	stats_parked(p, ++p->nparked);
-	return true;
+	for (pp = &p->queues; (q = *pp);) {
+		if (!queue_to_arm(q, all)) {
+			pp = &q->next;
+		} else if (!dp_ring_armed_empty(&q->pair.sq)) {
+			q->idle_loops = 0;
+			empty = false;
+			pp = &q->next;
+		} else if (q->inflight || q->nstage) {
+			pp = &q->next;
+		} else {
+			*pp = q->next;
+			stats_queue_publish(q);
+			q->next = p->parked;
+			p->parked = q;
+			stats_parked(p, ++p->nparked);
+		}
+	}
+	return empty;
 }
 
 /* Back to the polled list: parked queues with work or closing, or all. */
@@ -713,6 +776,8 @@ static void poller_flush(struct poller *p)
 {
 	struct queue **pp = &p->queues;
 
+	unsigned due = 0;
+
 	while (*pp) {
 		struct queue *q = *pp;
 
@@ -722,16 +787,11 @@ static void poller_flush(struct poller *p)
 			queue_free(p, q);
 			continue;
 		}
-		if (++q->idle_loops >= PARK_AFTER_LOOPS) {
-			struct queue *next = q->next;
-
-			if (queue_park(p, q)) {
-				*pp = next;
-				continue;
-			}
-		}
+		due += ++q->idle_loops >= PARK_AFTER_LOOPS;
 		pp = &q->next;
 	}
+	if (due && !(p->loops & (PARK_ROUND_LOOPS - 1)))
+		(void)poller_arm(p, false);
 }
 
 /* Whether an engine has work in flight, or vetoes sleeping. */
@@ -751,33 +811,14 @@ static bool engines_busy(struct poller *p)
 static void poller_sleep(struct poller *p)
 {
 	struct epoll_event evs[32];
-	struct queue *q, *armed_end = NULL;
+	struct queue *q;
 	int n;
 
 	if (engines_busy(p) || atomic_load(&engine_help_wanted))
 		return;
 	/* Queues with nothing owed are parked for the sleep (armed just the
 	 * same), and stay parked after it until they have work. */
-	for (struct queue **pp = &p->queues; *pp;) {
-		struct queue *next = (*pp)->next;
-
-		if ((*pp)->inflight || (*pp)->nstage || (*pp)->broken) {
-			pp = &(*pp)->next;
-			continue;
-		}
-		if (!queue_park(p, *pp))
-			return; /* work arrived */
-		*pp = next;
-	}
-	for (q = p->queues; q; q = q->next) {
-		if (q->broken)
-			continue;
-		if (!dp_ring_prepare_sleep(&q->pair.sq)) {
-			armed_end = q;
-			break;
-		}
-	}
-	if (!armed_end) {
+	if (poller_arm(p, true)) {
 		/* Quiescent while asleep: we hold no table pointer. */
 		stats_poller_sleeping(p);
 		atomic_store(&p->sleeping, 1);
@@ -795,13 +836,13 @@ static void poller_sleep(struct poller *p)
 			else if (evs[i].data.fd >= 0)
 				dp_doorbell_drain(evs[i].data.fd);
 		}
+		/* Whatever woke us (a parked queue's doorbell, a kick, the
+		 * cap): one look at the parked queues, at most every sleep. */
+		if (p->nparked)
+			poller_unpark(p, false);
 	}
-	for (q = p->queues; q && q != armed_end; q = q->next)
+	for (q = p->queues; q; q = q->next)
 		dp_ring_finish_sleep(&q->pair.sq);
-	/* Whatever woke us (a parked queue's doorbell, a kick, the cap):
-	 * one look at the parked queues, at most every sleep. */
-	if (p->nparked)
-		poller_unpark(p, false);
 }
 
 static void poller_shutdown(struct poller *p)

@@ -353,6 +353,12 @@ static void set_no_stats(const char *a)
 	cfg.no_stats = true;
 }
 
+static void set_no_membarrier(const char *a)
+{
+	(void)a;
+	cfg.no_membarrier = true;
+}
+
 static void set_no_same_host(const char *a)
 {
 	(void)a;
@@ -499,6 +505,10 @@ static const struct flag {
 	 "(default dataplane-HASH, derived from the socket path)"},
 	{"no-stats", no_argument, set_no_stats, NULL,
 	 "no stats region (and no counting for it on the data path)"},
+	{"no-membarrier", no_argument, set_no_membarrier, NULL,
+	 "clients fence after every dp_submit, and pollers before they\n"
+	 "sleep, instead of pollers arming their sleep with membarrier(2)\n"
+	 "(default: membarrier where the kernel has it)"},
 	{"log-level", required_argument, set_log_level, "LEVEL",
 	 "error, warn, info or debug (default info)"},
 	{"help", no_argument, show_help, NULL, "this text"},
@@ -648,8 +658,11 @@ int main(int argc, char **argv)
 		log_err("peer RPC port %d: %s", cfg.rpc_port, strerror(-rpc_fd));
 		return 1;
 	}
-	log_info("starting: server %s, %u poller(s), queue depth %u, spin %u us", cfg.server_name,
-		 cfg.pollers, cfg.queue_depth, cfg.spin_us);
+	/* Every client's SQ gets a light producer where this holds (docs/ring.md). */
+	cfg.membarrier = !cfg.no_membarrier && dp_ring_asym_available();
+	log_info("starting: server %s, %u poller(s), queue depth %u, spin %u us, SQ wake-up %s",
+		 cfg.server_name, cfg.pollers, cfg.queue_depth, cfg.spin_us,
+		 cfg.membarrier ? "membarrier" : "fences");
 	rc = stats_init();
 	if (rc) {
 		log_err("stats region: %s (or run with --no-stats)", strerror(-rc));

@@ -520,6 +520,24 @@ void dp_close(struct dp_client *c)
 	free(c);
 }
 
+/*
+ * Whether this process is registered for the service's membarrier (its
+ * pollers' sleep path), so that dp_submit may skip its fence: registered
+ * once per process (a forked child registers again), false where the
+ * kernel or a seccomp filter refuses.
+ */
+static bool light_registered(void)
+{
+	static _Atomic pid_t registered; /* the pid that registered; -pid: refused */
+	pid_t pid = getpid(), r = atomic_load_explicit(&registered, memory_order_relaxed);
+
+	if (r != pid && r != -pid) {
+		r = dp_ring_light_register() ? -pid : pid;
+		atomic_store_explicit(&registered, r, memory_order_relaxed);
+	}
+	return r == pid;
+}
+
 static int queue_create(struct dp_client *c, uint32_t depth, struct dp_queue **out)
 {
 	struct dp_msg_queue_create req = {.depth = depth};
@@ -554,6 +572,8 @@ static int queue_create(struct dp_client *c, uint32_t depth, struct dp_queue **o
 		free(q);
 		return rc;
 	}
+	if ((r.flags & DP_QUEUE_F_SQ_MEMBARRIER) && light_registered())
+		dp_ring_set_light(&q->pair.sq);
 	q->c = c;
 	q->sq_efd = fds[1];
 	q->cq_efd = fds[2];

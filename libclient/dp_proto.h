@@ -115,8 +115,13 @@ struct dp_msg_queue_create_reply {
 	int32_t status;
 	uint32_t queue_id;
 	uint32_t depth;
-	uint32_t reserved;
+	uint32_t flags; /* DP_QUEUE_F_* */
 };
+/* The service's pollers arm this queue's SQ with membarrier(2) before they
+ * sleep: a client registered for it may skip the fence after its commit
+ * (docs/ring.md, "Light producers"). A service that leaves it out (0, as
+ * before) needs the fence. */
+#define DP_QUEUE_F_SQ_MEMBARRIER 1u
 
 /*
  * NOTIFY_OPEN: the client's notification ring (dp_notify_open). The reply

@@ -93,6 +93,10 @@ struct dp_ring {
 	uint32_t seq_off; /* validated; DP_RING_NO_SEQ: none */
 	uint32_t local;	  /* ours: tail for a producer, head for a consumer */
 	uint32_t cached;  /* theirs, as last loaded (a seq consumer: ready up to) */
+	/* A producer's: 1 when its consumer arms NEED_WAKEUP with the
+	 * asymmetric barrier (dp_ring_prepare_sleep_asym), so that
+	 * dp_ring_needs_wakeup needs no fence here (dp_ring_set_light). */
+	uint32_t light;
 };
 
 struct dp_ring_pair {
@@ -673,13 +677,17 @@ static inline uint32_t dp_ring_count(struct dp_ring *r)
 #pragma GCC diagnostic ignored "-Wtsan"
 #endif
 
-/* Consumer, before sleeping: returns 1 when it may sleep on the doorbell,
- * 0 when entries arrived meanwhile (the flag is cleared again). */
-static inline int dp_ring_prepare_sleep(struct dp_ring *r)
+/* Consumer: the first half of dp_ring_prepare_sleep, for one who arms
+ * several rings and then issues one barrier for all of them. */
+static inline void dp_ring_arm(struct dp_ring *r)
 {
 	__atomic_store_n(&r->hdr->flags, DP_RING_NEED_WAKEUP, __ATOMIC_RELAXED);
-	/* Full fence: pairs with the one in dp_ring_needs_wakeup(). */
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+/* Consumer, after dp_ring_arm and a barrier: 1 when it may sleep, 0 when
+ * entries arrived meanwhile (the flag is cleared again). */
+static inline int dp_ring_armed_empty(struct dp_ring *r)
+{
 	if (r->seq_off != DP_RING_NO_SEQ
 		    ? dp_ring__ready(r, r->local)
 		    : __atomic_load_n(&r->hdr->tail, __ATOMIC_ACQUIRE) != r->local) {
@@ -687,6 +695,55 @@ static inline int dp_ring_prepare_sleep(struct dp_ring *r)
 		return 0;
 	}
 	return 1;
+}
+
+/* The consumer's full fence between dp_ring_arm and dp_ring_armed_empty:
+ * pairs with the one in dp_ring_needs_wakeup(). */
+static inline void dp_ring_fence(void)
+{
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+/* Consumer, before sleeping: returns 1 when it may sleep on the doorbell,
+ * 0 when entries arrived meanwhile (the flag is cleared again). */
+static inline int dp_ring_prepare_sleep(struct dp_ring *r)
+{
+	dp_ring_arm(r);
+	dp_ring_fence();
+	return dp_ring_armed_empty(r);
+}
+
+/*
+ * The asymmetric form (docs/ring.md, "Light producers"): the consumer's
+ * barrier is membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED), which makes
+ * every running thread of every registered process execute a full fence;
+ * a registered producer (dp_ring_light_register) then needs none after its
+ * commit. dp_ring_asym_barrier: 0, or -errno (ENOSYS, EINVAL: the kernel
+ * cannot; EPERM: a seccomp filter forbids it); on failure the consumer must
+ * not sleep: a light producer may not have seen its flag.
+ */
+int dp_ring_asym_available(void);
+int dp_ring_asym_barrier(void);
+int dp_ring_light_register(void);
+
+/* Consumer, before sleeping on a ring whose producer may be light: as
+ * dp_ring_prepare_sleep; 0 (and the flag cleared) also when the barrier
+ * failed. */
+static inline int dp_ring_prepare_sleep_asym(struct dp_ring *r)
+{
+	dp_ring_arm(r);
+	if (dp_ring_asym_barrier()) {
+		__atomic_store_n(&r->hdr->flags, 0, __ATOMIC_RELAXED);
+		return 0;
+	}
+	return dp_ring_armed_empty(r);
+}
+
+/* Producer: its consumer arms with the asymmetric barrier, and this
+ * process is registered for it (dp_ring_light_register returned 0). */
+static inline void dp_ring_set_light(struct dp_ring *r)
+{
+	r->light = 1;
 }
 
 /* Consumer, after waking: stop asking for doorbells while polling. */
@@ -700,8 +757,13 @@ static inline void dp_ring_finish_sleep(struct dp_ring *r)
 static inline int dp_ring_needs_wakeup(const struct dp_ring *r)
 {
 	/* Full fence: pairs with the one in dp_ring_prepare_sleep(); orders
-	 * the tail store of the commit before the flags load. */
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	 * the tail store of the commit before the flags load. A light
+	 * producer's fence is the one the consumer's membarrier makes this
+	 * thread execute: only the compiler must keep the order. */
+	if (r->light)
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	else
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	return __atomic_load_n(&r->hdr->flags, __ATOMIC_RELAXED) & DP_RING_NEED_WAKEUP;
 }
 

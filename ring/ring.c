@@ -5,11 +5,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/membarrier.h>
 #include <stdbool.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define PAIR_HDR_BYTES DP_RING_ALIGN
@@ -136,6 +138,7 @@ int dp_ring_bind(struct dp_ring *r, struct dp_ring_hdr *hdr, enum dp_ring_role r
 	/* Theirs: the producer's tail for a consumer, but one of sequence
 	 * words finds its entries in the slots, from its own head. */
 	r->cached = role == DP_RING_CONSUMER && r->seq_off == DP_RING_NO_SEQ ? tail : head;
+	r->light = 0; /* dp_ring_set_light */
 	return 0;
 }
 
@@ -333,4 +336,33 @@ uint64_t dp_doorbell_drain(int fd)
 			break;
 	}
 	return got;
+}
+
+/*
+ * Light producers (dp_ring.h, docs/ring.md): membarrier's global expedited
+ * command makes every running thread of every process registered for it
+ * execute a full memory barrier before it returns; a thread not running
+ * then passes one when it is next scheduled.
+ */
+static int membarrier(int cmd)
+{
+	return syscall(__NR_membarrier, cmd, 0, 0) < 0 ? -errno : 0;
+}
+
+int dp_ring_asym_available(void)
+{
+	long cmds = syscall(__NR_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+
+	return cmds >= 0 && (cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED) &&
+	       (cmds & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED);
+}
+
+int dp_ring_asym_barrier(void)
+{
+	return membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED);
+}
+
+int dp_ring_light_register(void)
+{
+	return membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED);
 }
