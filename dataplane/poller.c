@@ -545,6 +545,12 @@ static int queue_drain_sq(struct poller *p, struct queue *q)
 	 * alternating; docs/benchmarks.md). */
 	if (k == DP_BURST)
 		dp_ring_prefetch(&q->pair.sq, idx + (uint32_t)k, DP_BURST);
+	/* This burst's completion lines for writing, all but the first (the
+	 * client polls it): their stores then find them owned instead of
+	 * waiting for the client's copies to be invalidated, one line after
+	 * another. The slots are ours (room was reserved above). P4 +22% on
+	 * the reference host, 8 rounds of 8 faster (docs/benchmarks.md). */
+	dp_ring_prefetch_write(&q->pair.cq, q->pair.cq.local + q->nstage, (uint32_t)k);
 	q->idle_loops = 0;
 	for (int i = 0, n; i < k; i += n)
 		if (!(n = fast_run(q, &descs[i], k - i, &f))) {

@@ -468,6 +468,41 @@ static inline void dp_ring_prefetch(const struct dp_ring *r, uint32_t idx, uint3
 		__builtin_prefetch(p, 0, 3);
 }
 
+/* Whether the CPU has PREFETCHW (x86-64: CPUID 0x80000001 ECX bit 8), read
+ * once when the program starts (ring.c). */
+extern int dp_ring_have_prefetchw;
+
+/*
+ * A producer's hint, no step of the protocol: the CPU starts fetching the
+ * lines of slots idx+1 .. idx+n-1 for writing (x86-64: PREFETCHW, where the
+ * CPU has it; else nothing), so that its stores there find them owned
+ * instead of waiting, one after another, for the consumer's copies to be
+ * invalidated. The line of slot idx is left alone: a consumer of sequence
+ * words polls it until the producer publishes it, and taking it away would
+ * only make both sides wait. The caller must own the slots (reserved, or
+ * room it knows of): a line the consumer still reads would be pulled from
+ * under it. At most the ring less one slot.
+ */
+static inline void dp_ring_prefetch_write(const struct dp_ring *r, uint32_t idx, uint32_t n)
+{
+	const size_t es = r->entry_size, size = (size_t)(r->mask + 1) * es;
+	const size_t off = (size_t)(idx & r->mask) * es;
+	size_t line = (off & ~(size_t)63) + 64, end;
+
+	if (!dp_ring_have_prefetchw)
+		return;
+	end = off + (size_t)(n <= r->mask ? n : r->mask) * es;
+	for (; line < end; line += 64) {
+		const uint8_t *p = r->slots + (line < size ? line : line - size);
+
+#if defined(__x86_64__)
+		__asm__ volatile("prefetchw %0" ::"m"(*p));
+#else
+		__builtin_prefetch(p, 1, 3);
+#endif
+	}
+}
+
 /*
  * A producer's n entries of es bytes into the slots. A burst of 64 B
  * (descriptors) or 32 B (completions) entries goes one by one, each a copy

@@ -4,6 +4,9 @@
 #include "dp_ring.h"
 
 #include <errno.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <fcntl.h>
 #include <linux/membarrier.h>
 #include <stdbool.h>
@@ -366,3 +369,20 @@ int dp_ring_light_register(void)
 {
 	return membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED);
 }
+
+/* dp_ring_prefetch_write's test. Elsewhere the compiler's write prefetch
+ * (__builtin_prefetch) is the instruction, and it is always there. */
+int dp_ring_have_prefetchw =
+#if defined(__x86_64__)
+	0;
+
+__attribute__((constructor)) static void ring_cpu_features(void)
+{
+	unsigned a, b, c, d;
+
+	if (__get_cpuid(0x80000001u, &a, &b, &c, &d))
+		dp_ring_have_prefetchw = !!(c & (1u << 8));
+}
+#else
+	1;
+#endif
