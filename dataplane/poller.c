@@ -781,7 +781,6 @@ static void poller_check_parked(struct poller *p)
 static void poller_flush(struct poller *p)
 {
 	struct queue **pp = &p->queues;
-
 	unsigned due = 0;
 
 	while (*pp) {
