@@ -657,10 +657,17 @@ void poller_add_queue(struct queue *q)
 #define PARK_ROUND_LOOPS 1024u /* a power of two */
 #define PARK_CHECK_LOOPS 32u   /* a power of two */
 
+/* At most one membarrier per poller per BARRIER_GAP_NS: it interrupts every
+ * CPU running a thread of any registered client, so a client whose pauses
+ * put its poller to sleep thousands of times a second would slow the
+ * others. Within the gap the poller spins on instead of sleeping, and
+ * parking waits for a later round. */
+#define BARRIER_GAP_NS 1000000u
+
 /* The barrier between arming SQs and checking them (docs/ring.md, "Light
  * producers"): membarrier, which clients' light SQs rely on, else a fence.
  * Non-zero: it failed, and nothing armed may sleep. */
-static int sq_barrier(void)
+static int sq_barrier(struct poller *p)
 {
 	static atomic_bool warned;
 	int rc;
@@ -669,6 +676,7 @@ static int sq_barrier(void)
 		dp_ring_fence();
 		return 0;
 	}
+	p->barrier_ns = dp_now_ns();
 	rc = dp_ring_asym_barrier();
 	if (rc && !atomic_exchange(&warned, true))
 		log_warn("membarrier: %s; pollers spin instead of sleeping", strerror(-rc));
@@ -689,7 +697,9 @@ static bool queue_to_arm(const struct queue *q, bool all)
  * parking), issues one barrier for all of them, then looks at each: those
  * still empty with nothing owed are parked, the others stay polled (armed,
  * when empty and owed something: the sleep's). Returns whether every armed
- * SQ was empty; a failed barrier disarms them all and returns false.
+ * SQ was empty and no polled queue is closing; false without arming
+ * anything within BARRIER_GAP_NS of the last membarrier; a failed barrier
+ * disarms them all and returns false.
  */
 static bool poller_arm(struct poller *p, bool all)
 {
@@ -697,6 +707,8 @@ static bool poller_arm(struct poller *p, bool all)
 	bool empty = true;
 	unsigned n = 0;
 
+	if (cfg.membarrier && dp_now_ns() - p->barrier_ns < BARRIER_GAP_NS)
+		return false;
 	for (q = p->queues; q; q = q->next)
 		if (queue_to_arm(q, all)) {
 			dp_ring_arm(&q->pair.sq);
@@ -704,7 +716,7 @@ static bool poller_arm(struct poller *p, bool all)
 		}
 	if (!n)
 		return true;
-	if (sq_barrier()) {
+	if (sq_barrier(p)) {
 		for (q = p->queues; q; q = q->next)
 			if (queue_to_arm(q, all)) {
 				dp_ring_finish_sleep(&q->pair.sq);
@@ -713,13 +725,18 @@ static bool poller_arm(struct poller *p, bool all)
 		return false;
 	}
 	for (pp = &p->queues; (q = *pp);) {
+		/* A queue closing stays polled, and the poller awake: its
+		 * kick may have been taken already (poller_check_parked). */
+		bool closing = atomic_load_explicit(&q->closing, memory_order_acquire);
+
+		empty &= !closing;
 		if (!queue_to_arm(q, all)) {
 			pp = &q->next;
 		} else if (!dp_ring_armed_empty(&q->pair.sq)) {
 			q->idle_loops = 0;
 			empty = false;
 			pp = &q->next;
-		} else if (q->inflight || q->nstage) {
+		} else if (q->inflight || q->nstage || closing) {
 			pp = &q->next;
 		} else {
 			*pp = q->next;
@@ -819,7 +836,10 @@ static void poller_sleep(struct poller *p)
 	struct queue *q;
 	int n;
 
-	if (engines_busy(p) || atomic_load(&engine_help_wanted))
+	/* Queues handed over since the loop looked: their kick may have been
+	 * taken already (poller_check_parked), and nothing would wake us. */
+	if (engines_busy(p) || atomic_load(&engine_help_wanted) ||
+	    atomic_load_explicit(&p->inbox_pending, memory_order_acquire))
 		return;
 	/* Queues with nothing owed are parked for the sleep (armed just the
 	 * same), and stay parked after it until they have work. */

@@ -659,7 +659,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	/* Every client's SQ gets a light producer where this holds (docs/ring.md). */
-	cfg.membarrier = !cfg.no_membarrier && dp_ring_asym_available();
+	/* A trial barrier too: a seccomp filter may allow the query only. */
+	cfg.membarrier = !cfg.no_membarrier && dp_ring_asym_available() && !dp_ring_asym_barrier();
 	log_info("starting: server %s, %u poller(s), queue depth %u, spin %u us, SQ wake-up %s",
 		 cfg.server_name, cfg.pollers, cfg.queue_depth, cfg.spin_us,
 		 cfg.membarrier ? "membarrier" : "fences");

@@ -474,8 +474,8 @@ extern int dp_ring_have_prefetchw;
 
 /*
  * A producer's hint, no step of the protocol: the CPU starts fetching the
- * lines of slots idx+1 .. idx+n-1 for writing (x86-64: PREFETCHW, where the
- * CPU has it; else nothing), so that its stores there find them owned
+ * lines of slots idx+1 .. idx+n-1 for writing (x86-64: PREFETCHW where the
+ * CPU has it, else nothing; elsewhere the compiler's write prefetch), so that its stores there find them owned
  * instead of waiting, one after another, for the consumer's copies to be
  * invalidated. The line of slot idx is left alone: a consumer of sequence
  * words polls it until the producer publishes it, and taking it away would

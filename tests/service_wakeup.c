@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* service_wakeup.c - the SQ's NEED_WAKEUP handshake between a real client and dataplaned (docs/ring.md, "Light producers"): where the kernel has membarrier the client's SQ is light (no fence after its commit) and the poller arms its sleep with membarrier; with --no-membarrier both fence. Either way a client that submits one WRITE at a time, with pauses around the poller's spin time so that the poller is going to sleep or asleep when the descriptor comes, gets every completion, and none of the poller's sleeps in that time ends by its timeout (a lost doorbell would: the poller would sleep on to its 200 ms cap). */
+/* service_wakeup.c - the SQ's NEED_WAKEUP handshake between a real client and dataplaned (docs/ring.md, "Light producers"): where the kernel has membarrier the client's SQ is light (no fence after its commit) and the poller arms its sleep with membarrier; with --no-membarrier both fence. Either way a client that submits one WRITE at a time, with pauses around the poller's spin time and its gap between membarriers so that the poller is going to sleep or asleep when the descriptor comes, gets every completion, and none of the poller's sleeps in that time ends by its timeout (a lost doorbell would: the poller would sleep on to its 200 ms cap). */
 #include <criterion/criterion.h>
 
 #include "dp_client_pvt.h"
@@ -8,7 +8,7 @@
 
 TestSuite(service_wakeup, .fini = svc_teardown, .timeout = 120);
 
-#define CYCLES 3000
+#define CYCLES 2000
 
 struct sleeps {
 	uint64_t sleeps, wakeups;
@@ -66,9 +66,10 @@ static void sleep_wake(const char *const *args, bool want_light)
 		cr_assert_eq(cqe.user_data, i);
 		cr_assert_eq(memcmp(dst + off, src + off, 64), 0, "WRITE %llu's bytes",
 			     (unsigned long long)i);
-		/* 0-60 us: around --spin-us 20, so that the poller is
+		/* 0-1.2 ms: around --spin-us 20 and the poller's gap
+		 * between two membarriers (1 ms), so that the poller is
 		 * spinning, arming its sleep or asleep. */
-		usleep((useconds_t)(xorshift64(&rnd) % 61));
+		usleep((useconds_t)(xorshift64(&rnd) % 1201));
 	}
 	b = settled_sleeps();
 	cr_log_info("%d WRITEs: the poller slept %llu times, %llu ended by a doorbell", CYCLES,
