@@ -507,8 +507,8 @@ static const struct flag {
 	 "no stats region (and no counting for it on the data path)"},
 	{"no-membarrier", no_argument, set_no_membarrier, NULL,
 	 "clients fence after every dp_submit, and pollers before they\n"
-	 "sleep, instead of pollers arming their sleep with membarrier(2)\n"
-	 "(default: membarrier where the kernel has it)"},
+	 "sleep or park queues, instead of pollers arming their sleep with\n"
+	 "membarrier(2) (default: membarrier where the kernel has it)"},
 	{"log-level", required_argument, set_log_level, "LEVEL",
 	 "error, warn, info or debug (default info)"},
 	{"help", no_argument, show_help, NULL, "this text"},
@@ -658,8 +658,8 @@ int main(int argc, char **argv)
 		log_err("peer RPC port %d: %s", cfg.rpc_port, strerror(-rpc_fd));
 		return 1;
 	}
-	/* Every client's SQ gets a light producer where this holds (docs/ring.md). */
-	/* A trial barrier too: a seccomp filter may allow the query only. */
+	/* Every client's SQ gets a light producer where this holds (docs/ring.md),
+	 * after a trial barrier: a seccomp filter may allow the query only. */
 	cfg.membarrier = !cfg.no_membarrier && dp_ring_asym_available() && !dp_ring_asym_barrier();
 	log_info("starting: server %s, %u poller(s), queue depth %u, spin %u us, SQ wake-up %s",
 		 cfg.server_name, cfg.pollers, cfg.queue_depth, cfg.spin_us,

@@ -475,9 +475,9 @@ extern int dp_ring_have_prefetchw;
 /*
  * A producer's hint, no step of the protocol: the CPU starts fetching the
  * lines of slots idx+1 .. idx+n-1 for writing (x86-64: PREFETCHW where the
- * CPU has it, else nothing; elsewhere the compiler's write prefetch), so that its stores there find them owned
- * instead of waiting, one after another, for the consumer's copies to be
- * invalidated. The line of slot idx is left alone: a consumer of sequence
+ * CPU has it, else nothing; elsewhere the compiler's write prefetch), so
+ * that its stores there find them owned instead of waiting, one after
+ * another, for the consumer's copies to be invalidated. The line of slot idx is left alone: a consumer of sequence
  * words polls it until the producer publishes it, and taking it away would
  * only make both sides wait. The caller must own the slots (reserved, or
  * room it knows of): a line the consumer still reads would be pulled from
@@ -748,14 +748,20 @@ static inline int dp_ring_prepare_sleep(struct dp_ring *r)
 	return dp_ring_armed_empty(r);
 }
 
+/* Consumer, after waking: stop asking for doorbells while polling. */
+static inline void dp_ring_finish_sleep(struct dp_ring *r)
+{
+	__atomic_store_n(&r->hdr->flags, 0, __ATOMIC_RELAXED);
+}
+
 /*
  * The asymmetric form (docs/ring.md, "Light producers"): the consumer's
  * barrier is membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED), which makes
  * every running thread of every registered process execute a full fence;
  * a registered producer (dp_ring_light_register) then needs none after its
- * commit. dp_ring_asym_barrier: 0, or -errno (ENOSYS, EINVAL: the kernel
- * cannot; EPERM: a seccomp filter forbids it); on failure the consumer must
- * not sleep: a light producer may not have seen its flag.
+ * commit. dp_ring_asym_barrier returns 0, or -errno where the kernel lacks
+ * the command or a seccomp filter forbids it (EPERM); after a failure the
+ * consumer must not sleep: a light producer may not have seen its flag.
  */
 int dp_ring_asym_available(void);
 int dp_ring_asym_barrier(void);
@@ -768,7 +774,7 @@ static inline int dp_ring_prepare_sleep_asym(struct dp_ring *r)
 {
 	dp_ring_arm(r);
 	if (dp_ring_asym_barrier()) {
-		__atomic_store_n(&r->hdr->flags, 0, __ATOMIC_RELAXED);
+		dp_ring_finish_sleep(r);
 		return 0;
 	}
 	return dp_ring_armed_empty(r);
@@ -779,12 +785,6 @@ static inline int dp_ring_prepare_sleep_asym(struct dp_ring *r)
 static inline void dp_ring_set_light(struct dp_ring *r)
 {
 	r->light = 1;
-}
-
-/* Consumer, after waking: stop asking for doorbells while polling. */
-static inline void dp_ring_finish_sleep(struct dp_ring *r)
-{
-	__atomic_store_n(&r->hdr->flags, 0, __ATOMIC_RELAXED);
 }
 
 /* Producer, after dp_ring_commit(): 1 when the consumer sleeps and the
