@@ -1,4 +1,8 @@
-/* fuzz_rpc_reply.c - libFuzzer target: rpc_reply_check() on a peer's reply, as received off the wire. Whatever it accepts is safe to use: a status the API knows, an access mode, a range that does not wrap, rails with sane address lengths. */
+/* fuzz_rpc_reply.c - libFuzzer target: rpc_reply_check() on a peer's reply, as
+ * received off the wire. Whatever it accepts is safe to use: a status the API
+ * knows, an access mode, a range that does not wrap, rails with sane address
+ * lengths (or none, for an export its own host's services reach directly),
+ * strings that end. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -25,9 +29,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 		if (!m.r.len || m.r.base + m.r.len < m.r.base)
 			abort();
-		if (!m.r.nrails || m.r.nrails > DP_MAX_RAILS)
+		/* No rails only for an export its host's services reach directly. */
+		if (m.r.nrails > DP_MAX_RAILS || (!m.r.nrails && !(m.r.flags & DP_RPC_F_SAME_HOST)))
 			abort();
-		if (strnlen(m.r.server_name, sizeof(m.r.server_name)) == sizeof(m.r.server_name))
+		if (strnlen(m.r.server_name, sizeof(m.r.server_name)) == sizeof(m.r.server_name) ||
+		    strnlen(m.r.local_path, sizeof(m.r.local_path)) == sizeof(m.r.local_path))
 			abort();
 		for (unsigned i = 0; i < m.r.nrails; i++)
 			if (!m.r.rail[i].addr_len || m.r.rail[i].addr_len > DP_FABRIC_ADDR_MAX)
