@@ -162,6 +162,21 @@ static void remove_dir(struct svc *s)
 	rmdir(s->dir);
 }
 
+/* Where each thread of a hung process is: its kernel stack, and its user
+ * stack where gdb is installed. */
+static void dump_threads(pid_t pid)
+{
+	char cmd[512];
+
+	snprintf(cmd, sizeof(cmd),
+		 "for t in /proc/%d/task/*; do echo \"  thread $(cat $t/comm) ${t##*/}:\"; "
+		 "sed 's/^/    /' $t/stack; done 1>&2; "
+		 "command -v gdb >/dev/null && timeout 30 gdb -p %d -batch -nx "
+		 "-ex 'thread apply all bt' 2>/dev/null | grep -E '^(Thread|#)' 1>&2",
+		 (int)pid, (int)pid);
+	(void)!system(cmd);
+}
+
 int svc_stop(struct svc *s)
 {
 	int status, rc = -1;
@@ -177,6 +192,9 @@ int svc_stop(struct svc *s)
 		sleep_ms(10);
 	}
 	if (rc == -1) {
+		fprintf(stderr, "dataplaned (pid %d) still running 10 s after SIGTERM:\n",
+			(int)s->pid);
+		dump_threads(s->pid);
 		kill(s->pid, SIGKILL);
 		waitpid(s->pid, &status, 0);
 	}
