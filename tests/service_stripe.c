@@ -87,9 +87,9 @@ Test(service_stripe, big_copies_are_shared_and_exact)
 	dp_close(b.c);
 }
 
-/* Streamed copies (4 MiB and up) whose ends are on no 32 B boundary, from
+/* Streamed copies (4 MiB and up) whose ends are on no 64 B boundary, from
  * and to different offsets in their pages, in a length that is no multiple
- * of the loop's four pages: the head, the four-page body and the tail all
+ * of the loop's eight pages: the head, the eight-page body and the tail all
  * land exactly, on one poller and on two (stripes offered). */
 Test(service_stripe, unaligned_streamed_copy_is_exact)
 {
