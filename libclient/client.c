@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -170,13 +171,17 @@ static const struct {
 	{C_ALLOC, -EINVAL, "length 0 or unknown flags"},
 	{C_ALLOC, -ENOSPC, "the client's region table is full (1024 regions)"},
 	{C_ALLOC, -EDQUOT, "this uid's --max-mapped-gb-per-uid of the service is used up"},
-	{C_REGISTER_FD, -EINVAL, "the fd is not a memfd, or offset + length lies beyond its size"},
+	{C_REGISTER_FD, -EINVAL,
+	 "the fd is not an open memfd, or offset + length lies beyond its size"},
 	{C_REGISTER_FD, -EPERM,
 	 "the service cannot seal the memfd against shrinking: it was made without "
 	 "MFD_ALLOW_SEALING (create it with memfd_create(name, MFD_ALLOW_SEALING)), has "
 	 "F_SEAL_SEAL set, or is open read-only; or register its mapping with dp_register_mem()"},
 	{C_REGISTER_FD, -ENOSPC, "the client's region table is full (1024 regions)"},
 	{C_REGISTER_FD, -EDQUOT, "this uid's --max-mapped-gb-per-uid of the service is used up"},
+	{C_REGISTER_FD, -EACCES,
+	 "the service may not map the memfd read-write (a read-only fd of a memfd already "
+	 "sealed against shrinking)"},
 	{C_REGISTER_MEM, -EINVAL,
 	 "a NULL address, a length of 0, a range that wraps, or a process forked after "
 	 "dp_connect (register through a connection of its own)"},
@@ -184,7 +189,8 @@ static const struct {
 	 "the first or the last byte of the range is not mapped in this process"},
 	{C_REGISTER_MEM, -EPERM,
 	 "the service may not access this process's memory (it runs as another uid and not "
-	 "as root, the process is not dumpable, or Yama ptrace_scope forbids it)"},
+	 "as root, or Yama ptrace_scope forbids it), or the process is not dumpable "
+	 "(prctl(PR_SET_DUMPABLE, 0), a setuid program): the library refuses those itself"},
 	{C_REGISTER_MEM, -ESRCH, "the service cannot find this process (another pid namespace)"},
 	{C_REGISTER_MEM, -ENOSPC, "the client's region table is full (1024 regions)"},
 	{C_REGISTER_CUDA, -EINVAL,
@@ -193,8 +199,8 @@ static const struct {
 	 "the fd's open mode does not allow the access (a read-only fd for DP_ACCESS_RW, or a "
 	 "write-only fd)"},
 	{C_REGISTER_FILE, -EINVAL,
-	 "not a regular file or block device, a range beyond a read-only file, an O_APPEND fd "
-	 "for DP_ACCESS_RW, or bad flags"},
+	 "not an open fd of a regular file or block device, a range beyond a read-only file, "
+	 "an O_APPEND fd for DP_ACCESS_RW, or bad flags"},
 	{C_REGISTER_FILE, -ENOTSUP, "the service has no io_uring"},
 	{C_OPEN_FILE, -EPERM,
 	 "the path is outside the service's --file-root (an absolute path, '..' or a symlink "
@@ -252,9 +258,18 @@ static _Thread_local char last_error[320];
 
 /* Records why @call failed with @err (< 0) for dp_last_error(); returns @err
  * unchanged, or passes a success through untouched. */
+static int fail_text(enum call call, int err, const char *text)
+{
+	const char *name = strerrorname_np(-err);
+
+	snprintf(last_error, sizeof(last_error), "%s: %s (%s)", call_names[call],
+		 text ? text : dp_strerror(err), name ? name : "?");
+	return err;
+}
+
 static int fail(enum call call, int err)
 {
-	const char *text = NULL, *name;
+	const char *text = NULL;
 
 	if (err >= 0)
 		return err;
@@ -264,10 +279,15 @@ static int fail(enum call call, int err)
 	for (size_t i = 0; !text && i < sizeof(call_errors) / sizeof(call_errors[0]); i++)
 		if (call_errors[i].call == C_ANY && call_errors[i].err == err)
 			text = call_errors[i].text;
-	name = strerrorname_np(-err);
-	snprintf(last_error, sizeof(last_error), "%s: %s (%s)", call_names[call],
-		 text ? text : dp_strerror(err), name ? name : "?");
-	return err;
+	return fail_text(call, err, text);
+}
+
+/* A NULL pointer where @call needs one: @err (-EINVAL, or -EBADF for the
+ * calls that say so), with that as the reason rather than the call's own
+ * text for the errno. */
+static int null_arg(enum call call, int err)
+{
+	return fail_text(call, err, "a NULL pointer where one is needed");
 }
 
 const char *dp_last_error(void)
@@ -301,12 +321,15 @@ static bool seq_stale(const struct dp_client *c, uint32_t seq)
 }
 
 /* Sends one request before the deadline: 0, -ETIMEDOUT (the service does
- * not read: its socket's queue is full), or -ECONNRESET (it is gone). */
+ * not read: its socket's queue is full), -EBADF (fd_in is not open: nothing
+ * was sent, the connection is fine), or -ECONNRESET (it is gone). */
 static int rpc_send(struct dp_client *c, struct iovec *iov, int fd_in, uint64_t deadline)
 {
 	for (;;) {
 		int rc = dp_net_send_fds(c->fd, iov, 2, &fd_in, fd_in >= 0, MSG_DONTWAIT);
 
+		if (rc == -EBADF && fd_in >= 0 && fcntl(fd_in, F_GETFD) < 0)
+			return -EBADF;
 		if (rc != -EAGAIN)
 			return rc ? -ECONNRESET : 0;
 		if (dp_net_wait(c->fd, POLLOUT, deadline))
@@ -348,6 +371,10 @@ static int rpc(struct dp_client *c, uint16_t type, const void *req, size_t len, 
 		c->seq = 1;
 	hdr.seq = c->seq;
 	rc = rpc_send(c, iov, fd_in, deadline);
+	/* The caller's fd went between its check and the send (another
+	 * thread closed it): a bad argument, not a dead service. */
+	if (rc == -EBADF)
+		return -EINVAL;
 	for (;;) {
 		if (rc == -ETIMEDOUT) {
 			if (!c->stale_lo)
@@ -590,6 +617,8 @@ static int queue_create(struct dp_client *c, uint32_t depth, struct dp_queue **o
 
 int dp_queue_create(struct dp_client *c, uint32_t depth, struct dp_queue **out)
 {
+	if (!c || !out)
+		return null_arg(C_QUEUE_CREATE, -EINVAL);
 	return fail(C_QUEUE_CREATE, queue_create(c, depth, out));
 }
 
@@ -622,7 +651,11 @@ int dp_register_fd(struct dp_client *c, int fd, uint64_t off, uint64_t len)
 	struct dp_msg_id_reply r;
 	int rc;
 
-	if (!c || fd < 0 || !len)
+	if (!c)
+		return null_arg(C_REGISTER_FD, -EINVAL);
+	/* An fd that is not open would fail the send (EBADF), not the
+	 * service: say so here. */
+	if (fd < 0 || !len || fcntl(fd, F_GETFD) < 0)
 		return fail(C_REGISTER_FD, -EINVAL);
 	rc = rpc_locked(c, DP_MSG_REGION_REGISTER, &req, sizeof(req), fd, &r, sizeof(r), NULL, 0);
 	return rc ? fail(C_REGISTER_FD, rc) : (int)r.id;
@@ -634,7 +667,9 @@ int dp_register_cuda(struct dp_client *c, void *ptr, size_t len)
 	struct dp_msg_id_reply r;
 	int rc;
 
-	if (!c || !ptr || !len)
+	if (!c || !ptr)
+		return null_arg(C_REGISTER_CUDA, -EINVAL);
+	if (!len)
 		return fail(C_REGISTER_CUDA, -EINVAL);
 	rc = dp_cuda_export(ptr, len, &req);
 	if (rc)
@@ -650,12 +685,19 @@ int dp_register_mem(struct dp_client *c, void *addr, size_t len)
 	struct dp_msg_id_reply r;
 	int rc;
 
-	if (!c || !addr || !len || req.addr + req.len < req.addr)
+	if (!c || !addr)
+		return null_arg(C_REGISTER_MEM, -EINVAL);
+	if (!len || req.addr + req.len < req.addr)
 		return fail(C_REGISTER_MEM, -EINVAL);
 	/* The service reads the memory of the process that connected: after
 	 * a fork, this process's addresses would name its parent's bytes. */
 	if (getpid() != c->pid)
 		return fail(C_REGISTER_MEM, -EINVAL);
+	/* A process that made itself non-dumpable (or a setuid one) asked
+	 * not to be read from outside; a service with CAP_SYS_PTRACE (root)
+	 * could read it anyway, so the refusal is made here. */
+	if (prctl(PR_GET_DUMPABLE) != 1)
+		return fail(C_REGISTER_MEM, -EPERM);
 	rc = rpc_locked(c, DP_MSG_REGION_REGISTER_MEM, &req, sizeof(req), -1, &r, sizeof(r), NULL,
 			0);
 	return rc ? fail(C_REGISTER_MEM, rc) : (int)r.id;
@@ -667,7 +709,9 @@ int dp_register_file(struct dp_client *c, int fd, uint64_t offset, uint64_t len,
 	struct dp_msg_id_reply r;
 	int rc;
 
-	if (!c || fd < 0)
+	if (!c)
+		return null_arg(C_REGISTER_FILE, -EINVAL);
+	if (fd < 0 || fcntl(fd, F_GETFD) < 0)
 		return fail(C_REGISTER_FILE, -EINVAL);
 	rc = rpc_locked(c, DP_MSG_REGION_REGISTER_FILE, &req, sizeof(req), fd, &r, sizeof(r), NULL,
 			0);
@@ -681,7 +725,9 @@ int dp_open_file(struct dp_client *c, const char *path, uint64_t offset, uint64_
 	struct dp_msg_id_reply r;
 	int rc;
 
-	if (!c || !path || !*path)
+	if (!c || !path)
+		return null_arg(C_OPEN_FILE, -EINVAL);
+	if (!*path)
 		return fail(C_OPEN_FILE, -EINVAL);
 	if (strlen(path) >= sizeof(req.path))
 		return fail(C_OPEN_FILE, -ENAMETOOLONG);
@@ -724,7 +770,7 @@ static int alloc_(struct dp_client *c, size_t len, unsigned flags, void **addr)
 
 	bool full;
 
-	if (!c || !addr || !len || flags & ~DP_ALLOC_HUGE)
+	if (!len || flags & ~DP_ALLOC_HUGE)
 		return -EINVAL;
 	pthread_mutex_lock(&c->lock);
 	full = c->nallocs == MAX_ALLOCS;
@@ -767,6 +813,8 @@ static int alloc_(struct dp_client *c, size_t len, unsigned flags, void **addr)
 
 int dp_alloc(struct dp_client *c, size_t len, unsigned flags, void **addr)
 {
+	if (!c || !addr)
+		return null_arg(C_ALLOC, -EINVAL);
 	return fail(C_ALLOC, alloc_(c, len, flags, addr));
 }
 
@@ -792,7 +840,9 @@ int dp_free(struct dp_client *c, int region)
 	struct dp_msg_id req = {.id = (uint32_t)region};
 	int rc;
 
-	if (!c || region < 0)
+	if (!c)
+		return null_arg(C_FREE, -EBADF);
+	if (region < 0)
 		return fail(C_FREE, -EBADF);
 	pthread_mutex_lock(&c->lock);
 	rc = rpc(c, DP_MSG_REGION_FREE, &req, sizeof(req), -1, NULL, sizeof(struct dp_msg_status),
@@ -827,7 +877,9 @@ int dp_segment_export(struct dp_client *c, int region, const char *name, unsigne
 {
 	struct dp_msg_segment_export req = {.region = (uint32_t)region, .access = access};
 
-	if (!c || copy_name(req.name, sizeof(req.name), name, true))
+	if (!c || !name)
+		return null_arg(C_EXPORT, -EINVAL);
+	if (copy_name(req.name, sizeof(req.name), name, true))
 		return fail(C_EXPORT, -EINVAL);
 	if (region < 0)
 		return fail(C_EXPORT, -EBADF);
@@ -839,7 +891,9 @@ int dp_segment_unexport(struct dp_client *c, const char *name)
 {
 	struct dp_msg_segment_name req;
 
-	if (!c || copy_name(req.name, sizeof(req.name), name, true))
+	if (!c || !name)
+		return null_arg(C_UNEXPORT, -EINVAL);
+	if (copy_name(req.name, sizeof(req.name), name, true))
 		return fail(C_UNEXPORT, -EINVAL);
 	return fail(C_UNEXPORT, rpc_locked(c, DP_MSG_SEGMENT_UNEXPORT, &req, sizeof(req), -1, NULL,
 					   sizeof(struct dp_msg_status), NULL, 0));
@@ -851,7 +905,9 @@ int dp_segment_open(struct dp_client *c, const char *peer, const char *name, uns
 	struct dp_msg_id_reply r;
 	int rc;
 
-	if (!c || copy_name(req.name, sizeof(req.name), name, true) ||
+	if (!c || !name)
+		return null_arg(C_OPEN, -EINVAL);
+	if (copy_name(req.name, sizeof(req.name), name, true) ||
 	    copy_name(req.peer, sizeof(req.peer), peer, false))
 		return fail(C_OPEN, -EINVAL);
 	rc = rpc_locked(c, DP_MSG_SEGMENT_OPEN, &req, sizeof(req), -1, &r, sizeof(r), NULL, 0);
@@ -862,7 +918,9 @@ int dp_segment_close(struct dp_client *c, int segment)
 {
 	struct dp_msg_id req = {.id = (uint32_t)segment};
 
-	if (!c || segment < 0)
+	if (!c)
+		return null_arg(C_CLOSE, -EBADF);
+	if (segment < 0)
 		return fail(C_CLOSE, -EBADF);
 	return fail(C_CLOSE, rpc_locked(c, DP_MSG_SEGMENT_CLOSE, &req, sizeof(req), -1, NULL,
 					sizeof(struct dp_msg_status), NULL, 0));
@@ -1090,6 +1148,8 @@ static int notify_open(struct dp_client *c, uint32_t entries)
 
 int dp_notify_open(struct dp_client *c, uint32_t entries)
 {
+	if (!c)
+		return null_arg(C_NOTIFY_OPEN, -EINVAL);
 	return fail(C_NOTIFY_OPEN, notify_open(c, entries));
 }
 

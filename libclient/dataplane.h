@@ -195,9 +195,10 @@ int dp_free(struct dp_client *c, int region);
  * must allow sealing: memfd_create(name, MFD_ALLOW_SEALING), opened
  * read-write, F_SEAL_SEAL not set (or F_SEAL_SHRINK set already): without
  * the seal the file could shrink under the service's mapping. Returns the
- * region id. -EINVAL when the fd is not a memfd or too short, -EPERM when
- * the service cannot seal it (a memfd made without MFD_ALLOW_SEALING, or a
- * read-only fd; dp_last_error() and the service's log say which). A memfd
+ * region id. -EINVAL when the fd is not open, not a memfd or too short (a
+ * bad fd fails the call, never the connection), -EPERM when the service
+ * cannot seal it (a memfd made without MFD_ALLOW_SEALING, or a read-only
+ * fd; dp_last_error() and the service's log say which). A memfd
  * that cannot be sealed can still be mapped by the caller and that mapping
  * registered with dp_register_mem().
  */
@@ -218,8 +219,9 @@ int dp_register_fd(struct dp_client *c, int fd, uint64_t off, uint64_t len);
  * dp_free(), or descriptors fail with -EFAULT; nothing here pins it. Not
  * charged to the service's --max-mapped-gb-per-uid. Returns the region
  * id. -EFAULT the first or last byte is not mapped, -EPERM the service may
- * not access this process's memory (another uid and not root, a
- * non-dumpable process, Yama ptrace_scope), -EINVAL NULL or empty, or
+ * not access this process's memory (another uid and not root, Yama
+ * ptrace_scope) or the process is not dumpable (refused by the library
+ * itself, whatever the service's privileges), -EINVAL NULL or empty, or
  * called in a process forked after dp_connect().
  */
 int dp_register_mem(struct dp_client *c, void *addr, size_t len);
@@ -254,10 +256,10 @@ int dp_register_cuda(struct dp_client *c, void *ptr, size_t len);
  * O_DIRECT where aligned (DP_CQE_F_FILE; docs/files.md). A writable
  * regular file grows when written past its end; a read-only region must
  * lie within the file. Returns the region id. -EPERM the fd's open mode
- * does not allow the access (a read-only fd for DP_ACCESS_RW), -EINVAL not
- * a regular file or block device, a range beyond a read-only file, an
- * O_APPEND fd for DP_ACCESS_RW, or bad @p flags, -ENOTSUP the service has
- * no io_uring.
+ * does not allow the access (a read-only fd for DP_ACCESS_RW), -EINVAL an
+ * fd that is not open, not a regular file or block device, a range beyond
+ * a read-only file, an O_APPEND fd for DP_ACCESS_RW, or bad @p flags,
+ * -ENOTSUP the service has no io_uring.
  */
 int dp_register_file(struct dp_client *c, int fd, uint64_t offset, uint64_t len, unsigned flags);
 

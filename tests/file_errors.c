@@ -210,6 +210,9 @@ Test(file_errors, bad_registrations_einval)
 	cr_assert_eq(pipe(p), 0);
 	cr_assert(app >= 0 && dir >= 0 && null >= 0);
 	env_start(&e, NULL, 4096);
+	/* An fd that is not open: the argument is bad, the connection fine. */
+	cr_assert_eq(dp_register_file(e.c, 1000, 0, 4096, DP_ACCESS_READ), -EINVAL, "closed fd");
+	cr_assert_eq(dp_register_file(e.c, -1, 0, 4096, DP_ACCESS_READ), -EINVAL, "fd -1");
 	cr_assert_eq(dp_register_file(e.c, p[0], 0, 4096, DP_ACCESS_READ), -EINVAL, "pipe");
 	cr_assert_eq(dp_register_file(e.c, dir, 0, 4096, DP_ACCESS_READ), -EINVAL, "directory");
 	cr_assert_eq(dp_register_file(e.c, null, 0, 4096, DP_ACCESS_READ), -EINVAL, "/dev/null");

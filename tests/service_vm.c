@@ -7,13 +7,16 @@
  * that exits with transfers in flight (no crash, no fd left); a connection
  * cannot name another process's memory; what the engine refuses
  * (-ENOTSUP); a memfd without MFD_ALLOW_SEALING (-EPERM, and its mapping
- * through dp_register_mem instead).
+ * through dp_register_mem instead); an fd that is not open (-EINVAL, the
+ * connection unharmed); a process that is not dumpable (-EPERM, even for a
+ * service that runs as root and could read it).
  */
 #include <criterion/criterion.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "dp_proto.h"
@@ -521,6 +524,51 @@ Test(service_vm, forked_child_is_refused)
 		_exit(dp_register_mem(c, buf, sizeof(buf)) == -EINVAL ? 0 : 1);
 	cr_assert_eq(wait_child(pid), 0);
 	cr_assert_geq(dp_register_mem(c, buf, sizeof(buf)), 0, "%s", dp_last_error());
+	dp_close(c);
+	stop_svc(&svc);
+}
+
+/* An fd number that is not open is a bad argument (-EINVAL), not a dead
+ * service: the send that would carry it fails before anything is sent, and
+ * the connection goes on. */
+Test(service_vm, register_fd_of_a_closed_fd)
+{
+	struct dp_client *c;
+	uint8_t *p;
+	int fd;
+
+	start_svc(&svc, local_only);
+	c = connect_client(&svc, "vm-badfd");
+	fd = memfd_create("closed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(ftruncate(fd, 4096), 0);
+	close(fd);
+	cr_assert_eq(dp_register_fd(c, fd, 0, 4096), -EINVAL, "%s", dp_last_error());
+	cr_assert(strstr(dp_last_error(), "dp_register_fd"), "%s", dp_last_error());
+	cr_assert_geq(alloc_region(c, 4096, &p), 0, "the client goes on: %s", dp_last_error());
+	dp_close(c);
+	service_still_serves();
+}
+
+/* A process that made itself non-dumpable asked not to be read from
+ * outside: dp_register_mem refuses it (-EPERM) whatever the service's
+ * privileges (this service runs as root, which the kernel would let read
+ * it), and registers once it is dumpable again. */
+Test(service_vm, not_dumpable_is_eperm)
+{
+	struct dp_client *c;
+	char buf[4096];
+	int rc;
+
+	start_svc(&svc, local_only);
+	c = connect_client(&svc, "vm-dumpable");
+	cr_assert_eq(prctl(PR_SET_DUMPABLE, 0), 0);
+	rc = dp_register_mem(c, buf, sizeof(buf));
+	cr_assert_eq(prctl(PR_SET_DUMPABLE, 1), 0);
+	cr_assert_eq(rc, -EPERM, "not dumpable: %d", rc);
+	cr_assert(strstr(dp_last_error(), "dumpable"), "%s", dp_last_error());
+	rc = dp_register_mem(c, buf, sizeof(buf));
+	cr_assert_geq(rc, 0, "dumpable again: %s", dp_last_error());
 	dp_close(c);
 	stop_svc(&svc);
 }
