@@ -198,14 +198,15 @@ static int desc_resolve(struct queue *q, const struct dp_desc *d, struct xfer *x
 }
 
 /* A WRITE with DP_DESC_F_NOTIFY, resolved: the paths that deliver its
- * notification are memory on both sides (host and GPU copies, this
- * service's or a mapped one of the same host) and the fabric (notif.h);
+ * notification are memory on both sides (host, GPU and registered-memory
+ * copies, this service's or a mapped one of the same host) and the fabric
+ * (notif.h);
  * the others (files, host staging) are -ENOTSUP (docs/api.md
  * "Notifications"). */
 static int notify_prepare(const struct queue *q, const struct dp_desc *d, struct xfer *x,
 			  enum engine_id e, struct notif_req *n)
 {
-	if (e != ENGINE_host && e != ENGINE_gpu && e != ENGINE_fabric)
+	if (e != ENGINE_host && e != ENGINE_vm && e != ENGINE_gpu && e != ENGINE_fabric)
 		return -ENOTSUP;
 	*n = (struct notif_req){.value = d->notify,
 				.offset = d->target_off,

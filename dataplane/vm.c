@@ -38,6 +38,7 @@
 
 #include "clock.h"
 #include "engine.h"
+#include "notif.h"
 #include "oplist.h"
 
 #ifndef SO_PEERPIDFD
@@ -74,6 +75,8 @@ struct vm_op {
 	uint64_t len, done;
 	uint32_t path;
 	struct region *ra, *rb; /* references held until the op completes */
+	struct segment *nseg;	/* with a notification: its segment (a reference) */
+	struct notif_req notify;
 };
 
 /* A poller's pending copies (p->eng[ENGINE_vm]), spare ops, the bounce
@@ -188,11 +191,18 @@ static int vm_end_of(const struct region *r, uint64_t off, struct vm_end *e)
 	return 0;
 }
 
-static void op_finish(struct vm_poller *v, struct vm_op *op, int status)
+static void op_finish(struct poller *p, struct vm_poller *v, struct vm_op *op, int status)
 {
 	struct queue *q = op->q;
 
 	q->inflight--;
+	/* The bytes are in place: the owner hears of them before the writer
+	 * sees its completion (as copy.c's). */
+	if (op->nseg) {
+		if (!status)
+			notif_deliver(p, op->nseg, &op->notify);
+		segment_put(op->nseg);
+	}
 	queue_complete_ns(q, op->user_data, op->submit_ns, status, status ? 0 : op->len, op->path);
 	region_put(op->ra);
 	region_put(op->rb);
@@ -221,6 +231,8 @@ static void vm_submit(struct poller *p, const struct xfer *x)
 	if (x->len <= cfg.inline_max) {
 		rc = d->opcode == DP_OP_WRITE ? vm_move(v, &l, &t, 0, x->len)
 					      : vm_move(v, &t, &l, 0, x->len);
+		if (!rc && x->notify)
+			notif_deliver(p, x->seg, x->notify);
 		queue_complete_ns(x->q, x->user_data, x->submit_ns, rc, rc ? 0 : x->len, x->path);
 		return;
 	}
@@ -242,6 +254,12 @@ static void vm_submit(struct poller *p, const struct xfer *x)
 			     .path = x->path,
 			     .ra = x->ra,
 			     .rb = x->rb};
+	if (x->notify) {
+		/* Alive in this loop (QSBR); the reference keeps it so. */
+		atomic_fetch_add(&x->seg->refs, 1);
+		op->nseg = x->seg;
+		op->notify = *x->notify;
+	}
 	x->q->inflight++;
 	op_list_push(&v->ops, &op->node);
 	engine_kick(p, ENGINE_vm);
@@ -251,7 +269,8 @@ static void vm_submit(struct poller *p, const struct xfer *x)
  * once it is finished. */
 static bool vm_step(struct op_node *node, void *arg)
 {
-	struct vm_poller *v = arg;
+	struct poller *p = arg;
+	struct vm_poller *v = p->eng[ENGINE_vm];
 	struct vm_op *op = (struct vm_op *)node;
 	uint64_t n = op->len - op->done;
 	int rc;
@@ -262,7 +281,7 @@ static bool vm_step(struct op_node *node, void *arg)
 	op->done += n;
 	if (!rc && op->done < op->len)
 		return false;
-	op_finish(v, op, rc);
+	op_finish(p, v, op, rc);
 	return true;
 }
 
@@ -270,7 +289,7 @@ static int vm_progress(struct poller *p)
 {
 	struct vm_poller *v = p->eng[ENGINE_vm];
 
-	return v ? op_list_round(&v->ops, STEPS_PER_LOOP, vm_step, v) : 0;
+	return v ? op_list_round(&v->ops, STEPS_PER_LOOP, vm_step, p) : 0;
 }
 
 static bool vm_busy(const struct poller *p)

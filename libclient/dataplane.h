@@ -36,9 +36,9 @@ enum dp_opcode {
 /** dp_desc.flags: a WRITE that carries a notification. Once its bytes are
  * in place, the client that exported the target segment receives
  * dp_desc.notify on its notification ring (dp_notify_open; docs/api.md
- * "Notifications"). Only with DP_OP_WRITE (else -EINVAL); targets on
- * another service (fabric, same host) and file regions on either side:
- * -ENOTSUP. */
+ * "Notifications"). Only with DP_OP_WRITE (else -EINVAL). Targets on
+ * another service (fabric, same host) notify its owner too; a file region
+ * on either side, or GPU memory staged through host buffers: -ENOTSUP. */
 #define DP_DESC_F_NOTIFY 1u
 
 /**
@@ -213,8 +213,9 @@ int dp_register_fd(struct dp_client *c, int fd, uint64_t off, uint64_t len);
  * calls), which costs more than a region from dp_alloc (docs/api.md,
  * "Memory the caller already has"). Transfers between such a region and
  * host memory of the service (a dp_alloc/dp_register_fd region, an export
- * of another client, either side) or another such region work; with GPU
- * memory, a file or another service's segment they complete with
+ * of another client, either side, another service's export of this host)
+ * or another such region work, notifications included; with GPU memory, a
+ * file or another service's segment over the fabric they complete with
  * -ENOTSUP. The memory stays the caller's: keep it mapped until
  * dp_free(), or descriptors fail with -EFAULT; nothing here pins it. Not
  * charged to the service's --max-mapped-gb-per-uid. Returns the region
