@@ -466,11 +466,18 @@ void stats_run_switch(struct queue *q, uint64_t submit_ns, uint32_t flags, uint6
 static void queue_publish(struct queue *q)
 {
 	struct dp_stats_queue *s = q->st;
+	struct dp_ring *cq = &q->pair.cq;
+	/* The client's CQ head, loaded now: our own copy is reloaded only
+	 * when the ring runs short of room, and would show completions the
+	 * client reaped long ago. One load per publication, never per
+	 * descriptor; a head out of range (a hostile client) shows the copy. */
+	uint32_t unreaped = cq->local - __atomic_load_n(&cq->hdr->head, __ATOMIC_RELAXED);
 
-	/* Our private views of the rings: what the last peek and reserve saw. */
+	if (unreaped > dp_ring_size(cq))
+		unreaped = dp_ring_used_cached(cq);
+	/* The SQ: what the last peek saw. */
 	__atomic_store_n(&s->sq_depth, dp_ring_avail_cached(&q->pair.sq), __ATOMIC_RELAXED);
-	__atomic_store_n(&s->cq_depth, dp_ring_used_cached(&q->pair.cq) + q->nstage,
-			 __ATOMIC_RELAXED);
+	__atomic_store_n(&s->cq_depth, unreaped + q->nstage, __ATOMIC_RELAXED);
 	if (s->submitted == q->ctr.submitted && s->doorbells == q->ctr.doorbells &&
 	    s->completed + s->failed == q->ctr.completed + q->ctr.failed)
 		return;
@@ -552,6 +559,18 @@ void stats_publish(struct poller *p)
 			queue_publish(q);
 	stats_publish_poller(p->stats);
 	p->stats->dirty = false;
+}
+
+/* A parked queue was published when it was parked, and is not again until
+ * it has work: its client may have reaped completions since. Only those
+ * that showed some are looked at, so many idle queues cost a walk of the
+ * list and no line of their clients'. */
+void stats_publish_idle(struct poller *p)
+{
+	for (struct queue *q = p->parked; q; q = q->next)
+		if (q->st && __atomic_load_n(&q->st->cq_depth, __ATOMIC_RELAXED))
+			queue_publish(q);
+	stats_publish(p);
 }
 
 /* ---- service gauges (control thread) ---- */

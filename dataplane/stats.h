@@ -324,6 +324,9 @@ void stats_queue_publish(struct queue *q);
 /* Publishes everything this poller counted privately: its queues' counters
  * and ring depths, its own block (stats.c). */
 void stats_publish(struct poller *p);
+/* An idle poller's occasional publication: stats_publish, and the CQ
+ * column of parked queues that showed completions not yet reaped. */
+void stats_publish_idle(struct poller *p);
 void stats_publish_poller(struct stats_poller *sp);
 
 /* Busy loops between publications while a poller stays busy; how long it
@@ -400,7 +403,7 @@ static inline uint64_t stats_loop_end(struct poller *p, int work)
 		if (sp->dirty && t - sp->busy_end > STATS_PUBLISH_AFTER_NS)
 			stats_publish(p);
 		else if (!(sp->loops % STATS_PUBLISH_IDLE))
-			stats_publish_poller(sp);
+			stats_publish_idle(p);
 		return t;
 	}
 	sp->busy_loops++;

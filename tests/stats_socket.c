@@ -120,6 +120,14 @@ Test(stats_socket, prometheus_refuses_watch, .fini = teardown, .timeout = 30)
 	cr_assert_eq(r.out[0], 0, "nothing on stdout: %s", r.out);
 	cr_assert(strstr(r.err, "--prometheus") && strstr(r.err, "-w"), "%s", r.err);
 	tool_run_free(&r);
+	/* Nor several reports without -w. */
+	args[3] = "-c";
+	args[4] = "2";
+	args[5] = NULL;
+	r = ring_stat(args);
+	cr_assert_eq(r.status, EX_USAGE, "-c 2: exit %d: %s", r.status, r.err);
+	cr_assert(strstr(r.err, "-c"), "%s", r.err);
+	tool_run_free(&r);
 }
 
 /* The family of a sample: its name, less _bucket/_sum/_count when that

@@ -83,8 +83,9 @@ Test(tools_cli, no_service_names_the_socket, .timeout = 120)
 		const char *demo[] = {sock, NULL};
 		const char *bench[] = {"--socket", sock,   "--file", file, "--size",   "4096",
 				       "--bs",	   "4096", "--reps", "1",  "--no-fio", NULL};
-		const char *const *args[] = {demo, demo, bench};
-		const char *tools[] = {"dp-demo", "api-example", "file-bench"};
+		const char *dpb[] = {"--socket", sock, "--quick", "latency", NULL};
+		const char *const *args[] = {demo, demo, bench, dpb};
+		const char *tools[] = {"dp-demo", "api-example", "file-bench", "dp-bench"};
 
 		if (pass == 1) {
 			fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
@@ -93,7 +94,7 @@ Test(tools_cli, no_service_names_the_socket, .timeout = 120)
 			cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0, "bind: %s",
 				     strerror(errno));
 		}
-		for (unsigned i = 0; i < 3; i++) {
+		for (unsigned i = 0; i < 4; i++) {
 			struct tool_run r = run_tool(tools[i], args[i]);
 
 			snprintf(want, sizeof(want),

@@ -97,6 +97,13 @@ static void die(const char *what, int rc)
 	exit(1);
 }
 
+/* A dp_connect that failed: which socket, and why (dp_tool.h), exit 1. */
+static void die_connect(const char *path, int rc)
+{
+	dp_tool_connect_error("dp-bench", path, rc);
+	exit(1);
+}
+
 /* Segment names unique per process and per call: two dp-bench clients of
  * one service, or two benches in one process, never collide. */
 static const char *segment_name(const char *what)
@@ -115,7 +122,7 @@ static void bench_open(struct bench *b, uint64_t len)
 
 	b->len = len;
 	if ((rc = dp_connect(sock_path, "dp-bench", &b->c)) < 0)
-		die("connect", rc);
+		die_connect(sock_path, rc);
 	if ((rc = dp_queue_create(b->c, queue_depth, &b->q)) < 0)
 		die("queue", rc);
 	if ((b->src = dp_alloc(b->c, len, DP_ALLOC_HUGE, (void **)&b->srcp)) < 0)
@@ -1039,9 +1046,9 @@ static void fabric_measure(bool local, struct fabric_fig *f)
 		die("malloc", -ENOMEM);
 	b.len = FABRIC_LEN;
 	if ((rc = dp_connect(sock_path, "dp-bench", &b.c)) < 0)
-		die("connect", rc);
+		die_connect(sock_path, rc);
 	if (!local && (rc = dp_connect(peer_sock, "dp-bench-target", &pc)) < 0)
-		die("connect to --peer-socket", rc);
+		die_connect(peer_sock, rc);
 	if ((rc = dp_queue_create(b.c, 256, &b.q)) < 0)
 		die("queue", rc);
 	if ((b.src = dp_alloc(b.c, FABRIC_LEN, 0, (void **)&b.srcp)) < 0)

@@ -1086,8 +1086,10 @@ static void bench_p13(bool have_gpu)
 	int rh, rg = -1, rt, seg, rc;
 	bool all = true;
 
-	if ((rc = dp_connect(target_sock, "gpu-bench-target", &pc)) < 0)
-		die("connect to --peer-socket", rc);
+	if ((rc = dp_connect(target_sock, "gpu-bench-target", &pc)) < 0) {
+		dp_tool_connect_error("gpu-bench", target_sock, rc);
+		exit(1);
+	}
 	if ((rt = dp_alloc(pc, P13_SPAN, 0, (void **)&tgt)) < 0)
 		die("dp_alloc (target)", rt);
 	if ((rc = dp_segment_export(pc, rt, "p13-dst", DP_ACCESS_RW)) < 0)

@@ -2143,7 +2143,8 @@ static void usage(FILE *f)
 		"                    the only running service's)\n"
 		"  -l, --list        list the stats regions in /dev/shm and their state\n"
 		"  -w, --watch SECS  refresh every SECS seconds, showing rates over the interval\n"
-		"  -c, --count N     stop after N samples (default 1, or unlimited with -w)\n"
+		"  -c, --count N     stop after N samples (default 1, or unlimited with -w;\n"
+		"                    without -w, 1 s apart)\n"
 		"  -q, --queue Q     only queues of client Q (a name or pid), or Q:ID for one "
 		"queue\n"
 		"  --sort KEY        slot (default), ops, bytes, fail, p99, inflight, name\n"
@@ -2260,9 +2261,12 @@ static void parse_options(int argc, char **argv)
 		fail(EX_USAGE, "--stats and --socket both name a service; give one");
 	/* One exposition is one scrape: repeated ones in one stream are no
 	 * valid exposition (docs/ring-stat.md). */
-	if (opt.out == OUT_PROM && opt.interval)
-		fail(EX_USAGE, "--prometheus takes no -w: it writes one exposition (a scrape); "
-			       "run it once per scrape (try --help)");
+	if (opt.out == OUT_PROM && (opt.interval || opt.count > 1))
+		fail(EX_USAGE, "--prometheus takes no -w or -c: it writes one exposition (a "
+			       "scrape); run it once per scrape (try --help)");
+	/* -c N alone: N reports, a second apart. */
+	if (opt.count > 1 && !opt.interval)
+		opt.interval = 1;
 	if (!strcmp(color, "always"))
 		opt.color = true;
 	else if (!strcmp(color, "auto"))
