@@ -703,7 +703,8 @@ int dp_register_mem(struct dp_client *c, void *addr, size_t len)
 	return rc ? fail(C_REGISTER_MEM, rc) : (int)r.id;
 }
 
-int dp_register_file(struct dp_client *c, int fd, uint64_t offset, uint64_t len, unsigned flags)
+int dp__register_file(struct dp_client *c, int fd, uint64_t offset, uint64_t len, unsigned flags,
+		      uint64_t *len_out)
 {
 	struct dp_msg_region_file req = {.offset = offset, .len = len, .access = flags};
 	struct dp_msg_id_reply r;
@@ -715,11 +716,20 @@ int dp_register_file(struct dp_client *c, int fd, uint64_t offset, uint64_t len,
 		return fail(C_REGISTER_FILE, -EINVAL);
 	rc = rpc_locked(c, DP_MSG_REGION_REGISTER_FILE, &req, sizeof(req), fd, &r, sizeof(r), NULL,
 			0);
-	return rc ? fail(C_REGISTER_FILE, rc) : (int)r.id;
+	if (rc)
+		return fail(C_REGISTER_FILE, rc);
+	if (len_out)
+		*len_out = r.len;
+	return (int)r.id;
 }
 
-int dp_open_file(struct dp_client *c, const char *path, uint64_t offset, uint64_t len,
-		 unsigned flags)
+int dp_register_file(struct dp_client *c, int fd, uint64_t offset, uint64_t len, unsigned flags)
+{
+	return dp__register_file(c, fd, offset, len, flags, NULL);
+}
+
+int dp__open_file(struct dp_client *c, const char *path, uint64_t offset, uint64_t len,
+		  unsigned flags, uint64_t *len_out)
 {
 	struct dp_msg_region_path req = {.file = {.offset = offset, .len = len, .access = flags}};
 	struct dp_msg_id_reply r;
@@ -733,7 +743,17 @@ int dp_open_file(struct dp_client *c, const char *path, uint64_t offset, uint64_
 		return fail(C_OPEN_FILE, -ENAMETOOLONG);
 	strcpy(req.path, path);
 	rc = rpc_locked(c, DP_MSG_REGION_OPEN_PATH, &req, sizeof(req), -1, &r, sizeof(r), NULL, 0);
-	return rc ? fail(C_OPEN_FILE, rc) : (int)r.id;
+	if (rc)
+		return fail(C_OPEN_FILE, rc);
+	if (len_out)
+		*len_out = r.len;
+	return (int)r.id;
+}
+
+int dp_open_file(struct dp_client *c, const char *path, uint64_t offset, uint64_t len,
+		 unsigned flags)
+{
+	return dp__open_file(c, path, offset, len, flags, NULL);
 }
 
 /* A sealed memfd of `len` bytes, mapped; huge pages when asked and the host

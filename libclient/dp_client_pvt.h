@@ -21,6 +21,13 @@ int dp__queue_ring(struct dp_queue *q, struct dp_ring_pair **pair, int *sq_efd)
 int dp__alloc_detach(struct dp_client *c, int region, void **addr, size_t *len)
 	__attribute__((visibility("hidden")));
 
+/* dp_register_file and dp_open_file, and in *len_out the region's length
+ * as the service resolved it (a length of 0: to the end of the file). */
+int dp__register_file(struct dp_client *c, int fd, uint64_t offset, uint64_t len, unsigned flags,
+		      uint64_t *len_out) __attribute__((visibility("hidden")));
+int dp__open_file(struct dp_client *c, const char *path, uint64_t offset, uint64_t len,
+		  unsigned flags, uint64_t *len_out) __attribute__((visibility("hidden")));
+
 /* The queue's CQ doorbell: the client's end (docs/ring.md). */
 int dp__queue_cq_doorbell(struct dp_queue *q) __attribute__((visibility("hidden")));
 

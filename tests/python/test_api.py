@@ -48,6 +48,8 @@ def test_connect_and_close(service):
         c.alloc(10)
     with pytest.raises(dp.ClosedError):
         c.server_name
+    with pytest.raises(dp.ClosedError):
+        c.regions()
     with pytest.raises(ValueError):  # ClosedError is a ValueError too
         c.queue()
 
@@ -158,6 +160,16 @@ def test_files(client, tmp_path):
     finally:
         os.close(fd)
     assert r.kind == "file"
+    assert r.size == len(r) == 9000  # length 0: the rest of the file, as resolved
+    fd = os.open(p, os.O_RDONLY)
+    r2 = client.register_file(fd, 1000, 0, access="r")
+    assert r2.size == 8000
+    os.close(fd)
+    # An fd that is not open: a bad argument; the client goes on.
+    with pytest.raises(dp.DataplaneError) as e:
+        client.register_file(9999)
+    assert e.value.errno == errno.EINVAL
+    client.alloc(10).close()
     fd = os.open(p, os.O_RDONLY)
     with pytest.raises(dp.PermissionDeniedError):
         client.register_file(fd, access="rw")
@@ -178,6 +190,7 @@ def test_file_root(make_service, tmp_path):
             f = c.open_file("data", buffered=True)
         except dp.NotSupportedError:
             pytest.skip("no io_uring in this service")
+        assert f.size == len(f) == 4096
         with pytest.raises(dp.NotFoundError):
             c.open_file("missing")
         dst = c.alloc(4096)
@@ -396,6 +409,9 @@ def test_queue_busy_in_other_thread(client):
     time.sleep(0.1)
     with pytest.raises(dp.BusyError):
         q.poll()
+    with pytest.raises(dp.BusyError):
+        q.stats()
+    assert q.fileno() >= 0  # the fd never changes: allowed
     with pytest.raises(dp.BusyError):
         q.close()
     with pytest.raises(dp.BusyError):

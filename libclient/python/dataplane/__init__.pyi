@@ -40,7 +40,7 @@ class Region:
     id: int
     address: int
     size: int
-    kind: Literal["host", "cuda", "fd", "file"]
+    kind: Literal["host", "cuda", "fd", "mem", "file"]
     closed: bool
     views: int
     client: "Client | None"

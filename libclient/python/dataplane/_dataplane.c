@@ -1612,8 +1612,9 @@ static PyObject *queue_stats(PyObject *self, PyObject *unused)
 	int rc;
 
 	(void)unused;
-	if (!q->q || !q->client)
-		return raise_closed("the queue");
+	/* Its counters move under a thread in wait() or run(). */
+	if (queue_check(q))
+		return NULL;
 	rc = dp_queue_stats(q->q, &st);
 	if (rc < 0)
 		return raise_dp(rc);
@@ -1998,6 +1999,7 @@ static PyObject *client_register_file(PyObject *self, PyObject *args, PyObject *
 	static char *kwlist[] = {"fd", "offset", "length", "access", "buffered", NULL};
 	Client *c = (Client *)self;
 	unsigned long long off = 0, len = 0;
+	uint64_t rlen = 0;
 	PyObject *acc = NULL;
 	int fd, buffered = 0, id;
 	unsigned flags;
@@ -2007,10 +2009,12 @@ static PyObject *client_register_file(PyObject *self, PyObject *args, PyObject *
 					 &off, u64_conv, &len, &acc, &buffered) ||
 	    client_check(c) || file_flags(acc, buffered, &flags))
 		return NULL;
-	id = CONTROL(c, dp_register_file(c->c, fd, off, len, flags));
+	/* The length the service resolved: a length of 0 is to the end of
+	 * the file, and the Region's size says how far that is. */
+	id = CONTROL(c, dp__register_file(c->c, fd, off, len, flags, &rlen));
 	if (id < 0)
 		return raise_dp(id);
-	r = region_make(c, id, REGION_FILE, NULL, len, NULL);
+	r = region_make(c, id, REGION_FILE, NULL, rlen, NULL);
 	if (!r)
 		dp_free(c->c, id);
 	return (PyObject *)r;
@@ -2021,6 +2025,7 @@ static PyObject *client_open_file(PyObject *self, PyObject *args, PyObject *kw)
 	static char *kwlist[] = {"path", "offset", "length", "access", "buffered", NULL};
 	Client *c = (Client *)self;
 	unsigned long long off = 0, len = 0;
+	uint64_t rlen = 0;
 	PyObject *acc = NULL, *pathb = NULL;
 	int buffered = 0, id;
 	unsigned flags;
@@ -2034,11 +2039,11 @@ static PyObject *client_open_file(PyObject *self, PyObject *args, PyObject *kw)
 		Py_DECREF(pathb);
 		return NULL;
 	}
-	id = CONTROL(c, dp_open_file(c->c, PyBytes_AsString(pathb), off, len, flags));
+	id = CONTROL(c, dp__open_file(c->c, PyBytes_AsString(pathb), off, len, flags, &rlen));
 	Py_DECREF(pathb);
 	if (id < 0)
 		return raise_dp(id);
-	r = region_make(c, id, REGION_FILE, NULL, len, NULL);
+	r = region_make(c, id, REGION_FILE, NULL, rlen, NULL);
 	if (!r)
 		dp_free(c->c, id);
 	return (PyObject *)r;
@@ -2140,12 +2145,12 @@ static PyObject *client_get_closed(PyObject *self, void *p)
 static PyObject *client_regions(PyObject *self, PyObject *unused)
 {
 	Client *c = (Client *)self;
-	PyObject *l = PyList_New(0);
+	PyObject *l;
 
 	(void)unused;
-	if (!l)
+	if (client_check(c) || !(l = PyList_New(0)))
 		return NULL;
-	for (struct link *x = c->regions.prev; c->c && x != &c->regions; x = x->prev)
+	for (struct link *x = c->regions.prev; x != &c->regions; x = x->prev)
 		if (PyList_Append(l, (PyObject *)CONTAINER(x, Region, link))) {
 			Py_DECREF(l);
 			return NULL;
