@@ -1307,12 +1307,14 @@ const char *dp_strerror(int err)
 	case EBADF:
 		return "unknown region, segment or queue handle";
 	case EFAULT:
-		return "offset and length fall outside the region or segment";
+		return "bad address: offset and length fall outside the region or segment, or "
+		       "dp_register_mem memory is not mapped (at registration, or unmapped since)";
 	case EPERM:
 		/* Several calls: dp_last_error() names the one and the cause. */
 		return "not permitted: access beyond the segment's export, the region's or the "
-		       "fd's mode, a path outside the service's --file-root, or a memfd that "
-		       "does not allow sealing";
+		       "fd's mode, a path outside the service's --file-root, a memfd that "
+		       "does not allow sealing, or memory the service may not read (another "
+		       "uid, a process that is not dumpable)";
 	case EHOSTUNREACH:
 		return "peer service unreachable";
 	case ECANCELED:
