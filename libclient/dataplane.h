@@ -327,7 +327,7 @@ int dp_wait(struct dp_queue *q, struct dp_cqe *cqes, unsigned max, int timeout_m
 
 /**
  * Opens the client's notification ring of @p entries (power of two, 0: 256;
- * at most the service's --max-depth). From then on, each WRITE with
+ * at most 256 or the service's --max-depth, whichever is larger). From then on, each WRITE with
  * DP_DESC_F_NOTIFY into a segment this client exported puts one struct
  * dp_notification on it, after the WRITE's bytes are in place. A
  * notification that finds the ring full is dropped and counted
