@@ -51,9 +51,8 @@ struct alloc {
 
 struct dp_client {
 	int fd;
-	pid_t pid;	   /* the process that connected (dp_register_mem names its memory) */
-	uint32_t seq;	   /* of the last request sent (never 0: the service's "no header") */
-	uint32_t stale_lo; /* replies to seqs stale_lo .. seq - 1 may still come (0: none) */
+	pid_t pid;    /* the process that connected (dp_register_mem names its memory) */
+	uint32_t seq; /* of the last request sent (never 0: the service's "no header") */
 	uint64_t timeout_ns;
 	/* The service hung up (or a reply broke off): set once, read by any
 	 * thread, the data path included, without the lock. */
@@ -239,7 +238,8 @@ static const struct {
 	{C_CLOSE, -EBADF, "unknown segment handle"},
 	{C_QUEUE_DESTROY, -EBADF, "unknown queue"},
 	{C_NOTIFY_OPEN, -EEXIST, "the client's notification ring is open already (one per client)"},
-	{C_NOTIFY_OPEN, -EINVAL, "entries not a power of two, or above the service's --max-depth"},
+	{C_NOTIFY_OPEN, -EINVAL,
+	 "entries not a power of two, or above both 256 and the service's --max-depth"},
 	{C_NOTIFY_POLL, -EBADF, "no notification ring: call dp_notify_open first"},
 	{C_NOTIFY_WAIT, -EBADF, "no notification ring: call dp_notify_open first"},
 	{C_NOTIFY_FD, -EBADF, "no notification ring: call dp_notify_open first"},
@@ -313,11 +313,18 @@ static bool is_dead(const struct dp_client *c)
 	return atomic_load_explicit(&c->dead, memory_order_relaxed);
 }
 
-/* Whether @seq is that of an earlier request whose call gave up waiting
- * (-ETIMEDOUT): its reply may still come, and belongs to nobody. */
+/* Whether @seq is that of an earlier request. Calls are made one at a
+ * time, so its call has returned: with its reply, after which no other
+ * comes, or having given up waiting (-ETIMEDOUT), and this is that reply,
+ * late. It belongs to nobody. The service answers in order, except calls it
+ * leaves pending (a peer's or the directory's answer, CTL_PENDING): those
+ * may be answered after later calls were, so a late reply can come even
+ * after the current call's. */
 static bool seq_stale(const struct dp_client *c, uint32_t seq)
 {
-	return c->stale_lo && (uint32_t)(seq - c->stale_lo) < (uint32_t)(c->seq - c->stale_lo);
+	uint32_t back = c->seq - seq;
+
+	return back && back < (1u << 31);
 }
 
 /* Sends one request before the deadline: 0, -ETIMEDOUT (the service does
@@ -348,9 +355,9 @@ static int rpc_send(struct dp_client *c, struct iovec *iov, int fd_in, uint64_t 
  * out or busy. The call gives up, the client stays usable, and the reply
  * that comes late is recognised by its seq (seq_stale) and dropped by the
  * next call, the fds it carries (QUEUE_CREATE's ring and doorbells) closed.
- * The service answers its requests in order, so once the current request's
- * reply is here no earlier one can follow. Only EOF, a reset or a failed
- * send mark the connection dead.
+ * Any reply to an earlier seq is such a late one, whenever it comes (the
+ * service answers pending calls out of order: seq_stale). Only EOF, a
+ * reset or a failed send mark the connection dead.
  */
 static int rpc(struct dp_client *c, uint16_t type, const void *req, size_t len, int fd_in,
 	       void *reply, size_t rlen, int *fds_out, int nfds_out)
@@ -376,11 +383,8 @@ static int rpc(struct dp_client *c, uint16_t type, const void *req, size_t len, 
 	if (rc == -EBADF)
 		return -EINVAL;
 	for (;;) {
-		if (rc == -ETIMEDOUT) {
-			if (!c->stale_lo)
-				c->stale_lo = c->seq;
+		if (rc == -ETIMEDOUT)
 			return rc;
-		}
 		if (rc) {
 			set_dead(c);
 			return -ECONNRESET;
@@ -404,8 +408,6 @@ static int rpc(struct dp_client *c, uint16_t type, const void *req, size_t len, 
 		close_fds(got, ngot); /* a late reply to a call that timed out */
 		ngot = 0;
 	}
-	if ((size_t)n >= sizeof(hdr) && hdr.seq == c->seq)
-		c->stale_lo = 0; /* in order: no earlier reply can follow */
 	rc = -EBADMSG;
 	if ((size_t)n < sizeof(hdr) + sizeof(int32_t) || hdr.magic != DP_PROTO_MAGIC ||
 	    hdr.version != DP_PROTO_VERSION || hdr.type != (type | DP_MSG_REPLY) ||

@@ -1,12 +1,15 @@
 /* client_threads.c - libclient under the documented threading pattern (one thread in dp_wait, another making control calls): no false death; a control call that times out leaves the client usable (late replies dropped, their fds closed); a killed service is still reported dead at once (issue 15, item 5). */
 #include <criterion/criterion.h>
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "helpers.h"
@@ -255,6 +258,50 @@ Test(client_threads, timed_out_call_leaves_the_client_usable)
 	cr_assert_eq(dp_queue_destroy(late), 0);
 	cr_assert_eq(dp_segment_close(c, 999), -EBADF, "a status reply of its own");
 	dp_close(c);
+	stop_svc(&svc);
+}
+
+/* A call the service leaves pending (an open that waits for a peer) is
+ * answered after later calls: its late reply comes after theirs, and is
+ * still dropped by whichever call reads it. A peer that accepts and never
+ * answers holds the open until the service's 2 s lookup deadline; the
+ * client gives up at 300 ms. */
+Test(client_threads, late_reply_after_later_calls_is_dropped)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t slen = sizeof(sa);
+	char peer[64];
+	struct dp_client *c;
+	void *a;
+	int lfd, rc, r1;
+
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert_geq(lfd, 0);
+	cr_assert_eq(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(listen(lfd, 8), 0);
+	cr_assert_eq(getsockname(lfd, (struct sockaddr *)&sa, &slen), 0);
+	snprintf(peer, sizeof(peer), "127.0.0.1:%u", ntohs(sa.sin_port));
+	setenv("DP_CTL_TIMEOUT_MS", "300", 1);
+	start_svc(&svc, NULL);
+	c = connect_client(&svc, "late-open");
+	rc = dp_segment_open(c, peer, "silent/peer", DP_ACCESS_RW);
+	cr_assert_eq(rc, -ETIMEDOUT, "open through a silent peer: %s", dp_strerror(rc));
+	/* Answered at once, while the open is still pending there. */
+	r1 = dp_alloc(c, 4096, 0, &a);
+	cr_assert_geq(r1, 0, "dp_alloc while the open is pending: %s", dp_strerror(r1));
+	/* The open's own answer arrives now, after dp_alloc's. */
+	sleep_ms(2600);
+	for (int i = 0; i < 3; i++) {
+		rc = dp_segment_close(c, 999);
+		cr_assert_eq(rc, -EBADF, "call %d after the late reply: %s", i, dp_strerror(rc));
+	}
+	rc = dp_alloc(c, 4096, 0, &a);
+	cr_assert_geq(rc, 0, "dp_alloc after the late reply: %s", dp_strerror(rc));
+	cr_assert_eq(dp_free(c, rc), 0);
+	cr_assert_eq(dp_free(c, r1), 0);
+	dp_close(c);
+	close(lfd);
+	unsetenv("DP_CTL_TIMEOUT_MS");
 	stop_svc(&svc);
 }
 
