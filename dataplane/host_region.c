@@ -49,6 +49,8 @@ static int host_region_open(struct region *reg, struct client *c, const void *pa
 	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
 	uint64_t aligned = req->offset & ~(page - 1);
 	uint64_t map_len = req->len + (req->offset - aligned);
+	/* What the mapping takes: whole pages (docs/reliability.md, "Limits"). */
+	uint64_t charge = (map_len + page - 1) & ~(page - 1);
 	struct stat st;
 	void *map;
 	int rc = -EINVAL;
@@ -59,7 +61,7 @@ static int host_region_open(struct region *reg, struct client *c, const void *pa
 		goto out_fd;
 	/* Checked before anything is done to the memfd or our address space:
 	 * a refusal changes nothing. */
-	rc = client_map_quota(c, map_len);
+	rc = client_map_quota(c, charge);
 	if (!rc)
 		rc = host_seal(c, fd);
 	if (rc)
@@ -78,7 +80,7 @@ static int host_region_open(struct region *reg, struct client *c, const void *pa
 	reg->map_len = map_len;
 	reg->base = (uint8_t *)map + (req->offset - aligned);
 	reg->len = req->len;
-	reg->charged = map_len;
+	reg->charged = charge;
 	return DP_ACCESS_RW;
 out_fd:
 	close(fd);

@@ -178,8 +178,8 @@ Test(hostile_quota, sparse_memfd_hog_hits_the_uid_quota, .timeout = 60)
 	service_still_serves();
 }
 
-/* The quota is the sum over the uid's clients, counted to the byte of
- * each mapping, and a client's exit gives its share back. */
+/* The quota is the sum over the uid's clients, counted in the whole pages
+ * each mapping takes, and a client's exit gives its share back. */
 Test(hostile_quota, mapped_quota_is_per_uid_and_returned, .timeout = 30)
 {
 	const char *const args[] = {"--provider", "none", "--max-mapped-gb-per-uid", "1", NULL};
@@ -197,6 +197,15 @@ Test(hostile_quota, mapped_quota_is_per_uid_and_returned, .timeout = 30)
 	rc = dp_alloc(x, 4096, 0, (void **)&p);
 	cr_assert_eq(rc, -EDQUOT, "dp_alloc over the quota: %d (%s)", rc, dp_strerror(rc));
 	/* One client's free serves another client of the uid. */
+	cr_assert_eq(dp_free(x, rx), 0);
+	/* Counted in whole pages: 512 MiB less a page, then 1 byte (a page),
+	 * then 1 byte more is over. */
+	rx = register_sparse(x, 512 * MiB - 4096);
+	cr_assert_geq(rx, 0, "512 MiB less a page: %s", dp_strerror(rx));
+	rc = register_sparse(x, 1);
+	cr_assert_geq(rc, 0, "one byte, the last page: %s", dp_strerror(rc));
+	cr_assert_eq(register_sparse(x, 1), -EDQUOT, "one byte more is a page over");
+	cr_assert_eq(dp_free(x, rc), 0);
 	cr_assert_eq(dp_free(x, rx), 0);
 	cr_assert_geq(register_sparse(y, 512 * MiB), 0, "after x freed its 512 MiB");
 	cr_assert_eq(register_sparse(x, 4096), -EDQUOT);
