@@ -56,6 +56,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "auth.h"
 #include "clock.h"
 #include "directory.h"
 #include "event.h"
@@ -71,12 +72,13 @@ enum script { S_PUBLISH, S_REFRESH, S_DELETE, NSCRIPTS };
 
 /* The scripts read fields with HGET, lookups with HMGET: a lookup is then
  * told apart from a heartbeat in Redis's command statistics.
- * KEYS[1] the record; ARGV: owner, gen, rec, ttl ms, invalidation channel.
- * 1 when published, 0 when another service holds the name. */
+ * KEYS[1] the record; ARGV: owner, gen, rec, ttl ms, invalidation channel,
+ * mac. 1 when published, 0 when another service holds the name. */
 static const char publish_lua[] =
 	"local cur = {redis.call('HGET', KEYS[1], 'owner'), redis.call('HGET', KEYS[1], 'gen')}\n"
 	"if cur[1] and cur[1] ~= ARGV[1] then return 0 end\n"
-	"redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'gen', ARGV[2], 'rec', ARGV[3])\n"
+	"redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'gen', ARGV[2], 'rec', ARGV[3], 'mac', "
+	"ARGV[6])\n"
 	"redis.call('PEXPIRE', KEYS[1], ARGV[4])\n"
 	"if cur[2] and cur[2] ~= ARGV[2] then redis.call('PUBLISH', ARGV[5], 'replaced') end\n"
 	"return 1\n";
@@ -107,8 +109,9 @@ struct own_rec {
 	char name[DP_NAME_MAX];
 	char gen[24];
 	struct dir_record rec;
-	bool lost;    /* another service holds the name now */
-	bool pending; /* in the pipeline being sent */
+	uint8_t mac[DP_AUTH_MAC]; /* record_mac() */
+	bool lost;		  /* another service holds the name now */
+	bool pending;		  /* in the pipeline being sent */
 	long long result;
 	uint64_t withdrawn_ms;
 	struct own_rec *next;
@@ -547,12 +550,30 @@ static void key_of(char *buf, size_t len, const char *name)
 	snprintf(buf, len, "%s%s", KEY_PREFIX, name);
 }
 
+/*
+ * A record's `mac` field: HMAC-SHA256 under the fleet key of its name and
+ * the fields an opener acts on. A record is believed only with it, so a
+ * service of another fleet that shares the Redis (or anyone who can write
+ * there without the key) gets -EACCES, as from the peer's RPC port
+ * (docs/cluster.md).
+ */
+static void record_parts(struct auth_part p[4], const char *name, const char *owner,
+			 const char *gen, const struct dir_record *rec)
+{
+	p[0] = (struct auth_part){name, strlen(name) + 1};
+	p[1] = (struct auth_part){owner, strlen(owner) + 1};
+	p[2] = (struct auth_part){gen, strlen(gen) + 1};
+	p[3] = (struct auth_part){rec, sizeof(*rec)};
+}
+
+#define RECORD_LABEL "dataplane directory record"
+
 /* Appends one script call for `o` to the `cmd` pipeline. */
 static int script_append(enum script s, const struct own_rec *o)
 {
 	char key[DP_NAME_MAX + 32], chan[DP_NAME_MAX + 64], ttl[24];
-	const char *argv[9] = {"EVALSHA", dir.sha[s], "1", key, cfg.server_name, o->gen};
-	size_t lens[9];
+	const char *argv[10] = {"EVALSHA", dir.sha[s], "1", key, cfg.server_name, o->gen};
+	size_t lens[10];
 	int argc = 6;
 
 	key_of(key, sizeof(key), o->name);
@@ -564,6 +585,8 @@ static int script_append(enum script s, const struct own_rec *o)
 		lens[argc++] = sizeof(o->rec);
 		argv[argc++] = ttl;
 		argv[argc++] = chan;
+		argv[argc] = (const char *)o->mac;
+		lens[argc++] = sizeof(o->mac);
 		break;
 	case S_REFRESH:
 		argv[argc++] = ttl;
@@ -573,7 +596,7 @@ static int script_append(enum script s, const struct own_rec *o)
 		break;
 	}
 	for (int i = 0; i < argc; i++)
-		if (!(s == S_PUBLISH && i == 6))
+		if (!(s == S_PUBLISH && (i == 6 || i == 9)))
 			lens[i] = strlen(argv[i]);
 	return redisAppendCommandArgv(dir.ctx[CMD], argc, argv, lens);
 }
@@ -1045,6 +1068,12 @@ static int do_publish(struct dir_req *q)
 	dir.last_gen = gen;
 	snprintf(o->gen, sizeof(o->gen), "%llu", (unsigned long long)gen);
 	o->rec = q->rec;
+	{
+		struct auth_part parts[4];
+
+		record_parts(parts, o->name, cfg.server_name, o->gen, &o->rec);
+		auth_mac(RECORD_LABEL, parts, 4, o->mac);
+	}
 	o->pending = true;
 	rc = pipeline(o, S_PUBLISH);
 	if (!rc && o->result != 1) {
@@ -1093,7 +1122,7 @@ static void do_withdraw(const char *name)
 static int do_lookup(const char *name, struct dp_rpc_lookup_reply *out)
 {
 	char key[DP_NAME_MAX + 32];
-	const char *argv[5] = {"HMGET", key, "owner", "gen", "rec"};
+	const char *argv[6] = {"HMGET", key, "owner", "gen", "rec", "mac"};
 	struct dir_record rec;
 	redisReply *r, **e;
 	int rc;
@@ -1104,11 +1133,11 @@ static int do_lookup(const char *name, struct dp_rpc_lookup_reply *out)
 	if (rc)
 		return rc;
 	key_of(key, sizeof(key), name);
-	r = command(5, argv, &rc);
+	r = command(6, argv, &rc);
 	if (!r)
 		return rc;
 	e = r->element;
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 3) {
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 4) {
 		rc = -EBADMSG;
 	} else if (e[0]->type == REDIS_REPLY_NIL) {
 		rc = -ENOENT;
@@ -1123,6 +1152,19 @@ static int do_lookup(const char *name, struct dp_rpc_lookup_reply *out)
 		if (!rc && (e[0]->len >= sizeof(rec.r.server_name) ||
 			    strcmp(e[0]->str, rec.r.server_name)))
 			rc = -EBADMSG;
+		/* Signed with our fleet key, or not ours to believe. */
+		if (!rc) {
+			struct auth_part parts[4];
+
+			record_parts(parts, name, e[0]->str, e[1]->str, &rec);
+			if (e[3]->type != REDIS_REPLY_STRING || e[3]->len != DP_AUTH_MAC ||
+			    !auth_check(RECORD_LABEL, parts, 4, (const uint8_t *)e[3]->str)) {
+				log_warn("directory: the record of '%s' (owner %s) is not signed "
+					 "with this service's fleet key; not trusted",
+					 name, rec.r.server_name);
+				rc = -EACCES;
+			}
+		}
 		if (!rc)
 			log_debug("directory: '%s' -> %s (generation %.24s)", name,
 				  rec.r.server_name, e[1]->str);

@@ -250,9 +250,11 @@ static void fill_reply(struct srv_conn *k, struct dp_rpc_lookup_reply *r)
 	 * (local-access) registration never leaves the service. One without
 	 * (GPU memory on rails without FI_HMEM) is described as such, so that
 	 * transfers to it fail with -ENOTSUP rather than the open -ENOENT; a
-	 * service of this host maps any export that has a word. */
-	if (!s || (!s->eng[ENGINE_fabric] && !(same && s->eng[ENGINE_samehost]) &&
-		   (!fabric_nrails() || s->region->kind == REGION_FILE))) {
+	 * service of this host maps any export that has a word. A file
+	 * region reaches no other service, of this host or not (docs/files.md,
+	 * "Not done"). */
+	if (!s || s->region->kind == REGION_FILE ||
+	    (!s->eng[ENGINE_fabric] && !(same && s->eng[ENGINE_samehost]) && !fabric_nrails())) {
 		r->status = -ENOENT;
 		return;
 	}

@@ -482,6 +482,17 @@ static void lookup_same_done(void *arg, int rc, const struct dp_rpc_lookup_reply
 	struct lookup *lk = arg;
 	struct segment *s = NULL;
 
+	/* The exchange says the peer does not hold our fleet key (or we not
+	 * its): that is the answer, whatever its record would let the fabric
+	 * do. */
+	if (rc == -EACCES) {
+		log_info("segment '%s' on %s: refused on its same-host socket: another fleet key",
+			 lk->name, lk->peer);
+		while (nfds)
+			close(fds[--nfds]);
+		lookup_finish(lk, rc, NULL);
+		return;
+	}
 	if (!rc)
 		rc = same_install(lk->peer, lk->name, r, fds, nfds, &s);
 	if (rc) {
@@ -628,12 +639,12 @@ void remotes_invalidate(const char *name, bool kill)
 int segment_resolve(const char *peer, const char *name, struct segment **out,
 		    segment_resolved_fn fn, void *arg)
 {
-	/* Another service's: by its RPC port, or (no peer, not exported
-	 * here) wherever the cluster directory says. A peer string that
-	 * names this service resolves here, without a lookup. */
+	/* Another service's: by its RPC port, or (no peer, or this service's
+	 * own name, and not exported here) wherever the cluster directory
+	 * says. */
 	if (peer[0] && !rpc_is_self(peer))
 		return peer_open(peer, name, fn, arg);
-	if (!peer[0] && directory_enabled() && !export_find(name))
+	if (directory_enabled() && !export_find(name))
 		return directory_open(name, out, fn, arg);
 	*out = export_find(name);
 	return *out ? 0 : -ENOENT;

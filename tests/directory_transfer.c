@@ -2,6 +2,8 @@
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <hiredis/hiredis.h>
 
@@ -40,8 +42,12 @@ Test(directory_transfer, open_by_name_on_another_service)
 	pttl = dir_int(&dir_redis, "PTTL %s", DIR_KEY(SEG));
 	cr_assert(pttl > 0 && pttl <= 2000, "record TTL %lld ms, want (0, 2000]", pttl);
 
-	/* B opens it by name alone and writes into A's memory. */
+	/* B opens it by name alone and writes into A's memory. B's own
+	 * server name as the peer means the same as NULL (docs/api.md). */
 	lreg = alloc_region(cb, LEN, &loc);
+	seg = dp_segment_open(cb, dp_server_name(cb), SEG, DP_ACCESS_RW);
+	cr_assert_geq(seg, 0, "open by B's own name: %s", dp_strerror(seg));
+	cr_assert_eq(dp_segment_close(cb, seg), 0);
 	seg = open_segment(cb, NULL, SEG, DP_ACCESS_RW);
 	qb = make_queue(cb, 16);
 	pattern_fill(loc, MiB, 1);
@@ -193,4 +199,58 @@ Test(directory_transfer, password_never_logged)
 		assert_log_clean(i);
 		cr_assert_eq(svc_stop(&fab_svc[i]), 0);
 	}
+}
+
+/* Another fleet sharing the Redis: its services find the record, and
+ * believe none of it. Each record carries a MAC under the owner's fleet
+ * key; a service of another key gets -EACCES, through the fabric and on
+ * this host (where the same-host socket refuses it, and the fabric is not
+ * tried instead). A service of the fleet opens the same name. */
+Test(directory_transfer, another_fleet_gets_nothing)
+{
+	static const char key[] = "/tmp/dp-dir-other.key";
+	char sock1[64], sock2[64], sock3[64];
+	const char *other[] = {"--peer-key", key, NULL, NULL, NULL};
+	const char *same0[] = {"--same-host-socket", sock1, NULL};
+	const char *fleet[] = {"--same-host-socket", sock3, NULL};
+	struct dp_client *ca, *cb, *cc;
+	uint8_t *tgt;
+	int treg, rc, seg;
+	FILE *f = fopen(key, "w");
+
+	cr_assert_not_null(f);
+	fprintf(f, "another-fleet-0123456789abcdef\n");
+	fclose(f);
+	cr_assert_eq(chmod(key, 0600), 0);
+	snprintf(sock1, sizeof(sock1), "/tmp/dp-dir-fleet-%d-0.peer", (int)getpid());
+	snprintf(sock2, sizeof(sock2), "/tmp/dp-dir-fleet-%d-1.peer", (int)getpid());
+	snprintf(sock3, sizeof(sock3), "/tmp/dp-dir-fleet-%d-2.peer", (int)getpid());
+	dir_redis_start(&dir_redis, 0, NULL);
+	dir_svc_start(0, dir_redis.url, 5, same0);
+	ca = connect_client(&fab_svc[0], "owner");
+	treg = alloc_region(ca, MiB, &tgt);
+	export_segment(ca, treg, "fleet/kv", DP_ACCESS_RW);
+	for (int pass = 0; pass < 2; pass++) {
+		/* Pass 0: no same-host socket (the fabric, the record's MAC);
+		 * pass 1: one (the same-host exchange's refusal). */
+		other[2] = pass ? "--same-host-socket" : NULL;
+		other[3] = pass ? sock2 : NULL;
+		dir_svc_start(1, dir_redis.url, 5, other);
+		cb = connect_client(&fab_svc[1], "stranger");
+		rc = dp_segment_open(cb, NULL, "fleet/kv", DP_ACCESS_RW);
+		cr_assert_eq(rc, -EACCES, "pass %d: open from another fleet: %d (%s)", pass, rc,
+			     dp_strerror(rc));
+		dp_close(cb);
+		cr_assert_eq(svc_stop(&fab_svc[1]), 0);
+	}
+	/* The fleet's own service opens it, on this host (mapped). */
+	dir_svc_start(2, dir_redis.url, 5, fleet);
+	cc = connect_client(&fab_svc[2], "member");
+	seg = dp_segment_open(cc, NULL, "fleet/kv", DP_ACCESS_RW);
+	cr_assert_geq(seg, 0, "open from the fleet: %s", dp_strerror(seg));
+	dp_close(cc);
+	dp_close(ca);
+	unlink(key);
+	cr_assert_eq(svc_stop(&fab_svc[2]), 0);
+	cr_assert_eq(svc_stop(&fab_svc[0]), 0);
 }

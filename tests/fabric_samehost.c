@@ -1,9 +1,11 @@
 /* fabric_samehost.c - two dataplaned on one host: a segment of the other service is mapped (its memfd, passed over the same-host socket) and copied directly, DP_CQE_F_SAME_HOST; bytes checked 1 B..64 MiB and 64 in flight; --no-same-host on either side takes the fabric; an unexport, a new export of the name and the exporter's death are seen at once; read-only exports stay read-only; another fleet gets nothing. */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "dp_stats.h"
 #include "helpers.h"
@@ -255,4 +257,26 @@ Test(fabric_samehost, another_fleet_gets_nothing)
 	cr_assert_eq(rc, -EACCES, "open from another fleet: %d (%s)", rc, dp_strerror(rc));
 	unlink("/tmp/dp-samehost-other.key");
 	fab_pair_stop(&p);
+}
+
+/* A file region's export reaches no other service, on this host either
+ * (docs/files.md, "Not done"): the open is -ENOENT, as over the fabric,
+ * not a handle whose transfers fail. */
+Test(fabric_samehost, file_export_is_enoent)
+{
+	struct fab_pair p;
+	int fd, reg, rc;
+
+	file_dir();
+	fd = file_make("samehost-file", MiB, 3, O_RDWR);
+	fab_pair_start(&p, "tcp", FAB_PAIR_SAME_A | FAB_PAIR_SAME_B, NULL, NULL);
+	reg = dp_register_file(p.cb, fd, 0, 0, DP_ACCESS_RW);
+	cr_assert_geq(reg, 0, "dp_register_file: %s", dp_strerror(reg));
+	export_segment(p.cb, reg, "sh-file", DP_ACCESS_RW);
+	rc = dp_segment_open(p.ca, p.peer_b, "sh-file", DP_ACCESS_RW);
+	cr_assert_eq(rc, -ENOENT, "open of a file export from this host: %d (%s)", rc,
+		     dp_strerror(rc));
+	close(fd);
+	fab_pair_stop(&p);
+	file_dir_remove();
 }
