@@ -171,7 +171,7 @@ static const struct {
 	{C_ALLOC, -ENOSPC, "the client's region table is full (1024 regions)"},
 	{C_ALLOC, -EDQUOT, "this uid's --max-mapped-gb-per-uid of the service is used up"},
 	{C_REGISTER_FD, -EINVAL,
-	 "the fd is not an open memfd, or offset + length lies beyond its size"},
+	 "the fd is not open or not a memfd, or offset + length lies beyond its size"},
 	{C_REGISTER_FD, -EPERM,
 	 "the service cannot seal the memfd against shrinking: it was made without "
 	 "MFD_ALLOW_SEALING (create it with memfd_create(name, MFD_ALLOW_SEALING)), has "
