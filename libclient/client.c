@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -73,6 +75,10 @@ struct dp_client {
 struct dp_notify {
 	struct dp_ring_pair pair;
 	int db;
+	/* dp_notify_fd's: an epoll set of the doorbell and of `kick`, an
+	 * eventfd the library sets when notifications wait that rang no
+	 * doorbell (they came before NEED_WAKEUP was set); -1 before. */
+	int epfd, kick;
 	/* dp_notify_fd was called: NEED_WAKEUP stays set for good, and a
 	 * poll that finds the ring empty drains the doorbell. */
 	atomic_bool armed;
@@ -543,6 +549,10 @@ void dp_close(struct dp_client *c)
 	if (c->notify) {
 		dp_ring_pair_close(&c->notify->pair);
 		close(c->notify->db);
+		if (c->notify->epfd >= 0)
+			close(c->notify->epfd);
+		if (c->notify->kick >= 0)
+			close(c->notify->kick);
 		free(c->notify);
 	}
 	pthread_mutex_destroy(&c->lock);
@@ -1163,6 +1173,7 @@ static int notify_open(struct dp_client *c, uint32_t entries)
 		return rc;
 	}
 	n->db = fds[1];
+	n->epfd = n->kick = -1;
 	atomic_store_explicit(&c->notify, n, memory_order_release);
 	pthread_mutex_unlock(&c->lock);
 	return 0;
@@ -1197,8 +1208,13 @@ static int notify_poll(struct dp_client *c, struct dp_notify *n, struct dp_notif
 	if (atomic_load_explicit(&n->armed, memory_order_relaxed)) {
 		/* NEED_WAKEUP again, fenced: 0 when entries came meanwhile
 		 * (the flag is then clear until the next empty poll). */
-		if (dp_ring_prepare_sleep(&n->pair.cq))
+		if (dp_ring_prepare_sleep(&n->pair.cq)) {
+			uint64_t v;
+
 			dp_doorbell_drain(n->db);
+			if (n->kick >= 0)
+				(void)!read(n->kick, &v, sizeof(v));
+		}
 		k = dp_ring_dequeue_burst(&n->pair.cq, out, max);
 		if (k)
 			return k;
@@ -1264,10 +1280,37 @@ int dp_notify_fd(struct dp_client *c)
 	/* An event loop sleeps on the fd without dp_notify_wait: from now
 	 * on every dp_notify_poll that finds the ring empty sets NEED_WAKEUP
 	 * (and leaves it set) and empties the doorbell, so the fd reads ready
-	 * exactly when there may be something to take. */
+	 * exactly when there may be something to take. The fd is an epoll
+	 * set of the doorbell and of an eventfd of ours: notifications that
+	 * wait already rang no doorbell, and the eventfd makes it ready for
+	 * them. */
+	if (n->epfd < 0) {
+		struct epoll_event ev = {.events = EPOLLIN};
+		int epfd = epoll_create1(EPOLL_CLOEXEC),
+		    kick = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+
+		if (epfd < 0 || kick < 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, n->db, &ev) ||
+		    epoll_ctl(epfd, EPOLL_CTL_ADD, kick, &ev)) {
+			int rc = -errno;
+
+			if (epfd >= 0)
+				close(epfd);
+			if (kick >= 0)
+				close(kick);
+			return fail(C_NOTIFY_FD, rc);
+		}
+		n->epfd = epfd;
+		n->kick = kick;
+	}
 	atomic_store_explicit(&n->armed, true, memory_order_relaxed);
-	dp_ring_prepare_sleep(&n->pair.cq);
-	return n->db;
+	if (!dp_ring_prepare_sleep(&n->pair.cq)) {
+		uint64_t one = 1;
+
+		/* Entries wait (NEED_WAKEUP is clear until a poll empties
+		 * the ring, as after any poll that finds some): ready. */
+		(void)!write(n->kick, &one, sizeof(one));
+	}
+	return n->epfd;
 }
 
 int dp__queue_ring(struct dp_queue *q, struct dp_ring_pair **pair, int *sq_efd)

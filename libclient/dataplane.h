@@ -351,10 +351,12 @@ int dp_notify_poll(struct dp_client *c, struct dp_notification *out, unsigned ma
 int dp_notify_wait(struct dp_client *c, struct dp_notification *out, unsigned max, int timeout_ms);
 
 /** The notification doorbell, for an event loop: readable (POLLIN) when
- * notifications may have arrived. Read them with dp_notify_poll() until it
- * returns 0, then wait on the fd again; never read the fd itself (the
- * library drains it). -EBADF without dp_notify_open. The fd stays the
- * library's: do not close it. */
+ * notifications may have arrived, those already waiting when it is called
+ * included. Read them with dp_notify_poll() until it returns 0, then wait
+ * on the fd again; never read the fd itself (the library drains it; it is
+ * an epoll set of the doorbell and an eventfd of the library's).
+ * -EBADF without dp_notify_open. The fd stays the library's: do not close
+ * it. */
 int dp_notify_fd(struct dp_client *c);
 
 /** Fills @p st with the queue's figures. */

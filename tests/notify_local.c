@@ -358,6 +358,40 @@ Test(notify_local, doorbell_fd)
 	dp_close(p.owner);
 }
 
+/* Notifications that wait already when the event loop first asks for the
+ * fd rang no doorbell (NEED_WAKEUP was not set): the fd reads ready for
+ * them all the same, and not once they are taken. */
+Test(notify_local, doorbell_fd_with_notifications_waiting)
+{
+	struct dp_notification n[4];
+	struct pollfd pfd = {.events = POLLIN};
+	struct dp_desc d;
+	struct pair p;
+
+	start_svc(&svc, local_only);
+	pair_open(&p, 4096, 16, 8);
+	for (unsigned i = 0; i < 2; i++) {
+		dp_prep_write_notify(&d, p.sreg, 0, p.seg, 0, 64, i, 200 + i);
+		run_ok(p.q, &d, DP_CQE_F_LOCAL, 5000);
+	}
+	pfd.fd = dp_notify_fd(p.owner);
+	cr_assert_geq(pfd.fd, 0);
+	cr_assert_eq(poll(&pfd, 1, 1000), 1, "two notifications wait and the fd is not ready");
+	cr_assert_eq(dp_notify_poll(p.owner, n, 4), 2);
+	cr_assert_eq(n[0].value, 200);
+	cr_assert_eq(n[1].value, 201);
+	cr_assert_eq(dp_notify_poll(p.owner, n, 4), 0);
+	cr_assert_eq(poll(&pfd, 1, 0), 0, "still ready once drained");
+	/* And the doorbell still wakes it for the next one. */
+	dp_prep_write_notify(&d, p.sreg, 0, p.seg, 0, 64, 9, 209);
+	run_ok(p.q, &d, DP_CQE_F_LOCAL, 5000);
+	cr_assert_eq(poll(&pfd, 1, 5000), 1, "no doorbell after the drain");
+	cr_assert_eq(dp_notify_poll(p.owner, n, 4), 1);
+	cr_assert_eq(n[0].value, 209);
+	dp_close(p.writer);
+	dp_close(p.owner);
+}
+
 /* What is refused, and how. */
 Test(notify_local, errors)
 {
