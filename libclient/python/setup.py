@@ -10,6 +10,7 @@ $CUDA_HOME (default /usr/local/cuda); DP_CUDA=0 or 1 forces it.
 """
 import glob
 import os
+import re
 import shutil
 import sys
 
@@ -19,6 +20,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.normpath(os.path.join(HERE, "..", ".."))
 if not os.path.exists(os.path.join(TOP, "libclient", "dataplane.h")):
     sys.exit("setup.py: build from the dataplane source tree (libclient/python in it)")
+
+# The version: DP_VERSION_STRING of libclient/dp_version.h, the only place
+# it is written (docs/operations.md).
+with open(os.path.join(TOP, "libclient", "dp_version.h")) as f:
+    VERSION = re.search(r'#define DP_VERSION_STRING "([^"]+)"', f.read()).group(1)
 
 # libclient's sources, copied beside the build so that setuptools keeps its
 # objects inside build/ (it would follow '..' out of it).
@@ -62,7 +68,7 @@ ext = Extension(
 
 setup(
     name="dataplane",
-    version="0.1",
+    version=VERSION,
     description="Python binding of libclient, the client library of dataplaned",
     license="MIT",
     packages=["dataplane"],

@@ -5,6 +5,7 @@ import asyncio
 import errno
 import gc
 import os
+import re
 import threading
 import time
 
@@ -591,3 +592,13 @@ def test_help_reads_well():
     import inspect
     assert str(inspect.signature(dp.Queue.run)).startswith("(self, /, ops, timeout=None")
     assert str(inspect.signature(dp.Client)) == "(socket=None, name='python')"
+
+
+def test_version_and_flags():
+    """__version__ is DP_VERSION_STRING (dp_version.h, the only place it is
+    written); the completion flags are the header's, F_SAME_HOST included."""
+    top = os.path.join(os.path.dirname(__file__), "..", "..")
+    with open(os.path.join(top, "libclient", "dp_version.h")) as f:
+        want = re.search(r'#define DP_VERSION_STRING "([^"]+)"', f.read()).group(1)
+    assert dp.__version__ == want
+    assert (dp.F_LOCAL, dp.F_FABRIC, dp.F_GPU, dp.F_FILE, dp.F_SAME_HOST) == (1, 2, 4, 8, 16)

@@ -46,6 +46,8 @@ from ._dataplane import (
     DESC_SIZE,
     F_FABRIC,
     F_FILE,
+    F_SAME_HOST,
+    VERSION as _VERSION,
     F_GPU,
     F_LOCAL,
     OP_NOP,
@@ -70,12 +72,12 @@ __all__ = [
     "OutOfBoundsError", "NotSupportedError", "NoDeviceError", "UnreachableError",
     "LimitError", "ProtocolError",
     "OP_WRITE", "OP_READ", "OP_NOP", "ACCESS_READ", "ACCESS_WRITE", "ACCESS_RW",
-    "F_LOCAL", "F_FABRIC", "F_GPU", "F_FILE", "ABI_VERSION", "SEGMENT_NAME_MAX",
+    "F_LOCAL", "F_FABRIC", "F_GPU", "F_FILE", "F_SAME_HOST", "ABI_VERSION", "SEGMENT_NAME_MAX",
     "DESC_SIZE", "COMPLETION_SIZE", "COMPLETION_DTYPE", "strerror", "last_error",
     "cuda_pointer", "Notification", "NOTIFY_F_LOCAL", "NOTIFY_F_FABRIC", "NOTIFY_F_SAME_HOST",
 ]
 
-__version__ = "0.1"
+__version__ = _VERSION  # DP_VERSION_STRING (dp_version.h)
 
 
 # ---- errors ----

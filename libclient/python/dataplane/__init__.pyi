@@ -15,6 +15,7 @@ F_LOCAL: int
 F_FABRIC: int
 F_GPU: int
 F_FILE: int
+F_SAME_HOST: int
 SEGMENT_NAME_MAX: int
 DESC_SIZE: int
 COMPLETION_SIZE: int

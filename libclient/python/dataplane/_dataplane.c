@@ -39,6 +39,7 @@
 
 #include "clock.h"
 #include "dataplane.h"
+#include "dp_version.h"
 #include "dp_client_pvt.h"
 #include "dp_ring.h"
 
@@ -340,7 +341,7 @@ static int get_access(PyObject *o, unsigned *out)
 static PyStructSequence_Field completion_fields[] = {
 	{"user_data", "the descriptor's user_data"},
 	{"status", "0, or the transfer's -errno (docs/api.md, \"Errors of a descriptor\")"},
-	{"flags", "which engine moved it: F_LOCAL, F_FABRIC, F_GPU, F_FILE"},
+	{"flags", "which engine moved it: F_LOCAL, F_FABRIC, F_GPU, F_FILE, F_SAME_HOST"},
 	{"bytes", "bytes moved (0 for a failed transfer)"},
 	{NULL, NULL}};
 
@@ -2430,6 +2431,8 @@ PyMODINIT_FUNC PyInit__dataplane(void)
 	    add_int(m, "ACCESS_WRITE", DP_ACCESS_WRITE) || add_int(m, "ACCESS_RW", DP_ACCESS_RW) ||
 	    add_int(m, "F_LOCAL", DP_CQE_F_LOCAL) || add_int(m, "F_FABRIC", DP_CQE_F_FABRIC) ||
 	    add_int(m, "F_GPU", DP_CQE_F_GPU) || add_int(m, "F_FILE", DP_CQE_F_FILE) ||
+	    add_int(m, "F_SAME_HOST", DP_CQE_F_SAME_HOST) ||
+	    PyModule_AddStringConstant(m, "VERSION", DP_VERSION_STRING) ||
 	    add_int(m, "ABI_VERSION", DP_ABI_VERSION) ||
 	    add_int(m, "SEGMENT_NAME_MAX", DP_SEGMENT_NAME_MAX) ||
 	    add_int(m, "DESC_SIZE", sizeof(struct dp_desc)) ||
