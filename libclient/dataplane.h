@@ -291,7 +291,9 @@ int dp_open_file(struct dp_client *c, const char *path, uint64_t offset, uint64_
  * access the region does not allow (a read-only file region). */
 int dp_segment_export(struct dp_client *c, int region, const char *name, unsigned access);
 
-/** Withdraws an export; descriptors already accepted finish. */
+/** Withdraws an export; descriptors already accepted on this service (or
+ * mapping it on this host) finish. Another service's transfers through the
+ * fabric that arrive after it fail (docs/api.md, "Errors of a descriptor"). */
 int dp_segment_unexport(struct dp_client *c, const char *name);
 
 /**
