@@ -48,9 +48,7 @@ static int host_region_open(struct region *reg, struct client *c, const void *pa
 	const struct dp_msg_region_register *req = payload;
 	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
 	uint64_t aligned = req->offset & ~(page - 1);
-	uint64_t map_len = req->len + (req->offset - aligned);
-	/* What the mapping takes: whole pages (docs/reliability.md, "Limits"). */
-	uint64_t charge = (map_len + page - 1) & ~(page - 1);
+	uint64_t map_len = req->len + (req->offset - aligned), unit, charge;
 	struct stat st;
 	void *map;
 	int rc = -EINVAL;
@@ -59,6 +57,12 @@ static int host_region_open(struct region *reg, struct client *c, const void *pa
 		goto out_fd;
 	if (req->offset > (uint64_t)st.st_size || req->len > (uint64_t)st.st_size - req->offset)
 		goto out_fd;
+	/* What the mapping takes: whole pages of the file's own size (a
+	 * hugetlb memfd's are 2 MiB and more; docs/reliability.md, "Limits"). */
+	unit = (uint64_t)st.st_blksize > page && !((uint64_t)st.st_blksize & (st.st_blksize - 1))
+		       ? (uint64_t)st.st_blksize
+		       : page;
+	charge = ((req->offset + req->len + unit - 1) & ~(unit - 1)) - (req->offset & ~(unit - 1));
 	/* Checked before anything is done to the memfd or our address space:
 	 * a refusal changes nothing. */
 	rc = client_map_quota(c, charge);

@@ -330,7 +330,9 @@ static bool seq_stale(const struct dp_client *c, uint32_t seq)
 {
 	uint32_t back = c->seq - seq;
 
-	return back && back < (1u << 31);
+	/* Not seq 0: the service's answer to a request it could not parse
+	 * (a library and service that do not match: -EBADMSG at once). */
+	return seq && back && back < (1u << 31);
 }
 
 /* Sends one request before the deadline: 0, -ETIMEDOUT (the service does
@@ -1284,6 +1286,7 @@ int dp_notify_fd(struct dp_client *c)
 	 * set of the doorbell and of an eventfd of ours: notifications that
 	 * wait already rang no doorbell, and the eventfd makes it ready for
 	 * them. */
+	pthread_mutex_lock(&c->lock); /* two first calls at once make one set */
 	if (n->epfd < 0) {
 		struct epoll_event ev = {.events = EPOLLIN};
 		int epfd = epoll_create1(EPOLL_CLOEXEC),
@@ -1297,11 +1300,13 @@ int dp_notify_fd(struct dp_client *c)
 				close(epfd);
 			if (kick >= 0)
 				close(kick);
+			pthread_mutex_unlock(&c->lock);
 			return fail(C_NOTIFY_FD, rc);
 		}
 		n->epfd = epfd;
 		n->kick = kick;
 	}
+	pthread_mutex_unlock(&c->lock);
 	atomic_store_explicit(&n->armed, true, memory_order_relaxed);
 	if (!dp_ring_prepare_sleep(&n->pair.cq)) {
 		uint64_t one = 1;
