@@ -109,7 +109,7 @@ struct own_rec {
 	char name[DP_NAME_MAX];
 	char gen[24];
 	struct dir_record rec;
-	uint8_t mac[DP_AUTH_MAC]; /* record_mac() */
+	uint8_t mac[DP_AUTH_MAC]; /* auth_mac of record_parts() */
 	bool lost;		  /* another service holds the name now */
 	bool pending;		  /* in the pipeline being sent */
 	long long result;
@@ -1049,6 +1049,7 @@ static void on_sock_event(struct ev_handler *h, uint32_t events)
 
 static int do_publish(struct dir_req *q)
 {
+	struct auth_part parts[4];
 	struct own_rec *o;
 	uint64_t gen;
 	int rc;
@@ -1068,12 +1069,8 @@ static int do_publish(struct dir_req *q)
 	dir.last_gen = gen;
 	snprintf(o->gen, sizeof(o->gen), "%llu", (unsigned long long)gen);
 	o->rec = q->rec;
-	{
-		struct auth_part parts[4];
-
-		record_parts(parts, o->name, cfg.server_name, o->gen, &o->rec);
-		auth_mac(RECORD_LABEL, parts, 4, o->mac);
-	}
+	record_parts(parts, o->name, cfg.server_name, o->gen, &o->rec);
+	auth_mac(RECORD_LABEL, parts, 4, o->mac);
 	o->pending = true;
 	rc = pipeline(o, S_PUBLISH);
 	if (!rc && o->result != 1) {

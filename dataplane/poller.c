@@ -200,8 +200,7 @@ static int desc_resolve(struct queue *q, const struct dp_desc *d, struct xfer *x
 /* A WRITE with DP_DESC_F_NOTIFY, resolved: the paths that deliver its
  * notification are memory on both sides (host, GPU and registered-memory
  * copies, this service's or a mapped one of the same host) and the fabric
- * (notif.h);
- * the others (files, host staging) are -ENOTSUP (docs/api.md
+ * (notif.h); the others (files, host staging) are -ENOTSUP (docs/api.md
  * "Notifications"). */
 static int notify_prepare(const struct queue *q, const struct dp_desc *d, struct xfer *x,
 			  enum engine_id e, struct notif_req *n)

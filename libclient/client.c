@@ -262,8 +262,8 @@ static const struct {
 
 static _Thread_local char last_error[320];
 
-/* Records why @call failed with @err (< 0) for dp_last_error(); returns @err
- * unchanged, or passes a success through untouched. */
+/* Records why @call failed with @err (< 0) for dp_last_error(): @text, or
+ * dp_strerror's when NULL; returns @err. */
 static int fail_text(enum call call, int err, const char *text)
 {
 	const char *name = strerrorname_np(-err);
@@ -273,6 +273,8 @@ static int fail_text(enum call call, int err, const char *text)
 	return err;
 }
 
+/* fail_text with the call's own text for @err (call_errors); passes a
+ * success through untouched. */
 static int fail(enum call call, int err)
 {
 	const char *text = NULL;
@@ -1285,8 +1287,9 @@ int dp_notify_fd(struct dp_client *c)
 	 * exactly when there may be something to take. The fd is an epoll
 	 * set of the doorbell and of an eventfd of ours: notifications that
 	 * wait already rang no doorbell, and the eventfd makes it ready for
-	 * them. */
-	pthread_mutex_lock(&c->lock); /* two first calls at once make one set */
+	 * them. Made at the first call, without the client's lock (a control
+	 * call may hold it for seconds): one thread at a time takes
+	 * notifications (docs/api.md), this call included. */
 	if (n->epfd < 0) {
 		struct epoll_event ev = {.events = EPOLLIN};
 		int epfd = epoll_create1(EPOLL_CLOEXEC),
@@ -1300,13 +1303,11 @@ int dp_notify_fd(struct dp_client *c)
 				close(epfd);
 			if (kick >= 0)
 				close(kick);
-			pthread_mutex_unlock(&c->lock);
 			return fail(C_NOTIFY_FD, rc);
 		}
 		n->epfd = epfd;
 		n->kick = kick;
 	}
-	pthread_mutex_unlock(&c->lock);
 	atomic_store_explicit(&n->armed, true, memory_order_relaxed);
 	if (!dp_ring_prepare_sleep(&n->pair.cq)) {
 		uint64_t one = 1;

@@ -39,9 +39,9 @@
 
 #include "clock.h"
 #include "dataplane.h"
-#include "dp_version.h"
 #include "dp_client_pvt.h"
 #include "dp_ring.h"
+#include "dp_version.h"
 
 #define SLICE_MS 200 /* a sleeping call looks at signals this often */
 
