@@ -987,8 +987,10 @@ static void on_wake_event(struct ev_handler *h, uint32_t events)
 	(void)events;
 	wake_efd_drain(h->fd);
 	ctl.reap_broken = true;
-	/* Or notifications for other services' exports were handed over. */
+	/* Or notifications for other services' exports were handed over,
+	 * or a fabric transfer asks whether its segment still stands. */
 	notif_outbox_run();
+	segment_probes_run();
 }
 
 /* ---- the socket and the loop ---- */

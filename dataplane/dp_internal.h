@@ -154,6 +154,15 @@ struct segment {
 	 * (samehost.h). */
 	struct samehost_seg *same;
 	char owner_name[DP_NAME_MAX]; /* remote: the peer string it was opened by */
+	/* A fabric transfer to it that failed on every rail asks whether it
+	 * still stands before its peer is taken for lost (segments.h,
+	 * segment_probe_ask): tickets handed out, the last one answered
+	 * "intact"; probe_listed and probe_next under the probe list's lock
+	 * (segments.c), probe_started control thread only. */
+	atomic_uint probe_asked, probe_done;
+	uint32_t probe_started;
+	bool probe_listed;
+	struct segment *probe_next;
 };
 
 /* A segment handle in a client's table. */

@@ -37,6 +37,7 @@
 #include "fault.h"
 #include "notif.h"
 #include "rpc.h"
+#include "segments.h"
 #include "stats.h"
 
 struct fab_slice {
@@ -72,7 +73,14 @@ struct fab_op {
 	uint64_t progress_ns;	 /* submitted, or its last slice completed */
 	uint64_t out_since_ns;	 /* `out` went from 0 to 1 (valid while out) */
 	struct fab_slice *retry; /* slices to post again */
-	bool notify;		 /* a WRITE with DP_DESC_F_NOTIFY: tell its owner */
+	/* Failed on every rail, it waits for the answer to the probe of its
+	 * segment (segments.h) with ticket `probe` (slice_failed); after
+	 * FAB_PROBE_ROUNDS of them, a failure is final. */
+	bool held;
+	unsigned probes; /* rounds held so far */
+	uint32_t probe;
+	uint64_t held_ns; /* when it was held */
+	bool notify;	  /* a WRITE with DP_DESC_F_NOTIFY: tell its owner */
 	struct notif_req nreq;
 	struct fab_op *next;
 };
@@ -422,31 +430,87 @@ static int slice_post(struct fab_poller *fp, struct fab_slice *s)
 	return 0;
 }
 
-/* A slice that failed: again on the next rail while tries remain. */
+/*
+ * Rounds an op may be held for a probe (slice_failed), and how long after
+ * its failure round r posts again at the earliest, the answer given: the
+ * tcp rail of libfabric 1.17 (tcp;ofi_rxm) fails what is posted to a
+ * connection its peer closed until it has read the close, and only then
+ * connects again.
+ */
+#define FAB_PROBE_ROUNDS 3
+static uint64_t probe_wait_ns(unsigned round)
+{
+	return 10000000ull << (round - 1); /* 10, 20, 40 ms */
+}
+
+static void slice_retry(struct fab_op *op, struct fab_slice *s)
+{
+	s->next = op->retry;
+	op->retry = s;
+}
+
+/*
+ * A slice that failed: again on the next rail while tries remain. Failed on
+ * every rail, its op waits while the control thread asks the segment's
+ * owner whether it still stands (segments.h, probes): a revoked key (the
+ * owner unexported) fails a slice as a lost peer does, and tcp then
+ * cancels the peer's other slices too. Until the answer, and the round's
+ * wait (probe_wait_ns), no slice of the op goes out; fabric_progress then
+ * posts them again, or fails the op: -ECONNRESET for a segment gone,
+ * -EHOSTUNREACH for a peer that did not answer. A failure after
+ * FAB_PROBE_ROUNDS answers that the segment stands takes the peer for lost.
+ */
 static void slice_failed(struct fab_poller *fp, struct fab_op *op, struct fab_slice *s, int err)
 {
 	struct peer *peer = op->seg->remote->peer;
 	unsigned n = peer->nrails;
+	bool dead = atomic_load(&op->seg->dead) || atomic_load(&peer->dead);
 
-	if (op->open && s->tries < n && !atomic_load(&op->seg->dead)) {
+	if (op->open && s->tries < n && !dead) {
 		s->tries++;
 		s->rail = (s->rail + 1) % n;
-		s->next = op->retry;
-		op->retry = s;
+		slice_retry(op, s);
+		return;
+	}
+	if (op->open && !op->status && !dead && (op->held || op->probes < FAB_PROBE_ROUNDS)) {
+		s->tries = 1;
+		slice_retry(op, s);
+		if (!op->held) {
+			op->held = true;
+			op->probes++;
+			op->held_ns = dp_now_ns();
+			op->probe = segment_probe_ask(op->seg);
+		}
 		return;
 	}
 	slice_put(fp, s);
 	/* Whatever the provider said, a transfer to a peer that went away
-	 * failed because it went away. A slice that failed on every rail
-	 * means the peer is lost too, whatever the error: sockets reports a
-	 * dead peer as a plain FI_EIO, and a cached description that a
-	 * restarted peer no longer honours must be asked for again. */
+	 * failed because it went away, and one to a segment its owner
+	 * withdrew because it did. A slice that fails again after the owner
+	 * said the segment stands means the peer is lost too, whatever the
+	 * error: sockets reports a dead peer as a plain FI_EIO, and the
+	 * peer's fabric state may be what broke. */
 	if (atomic_load(&peer->dead))
 		err = -EHOSTUNREACH;
+	else if (atomic_load(&op->seg->dead))
+		err = -ECONNRESET;
 	else if (op->open)
 		fabric_peer_lost(peer);
 	if (!op->status)
 		op->status = err;
+}
+
+/* A held op: the probe's answer, if it came (slice_failed). */
+static void op_probe_check(struct fab_op *op)
+{
+	if (atomic_load(&op->seg->remote->peer->dead))
+		op->status = -EHOSTUNREACH;
+	else if (atomic_load(&op->seg->dead))
+		op->status = -ECONNRESET;
+	else if (!segment_probe_answered(op->seg, op->probe) ||
+		 dp_now_ns() - op->held_ns < probe_wait_ns(op->probes))
+		return;
+	op->held = false;
 }
 
 int fabric_errno(int fi_err)
@@ -481,8 +545,6 @@ static void slice_cq_error(struct fab_poller *fp, struct rail_ep *e, unsigned ra
 	if (e->st)
 		stats_add(&e->st->errors, 1);
 	log_debug("fabric: slice on rail %u failed: %s", rail, fi_strerror(fi_err));
-	if (code == -EHOSTUNREACH)
-		fabric_peer_lost(op->seg->remote->peer);
 	slice_failed(fp, op, s, code);
 }
 
@@ -547,7 +609,7 @@ static int op_post(struct fab_poller *fp, struct fab_op *op)
 	unsigned n = op->seg->remote->peer->nrails;
 	int posted = 0, rc;
 
-	while (op->retry && op->open) {
+	while (op->retry && op->open && !op->held) {
 		struct fab_slice *s = op->retry;
 
 		rc = slice_post(fp, s);
@@ -560,7 +622,7 @@ static int op_post(struct fab_poller *fp, struct fab_op *op)
 		}
 		posted++;
 	}
-	while (op->next_off < op->len && op->open && !op->status) {
+	while (op->next_off < op->len && op->open && !op->status && !op->held) {
 		struct fab_slice *s = slice_get(fp);
 		uint64_t len = op->len - op->next_off;
 
@@ -697,7 +759,9 @@ static int fabric_progress(struct poller *p)
 	for (pp = &fp->head; *pp;) {
 		struct fab_op *op = *pp;
 
-		if (op->open && !op->status)
+		if (op->held)
+			op_probe_check(op);
+		if (op->open && !op->status && !op->held)
 			work += op_post(fp, op);
 		if (t && op->open && op_stalled_since(op) + timeout_ns() < t)
 			op_timed_out(op, t);

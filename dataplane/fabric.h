@@ -55,6 +55,9 @@ struct peer {
 	unsigned nsent;
 	uint32_t sent_len[DP_MAX_RAILS];
 	uint8_t sent[DP_MAX_RAILS][DP_FABRIC_ADDR_MAX];
+	/* A probe of one of its segments is in flight (segments.c): they
+	 * go one at a time per peer. Control thread only. */
+	bool probing;
 	struct peer *next;
 };
 
@@ -96,5 +99,13 @@ bool fabric_virt_addr(void);
  * AVs are FI_THREAD_SAFE. */
 int fabric_peer_insert(struct peer *p, const uint8_t addrs[][DP_FABRIC_ADDR_MAX],
 		       const uint32_t lens[], unsigned nrails);
+
+/* fabric_peer.c: marks @pr gone (logged once); the control thread drops
+ * its cached segments (segments.c checks `dead` on the next open). Any
+ * thread. Called on evidence of loss only: a slice that failed again after
+ * its owner said the segment stands, a probe the peer did not answer
+ * (segments.h), or a timeout with no slice to the peer completed for the
+ * timeout (fabric_peer_stalled). */
+void fabric_peer_lost(struct peer *pr);
 
 #endif /* DP_FABRIC_H */

@@ -165,13 +165,6 @@ struct fid_ep *fabric_ep(struct poller *p, unsigned rail);
  * (kind != FAB_CTX_SLICE) read from poller @p's CQ. Poller thread. */
 void stage_cq_event(struct poller *p, struct fab_ctx *c, int fi_err);
 
-/* fabric_peer.c: marks @pr gone (logged once); the control thread drops
- * its cached segments (rpc.c checks `dead` on the next open). Any poller.
- * The data path calls it on evidence of loss only: a slice that failed on
- * every rail, an error that says the peer went away, or a timeout with no
- * slice to the peer completed for the timeout (fabric_peer_stalled). */
-void fabric_peer_lost(struct peer *pr);
-
 /* A slice to @pr completed at @now (ns): the peer lives. Any poller, hot
  * path: stored only when it moves the stamp by a millisecond or more, so
  * pollers streaming to one peer do not bounce its cache line per slice. */

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * segments.c - exports, the remote-segment cache and peers (segments.h).
- * Control thread only; the pollers see these objects through the handles
- * in client tables (dp_internal.h) and the `dead` flag.
+ * segments.c - exports, the remote-segment cache, peers and probes
+ * (segments.h). Control thread only, but for segment_probe_ask (pollers);
+ * the pollers see these objects through the handles in client tables
+ * (dp_internal.h) and the `dead` flag.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -650,12 +652,162 @@ int segment_resolve(const char *peer, const char *name, struct segment **out,
 	return *out ? 0 : -ENOENT;
 }
 
+/* ---- probes (segments.h): does a segment a transfer failed on still stand? ---- */
+
+/* Asked by pollers, not yet taken by the control thread; then, on the
+ * control thread, waiting for their peer's probe in flight to end. */
+static struct {
+	pthread_mutex_t lock;
+	struct segment *asked;
+} probes = {.lock = PTHREAD_MUTEX_INITIALIZER};
+static struct segment *probes_waiting;
+
+uint32_t segment_probe_ask(struct segment *s)
+{
+	uint32_t ticket = atomic_fetch_add(&s->probe_asked, 1) + 1;
+	bool first;
+
+	pthread_mutex_lock(&probes.lock);
+	first = !probes.asked;
+	if (!s->probe_listed) {
+		s->probe_listed = true;
+		atomic_fetch_add(&s->refs, 1); /* the list's */
+		s->probe_next = probes.asked;
+		probes.asked = s;
+	} else {
+		first = false; /* its probe ends by looking at the tickets */
+	}
+	pthread_mutex_unlock(&probes.lock);
+	if (first)
+		wake_efd_ring(control_wake_efd);
+	return ticket;
+}
+
+/* Two descriptions of one export, the same keys on the same peer. */
+static bool remote_seg_same(const struct remote_seg *a, const struct remote_seg *b)
+{
+	return a->peer == b->peer && a->base == b->base && a->len == b->len &&
+	       a->access == b->access && a->flags == b->flags && a->nrails == b->nrails &&
+	       !memcmp(a->key, b->key, a->nrails * sizeof(a->key[0]));
+}
+
+/* Off the lists: the list's reference goes. */
+static void probe_drop(struct segment *s)
+{
+	pthread_mutex_lock(&probes.lock);
+	s->probe_listed = false;
+	pthread_mutex_unlock(&probes.lock);
+	segment_put(s);
+}
+
+static void probe_done(void *arg, int rc, struct segment *now)
+{
+	struct segment *s = arg;
+	struct peer *pr = s->remote->peer;
+	bool again;
+
+	pr->probing = false;
+	if (rc == -ECANCELED) { /* shutdown */
+		probe_drop(s);
+		return;
+	}
+	if (!rc && now->remote && remote_seg_same(s->remote, now->remote)) {
+		log_info(
+			"segment '%s' on %s: still exported; its failed transfers are posted again",
+			s->name, s->owner_name[0] ? s->owner_name : "the directory");
+		atomic_store_explicit(&s->probe_done, s->probe_started, memory_order_release);
+	} else if (!rc || rc == -ENOENT) {
+		log_info("segment '%s' on %s: %s by its owner; its handles fail ECONNRESET",
+			 s->name, s->owner_name[0] ? s->owner_name : "the directory",
+			 rc ? "unexported" : "replaced");
+		atomic_store(&s->dead, 1);
+	} else {
+		log_info("segment '%s' on %s: its owner did not answer (%s)", s->name,
+			 s->owner_name[0] ? s->owner_name : "the directory", strerror(-rc));
+		fabric_peer_lost(pr);
+	}
+	/* A transfer that failed after this probe set out asks again. */
+	pthread_mutex_lock(&probes.lock);
+	again = !atomic_load(&s->dead) && !atomic_load(&pr->dead) &&
+		atomic_load(&s->probe_asked) != s->probe_started;
+	if (again) {
+		s->probe_next = probes_waiting;
+		probes_waiting = s;
+	} else {
+		s->probe_listed = false;
+	}
+	pthread_mutex_unlock(&probes.lock);
+	if (!again)
+		segment_put(s);
+	segment_probes_run();
+}
+
+void segment_probes_run(void)
+{
+	struct segment *s, **pp;
+
+	pthread_mutex_lock(&probes.lock);
+	while ((s = probes.asked)) {
+		probes.asked = s->probe_next;
+		s->probe_next = probes_waiting;
+		probes_waiting = s;
+	}
+	pthread_mutex_unlock(&probes.lock);
+	for (pp = &probes_waiting; (s = *pp);) {
+		struct peer *pr = s->remote->peer;
+		int rc;
+
+		/* Settled meanwhile (dead, or its peer lost), or its peer is
+		 * being asked about another segment: that answer comes first. */
+		if (atomic_load(&s->dead) || atomic_load(&pr->dead)) {
+			*pp = s->probe_next;
+			probe_drop(s);
+			continue;
+		}
+		if (pr->probing) {
+			pp = &s->probe_next;
+			continue;
+		}
+		*pp = s->probe_next;
+		pr->probing = true;
+		s->probe_started = atomic_load(&s->probe_asked);
+		rc = lookup_join(s->owner_name, s->name, probe_done, s);
+		if (rc != SEGMENT_PENDING) {
+			/* Not even asked (too many lookups in flight, out of
+			 * memory): no word from the peer, as before probes. */
+			pr->probing = false;
+			log_info("segment '%s': cannot ask its owner (%s)", s->name, strerror(-rc));
+			fabric_peer_lost(pr);
+			probe_drop(s);
+		}
+	}
+}
+
+/* At exit, the pollers stopped: what nobody will ask any more. */
+static void probes_drop_all(void)
+{
+	struct segment *s;
+
+	pthread_mutex_lock(&probes.lock);
+	while ((s = probes.asked)) {
+		probes.asked = s->probe_next;
+		s->probe_next = probes_waiting;
+		probes_waiting = s;
+	}
+	pthread_mutex_unlock(&probes.lock);
+	while ((s = probes_waiting)) {
+		probes_waiting = s->probe_next;
+		probe_drop(s);
+	}
+}
+
 void segments_cleanup(void)
 {
 	/* Lookups and publishes in flight end (-ECANCELED) and tell their
 	 * waiters. */
 	rpc_shutdown();
 	directory_cancel();
+	probes_drop_all();
 	while (remotes) {
 		struct segment *s = remotes;
 

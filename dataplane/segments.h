@@ -85,6 +85,33 @@ void segments_peer_learn(const char *name, unsigned nrails, const struct dp_rpc_
 /* The directory's word on a name (directory_invalidate_fn, directory.h). */
 void remotes_invalidate(const char *name, bool kill);
 
+/*
+ * Probes: a fabric transfer to another service's segment `s` that failed on
+ * every rail does not take the peer for lost at once. The failure may be
+ * the owner's unexport (its key is revoked: the provider fails the slice,
+ * and tcp closes the connection, cancelling the peer's other slices too),
+ * which a peer reached by host:port is never told of. The control thread
+ * asks the owner, as an open would, whether `s` still stands:
+ *  - the same description: intact, the transfer is posted again;
+ *  - not exported, or another description: `s` is dead (-ECONNRESET, as
+ *    after a local unexport), the peer is not;
+ *  - no answer: the peer is lost (fabric_peer_lost).
+ * Probes of one peer go one at a time: one that finds it lost settles the
+ * others at once.
+ *
+ * segment_probe_ask (any thread; never waits for the network) returns the
+ * ticket of the caller's question; segment_probe_answered(s, t) is true
+ * once a probe asked after it found `s` intact. An answer that kills `s`
+ * or its peer is seen in their `dead` words instead.
+ */
+uint32_t segment_probe_ask(struct segment *s);
+static inline bool segment_probe_answered(struct segment *s, uint32_t ticket)
+{
+	return (int32_t)(atomic_load_explicit(&s->probe_done, memory_order_acquire) - ticket) >= 0;
+}
+/* Control thread: starts the probes asked for since (control_wake_efd). */
+void segment_probes_run(void);
+
 /* At exit: ends the lookups in flight (their waiters are told
  * -ECANCELED), drops the remote-segment cache and frees the peers. */
 void segments_cleanup(void);
