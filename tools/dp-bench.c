@@ -79,6 +79,7 @@ static int service_cpu = -1;
  * before each peer runs. */
 static bool own_service;
 static unsigned overhead_rounds; /* 0: 3 with --quick, else 7 */
+#define OVERHEAD_ROUNDS_MAX 64
 /* The depth of the queue each benchmark measures through (--depth; fabric
  * and bypass keep 256). */
 static uint32_t queue_depth = 256;
@@ -905,8 +906,10 @@ static void bench_overhead(void)
 	unsigned rounds = overhead_rounds ? overhead_rounds : quick ? 3 : 7;
 	unsigned n = quick ? 20000 : 100000;
 	uint64_t total = quick ? 1000000 : 4000000;
-	double p50[2][32], p99[2][32], rate[2][32], m50[2], m99[2], mrate[2], lat_pct, rate_pct;
-	double pair[32], pair_pct, pair_lo, pair_hi;
+	double p50[2][OVERHEAD_ROUNDS_MAX], p99[2][OVERHEAD_ROUNDS_MAX],
+		rate[2][OVERHEAD_ROUNDS_MAX];
+	double m50[2], m99[2], mrate[2], lat_pct, rate_pct;
+	double pair[OVERHEAD_ROUNDS_MAX], pair_pct, pair_lo, pair_hi;
 	uint64_t *lat = malloc(sizeof(*lat) * n);
 	const char *saved = sock_path;
 
@@ -2175,8 +2178,9 @@ static const char *parse_args(int argc, char **argv)
 			break;
 		case 'r':
 			overhead_rounds = (unsigned)atoi(optarg);
-			if (overhead_rounds < 1 || overhead_rounds > 32) {
-				fprintf(stderr, "dp-bench: --rounds wants 1..32\n");
+			if (overhead_rounds < 1 || overhead_rounds > OVERHEAD_ROUNDS_MAX) {
+				fprintf(stderr, "dp-bench: --rounds wants 1..%d\n",
+					OVERHEAD_ROUNDS_MAX);
 				exit(2);
 			}
 			break;
