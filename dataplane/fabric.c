@@ -234,9 +234,13 @@ int fabric_target_check(struct poller *p, struct segment *seg)
 	struct remote_seg *rs = seg->remote;
 	const char *prov;
 
-	/* A peer known to be gone fails at once, not after the timeout. */
+	/* A peer known to be gone fails at once, not after the timeout, and
+	 * so does a segment a probe found withdrawn (segments.h) after the
+	 * descriptor was resolved (the stage engine posts later). */
 	if (!p->eng[ENGINE_fabric] || rs->peer->nrails == 0 || atomic_load(&rs->peer->dead))
 		return -EHOSTUNREACH;
+	if (atomic_load(&seg->dead))
+		return -ECONNRESET;
 	/* Memory its owner stages for us (stage.c's owner protocol). */
 	if (!(rs->flags & DP_RPC_F_GPU_UNREGISTERED) || rs->flags & DP_RPC_F_OWNER_STAGES)
 		return 0;
@@ -606,8 +610,18 @@ static int reap(struct poller *p, struct fab_poller *fp)
 /* Slices what is left of op and posts while endpoints have room. */
 static int op_post(struct fab_poller *fp, struct fab_op *op)
 {
-	unsigned n = op->seg->remote->peer->nrails;
+	struct peer *peer = op->seg->remote->peer;
+	unsigned n = peer->nrails;
 	int posted = 0, rc;
+
+	if (!op->retry && op->next_off == op->len)
+		return 0;
+	/* Found gone since it was queued (another transfer's failure, a
+	 * probe's answer): what is left never goes out. */
+	if (atomic_load(&peer->dead) || atomic_load(&op->seg->dead)) {
+		op->status = atomic_load(&peer->dead) ? -EHOSTUNREACH : -ECONNRESET;
+		return 0;
+	}
 
 	while (op->retry && op->open && !op->held) {
 		struct fab_slice *s = op->retry;
