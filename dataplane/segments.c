@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "directory.h"
 #include "engine.h"
@@ -683,12 +684,26 @@ uint32_t segment_probe_ask(struct segment *s)
 	return ticket;
 }
 
-/* Two descriptions of one export, the same keys on the same peer. */
-static bool remote_seg_same(const struct remote_seg *a, const struct remote_seg *b)
+/* The peer's answer describes `s` as we have it: the same service (name
+ * and rail addresses), the same keys, base, length and access. */
+static bool probe_reply_same(const struct segment *s, const struct dp_rpc_lookup_reply *r)
 {
-	return a->peer == b->peer && a->base == b->base && a->len == b->len &&
-	       a->access == b->access && a->flags == b->flags && a->nrails == b->nrails &&
-	       !memcmp(a->key, b->key, a->nrails * sizeof(a->key[0]));
+	const struct peer *pr = s->remote->peer;
+
+	if (strcmp(r->server_name, pr->name) || r->nrails != pr->nsent)
+		return false;
+	for (unsigned i = 0; i < r->nrails; i++)
+		if (r->rail[i].addr_len != pr->sent_len[i] ||
+		    memcmp(r->rail[i].addr, pr->sent[i], pr->sent_len[i]))
+			return false;
+	return remote_same(s->remote, pr, r);
+}
+
+/* Where a probe of `s` asks: the peer string it was opened by, else (a
+ * segment the directory named) its owner's server name, host:rpc-port. */
+static const char *probe_target(const struct segment *s)
+{
+	return s->owner_name[0] ? s->owner_name : s->remote->peer->name;
 }
 
 /* Off the lists: the list's reference goes. */
@@ -700,30 +715,34 @@ static void probe_drop(struct segment *s)
 	segment_put(s);
 }
 
-static void probe_done(void *arg, int rc, struct segment *now)
+static void probe_done(void *arg, int rc, const struct dp_rpc_lookup_reply *r, int *fds,
+		       unsigned nfds)
 {
 	struct segment *s = arg;
 	struct peer *pr = s->remote->peer;
 	bool again;
 
+	while (nfds)
+		close(fds[--nfds]);
 	pr->probing = false;
 	if (rc == -ECANCELED) { /* shutdown */
 		probe_drop(s);
 		return;
 	}
-	if (!rc && now->remote && remote_seg_same(s->remote, now->remote)) {
+	if (rc == RPC_LOOKUP_SELF) /* the string names this service now */
+		rc = -ENOENT;
+	if (!rc && probe_reply_same(s, r)) {
 		log_info(
 			"segment '%s' on %s: still exported; its failed transfers are posted again",
-			s->name, s->owner_name[0] ? s->owner_name : "the directory");
+			s->name, probe_target(s));
 		atomic_store_explicit(&s->probe_done, s->probe_started, memory_order_release);
 	} else if (!rc || rc == -ENOENT) {
 		log_info("segment '%s' on %s: %s by its owner; its handles fail ECONNRESET",
-			 s->name, s->owner_name[0] ? s->owner_name : "the directory",
-			 rc ? "unexported" : "replaced");
+			 s->name, probe_target(s), rc ? "unexported" : "replaced");
 		atomic_store(&s->dead, 1);
 	} else {
 		log_info("segment '%s' on %s: its owner did not answer (%s)", s->name,
-			 s->owner_name[0] ? s->owner_name : "the directory", strerror(-rc));
+			 probe_target(s), strerror(-rc));
 		fabric_peer_lost(pr);
 	}
 	/* A transfer that failed after this probe set out asks again. */
@@ -771,10 +790,11 @@ void segment_probes_run(void)
 		*pp = s->probe_next;
 		pr->probing = true;
 		s->probe_started = atomic_load(&s->probe_asked);
-		rc = lookup_join(s->owner_name, s->name, probe_done, s);
-		if (rc != SEGMENT_PENDING) {
+		rc = rpc_lookup_start(probe_target(s), s->name, probe_done, s);
+		if (rc) {
 			/* Not even asked (too many lookups in flight, out of
-			 * memory): no word from the peer, as before probes. */
+			 * memory, a name that is not host:port): no word from
+			 * the peer, as before probes. */
 			pr->probing = false;
 			log_info("segment '%s': cannot ask its owner (%s)", s->name, strerror(-rc));
 			fabric_peer_lost(pr);

@@ -91,7 +91,9 @@ void remotes_invalidate(const char *name, bool kill);
  * the owner's unexport (its key is revoked: the provider fails the slice,
  * and tcp closes the connection, cancelling the peer's other slices too),
  * which a peer reached by host:port is never told of. The control thread
- * asks the owner, as an open would, whether `s` still stands:
+ * asks the owner's RPC port (the peer string `s` was opened by, else its
+ * server name, host:rpc-port) for `s`, as an open would, and compares the
+ * answer with what it has, installing nothing:
  *  - the same description: intact, the transfer is posted again;
  *  - not exported, or another description: `s` is dead (-ECONNRESET, as
  *    after a local unexport), the peer is not;

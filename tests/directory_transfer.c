@@ -1,4 +1,4 @@
-/* directory_transfer.c - two dataplaned and one Redis: a segment exported on one is opened by name alone on the other, bytes move both ways through the fabric, lookups are cached, and an unexport reaches the opener; without --directory nothing changes; the password never reaches a log. */
+/* directory_transfer.c - two dataplaned and one Redis: a segment exported on one is opened by name alone on the other, bytes move both ways through the fabric, lookups are cached, and an unexport reaches the opener (with WRITEs in flight to it and to another name of the owner, only its handle dies); without --directory nothing changes; the password never reaches a log. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +105,85 @@ Test(directory_transfer, open_by_name_on_another_service)
 	cr_assert_eq(dp_segment_open(cb, NULL, SEG, DP_ACCESS_RW), -ENOENT);
 
 	dp_close(cb2);
+	dp_close(cb);
+	dp_close(ca);
+	cr_assert_eq(svc_stop(&fab_svc[0]), 0);
+	cr_assert_eq(svc_stop(&fab_svc[1]), 0);
+}
+
+/* A's client unexports one of two names B has open by name, with WRITEs
+ * to both in flight: the record's deletion and the owner's revoked key race
+ * to B, and either way only that name's handle dies (-ECONNRESET); the
+ * other's WRITEs all succeed, with no re-open (docs/reliability.md, "Fabric
+ * failures": the failed transfers ask A's RPC port, not the directory). */
+Test(directory_transfer, unexport_of_one_name_in_flight)
+{
+	enum { DEPTH = 32, L = 64 * 1024 };
+	unsigned sent = 0, reaped = 0, inflight = 0, kept_ok = 0, gone_reset = 0;
+	struct dp_client *ca, *cb;
+	uint8_t *tgt, *kept, *loc;
+	int lreg, sg, sk;
+	struct dp_queue *q;
+	uint64_t t_unexport = 0;
+
+	dir_redis_start(&dir_redis, 0, NULL);
+	dir_svc_start(0, dir_redis.url, 2, NULL);
+	dir_svc_start(1, dir_redis.url, 2, NULL);
+	ca = connect_client(&fab_svc[0], "owner");
+	cb = connect_client(&fab_svc[1], "opener");
+	export_segment(ca, alloc_region(ca, MiB, &tgt), "kv/gone", DP_ACCESS_RW);
+	export_segment(ca, alloc_region(ca, MiB, &kept), "kv/kept", DP_ACCESS_RW);
+	lreg = alloc_region(cb, MiB, &loc);
+	pattern_fill(loc, MiB, 9);
+	sg = open_segment(cb, NULL, "kv/gone", DP_ACCESS_RW);
+	sk = open_segment(cb, NULL, "kv/kept", DP_ACCESS_RW);
+	q = make_queue(cb, 2 * DEPTH);
+	while (!t_unexport || dir_ms_since(t_unexport) < 300 || reaped < sent) {
+		struct dp_cqe cqe[DEPTH];
+		struct dp_desc d;
+		int k;
+
+		if (!t_unexport && reaped >= 64) {
+			cr_assert_eq(dp_segment_unexport(ca, "kv/gone"), 0);
+			t_unexport = now_ns();
+		}
+		while (inflight < DEPTH && (!t_unexport || dir_ms_since(t_unexport) < 300)) {
+			/* Even user_data: "kv/gone"; odd: "kv/kept". */
+			dp_prep_write(&d, lreg, 0, sent % 2 ? sk : sg, (sent / 2 % 16) * L, L,
+				      sent);
+			if (dp_submit(q, &d, 1) != 1)
+				break;
+			sent++;
+			inflight++;
+		}
+		k = dp_wait(q, cqe, DEPTH, 100);
+		cr_assert_geq(k, 0, "dp_wait: %s", dp_strerror(k));
+		for (int i = 0; i < k; i++) {
+			int st = cqe[i].status;
+
+			if (cqe[i].user_data % 2) {
+				cr_assert_eq(st, 0, "WRITE %llu to the kept name: %s",
+					     (unsigned long long)cqe[i].user_data, dp_strerror(st));
+				kept_ok++;
+			} else if (st) {
+				cr_assert(t_unexport, "WRITE %llu failed before the unexport: %s",
+					  (unsigned long long)cqe[i].user_data, dp_strerror(st));
+				cr_assert_eq(st, -ECONNRESET,
+					     "WRITE %llu to the unexported name: %s",
+					     (unsigned long long)cqe[i].user_data, dp_strerror(st));
+				gone_reset++;
+			}
+		}
+		reaped += (unsigned)k;
+		inflight -= (unsigned)k;
+		cr_assert(!t_unexport || dir_ms_since(t_unexport) < 20000,
+			  "%u WRITEs unanswered 20 s after the unexport", sent - reaped);
+	}
+	cr_log_info("%u WRITEs: %u to the kept name ok, %u to the unexported -ECONNRESET", sent,
+		    kept_ok, gone_reset);
+	cr_assert_gt(gone_reset, 0, "no WRITE met the unexport");
+	cr_assert_gt(kept_ok, 64, "the kept name's stream stopped");
+	cr_assert_eq(pattern_check(kept, L, 9), -1);
 	dp_close(cb);
 	dp_close(ca);
 	cr_assert_eq(svc_stop(&fab_svc[0]), 0);
