@@ -690,9 +690,10 @@ static uint64_t op_stalled_since(const struct fab_op *op)
  * None of op's slices has completed for the timeout: it fails with
  * -ETIMEDOUT. Its peer is lost only on evidence: op had slices out for the
  * whole timeout (op_stalled_since) and no slice to the peer completed
- * anywhere meanwhile. A peer that keeps completing other slices (other
- * transfers, other pollers, other rails) is slow or busy, not gone: only
- * this transfer fails, and the next ones are still sent.
+ * anywhere meanwhile, or, when op could not even send one, the peer's RPC
+ * port does not answer a probe. A peer that keeps completing other slices
+ * (other transfers, other pollers, other rails) is slow or busy, not gone:
+ * only this transfer fails, and the next ones are still sent.
  */
 static void op_timed_out(struct fab_op *op, uint64_t t)
 {
@@ -705,9 +706,18 @@ static void op_timed_out(struct fab_op *op, uint64_t t)
 			log_warn("fabric: no slice to %s completed for %u ms; transfer timed out",
 				 peer->name, fab_cfg.timeout_ms);
 		fabric_peer_lost(peer);
+	} else if (fabric_peer_stalled(peer, t, to) && !atomic_load(&peer->dead)) {
+		/* Nothing to it completed anywhere, but this one had nothing
+		 * out to tell by: a provider whose connection to the peer
+		 * never completes (a stopped process, a dead port) sends no
+		 * slice. Its RPC port is asked (segments.h, probes); no
+		 * answer takes the peer for lost. */
+		log_debug("fabric: transfer to %s sent nothing for %u ms; asking the peer",
+			  peer->name, fab_cfg.timeout_ms);
+		(void)segment_probe_ask(op->seg);
 	} else {
 		/* Slices to it completed meanwhile (other transfers, pollers
-		 * or rails), or this one had nothing out long enough to tell. */
+		 * or rails). */
 		log_debug("fabric: transfer to %s made no progress for %u ms; no evidence that "
 			  "the peer is lost, it is kept",
 			  peer->name, fab_cfg.timeout_ms);

@@ -431,6 +431,52 @@ Test(fabric_netns, slow_link_outlasts_the_timeout)
 }
 
 /*
+ * A peer stopped before any transfer reached it: the provider's connection
+ * to it never completes, so no slice goes out and the timeout alone is no
+ * evidence. The timed-out WRITE asks the peer's RPC port (a probe,
+ * docs/reliability.md "Fabric failures"), which does not answer within its
+ * 2 s: the peer is taken for lost, and a later descriptor fails
+ * -EHOSTUNREACH at once instead of waiting the timeout again. A re-open
+ * after it resumes reaches it.
+ */
+Test(fabric_netns, peer_stopped_before_any_transfer_is_lost_after_a_probe)
+{
+	char to[16];
+	struct ends e;
+	struct dp_desc d;
+	struct dp_cqe c;
+	double ms;
+	int seg;
+
+	snprintf(to, sizeof(to), "%d", SLOW_TIMEOUT_MS);
+	netns_setup(1);
+	ns_start(0, 1, "1048576", to);
+	ns_start(1, 1, "1048576", to);
+	ends_open(&e, 4 * MiB);
+	cr_assert_eq(kill(fab_svc[1].pid, SIGSTOP), 0);
+	wait_stopped(fab_svc[1].pid);
+	dp_prep_write(&d, e.lreg, 0, e.seg, 0, 4096, 1);
+	c = timed(e.q[0], &d, &ms);
+	cr_assert_eq(c.status, -ETIMEDOUT, "WRITE to a stopped peer: %s after %.0f ms",
+		     dp_strerror(c.status), ms);
+	/* The probe's deadline (2 s) and some slack. */
+	sleep_ms(2500);
+	dp_prep_write(&d, e.lreg, 0, e.seg, 0, 4096, 2);
+	c = timed(e.q[0], &d, &ms);
+	cr_assert_eq(c.status, -EHOSTUNREACH, "after the probe: %s after %.0f ms (not lost?)",
+		     dp_strerror(c.status), ms);
+	cr_assert_lt(ms, 1000.0, "a lost peer's descriptor took %.0f ms", ms);
+
+	cr_assert_eq(kill(fab_svc[1].pid, SIGCONT), 0);
+	seg = open_segment(e.ca, e.peer, "netns", DP_ACCESS_RW);
+	pattern_fill(e.loc, 4096, 980);
+	dp_prep_write(&d, e.lreg, 0, seg, 0, 4096, 3);
+	run_ok(e.q[0], &d, DP_CQE_F_FABRIC, 5000);
+	cr_assert_eq(pattern_check(e.tgt, 4096, 980), -1, "WRITE after the re-open");
+	ends_close(&e);
+}
+
+/*
  * A peer that stops answering (SIGSTOP): a READ (which needs the peer's
  * reply) fails with -ETIMEDOUT about the timeout after it was sent, the
  * peer is taken for lost (the next descriptor fails -EHOSTUNREACH at
