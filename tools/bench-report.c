@@ -25,6 +25,10 @@
  * pair); the start line and the results elsewhere. */
 struct pingpong_run {
 	uint64_t line __attribute__((aligned(128)));
+	/* B's answer with two lines: the shape of two rings (a line each
+	 * way, each written by one side and polled by the other). */
+	uint64_t back __attribute__((aligned(128)));
+	unsigned lines;
 	int arrived __attribute__((aligned(128)));
 	int err;
 	int cpu[2];
@@ -69,18 +73,22 @@ static void *pingpong_thread(struct pingpong_run *run, int side)
 		goto out;
 	w0 = runqueue_wait_ns(fd);
 	if (side == 0) {
+		uint64_t *back = run->lines == 2 ? &run->back : &run->line;
+
 		run->t0 = mono_ns();
 		for (uint64_t i = 0; i < run->count; i++) {
 			__atomic_store_n(&run->line, 2 * i + 1, __ATOMIC_RELEASE);
-			while (__atomic_load_n(&run->line, __ATOMIC_ACQUIRE) != 2 * i + 2)
+			while (__atomic_load_n(back, __ATOMIC_ACQUIRE) != 2 * i + 2)
 				;
 		}
 		run->t1 = mono_ns();
 	} else {
+		uint64_t *back = run->lines == 2 ? &run->back : &run->line;
+
 		for (uint64_t i = 0; i < run->count; i++) {
 			while (__atomic_load_n(&run->line, __ATOMIC_ACQUIRE) != 2 * i + 1)
 				;
-			__atomic_store_n(&run->line, 2 * i + 2, __ATOMIC_RELEASE);
+			__atomic_store_n(back, 2 * i + 2, __ATOMIC_RELEASE);
 		}
 	}
 	run->waited[side] = runqueue_wait_ns(fd) - w0;
@@ -102,13 +110,20 @@ static void *pingpong_b(void *run)
 
 int bench_pingpong(int cpu_a, int cpu_b, uint64_t round_trips, struct pingpong_result *r)
 {
+	return bench_pingpong_lines(cpu_a, cpu_b, 1, round_trips, r);
+}
+
+int bench_pingpong_lines(int cpu_a, int cpu_b, unsigned lines, uint64_t round_trips,
+			 struct pingpong_result *r)
+{
 	struct pingpong_run *run = mmap(NULL, sizeof(*run), PROT_READ | PROT_WRITE,
 					MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 	pthread_t ta, tb;
 	int err;
 
-	if (run == MAP_FAILED || !round_trips)
+	if (run == MAP_FAILED || !round_trips || lines < 1 || lines > 2)
 		return -1;
+	run->lines = lines;
 	run->cpu[0] = cpu_a;
 	run->cpu[1] = cpu_b;
 	run->count = round_trips;

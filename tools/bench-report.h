@@ -23,8 +23,6 @@ struct pingpong_result {
 	double waited_ns;  /* both threads' run-queue wait in it (schedstat) */
 };
 
-/* One run: two threads pinned to cpu_a and cpu_b hand one cache line back
- * and forth round_trips times. 0, or -1 when a thread cannot be pinned. */
 /* Nanoseconds the calling thread waited runnable for its CPU (the second
  * field of /proc/thread-self/schedstat, read through @fd); 0 where the
  * kernel does not say. */
@@ -37,7 +35,15 @@ int cmp_u64(const void *a, const void *b);
 double bench_median(double *v, unsigned n);
 /* Pins the calling thread to @cpu (nothing when @cpu < 0). */
 void bench_pin(int cpu);
+/* One run: two threads pinned to cpu_a and cpu_b hand one cache line back
+ * and forth round_trips times. 0, or -1 when a thread cannot be pinned. */
 int bench_pingpong(int cpu_a, int cpu_b, uint64_t round_trips, struct pingpong_result *r);
+/* The same with `lines` 1 (the above) or 2: A writes one line and polls
+ * another that B writes, the shape of a request ring and a completion ring
+ * (each line written by one side, polled by the other), where one line
+ * handed back and forth moves with its data to the side that writes next. */
+int bench_pingpong_lines(int cpu_a, int cpu_b, unsigned lines, uint64_t round_trips,
+			 struct pingpong_result *r);
 
 /* The placement figure a bench prints beside its results: the median of
  * `runs` ping-pong runs of 200 000 round trips after one warm-up, a run in

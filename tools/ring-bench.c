@@ -720,14 +720,16 @@ static double pipe_rate(bool ours, struct run_ctl *ctl)
 	return (double)run.count / (run.ctl.t_end - run.ctl.t_start) * 1e3;
 }
 
-/* The physical floor of P2, and the placement the run got: one cache line
- * handed back and forth (bench-report.c). Its threads are not given up
- * early; a disturbed run is repeated like the others. */
-static double pingpong(struct run_ctl *ctl)
+/* The placement the run got: one cache line handed back and forth
+ * (bench-report.c), P2's target's yardstick; with two lines, a line each
+ * way, the floor of any pair of rings whose reader polls the line its
+ * writer writes next (docs/benchmarks.md, "P2's floor"). Its threads are
+ * not given up early; a disturbed run is repeated like the others. */
+static double pingpong(struct run_ctl *ctl, unsigned lines)
 {
 	struct pingpong_result r;
 
-	if (bench_pingpong(opt.cpu[0], opt.cpu[1], opt.p2_round_trips, &r))
+	if (bench_pingpong_lines(opt.cpu[0], opt.cpu[1], lines, opt.p2_round_trips, &r))
 		die("cannot pin a thread (see --cpus)");
 	ctl->t_start = 0;
 	ctl->t_end = r.elapsed_ns;
@@ -747,6 +749,7 @@ enum metric {
 	P2_OURS,
 	P2_RTE,
 	P2_PINGPONG,
+	P2_PINGPONG2,
 	METRICS
 };
 
@@ -769,8 +772,10 @@ static double measure_once(enum metric m, struct run_ctl *ctl)
 		return p2(true, ctl);
 	case P2_RTE:
 		return p2(false, ctl);
+	case P2_PINGPONG:
+		return pingpong(ctl, 1);
 	default:
-		return pingpong(ctl);
+		return pingpong(ctl, 2);
 	}
 }
 
@@ -923,10 +928,14 @@ static void report_pair(const char *key, const double *values, const double *med
 		report_num(NULL, values[ours * opt.reps + rep]);
 	report_end();
 	if (opt.peers) {
-		snprintf(k, sizeof(k), "%s_%s", peer == P2_PINGPONG ? "pingpong" : "rte_ring",
-			 unit);
+		const char *pk = peer == P2_PINGPONG	? "pingpong"
+				 : peer == P2_PINGPONG2 ? "pingpong_two_lines"
+							: "rte_ring";
+
+		snprintf(k, sizeof(k), "%s_%s", pk, unit);
 		report_num(k, med[peer]);
-		report_arr(peer == P2_PINGPONG ? "pingpong_runs" : "rte_ring_runs");
+		snprintf(k, sizeof(k), "%s_runs", pk);
+		report_arr(k);
 		for (unsigned rep = 0; rep < opt.reps; rep++)
 			report_num(NULL, values[peer * opt.reps + rep]);
 		report_end();
@@ -943,8 +952,8 @@ int main(int argc, char **argv)
 {
 	static const char *names[METRICS] = {"ours-b1", "rte-b1",    "ours-b32",
 					     "rte-b32", "ours-pipe", "rte-pipe",
-					     "ours-rt", "rte-rt",    "pingpong"};
-	double *values, med[METRICS], b1 = 0, b32 = 0, pp = 0, rt = 0, rt_floor = 0;
+					     "ours-rt", "rte-rt",    "pingpong", "pingpong-2l"};
+	double *values, med[METRICS], b1 = 0, b32 = 0, pp = 0, rt = 0, rt_floor = 0, rt_two = 0;
 	struct peer_check before, after;
 
 	parse(argc, argv);
@@ -1004,6 +1013,7 @@ int main(int argc, char **argv)
 		pp = median_ratio(values, PIPE_OURS, PIPE_RTE);
 		rt = median_ratio(values, P2_OURS, P2_RTE);
 		rt_floor = median_ratio(values, P2_OURS, P2_PINGPONG);
+		rt_two = median_ratio(values, P2_OURS, P2_PINGPONG2);
 	}
 	for (int m = 0; m < METRICS; m++) {
 		double v[opt.reps];
@@ -1032,12 +1042,15 @@ int main(int argc, char **argv)
 		       med[P2_RTE], rt, "<= 1.1x rte_ring", verdict(rt <= 1.1));
 		printf("%-22s %9.1f %9.1f %7.2fx  %-18s %s\n", "P2 vs ping-pong, ns", med[P2_OURS],
 		       med[P2_PINGPONG], rt_floor, "<= 2.5x ping-pong", verdict(rt_floor <= 2.5));
+		printf("%-22s %9.1f %9.1f %7.2fx  %-18s %s\n", "P2 vs 2-line pp, ns", med[P2_OURS],
+		       med[P2_PINGPONG2], rt_two, "- (two rings' floor)", "-");
 		printf("(ours, peer: medians of the runs; ratio: median of the runs' ratios. Peer: "
-		       "rte_ring SP/SC *_burst_elem,\n a bare cache-line ping-pong for the last "
-		       "row. P2 and the ping-pong are full round trips,\n A -> B -> A, on both "
-		       "sides. P4's rings: 64 B entries out in bursts of 32, a 32 B completion\n"
-		       " back for each, %u in flight, nothing else: the most P4 could do on these "
-		       "CPUs.)\n",
+		       "rte_ring SP/SC *_burst_elem,\n a bare cache-line ping-pong for the "
+		       "ping-pong row; the 2-line ping-pong writes one line and polls\n another, "
+		       "a line each way as two rings have. P2 and the ping-pongs are full round "
+		       "trips,\n A -> B -> A, on both sides. P4's rings: 64 B entries out in bursts "
+		       "of 32, a 32 B completion\n back for each, %u in flight, nothing else: the "
+		       "most P4 could do on these CPUs.)\n",
 		       PIPE_DEPTH);
 		printf("CPUs: ours and rte_ring alike, producer/client %d, consumer/echo %d; no "
 		       "service started\n",
@@ -1049,6 +1062,7 @@ int main(int argc, char **argv)
 		printf("%-22s %9.1f\n", "P1 burst 32, Mops/s", med[P1_OURS_B32]);
 		printf("%-22s %9.1f\n", "P4's rings, Mops/s", med[PIPE_OURS]);
 		printf("%-22s %9.1f\n", "P2 round trip, ns", med[P2_OURS]);
+		printf("%-22s %9.1f\n", "2-line ping-pong, ns", med[P2_PINGPONG2]);
 		printf("(medians of the runs; P2 is a full round trip, A -> B -> A)\n");
 	}
 	report_pair("p1_burst1", values, med, P1_OURS_B1, P1_RTE_B1, "mops", NULL, false);
@@ -1060,6 +1074,9 @@ int main(int argc, char **argv)
 	if (opt.peers)
 		report_pair("p2_vs_pingpong", values, med, P2_OURS, P2_PINGPONG, "ns",
 			    "<= 2.5x ping-pong", rt_floor <= 2.5);
+	if (opt.peers)
+		report_pair("p2_vs_two_line_pingpong", values, med, P2_OURS, P2_PINGPONG2, "ns",
+			    NULL, false);
 	report_close();
 	free(values);
 	return 0;
