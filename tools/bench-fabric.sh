@@ -11,8 +11,11 @@
 # (a cache-line ping-pong between A_CPU and B_CPU) with each round.
 # Needs root (ip netns). Knobs: QUICK=1 (short run), ROUNDS=N (ours and the
 # peer's alternate N times; default 5, 2 with QUICK), A_CPU / B_CPU (pollers of
-# the initiating and the target service; default 0 and 1), SPIN (their
-# --spin-us; default 50).
+# the initiating and the target service; default 0 and 1), C_CPU (dp-bench's
+# CPU; default A_CPU: on 2 cores it shares a's, and sleeps in dp_wait; on a
+# CPU of its own it busy-polls, as fi_pingpong's client does), SPIN (their
+# --spin-us; default 50; fi_pingpong never sleeps, so SPIN=1000000 with C_CPU
+# set is the like-for-like run on a machine with the CPUs for it).
 set -eu
 B=${1:-build}
 if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null 2>&1; then
@@ -28,6 +31,9 @@ dir=$(mktemp -d /tmp/dp-bench-fabric-XXXXXX)
 pids=""
 A_CPU=${A_CPU:-0}
 B_CPU=${B_CPU:-1}
+C_CPU=${C_CPU:-$A_CPU}
+busy=""
+if [ "$C_CPU" != "$A_CPU" ] && [ "$C_CPU" != "$B_CPU" ]; then busy=--busy-poll; fi
 stop_services() {
 	for p in $pids; do kill "$p" 2>/dev/null || true; done
 	for p in $pids; do wait "$p" 2>/dev/null || true; done
@@ -89,13 +95,13 @@ pingpong() { # SIZE ITERS -> "MB/sec usec/xfer"
 
 # Rounds alternate ours and the peer's, so that both see the same noise (this
 # machine is shared); the report takes medians.
-echo "== $rounds rounds; CPUs: dataplane: client $A_CPU in the root namespace, a ($ipA, poller $A_CPU) WRITEs to b ($ipB, poller $B_CPU); peer fi_pingpong: client $A_CPU in $nsA, server $B_CPU in $nsB, run after a and b have stopped"
+echo "== $rounds rounds; CPUs: dataplane: client $C_CPU in the root namespace (${busy:-sleeping in dp_wait}), a ($ipA, poller $A_CPU) WRITEs to b ($ipB, poller $B_CPU); peer fi_pingpong: client $A_CPU in $nsA, server $B_CPU in $nsB, run after a and b have stopped"
 : >"$dir/rounds"
 for r in $(seq "$rounds"); do
 	svc "$nsA" a "$ipA" "$vA" 18515 "$A_CPU"
 	svc "$nsB" b "$ipB" "$vB" 18515 "$B_CPU"
 	out=$("$B/dp-bench" --socket "$dir/a.sock" --peer "$ipB:18515" \
-		--peer-socket "$dir/b.sock" --cpu "$A_CPU" --service-cpu "$B_CPU" $q fabric)
+		--peer-socket "$dir/b.sock" --cpu "$C_CPU" --service-cpu "$B_CPU" $busy $q fabric)
 	stop_services
 	[ "$r" = 1 ] && echo "$out" | grep '^fabric:'
 	pl=$(echo "$out" | sed -n 's/^placement: .*: \([0-9.]*\) ns round trip.*/\1/p')
@@ -166,9 +172,9 @@ END {
 }' "$dir/rounds"
 [ -n "$ucx" ] || { echo "ucx_perftest log:"; tail -5 "$dir/ucx.log" 2>/dev/null || true; }
 
-echo "== bypass: a segment of service a vs one of service c, both in $nsA (same host); CPUs: client $A_CPU, a's poller $A_CPU, c's poller $B_CPU"
+echo "== bypass: a segment of service a vs one of service c, both in $nsA (same host); CPUs: client $C_CPU, a's poller $A_CPU, c's poller $B_CPU"
 svc "$nsA" a "$ipA" "$vA" 18515 "$A_CPU"
 svc "$nsA" c "$ipA" "$vA" 18516 "$B_CPU" # a second service beside a
 "$B/dp-bench" --socket "$dir/a.sock" --peer "$ipA:18516" --peer-socket "$dir/c.sock" \
-	--cpu "$A_CPU" --service-cpu "$B_CPU" $q bypass
+	--cpu "$C_CPU" --service-cpu "$B_CPU" $busy $q bypass
 stop_services

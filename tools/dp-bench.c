@@ -1002,6 +1002,8 @@ static void bench_overhead(void)
  * a client of both (--peer-socket is the other's control socket), exports
  * the target there and checks the bytes in its own mapping. */
 static const char *peer_addr, *peer_sock;
+/* --busy-poll: the client spins on its CQ instead of sleeping in dp_wait. */
+static bool fabric_busy;
 
 struct fabric_fig {
 	double bw1, bwn; /* GB/s: 4 MiB WRITEs, one and FABRIC_DEPTH outstanding */
@@ -1013,11 +1015,12 @@ struct fabric_fig {
 #define FABRIC_XFER (4 * MiB)
 #define FABRIC_DEPTH 8
 
-/* The client sleeps on its doorbell (dp_wait) rather than spin: on a
- * 2-core machine it shares a CPU with the initiating service's poller. */
+/* The client sleeps on its doorbell (dp_wait): on a 2-core machine it
+ * shares a CPU with the initiating service's poller. With a CPU of its own
+ * (--busy-poll) it spins as fi_pingpong does. */
 static uint64_t fabric_one(struct bench *b, uint64_t off, uint64_t len, uint64_t ud)
 {
-	return write_wait(b, off, len, ud, 10000, "fabric WRITE");
+	return write_wait(b, off, len, ud, fabric_busy ? -1 : 10000, "fabric WRITE");
 }
 
 /* Runs `total` 4 MiB WRITEs with up to `depth` in flight, rotating over the
@@ -1110,8 +1113,9 @@ static void bench_fabric(void)
 
 	fabric_need_peer();
 	fabric_measure(false, &f);
-	printf("fabric: %s via %s, completions on the %s path\n", sock_path ? sock_path : "default",
-	       peer_addr, path_name(f.path));
+	printf("fabric: %s via %s, completions on the %s path; the client on CPU %d %s\n",
+	       sock_path ? sock_path : "default", peer_addr, path_name(f.path), client_cpu,
+	       fabric_busy ? "busy-polls its CQ" : "sleeps in dp_wait");
 	printf("P6 dataplane 4 MiB WRITE: 1 outstanding %.3f GB/s, %u outstanding %.3f GB/s\n",
 	       f.bw1, FABRIC_DEPTH, f.bwn);
 	printf("P7 dataplane 64 B WRITE, one outstanding: p50 %.2f us, p99 %.2f us (a full round "
@@ -1125,6 +1129,7 @@ static void bench_fabric(void)
 	report_num("p50_us", f.p50);
 	report_num("p99_us", f.p99);
 	report_str("latency_figure", "round trip");
+	report_bool("client_busy_polls", fabric_busy);
 	report_end();
 }
 
@@ -2048,8 +2053,8 @@ static void usage(void)
 	       "[--quick]\n"
 	       "                [--max-size BYTES] [--no-peers] [--json] [--plot FILE.png] "
 	       "[--rounds N]\n"
-	       "                [--depth N] [--peer HOST:PORT --peer-socket PATH] [--help] "
-	       "[--version]\n"
+	       "                [--depth N] [--peer HOST:PORT --peer-socket PATH [--busy-poll]] "
+	       "[--help] [--version]\n"
 	       "                "
 	       "[latency|rate|bandwidth|overhead|notify|fabric|bypass|vm|scale|idle-queues|\n"
 	       "                 stripe|placement|check|all]\n"
@@ -2075,7 +2080,8 @@ static void usage(void)
 	       "    WRITE (submit -> completion), p50/p99 and their ratio.\n"
 	       "  fabric|bypass --peer HOST:PORT --peer-socket PATH: P6/P7 through another "
 	       "service,\n"
-	       "    and local vs fabric for the same transfers.\n"
+	       "    and local vs fabric for the same transfers. The client sleeps in dp_wait;\n"
+	       "    --busy-poll: it spins on its CQ (give it a CPU of its own, --cpu).\n"
 	       "  vm: WRITEs from memory registered with dp_register_mem vs from dp_alloc "
 	       "regions,\n"
 	       "    64 KiB .. 256 MiB (--max-size) and 64 B latency, with the ratio.\n"
@@ -2139,6 +2145,7 @@ static const char *parse_args(int argc, char **argv)
 					     {"idle-queues", required_argument, 0, 'I'},
 					     {"spin-us", required_argument, 0, 'U'},
 					     {"depth", required_argument, 0, 'Q'},
+					     {"busy-poll", no_argument, 0, 'B'},
 					     {0, 0, 0, 0}};
 	const char *what = "all";
 	int o;
@@ -2153,6 +2160,9 @@ static const char *parse_args(int argc, char **argv)
 			break;
 		case 'q':
 			quick = true;
+			break;
+		case 'B':
+			fabric_busy = true;
 			break;
 		case 'm':
 			max_size = strtoull(optarg, NULL, 0);
