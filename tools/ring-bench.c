@@ -950,9 +950,9 @@ static void report_pair(const char *key, const double *values, const double *med
 
 int main(int argc, char **argv)
 {
-	static const char *names[METRICS] = {"ours-b1", "rte-b1",    "ours-b32",
-					     "rte-b32", "ours-pipe", "rte-pipe",
-					     "ours-rt", "rte-rt",    "pingpong", "pingpong-2l"};
+	static const char *names[METRICS] = {"ours-b1",	  "rte-b1",	"ours-b32", "rte-b32",
+					     "ours-pipe", "rte-pipe",	"ours-rt",  "rte-rt",
+					     "pingpong",  "pingpong-2l"};
 	double *values, med[METRICS], b1 = 0, b32 = 0, pp = 0, rt = 0, rt_floor = 0, rt_two = 0;
 	struct peer_check before, after;
 
@@ -1045,12 +1045,14 @@ int main(int argc, char **argv)
 		printf("%-22s %9.1f %9.1f %7.2fx  %-18s %s\n", "P2 vs 2-line pp, ns", med[P2_OURS],
 		       med[P2_PINGPONG2], rt_two, "- (two rings' floor)", "-");
 		printf("(ours, peer: medians of the runs; ratio: median of the runs' ratios. Peer: "
-		       "rte_ring SP/SC *_burst_elem,\n a bare cache-line ping-pong for the "
-		       "ping-pong row; the 2-line ping-pong writes one line and polls\n another, "
-		       "a line each way as two rings have. P2 and the ping-pongs are full round "
-		       "trips,\n A -> B -> A, on both sides. P4's rings: 64 B entries out in bursts "
-		       "of 32, a 32 B completion\n back for each, %u in flight, nothing else: the "
-		       "most P4 could do on these CPUs.)\n",
+		       "rte_ring SP/SC *_burst_elem,\n"
+		       " a bare cache-line ping-pong for the ping-pong row; the 2-line ping-pong "
+		       "writes one line\n"
+		       " and polls another, a line each way as two rings have. P2 and the\n"
+		       " ping-pongs are full"
+		       " round trips, A -> B -> A, on both sides. P4's rings: 64 B entries out\n"
+		       " in bursts of 32, a 32 B completion back for each, %u in flight, nothing\n"
+		       " else: the most P4 could do on these CPUs.)\n",
 		       PIPE_DEPTH);
 		printf("CPUs: ours and rte_ring alike, producer/client %d, consumer/echo %d; no "
 		       "service started\n",
