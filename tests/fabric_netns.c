@@ -430,6 +430,34 @@ Test(fabric_netns, slow_link_outlasts_the_timeout)
 	ends_close(&e);
 }
 
+/* Two services with the short fabric timeout, a segment of b opened
+ * through a (the SIGSTOP tests below). */
+static void stop_tests_open(struct ends *e)
+{
+	char to[16];
+
+	snprintf(to, sizeof(to), "%d", SLOW_TIMEOUT_MS);
+	netns_setup(1);
+	ns_start(0, 1, "1048576", to);
+	ns_start(1, 1, "1048576", to);
+	ends_open(e, 4 * MiB);
+}
+
+/* b resumes (SIGCONT): a re-open through a reaches it, and a WRITE through
+ * the new handle lands. */
+static void stop_tests_resume(struct ends *e, int seed, uint64_t ud)
+{
+	struct dp_desc d;
+	int seg;
+
+	cr_assert_eq(kill(fab_svc[1].pid, SIGCONT), 0);
+	seg = open_segment(e->ca, e->peer, "netns", DP_ACCESS_RW);
+	pattern_fill(e->loc, 4096, seed);
+	dp_prep_write(&d, e->lreg, 0, seg, 0, 4096, ud);
+	run_ok(e->q[0], &d, DP_CQE_F_FABRIC, 5000);
+	cr_assert_eq(pattern_check(e->tgt, 4096, seed), -1, "WRITE after the re-open");
+}
+
 /*
  * A peer stopped before any transfer reached it: the provider's connection
  * to it never completes, so no slice goes out and the timeout alone is no
@@ -441,18 +469,12 @@ Test(fabric_netns, slow_link_outlasts_the_timeout)
  */
 Test(fabric_netns, peer_stopped_before_any_transfer_is_lost_after_a_probe)
 {
-	char to[16];
 	struct ends e;
 	struct dp_desc d;
 	struct dp_cqe c;
 	double ms;
-	int seg;
 
-	snprintf(to, sizeof(to), "%d", SLOW_TIMEOUT_MS);
-	netns_setup(1);
-	ns_start(0, 1, "1048576", to);
-	ns_start(1, 1, "1048576", to);
-	ends_open(&e, 4 * MiB);
+	stop_tests_open(&e);
 	cr_assert_eq(kill(fab_svc[1].pid, SIGSTOP), 0);
 	wait_stopped(fab_svc[1].pid);
 	dp_prep_write(&d, e.lreg, 0, e.seg, 0, 4096, 1);
@@ -466,13 +488,7 @@ Test(fabric_netns, peer_stopped_before_any_transfer_is_lost_after_a_probe)
 	cr_assert_eq(c.status, -EHOSTUNREACH, "after the probe: %s after %.0f ms (not lost?)",
 		     dp_strerror(c.status), ms);
 	cr_assert_lt(ms, 1000.0, "a lost peer's descriptor took %.0f ms", ms);
-
-	cr_assert_eq(kill(fab_svc[1].pid, SIGCONT), 0);
-	seg = open_segment(e.ca, e.peer, "netns", DP_ACCESS_RW);
-	pattern_fill(e.loc, 4096, 980);
-	dp_prep_write(&d, e.lreg, 0, seg, 0, 4096, 3);
-	run_ok(e.q[0], &d, DP_CQE_F_FABRIC, 5000);
-	cr_assert_eq(pattern_check(e.tgt, 4096, 980), -1, "WRITE after the re-open");
+	stop_tests_resume(&e, 980, 3);
 	ends_close(&e);
 }
 
@@ -484,18 +500,12 @@ Test(fabric_netns, peer_stopped_before_any_transfer_is_lost_after_a_probe)
  */
 Test(fabric_netns, stopped_peer_times_out_and_is_lost)
 {
-	char to[16];
 	struct ends e;
 	struct dp_desc d;
 	struct dp_cqe c;
 	double ms;
-	int seg;
 
-	snprintf(to, sizeof(to), "%d", SLOW_TIMEOUT_MS);
-	netns_setup(1);
-	ns_start(0, 1, "1048576", to);
-	ns_start(1, 1, "1048576", to);
-	ends_open(&e, 4 * MiB);
+	stop_tests_open(&e);
 	pattern_fill(e.tgt, MiB, 960);
 	dp_prep_read(&d, e.lreg, 0, e.seg, 0, MiB, 1);
 	run_ok(e.q[0], &d, DP_CQE_F_FABRIC, 5000);
@@ -515,12 +525,6 @@ Test(fabric_netns, stopped_peer_times_out_and_is_lost)
 	cr_assert_eq(c.status, -EHOSTUNREACH, "after the timeout: %s (the peer is not lost?)",
 		     dp_strerror(c.status));
 	cr_assert_lt(ms, 1000.0, "a lost peer's descriptor took %.0f ms", ms);
-
-	cr_assert_eq(kill(fab_svc[1].pid, SIGCONT), 0);
-	seg = open_segment(e.ca, e.peer, "netns", DP_ACCESS_RW);
-	pattern_fill(e.loc, 4096, 970);
-	dp_prep_write(&d, e.lreg, 0, seg, 0, 4096, 4);
-	run_ok(e.q[0], &d, DP_CQE_F_FABRIC, 5000);
-	cr_assert_eq(pattern_check(e.tgt, 4096, 970), -1, "WRITE after the re-open");
+	stop_tests_resume(&e, 970, 4);
 	ends_close(&e);
 }
