@@ -1554,6 +1554,33 @@ static void scale_cpus(int *svc, int *nsvc, int *cli, int *ncli)
 			cli[*ncli] = *ncli;
 }
 
+/* The placement of each client and its poller (client i on cli[i], its
+ * queue on poller i on svc[i], as the "queue->poller" column shows when it
+ * reads 0,1,2,...): a far pair moves fewer descriptors whatever the
+ * service does, so the spread of the per-client rates can be read against
+ * it. Measured before any service starts. */
+static void scale_pairs(const int *svc, int nsvc, const int *cli, int ncli, const unsigned *ns,
+			int nn)
+{
+	unsigned maxn = 0;
+
+	for (int i = 0; i < nn; i++)
+		maxn = ns[i] > maxn ? ns[i] : maxn;
+	printf("  placement of pair i (client CPU <-> poller CPU), ping-pong ns:");
+	report_arr("pair_placement_ns");
+	for (int i = 0; i < (int)maxn && i < nsvc && i < ncli; i++) {
+		double pp = cli[i] == svc[i] ? -1 : bench_placement(cli[i], svc[i], 3);
+
+		if (pp > 0)
+			printf(" %d<->%d %.0f", cli[i], svc[i], pp);
+		else
+			printf(" %d<->%d n/a", cli[i], svc[i]);
+		report_num(NULL, pp);
+	}
+	report_end();
+	printf("\n");
+}
+
 static void bench_scale(void)
 {
 	int svc[SCALE_MAX_CPUS], cli[SCALE_MAX_CPUS], nsvc, ncli, nn = 0;
@@ -1604,6 +1631,7 @@ static void bench_scale(void)
 	report_str("service_cpus", a);
 	report_str("client_cpus", b);
 	report_num("seconds", scale_secs);
+	scale_pairs(svc, nsvc, cli, ncli, ns, nn);
 	report_arr("steps");
 	printf("  %3s %-14s %-14s %-13s %13s %12s %8s %8s %8s %8s  %s\n", "N", "poller CPUs",
 	       "client CPUs", "queue->poller", "aggregate M/s", "per client", "scaling", "p50 us",
@@ -2092,7 +2120,8 @@ static void usage(void)
 	       "    (checked in the stats region): P4's workload for --seconds (default 3, 1\n"
 	       "    with --quick), then 64 B WRITE latency; aggregate rate, rate / (N x rate at\n"
 	       "    N=1) (target >= 0.8), p50/p99. CPUs shared between pollers and clients are\n"
-	       "    flagged. --plot: rate and p99 against N.\n"
+	       "    flagged; each client CPU's ping-pong with its poller's CPU comes first.\n"
+	       "    --plot: rate and p99 against N.\n"
 	       "  idle-queues (--dataplaned): P4 on one poller with 0 and --idle-queues N\n"
 	       "    (default 1000) idle queues open (target: < 5%% slower), the empty loop's\n"
 	       "    cost, and the idle service's CPU use once --spin-us (default 1000000) ends.\n"
