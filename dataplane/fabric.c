@@ -698,15 +698,15 @@ static uint64_t op_stalled_since(const struct fab_op *op)
 static void op_timed_out(struct fab_op *op, uint64_t t)
 {
 	struct peer *peer = op->seg->remote->peer;
-	uint64_t to = timeout_ns();
+	bool stalled = fabric_peer_stalled(peer, t, timeout_ns());
 
-	if (op->out && fabric_peer_stalled(peer, t, to)) {
+	if (op->out && stalled) {
 		/* Once per peer, not once per transfer. */
 		if (!atomic_load(&peer->dead))
 			log_warn("fabric: no slice to %s completed for %u ms; transfer timed out",
 				 peer->name, fab_cfg.timeout_ms);
 		fabric_peer_lost(peer);
-	} else if (fabric_peer_stalled(peer, t, to) && !atomic_load(&peer->dead)) {
+	} else if (stalled && !atomic_load(&peer->dead)) {
 		/* Nothing to it completed anywhere, but this one had nothing
 		 * out to tell by: a provider whose connection to the peer
 		 * never completes (a stopped process, a dead port) sends no

@@ -28,10 +28,10 @@ struct pingpong_run {
 	/* B's answer with two lines: the shape of two rings (a line each
 	 * way, each written by one side and polled by the other). */
 	uint64_t back __attribute__((aligned(128)));
-	unsigned lines;
 	int arrived __attribute__((aligned(128)));
 	int err;
 	int cpu[2];
+	unsigned lines;
 	uint64_t count;
 	double t0, t1;
 	double waited[2];
@@ -60,6 +60,7 @@ static void *pingpong_thread(struct pingpong_run *run, int side)
 {
 	int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
 	cpu_set_t set;
+	uint64_t *back = run->lines == 2 ? &run->back : &run->line;
 	double w0;
 
 	CPU_ZERO(&set);
@@ -73,8 +74,6 @@ static void *pingpong_thread(struct pingpong_run *run, int side)
 		goto out;
 	w0 = runqueue_wait_ns(fd);
 	if (side == 0) {
-		uint64_t *back = run->lines == 2 ? &run->back : &run->line;
-
 		run->t0 = mono_ns();
 		for (uint64_t i = 0; i < run->count; i++) {
 			__atomic_store_n(&run->line, 2 * i + 1, __ATOMIC_RELEASE);
@@ -83,8 +82,6 @@ static void *pingpong_thread(struct pingpong_run *run, int side)
 		}
 		run->t1 = mono_ns();
 	} else {
-		uint64_t *back = run->lines == 2 ? &run->back : &run->line;
-
 		for (uint64_t i = 0; i < run->count; i++) {
 			while (__atomic_load_n(&run->line, __ATOMIC_ACQUIRE) != 2 * i + 1)
 				;
