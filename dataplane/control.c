@@ -44,6 +44,7 @@
 #include "notif.h"
 #include "rpc.h"
 #include "segments.h"
+#include "session.h"
 #include "stats.h"
 
 #define MAX_STRIKES 3
@@ -425,6 +426,42 @@ static int on_region_new(struct client *c, struct msg_in *m, struct msg_out *o)
 	return 0;
 }
 
+/* A handle on session `sess` for `c` with `access`, and the open's reply
+ * (len 0: a session has no length). Takes the caller's reference. */
+static int session_grant(struct client *c, struct session_cli *sess, unsigned access,
+			 struct msg_out *o)
+{
+	struct dp_msg_id_reply r = {0};
+	struct seg_handle *h;
+	unsigned slot;
+
+	for (slot = 0; slot < DP_MAX_SEGS; slot++)
+		if (!atomic_load_explicit(&c->segs[slot], memory_order_relaxed))
+			break;
+	h = slot < DP_MAX_SEGS ? calloc(1, sizeof(*h)) : NULL;
+	if (!h) {
+		session_close(sess);
+		return slot < DP_MAX_SEGS ? -ENOMEM : -ENOSPC;
+	}
+	h->sess = sess;
+	h->access = access;
+	/* Release: pairs with the acquire in desc_resolve(). */
+	atomic_store_explicit(&c->segs[slot], h, memory_order_release);
+	r.id = slot;
+	r.access = access;
+	return reply_with(o, &r, sizeof(r), 0);
+}
+
+/* Drops a handle unpublished a grace period ago. */
+static void handle_free(struct seg_handle *h)
+{
+	if (h->sess)
+		session_close(h->sess);
+	else
+		segment_put(h->seg);
+	free(h);
+}
+
 /* A handle on `s` for `c` with `access`, and the open's reply. */
 static int segment_grant(struct client *c, struct segment *s, unsigned access, struct msg_out *o)
 {
@@ -439,7 +476,7 @@ static int segment_grant(struct client *c, struct segment *s, unsigned access, s
 			break;
 	if (slot == DP_MAX_SEGS)
 		return -ENOSPC;
-	h = malloc(sizeof(*h));
+	h = calloc(1, sizeof(*h));
 	if (!h)
 		return -ENOMEM;
 	atomic_fetch_add(&s->refs, 1);
@@ -533,16 +570,21 @@ static int export_done(struct client *c, int rc, struct segment *s)
 	return -EBADF;
 }
 
-static void on_call_done(void *arg, int rc, struct segment *s)
+static void wait_unlist(struct ctl_wait *w)
 {
-	struct ctl_wait *w = arg;
-	struct msg_out o;
-
 	for (struct ctl_wait **pp = &waits; *pp; pp = &(*pp)->next)
 		if (*pp == w) {
 			*pp = w->next;
 			break;
 		}
+}
+
+static void on_call_done(void *arg, int rc, struct segment *s)
+{
+	struct ctl_wait *w = arg;
+	struct msg_out o;
+
+	wait_unlist(w);
 	o.len = 0;
 	o.nfds = 0;
 	o.hang_up = false;
@@ -619,8 +661,7 @@ static int on_segment_close(struct client *c, struct msg_in *m, struct msg_out *
 	if (!h)
 		return -EBADF;
 	qsbr_synchronize();
-	segment_put(h->seg);
-	free(h);
+	handle_free(h);
 	return 0;
 }
 
@@ -634,7 +675,8 @@ static int on_region_free(struct client *c, struct msg_in *m, struct msg_out *o)
 	reg = atomic_exchange(&c->regions[req->id], NULL);
 	if (!reg)
 		return -EBADF;
-	/* Exports of the region go with it. */
+	/* Exports of the region go with it, its session member too. */
+	session_region_gone(c, reg);
 	dead = exports_kill(NULL, reg);
 	qsbr_synchronize();
 	exports_release(dead);
@@ -664,6 +706,53 @@ static int on_notify_open(struct client *c, struct msg_in *m, struct msg_out *o)
 	return reply_with(o, &r, sizeof(r), 0);
 }
 
+static int on_session_create(struct client *c, struct msg_in *m, struct msg_out *o)
+{
+	const struct dp_msg_session_create *req = m->payload;
+	struct dp_msg_session_reply r = {0};
+	int rc = session_create(c, req->port, &r);
+
+	return rc ? rc : reply_with(o, &r, sizeof(r), 0);
+}
+
+static int on_session_add(struct client *c, struct msg_in *m, struct msg_out *o)
+{
+	const struct dp_msg_session_add *req = m->payload;
+
+	(void)o;
+	return session_add(c, req->region, req->addr);
+}
+
+static void on_session_opened(void *arg, int rc, struct session_cli *sess)
+{
+	struct ctl_wait *w = arg;
+	struct msg_out o = {0};
+
+	wait_unlist(w);
+	if (!rc && client_connected(w->c))
+		rc = session_grant(w->c, sess, w->access, &o);
+	else if (!rc)
+		session_close(sess);
+	if (client_connected(w->c))
+		reply(w->c, &w->hdr, rc, &o);
+	client_put(w->c);
+	free(w);
+}
+
+static int on_session_open(struct client *c, struct msg_in *m, struct msg_out *o)
+{
+	const struct dp_msg_session_open *req = m->payload;
+	struct ctl_wait *w;
+	int rc;
+
+	(void)o;
+	w = wait_new(c, m, req->access, &rc);
+	if (!w)
+		return rc;
+	/* Answered by on_session_opened() once its port said it is one. */
+	return wait_pending(w, session_open(req->session, on_session_opened, w));
+}
+
 typedef int (*handler_fn)(struct client *, struct msg_in *, struct msg_out *);
 
 /* Indexed by a type ctl_msg_check_hdr() accepted: one handler for each,
@@ -678,6 +767,9 @@ static const handler_fn handlers[CTL_MSG_NTYPES] = {
 	[DP_MSG_SEGMENT_OPEN] = on_segment_open,
 	[DP_MSG_SEGMENT_CLOSE] = on_segment_close,
 	[DP_MSG_NOTIFY_OPEN] = on_notify_open,
+	[DP_MSG_SESSION_CREATE] = on_session_create,
+	[DP_MSG_SESSION_ADD] = on_session_add,
+	[DP_MSG_SESSION_OPEN] = on_session_open,
 };
 
 /* ---- the dispatcher ---- */
@@ -785,6 +877,7 @@ static void client_drop(struct conn *k)
 			queue_close(c->queues[i]);
 			c->queues[i] = NULL;
 		}
+	session_client_gone(c);
 	dead = exports_kill(c, NULL);
 	for (unsigned i = 0; i < DP_MAX_REGIONS; i++) {
 		regs[i] = atomic_exchange(&c->regions[i], NULL);
@@ -805,10 +898,8 @@ static void client_drop(struct conn *k)
 			region_put(regs[i]);
 		}
 	for (unsigned i = 0; i < DP_MAX_SEGS; i++)
-		if (hs[i]) {
-			segment_put(hs[i]->seg);
-			free(hs[i]);
-		}
+		if (hs[i])
+			handle_free(hs[i]);
 	log_info("client %u (pid %d '%s') left", c->id, (int)c->pid, c->name);
 	if (c->acct)
 		uid_put(c->acct);
@@ -958,7 +1049,7 @@ static void on_listen_event(struct ev_handler *h, uint32_t events)
 static void on_rpc_event(struct ev_handler *h, uint32_t events)
 {
 	(void)events;
-	rpc_accept(h->fd);
+	rpc_accept(h->fd, 0);
 }
 
 static void on_signal_event(struct ev_handler *h, uint32_t events)
@@ -991,6 +1082,7 @@ static void on_wake_event(struct ev_handler *h, uint32_t events)
 	 * or a fabric transfer asks whether its segment still stands. */
 	notif_outbox_run();
 	segment_probes_run();
+	sessions_run();
 }
 
 /* ---- the socket and the loop ---- */
@@ -1052,6 +1144,7 @@ static void control_cleanup(void)
 {
 	while (conns)
 		client_drop(conns);
+	sessions_cleanup();
 	segments_cleanup();
 }
 
@@ -1121,6 +1214,8 @@ int control_run(int rpc_fd)
 		return loop_fail(rc);
 	}
 	rpc_start(ctl.epfd);
+	if (rpc_fd >= 0)
+		session_start(ctl.epfd);
 	rc = directory_start(ctl.epfd, remotes_invalidate);
 	if (rc) {
 		log_err("directory: %s", strerror(-rc));

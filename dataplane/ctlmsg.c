@@ -31,6 +31,9 @@ static const struct {
 	[DP_MSG_REGION_OPEN_PATH] = {sizeof(struct dp_msg_region_path), false},
 	[DP_MSG_REGION_REGISTER_MEM] = {sizeof(struct dp_msg_region_register_mem), false},
 	[DP_MSG_NOTIFY_OPEN] = {sizeof(struct dp_msg_notify_open), false},
+	[DP_MSG_SESSION_CREATE] = {sizeof(struct dp_msg_session_create), false},
+	[DP_MSG_SESSION_ADD] = {sizeof(struct dp_msg_session_add), false},
+	[DP_MSG_SESSION_OPEN] = {sizeof(struct dp_msg_session_open), false},
 };
 
 /* Every payload, so that one aligned copy serves all types. */
@@ -47,6 +50,9 @@ union payload {
 	struct dp_msg_region_path region_path;
 	struct dp_msg_region_register_mem region_mem;
 	struct dp_msg_notify_open notify_open;
+	struct dp_msg_session_create session_create;
+	struct dp_msg_session_add session_add;
+	struct dp_msg_session_open session_open;
 };
 
 _Static_assert(sizeof(struct dp_msg_hdr) + sizeof(union payload) <= DP_MSG_MAX,
@@ -140,6 +146,21 @@ int ctl_msg_check_payload(const struct dp_msg_hdr *hdr, const void *payload, uns
 	case DP_MSG_NOTIFY_OPEN:
 		/* 0 means the default, a power of two. */
 		if (p.notify_open.entries & (p.notify_open.entries - 1) || p.notify_open.reserved)
+			return -EINVAL;
+		return 0;
+	case DP_MSG_SESSION_CREATE:
+		return p.session_create.port > 65535 || p.session_create.reserved ? -EINVAL : 0;
+	case DP_MSG_SESSION_ADD:
+		if (p.session_add.reserved)
+			return -EINVAL;
+		return p.session_add.region < DP_MAX_REGIONS ? 0 : -EBADF;
+	case DP_MSG_SESSION_OPEN:
+		/* "host:port"; the port's digits are the handler's to read. */
+		if (!field_str_ok(p.session_open.session, sizeof(p.session_open.session)) ||
+		    !strchr(p.session_open.session, ':'))
+			return -EINVAL;
+		if (!p.session_open.access || p.session_open.access & ~DP_ACCESS_RW ||
+		    p.session_open.reserved)
 			return -EINVAL;
 		return 0;
 	default: /* HELLO: the ABI version is negotiated by its handler */

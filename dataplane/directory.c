@@ -61,6 +61,7 @@
 #include "directory.h"
 #include "event.h"
 #include "net.h"
+#include "session.h"
 
 #define KEY_PREFIX "dataplane:seg:"
 #define BACKOFF_MIN_MS 100u
@@ -1416,7 +1417,8 @@ int directory_publish(const struct segment *s, directory_done_fn done, void *arg
 	struct dir_req *q;
 	int rc;
 
-	if (!conf.on || !s->eng[ENGINE_fabric])
+	/* A session's member is found through its session alone. */
+	if (!conf.on || !s->eng[ENGINE_fabric] || session_member_name(s->name))
 		return 0;
 	if (!atomic_load(&dir_up))
 		return -EHOSTUNREACH;
@@ -1445,7 +1447,7 @@ int directory_withdraw(const char *name, directory_done_fn done, void *arg)
 {
 	struct dir_req *q;
 
-	if (!conf.on || !ctlside.running)
+	if (!conf.on || !ctlside.running || session_member_name(name))
 		return 0;
 	q = calloc(1, sizeof(*q));
 	if (!q) {

@@ -165,10 +165,13 @@ struct segment {
 	struct segment *probe_next;
 };
 
-/* A segment handle in a client's table. */
+/* A segment handle in a client's table: a segment, or an engine session
+ * (session.h), whose descriptors name its members by virtual address. */
+struct session_cli;
 struct seg_handle {
-	struct segment *seg; /* holds a segment reference */
-	unsigned access;     /* what was granted at open */
+	struct segment *seg;	  /* holds a segment reference; NULL for a session */
+	unsigned access;	  /* what was granted at open */
+	struct session_cli *sess; /* holds a reference; NULL for a segment */
 };
 
 /* Counters of one queue, single writer (its poller). */
@@ -216,6 +219,7 @@ struct client {
 	uid_t uid;
 	gid_t gid;
 	char name[32];
+	char session[DP_NAME_MAX]; /* "host:port" of its session, "" when none */
 	bool hello;
 	/* control.c: when the connection was accepted (the HELLO deadline
 	 * counts from it); its uid's account (NULL for a refused one); the

@@ -27,6 +27,7 @@
 #include "notif.h"
 #include "rpc.h"
 #include "samehost.h"
+#include "session.h"
 #include "stats.h"
 
 struct poller pollers[DP_MAX_POLLERS];
@@ -132,13 +133,14 @@ static inline enum engine_id route(const struct xfer *x)
  * EINVAL, EBADF, ECONNRESET, EPERM, EFAULT.
  */
 static int desc_resolve(struct queue *q, const struct dp_desc *d, struct xfer *x,
-			enum engine_id *engine)
+			enum engine_id *engine, bool final, struct dp_desc *t)
 {
 	struct client *c = q->client;
 	struct seg_handle *h;
 	struct region *local, *target;
 	struct segment *seg;
 	unsigned need;
+	int rc;
 
 	if (d->opcode != DP_OP_WRITE && d->opcode != DP_OP_READ)
 		return -EINVAL;
@@ -151,6 +153,21 @@ static int desc_resolve(struct queue *q, const struct dp_desc *d, struct xfer *x
 	if (!local || !h)
 		return -EBADF;
 	seg = h->seg;
+	if (!seg) {
+		/* An engine session: target_off is an address of its process,
+		 * which one member's segment holds (or SESSION_MISS: ask). From
+		 * here on the descriptor is the member's, at its offset. */
+		uint64_t off;
+
+		rc = session_translate(h->sess, d->target_off, d->len, final, &seg, &off);
+		if (rc)
+			return rc;
+		if (!(seg->access & (d->opcode == DP_OP_WRITE ? DP_ACCESS_WRITE : DP_ACCESS_READ)))
+			return -EPERM;
+		*t = *d;
+		t->target_off = off;
+		d = t;
+	}
 	if (atomic_load_explicit(&seg->dead, memory_order_acquire))
 		return -ECONNRESET;
 	/* Another service's export mapped here: gone when its word moved or
@@ -216,14 +233,16 @@ static int notify_prepare(const struct queue *q, const struct dp_desc *d, struct
 	return 0;
 }
 
-static void desc_process(struct poller *p, struct queue *q, const struct dp_desc *d)
+/* Validates, resolves and submits one descriptor (desc_process); `final`
+ * for one an engine session held (session.h): a miss now fails it. */
+static void desc_run(struct poller *p, struct queue *q, const struct dp_desc *d, bool final)
 {
 	enum engine_id e = ENGINE_host;
+	struct dp_desc t; /* a session's descriptor, at its member's offset */
 	struct notif_req n;
 	struct xfer x;
 	int rc;
 
-	q->ctr.submitted++;
 	/* DP_DESC_F_NOTIFY on a WRITE only; without it, notify is reserved.
 	 * reserved1's place holds the ring's sequence word: libclient turns a
 	 * caller's reserved1 into reserved0 (dp_proto.h). */
@@ -233,7 +252,14 @@ static void desc_process(struct poller *p, struct queue *q, const struct dp_desc
 	else if (d->opcode == DP_OP_NOP)
 		rc = 0;
 	else
-		rc = desc_resolve(q, d, &x, &e);
+		rc = desc_resolve(q, d, &x, &e, final, &t);
+	if (rc == SESSION_MISS) {
+		const struct seg_handle *h =
+			atomic_load_explicit(&q->client->segs[d->segment], memory_order_acquire);
+
+		session_hold(p, q, d, h->sess);
+		return;
+	}
 	x.notify = NULL;
 	if (!rc && d->flags & DP_DESC_F_NOTIFY)
 		rc = notify_prepare(q, d, &x, e, &n);
@@ -242,6 +268,17 @@ static void desc_process(struct poller *p, struct queue *q, const struct dp_desc
 		return;
 	}
 	engines[e]->submit(p, &x);
+}
+
+static void desc_process(struct poller *p, struct queue *q, const struct dp_desc *d)
+{
+	q->ctr.submitted++;
+	desc_run(p, q, d, false);
+}
+
+void desc_process_held(struct poller *p, struct queue *q, const struct dp_desc *d)
+{
+	desc_run(p, q, d, true);
 }
 
 /*
@@ -354,7 +391,7 @@ static bool fast_lookup(struct queue *q, const struct dp_desc *d, struct fast_ru
 		return false;
 	local = atomic_load_explicit(&c->regions[d->region], memory_order_acquire);
 	h = atomic_load_explicit(&c->segs[d->segment], memory_order_acquire);
-	if (!local || !h)
+	if (!local || !h || !h->seg)
 		return false;
 	seg = h->seg;
 	/* As in desc_resolve: seg->region may be used only once the segment

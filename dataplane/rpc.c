@@ -47,6 +47,7 @@
 #include "notif.h"
 #include "rpc.h"
 #include "segments.h"
+#include "session.h"
 
 #define NS_PER_MS 1000000ull
 
@@ -97,6 +98,7 @@ struct srv_conn {
 	uint64_t accepted_ns, deadline_ns;
 	uint8_t nonce[DP_AUTH_NONCE]; /* the challenge's */
 	bool local;		      /* on the same-host socket */
+	uint16_t session_port;	      /* on an engine session's port; 0: the RPC port */
 	int fds[SAMEHOST_FDS];	      /* to send with the reply */
 	unsigned nfds;
 	size_t in_len; /* bytes of `in` read */
@@ -171,20 +173,37 @@ static struct {
 static pthread_mutex_t gai_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct gai_req *gai_done;
 
-int rpc_listen(void)
+/* A TCP listening socket on every address, port `port` (0: any free one):
+ * the fd, or -errno. */
+int rpc_listen_port(uint16_t port)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET,
 				 .sin_addr.s_addr = htonl(INADDR_ANY),
-				 .sin_port = htons((uint16_t)cfg.rpc_port)};
-	socklen_t len = sizeof(sa);
+				 .sin_port = htons(port)};
 	int fd, one = 1;
 
 	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return -errno;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 64) < 0 ||
-	    getsockname(fd, (struct sockaddr *)&sa, &len) < 0) {
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 64) < 0) {
+		int rc = -errno;
+
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
+int rpc_listen(void)
+{
+	struct sockaddr_in sa;
+	socklen_t len = sizeof(sa);
+	int fd = rpc_listen_port((uint16_t)cfg.rpc_port);
+
+	if (fd < 0)
+		return fd;
+	if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0) {
 		int rc = -errno;
 
 		close(fd);
@@ -243,6 +262,10 @@ static void fill_reply(struct srv_conn *k, struct dp_rpc_lookup_reply *r)
 	    req->flags & ~DP_RPC_Q_SAME_HOST || req->reserved ||
 	    (req->flags & DP_RPC_Q_SAME_HOST && (!k->local || !same))) {
 		r->status = -EINVAL;
+		return;
+	}
+	if (k->session_port) {
+		session_fill_reply(k->session_port, req->name, r);
 		return;
 	}
 	s = export_find(req->name);
@@ -515,7 +538,7 @@ static void on_srv_event(struct ev_handler *h, uint32_t events)
 	srv_advance(k);
 }
 
-void rpc_accept(int lfd)
+void rpc_accept(int lfd, uint16_t session_port)
 {
 	/* A bounded batch per wake-up: the loop has other fds to serve. */
 	for (unsigned i = 0; i < RPC_MAX_CONNS; i++) {
@@ -540,6 +563,7 @@ void rpc_accept(int lfd)
 		}
 		k->ev = (struct ev_handler){.fd = fd, .on_event = on_srv_event};
 		k->local = lfd == rpc.local.fd;
+		k->session_port = session_port;
 		k->state = SRV_CHALLENGE;
 		k->events = EPOLLIN;
 		auth_nonce(k->nonce);
@@ -579,14 +603,24 @@ int rpc_reply_check(const struct dp_rpc_hdr *h, const struct dp_rpc_lookup_reply
 		return -EBADMSG;
 	if (r->status)
 		return r->status;
+	if (r->flags & DP_RPC_F_SESSION) {
+		if (strnlen(r->member, sizeof(r->member)) == sizeof(r->member))
+			return -EBADMSG;
+		/* "Yes, a session": nothing more to check. */
+		if (!r->member[0])
+			return 0;
+		if (r->va + r->len < r->va)
+			return -EBADMSG;
+	}
 	if (r->access != DP_ACCESS_READ && r->access != DP_ACCESS_RW)
 		return -EBADMSG;
 	if (!r->len || r->base + r->len < r->base)
 		return -EBADMSG;
 	if (r->nrails > DP_MAX_RAILS || r->flags & ~DP_RPC_F_ALL)
 		return -EBADMSG;
-	/* Without rails, the export is for services of its host only. */
-	if (!r->nrails && !(r->flags & DP_RPC_F_SAME_HOST))
+	/* Without rails, the export is for services of its host only (a
+	 * session's member: or for its own service's clients). */
+	if (!r->nrails && !(r->flags & (DP_RPC_F_SAME_HOST | DP_RPC_F_SESSION)))
 		return -EBADMSG;
 	if (strnlen(r->local_path, sizeof(r->local_path)) == sizeof(r->local_path))
 		return -EBADMSG;
@@ -1177,7 +1211,7 @@ int rpc_lookup_local_start(const char *path, const char *peer, const char *name,
 static void on_local_listen(struct ev_handler *h, uint32_t events)
 {
 	(void)events;
-	rpc_accept(h->fd);
+	rpc_accept(h->fd, 0);
 }
 
 /* The same-host socket: any local user may connect (the lookup still has to

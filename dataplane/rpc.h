@@ -19,7 +19,8 @@
 #include "samehost.h"
 
 #define DP_RPC_MAGIC 0x50525044u /* "DPRP" */
-#define DP_RPC_VERSION 3u	 /* 2: every lookup authenticated (auth.h); 3: same host */
+/* 2: every lookup authenticated (auth.h); 3: same host; 4: engine sessions */
+#define DP_RPC_VERSION 4u
 #define DP_RPC_LOOKUP 1u
 #define DP_RPC_CHALLENGE 2u
 /* Notifications for exports of the server (notif.h): a batch, answered
@@ -46,9 +47,13 @@
  * `base` is the export's staging id and every rail's key its secret,
  * which a request must carry. Without this flag, -ENOTSUP as above. */
 #define DP_RPC_F_OWNER_STAGES 8u
+/* An engine session's port answered (session.h): `va` and `member` are
+ * set when the answer describes one of its registrations; a session's
+ * answer to "@" (is this a session?) describes none. */
+#define DP_RPC_F_SESSION 16u
 #define DP_RPC_F_ALL                                                                               \
 	(DP_RPC_F_VIRT_ADDR | DP_RPC_F_SAME_HOST | DP_RPC_F_GPU_UNREGISTERED |                     \
-	 DP_RPC_F_OWNER_STAGES)
+	 DP_RPC_F_OWNER_STAGES | DP_RPC_F_SESSION)
 #define DP_RPC_Q_SAME_HOST 1u /* request: the asker is on this host, send the memory */
 
 struct dp_rpc_hdr {
@@ -126,6 +131,11 @@ struct dp_rpc_lookup_reply {
 	uint8_t host_id[DP_HOST_ID_LEN];
 	char local_path[DP_SUN_PATH_MAX];
 	struct dp_samehost_desc same; /* only in a reply to DP_RPC_Q_SAME_HOST */
+	/* DP_RPC_F_SESSION: where the registration starts in the session's
+	 * process, and the export of the server (its server_name) that
+	 * stands for it. */
+	uint64_t va;
+	char member[DP_NAME_MAX];
 };
 
 /*
@@ -171,9 +181,12 @@ void rpc_start(int epfd);
 
 /* Server side: the listening socket (updates cfg.rpc_port and
  * cfg.server_name when the port was 0), and the handler of its readiness:
- * accepts what is pending, each connection served from the loop. */
+ * accepts what is pending, each connection served from the loop. An
+ * engine session's port (session.h) is served by the same code: its
+ * lookups are answered by session_fill_reply(). */
 int rpc_listen(void);
-void rpc_accept(int lfd);
+int rpc_listen_port(uint16_t port);
+void rpc_accept(int lfd, uint16_t session_port);
 
 /* The loop's epoll timeout (ms until the next deadline of a connection or
  * lookup; -1 none), and the sweep it runs after every batch: ends what is

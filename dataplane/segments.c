@@ -591,6 +591,40 @@ static int lookup_join(const char *peer, const char *name, segment_resolved_fn f
 	return SEGMENT_PENDING;
 }
 
+int segment_resolve_reply(const char *peer, const char *name, const struct dp_rpc_lookup_reply *r,
+			  segment_resolved_fn fn, void *arg)
+{
+	struct lookup *lk;
+	struct waiter *w;
+
+	for (lk = lookups; lk; lk = lk->next)
+		if (!strcmp(lk->peer, peer) && !strcmp(lk->name, name))
+			break;
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	w->fn = fn;
+	w->arg = arg;
+	if (lk) {
+		w->next = lk->waiters;
+		lk->waiters = w;
+		return SEGMENT_PENDING;
+	}
+	lk = calloc(1, sizeof(*lk));
+	if (!lk) {
+		free(w);
+		return -ENOMEM;
+	}
+	snprintf(lk->peer, sizeof(lk->peer), "%s", peer);
+	snprintf(lk->name, sizeof(lk->name), "%s", name);
+	lk->waiters = w;
+	lk->next = lookups;
+	lookups = lk;
+	/* As if the peer's RPC port had answered `r` about `name`. */
+	lookup_done(lk, 0, r, NULL, 0);
+	return SEGMENT_PENDING;
+}
+
 /*
  * A host:port is asked again at every open (no cache read): its export
  * may have been replaced (new keys), or the peer restarted on the same

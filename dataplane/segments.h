@@ -76,6 +76,19 @@ void exports_release(struct segment *dead);
 int segment_resolve(const char *peer, const char *name, struct segment **out,
 		    segment_resolved_fn fn, void *arg);
 
+/*
+ * As segment_resolve() for (peer, name), when the answer of peer's RPC port
+ * is known already (`r`, checked: an engine session's port described one
+ * of its service's exports, session.h): what the answer leads to (this
+ * service's own export, a same-host mapping, which asks the peer's
+ * same-host socket, or a fabric segment) without asking the RPC port
+ * again. fn(arg, rc, s) is called once, maybe from inside this call;
+ * returns SEGMENT_PENDING, or -ENOMEM (fn not called).
+ */
+struct dp_rpc_lookup_reply;
+int segment_resolve_reply(const char *peer, const char *name, const struct dp_rpc_lookup_reply *r,
+			  segment_resolved_fn fn, void *arg);
+
 /* A peer that asked us (rpc.c, after it proved the fleet key) and sent its
  * rail addresses: inserted into our address vectors like a peer we asked,
  * so that providers whose target must know its initiator work. */

@@ -51,6 +51,13 @@ struct alloc {
 	size_t len;
 };
 
+/* A region with an address in this process (dp_alloc, dp_register_mem,
+ * dp_register_cuda): what the session is told (SESSION_ADD). */
+struct reg_addr {
+	int region;
+	uint64_t addr;
+};
+
 struct dp_client {
 	int fd;
 	pid_t pid;    /* the process that connected (dp_register_mem names its memory) */
@@ -64,6 +71,9 @@ struct dp_client {
 	pthread_mutex_t lock; /* control calls may come from several threads */
 	struct alloc allocs[MAX_ALLOCS];
 	unsigned nallocs;
+	struct reg_addr addrs[MAX_ALLOCS]; /* under the lock */
+	unsigned naddrs;
+	char session[DP_NAME_MAX]; /* "host:port", "" before dp_session_create */
 	struct dp_queue *queues;
 	/* The notification ring (dp_notify_open): set once, under the lock,
 	 * read by the notification calls without it. */
@@ -122,6 +132,8 @@ enum call {
 	C_NOTIFY_POLL,
 	C_NOTIFY_WAIT,
 	C_NOTIFY_FD,
+	C_SESSION_CREATE,
+	C_SESSION_OPEN,
 };
 
 static const char *const call_names[] = {
@@ -148,6 +160,8 @@ static const char *const call_names[] = {
 	[C_NOTIFY_POLL] = "dp_notify_poll",
 	[C_NOTIFY_WAIT] = "dp_notify_wait",
 	[C_NOTIFY_FD] = "dp_notify_fd",
+	[C_SESSION_CREATE] = "dp_session_create",
+	[C_SESSION_OPEN] = "dp_session_open",
 };
 
 _Static_assert(DP_SEGMENT_NAME_MAX == DP_NAME_MAX - 1, "dataplane.h and dp_proto.h agree");
@@ -251,6 +265,26 @@ static const struct {
 	{C_NOTIFY_FD, -EBADF, "no notification ring: call dp_notify_open first"},
 	{C_NOTIFY_POLL, -EPROTO, "the notification ring is corrupt (its head was moved)"},
 	{C_NOTIFY_WAIT, -EPROTO, "the notification ring is corrupt (its head was moved)"},
+	{C_SESSION_CREATE, -EEXIST, "the client has a session already (one per client)"},
+	{C_SESSION_CREATE, -EADDRINUSE, "the port is taken on this host"},
+	{C_SESSION_CREATE, -EACCES, "the service may not listen on that port (below 1024)"},
+	{C_SESSION_CREATE, -EINVAL,
+	 "port above 65535, or the service runs without a peer RPC port"},
+	{C_SESSION_OPEN, -EINVAL,
+	 "the session name is not \"host:port\" (port 1..65535), or "
+	 "access not READ/WRITE/RW"},
+	{C_SESSION_OPEN, -ENOENT, "something answers on that port, but not a session"},
+	{C_SESSION_OPEN, -EHOSTUNREACH,
+	 "nothing answers on that host and port (the session's client left, or a wrong name)"},
+	{C_SESSION_OPEN, -ETIMEDOUT, "the session's host did not answer in time"},
+	{C_SESSION_OPEN, -EACCES,
+	 "the session's service and this one do not trust each other: different fleet keys"},
+	{C_SESSION_OPEN, -ENOSPC, "the client's segment handle table is full"},
+	{C_SESSION_OPEN, -EAGAIN, "the service has its limit of peer lookups in flight; try again"},
+	{C_SESSION_OPEN, -EBUSY, "an open of this client is still waiting for its peer"},
+	{C_REGISTER_MEM, -EEXIST, "the range overlaps memory already in the client's session"},
+	{C_REGISTER_CUDA, -EEXIST, "the range overlaps memory already in the client's session"},
+	{C_ALLOC, -EEXIST, "the mapping overlaps memory already in the client's session"},
 	{C_ANY, -ECONNRESET, "the service went away (restart, crash or shutdown)"},
 	{C_ANY, -ETIMEDOUT,
 	 "the service did not answer in time ($DP_CTL_TIMEOUT_MS, 10 s by default); the "
@@ -452,6 +486,47 @@ static int rpc_locked(struct dp_client *c, uint16_t type, const void *req, size_
 	rc = rpc(c, type, req, len, fd_in, reply, rlen, fds_out, nfds_out);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
+}
+
+/* Region `region` is at `addr` here: remembered, and told to the session
+ * when the client has one (then a refusal, -EEXIST for a range that
+ * overlaps a member, is the registration's). */
+static int region_addr_add(struct dp_client *c, int region, const void *addr)
+{
+	struct dp_msg_session_add req = {.region = (uint32_t)region,
+					 .addr = (uint64_t)(uintptr_t)addr};
+	int rc = 0;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->session[0])
+		rc = rpc(c, DP_MSG_SESSION_ADD, &req, sizeof(req), -1, NULL,
+			 sizeof(struct dp_msg_status), NULL, 0);
+	if (!rc && c->naddrs < MAX_ALLOCS)
+		c->addrs[c->naddrs++] = (struct reg_addr){region, req.addr};
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+/* Under the lock: region `region` is gone. */
+static void region_addr_drop(struct dp_client *c, int region)
+{
+	for (unsigned i = 0; i < c->naddrs; i++)
+		if (c->addrs[i].region == region) {
+			c->addrs[i] = c->addrs[--c->naddrs];
+			return;
+		}
+}
+
+/* A registration whose address the session refused goes again. */
+static int registered(struct dp_client *c, int region, const void *addr)
+{
+	int rc = region_addr_add(c, region, addr);
+
+	if (rc) {
+		dp_free(c, region);
+		return rc;
+	}
+	return region;
 }
 
 /* $DP_CTL_TIMEOUT_MS (docs/api.md): how long a control call waits for the
@@ -692,7 +767,7 @@ int dp_register_cuda(struct dp_client *c, void *ptr, size_t len)
 		return fail(C_REGISTER_CUDA, rc);
 	rc = rpc_locked(c, DP_MSG_REGION_REGISTER_CUDA, &req, sizeof(req), -1, &r, sizeof(r), NULL,
 			0);
-	return rc ? fail(C_REGISTER_CUDA, rc) : (int)r.id;
+	return fail(C_REGISTER_CUDA, rc ? rc : registered(c, (int)r.id, ptr));
 }
 
 int dp_register_mem(struct dp_client *c, void *addr, size_t len)
@@ -716,7 +791,7 @@ int dp_register_mem(struct dp_client *c, void *addr, size_t len)
 		return fail(C_REGISTER_MEM, -EPERM);
 	rc = rpc_locked(c, DP_MSG_REGION_REGISTER_MEM, &req, sizeof(req), -1, &r, sizeof(r), NULL,
 			0);
-	return rc ? fail(C_REGISTER_MEM, rc) : (int)r.id;
+	return fail(C_REGISTER_MEM, rc ? rc : registered(c, (int)r.id, addr));
 }
 
 int dp__register_file(struct dp_client *c, int fd, uint64_t offset, uint64_t len, unsigned flags,
@@ -843,7 +918,9 @@ static int alloc_(struct dp_client *c, size_t len, unsigned flags, void **addr)
 		munmap(p, maplen);
 		return -ENOSPC;
 	}
-	*addr = p;
+	region = registered(c, region, p); /* dp_free unmaps it on failure */
+	if (region >= 0)
+		*addr = p;
 	return region;
 }
 
@@ -883,6 +960,8 @@ int dp_free(struct dp_client *c, int region)
 	pthread_mutex_lock(&c->lock);
 	rc = rpc(c, DP_MSG_REGION_FREE, &req, sizeof(req), -1, NULL, sizeof(struct dp_msg_status),
 		 NULL, 0);
+	if (!rc)
+		region_addr_drop(c, region);
 	for (unsigned i = 0; i < c->nallocs; i++)
 		if (c->allocs[i].region == region) {
 			munmap(c->allocs[i].addr, c->allocs[i].len);
@@ -960,6 +1039,70 @@ int dp_segment_close(struct dp_client *c, int segment)
 		return fail(C_CLOSE, -EBADF);
 	return fail(C_CLOSE, rpc_locked(c, DP_MSG_SEGMENT_CLOSE, &req, sizeof(req), -1, NULL,
 					sizeof(struct dp_msg_status), NULL, 0));
+}
+
+/* ---- engine sessions ---- */
+
+int dp_session_create(struct dp_client *c, unsigned port)
+{
+	struct dp_msg_session_create req = {.port = port};
+	struct dp_msg_session_reply r;
+	int rc;
+
+	if (!c)
+		return null_arg(C_SESSION_CREATE, -EINVAL);
+	if (port > 65535)
+		return fail(C_SESSION_CREATE, -EINVAL);
+	pthread_mutex_lock(&c->lock);
+	rc = rpc(c, DP_MSG_SESSION_CREATE, &req, sizeof(req), -1, &r, sizeof(r), NULL, 0);
+	if (!rc && !memchr(r.name, 0, sizeof(r.name)))
+		rc = -EBADMSG;
+	if (!rc) {
+		memcpy(c->session, r.name, sizeof(c->session));
+		/* What was registered before joins now; a range that overlaps
+		 * one already in stays out (the first registration holds it). */
+		for (unsigned i = 0; i < c->naddrs; i++) {
+			struct dp_msg_session_add add = {.region = (uint32_t)c->addrs[i].region,
+							 .addr = c->addrs[i].addr};
+
+			rpc(c, DP_MSG_SESSION_ADD, &add, sizeof(add), -1, NULL,
+			    sizeof(struct dp_msg_status), NULL, 0);
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return rc ? fail(C_SESSION_CREATE, rc) : (int)r.port;
+}
+
+const char *dp_session_name(const struct dp_client *c)
+{
+	return c ? c->session : "";
+}
+
+int dp_session_open(struct dp_client *c, const char *session, unsigned access)
+{
+	struct dp_msg_session_open req = {.access = access};
+	struct dp_msg_id_reply r;
+	int rc;
+
+	if (!c || !session)
+		return null_arg(C_SESSION_OPEN, -EINVAL);
+	if (copy_name(req.session, sizeof(req.session), session, false) || !session[0] ||
+	    !strchr(session, ':') || !access || access & ~DP_ACCESS_RW)
+		return fail(C_SESSION_OPEN, -EINVAL);
+	rc = rpc_locked(c, DP_MSG_SESSION_OPEN, &req, sizeof(req), -1, &r, sizeof(r), NULL, 0);
+	if (rc) {
+		char text[200];
+
+		snprintf(text, sizeof(text), "session '%s': %s", session, dp_strerror(rc));
+		for (size_t i = 0; i < sizeof(call_errors) / sizeof(call_errors[0]); i++)
+			if (call_errors[i].call == C_SESSION_OPEN && call_errors[i].err == rc) {
+				snprintf(text, sizeof(text), "session '%s': %s", session,
+					 call_errors[i].text);
+				break;
+			}
+		return fail_text(C_SESSION_OPEN, rc, text);
+	}
+	return (int)r.id;
 }
 
 /* ---- data path ---- */

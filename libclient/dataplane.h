@@ -52,9 +52,10 @@ struct dp_desc {
 	uint16_t reserved0;  /**< must be 0 */
 	uint32_t region;     /**< local region id (dp_alloc / dp_register_fd) */
 	uint64_t local_off;  /**< byte offset in the local region */
-	uint32_t segment;    /**< target segment handle (dp_segment_open) */
+	uint32_t segment;    /**< target segment handle (dp_segment_open, dp_session_open) */
 	uint32_t reserved1;  /**< must be 0 */
-	uint64_t target_off; /**< byte offset in the target segment */
+	uint64_t target_off; /**< byte offset in the target segment; through a
+			      *   session handle, an address of its process */
 	uint64_t len;	     /**< bytes to move */
 	uint64_t user_data;  /**< returned untouched in the completion */
 	uint64_t submit_ns;  /**< set by dp_submit (CLOCK_MONOTONIC), for latency stats */
@@ -308,6 +309,51 @@ int dp_segment_open(struct dp_client *c, const char *peer, const char *name, uns
 
 /** Closes a segment handle. */
 int dp_segment_close(struct dp_client *c, int segment);
+
+/*
+ * Engine sessions (docs/api.md "Engine sessions"): a client's own memory,
+ * addressed by its own virtual addresses, under a name "host:port" that any
+ * service of the fleet can open, the way Mooncake's transfer engines and
+ * NIXL agents name each other.
+ */
+
+/**
+ * Makes this client a session: the service listens on TCP @p port (0: a
+ * free one) for peers asking about this client's memory. Every region of
+ * the client that has an address here (dp_alloc, dp_register_mem,
+ * dp_register_cuda; before this call or after) is reachable through the
+ * session at that address, with the access it was registered with, until
+ * dp_free() or the client goes; a registration that overlaps one already
+ * in the session fails -EEXIST (registered before this call: it stays out).
+ * Returns the port (> 0). dp_session_name() gives the name. -EEXIST the
+ * client has a session, -EADDRINUSE the port is taken, -EINVAL @p port
+ * above 65535. The session ends with the client: its port closes, and
+ * descriptors of other clients that name it fail -ECONNRESET.
+ */
+int dp_session_create(struct dp_client *c, unsigned port);
+
+/** The client's session name, "host:port" (host: the service's host, as in
+ * dp_server_name()); "" before dp_session_create(). */
+const char *dp_session_name(const struct dp_client *c);
+
+/**
+ * Opens session @p session ("host:port": any client's, this one's
+ * included, of this service, another service of this host, or another
+ * host) for @p access, asking its port once. Returns a segment handle
+ * whose descriptors' target_off is a virtual address in the session's
+ * process: the range [target_off, target_off + len) must lie within one
+ * of its registrations, else the descriptor fails -EFAULT (outside all of
+ * them, across two, unregistered); -EPERM a registration without the
+ * access; -ECONNRESET once the session's client left. The first
+ * descriptor to touch a registration waits for one question to the
+ * session's port; later ones do not. Completions say which path moved the
+ * bytes (DP_CQE_F_LOCAL for a session of this service, DP_CQE_F_SAME_HOST,
+ * DP_CQE_F_FABRIC). dp_segment_close() closes it. -EINVAL not host:port,
+ * -EHOSTUNREACH nothing answers there, -ENOENT what answers is not a
+ * session, -ETIMEDOUT, -EACCES (another fleet key); dp_last_error() names
+ * the session.
+ */
+int dp_session_open(struct dp_client *c, const char *session, unsigned access);
 
 /**
  * Submits up to @p n descriptors. Returns how many were accepted (fewer when

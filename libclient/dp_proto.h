@@ -84,6 +84,9 @@ enum dp_msg_type {
 	DP_MSG_REGION_OPEN_PATH = 12,	  /* fileio.c: a path under --file-root */
 	DP_MSG_REGION_REGISTER_MEM = 13,  /* vm.c: memory of the client process */
 	DP_MSG_NOTIFY_OPEN = 14,	  /* notif.c: the client's notification ring */
+	DP_MSG_SESSION_CREATE = 15,	  /* session.c: the client's engine session */
+	DP_MSG_SESSION_ADD = 17,	  /* session.c: a region at its address, in the session */
+	DP_MSG_SESSION_OPEN = 18,	  /* session.c: a handle on another engine's session */
 };
 
 struct dp_msg_hdr {
@@ -207,6 +210,37 @@ struct dp_msg_region_path {
 struct dp_msg_region_register_mem {
 	uint64_t addr;
 	uint64_t len;
+};
+
+/*
+ * Engine sessions (session.h, docs/api.md "Engine sessions").
+ * SESSION_CREATE: the service listens on one more TCP port (port, 0: any)
+ * for peers asking about this client's memory; the reply names it
+ * "host:port". SESSION_ADD: region `region` of the client is at `addr` in
+ * its address space, and peers may reach it there (the library sends one
+ * per region that has an address: dp_alloc, dp_register_mem,
+ * dp_register_cuda). SESSION_OPEN: a handle (as SEGMENT_OPEN's) on the
+ * session `session` names, whose descriptors' target_off is a virtual
+ * address of that session's process. Reply: dp_msg_id_reply, len 0.
+ */
+struct dp_msg_session_create {
+	uint32_t port; /* 0: any free port; else 1..65535 */
+	uint32_t reserved;
+};
+struct dp_msg_session_reply {
+	int32_t status;
+	uint32_t port;
+	char name[DP_NAME_MAX];
+};
+struct dp_msg_session_add {
+	uint32_t region;
+	uint32_t reserved;
+	uint64_t addr;
+};
+struct dp_msg_session_open {
+	uint32_t access;
+	uint32_t reserved;
+	char session[DP_NAME_MAX]; /* "host:port" */
 };
 
 /* Reply of REGION_REGISTER and SEGMENT_OPEN: the new id plus the size. */

@@ -528,3 +528,73 @@ Test(fabric_netns, stopped_peer_times_out_and_is_lost)
 	stop_tests_resume(&e, 970, 4);
 	ends_close(&e);
 }
+
+/* An engine session of B's client, opened by A's client by B's address and
+ * the session's port: bytes both ways by B's virtual addresses, first
+ * contact included; the session of A's own client, by A's address, stays
+ * local. */
+Test(fabric_netns, session_across_a_veth_pair)
+{
+	struct dp_client *ca, *cb;
+	struct dp_queue *q;
+	struct dp_desc d;
+	struct dp_cqe c;
+	char name[64];
+	uint8_t *loc, *tgt, *mine;
+	uint64_t t0;
+	int lreg, treg, mreg, port, seg, self;
+
+	netns_setup(1);
+	ns_start(0, 1, "1048576", NULL);
+	ns_start(1, 1, "1048576", NULL);
+	ca = connect_client(&fab_svc[0], "ns-a");
+	cb = connect_client(&fab_svc[1], "ns-b");
+	treg = alloc_region(cb, 8 * MiB, &tgt);
+	port = dp_session_create(cb, 0);
+	cr_assert_gt(port, 0, "dp_session_create: %s", dp_last_error());
+	snprintf(name, sizeof(name), "%s:%d", net.ip[0][1], port);
+	cr_assert_str_eq(dp_session_name(cb), name, "B's session name");
+	lreg = alloc_region(ca, 8 * MiB, &loc);
+	q = make_queue(ca, 64);
+	seg = dp_session_open(ca, name, DP_ACCESS_RW);
+	cr_assert_geq(seg, 0, "dp_session_open(%s): %s", name, dp_last_error());
+	/* First contact: the first 4 KiB WRITE asks B's session port. */
+	pattern_fill(loc, 4096, 801);
+	dp_prep_write(&d, lreg, 0, seg, (uint64_t)(uintptr_t)tgt + 8192, 4096, 1);
+	t0 = now_ns();
+	c = run_wait(q, &d, 30000);
+	cr_log_info("session first contact over tcp: %.3f ms", (double)(now_ns() - t0) / 1e6);
+	cr_assert_eq(c.status, 0, "first WRITE: %s", dp_strerror(c.status));
+	cr_assert_eq(c.flags & DP_CQE_F_FABRIC, DP_CQE_F_FABRIC);
+	cr_assert_eq(pattern_check(tgt + 8192, 4096, 801), -1);
+	for (unsigned i = 0; i < 4; i++) {
+		uint64_t len = (uint64_t)1 << (6 * i), off = 8 * MiB - len - 3;
+
+		pattern_fill(tgt + off, len, 810 + i);
+		dp_prep_read(&d, lreg, 5, seg, (uint64_t)(uintptr_t)tgt + off, len, 10 + i);
+		run_ok(q, &d, DP_CQE_F_FABRIC, 30000);
+		cr_assert_eq(pattern_check(loc + 5, len, 810 + i), -1, "READ of %llu B",
+			     (unsigned long long)len);
+	}
+	/* Past B's registration: -EFAULT, through the fabric too. */
+	dp_prep_write(&d, lreg, 0, seg, (uint64_t)(uintptr_t)tgt + 8 * MiB - 1, 2, 20);
+	c = run_wait(q, &d, 30000);
+	cr_assert_eq(c.status, -EFAULT, "past the end: %s", dp_strerror(c.status));
+	/* A's own session by A's address: local. */
+	mreg = alloc_region(ca, 4096, &mine);
+	cr_assert_gt(dp_session_create(ca, 0), 0);
+	snprintf(name, sizeof(name), "%s:%s", net.ip[0][0], strrchr(dp_session_name(ca), ':') + 1);
+	self = dp_session_open(ca, name, DP_ACCESS_RW);
+	cr_assert_geq(self, 0, "self open %s: %s", name, dp_last_error());
+	pattern_fill(loc, 4096, 820);
+	dp_prep_write(&d, lreg, 0, self, (uint64_t)(uintptr_t)mine, 4096, 30);
+	run_ok(q, &d, DP_CQE_F_LOCAL, 5000);
+	cr_assert_eq(pattern_check(mine, 4096, 820), -1);
+	(void)treg;
+	(void)mreg;
+	dp_close(ca);
+	dp_close(cb);
+	for (unsigned i = 0; i < 2; i++)
+		cr_assert_eq(svc_stop(&fab_svc[i]), 0, "service in %s did not exit cleanly",
+			     net.ns[i]);
+}

@@ -18,7 +18,7 @@ TestSuite(fabric_rpc, .fini = fab_teardown, .timeout = 60);
 /* The wire format of dataplane/rpc.h, restated here so that a change to it
  * is a conscious one: every peer of a running cluster speaks it. */
 #define RPC_MAGIC 0x50525044u
-#define RPC_VERSION 3u
+#define RPC_VERSION 4u
 #define RPC_LOOKUP 1u
 #define RPC_CHALLENGE 2u
 #define RPC_REPLY 0x8000u
@@ -69,6 +69,8 @@ struct rpc_reply {
 	uint8_t host_id[16];
 	char local_path[108];
 	uint8_t same[144]; /* the same-host description */
+	uint64_t va;	   /* an engine session's answer: where the registration starts */
+	char member[64];   /* and the export that stands for it */
 };
 
 struct rpc_req_msg {
@@ -83,7 +85,7 @@ struct rpc_reply_msg {
 };
 
 _Static_assert(sizeof(struct rpc_hdr) == 16, "header");
-_Static_assert(sizeof(struct rpc_reply) == 1520, "reply");
+_Static_assert(sizeof(struct rpc_reply) == 1592, "reply");
 _Static_assert(sizeof(struct rpc_lookup) == 1376, "lookup");
 
 /* The fleet key the services of these tests use (their user's default,

@@ -1,0 +1,332 @@
+/* session.c - engine sessions: a client's own memory by its virtual addresses under "host:port", opened from a client of the same service (and the client itself: DP_CQE_F_LOCAL), from another service of this host (DP_CQE_F_SAME_HOST) and through the fabric (DP_CQE_F_FABRIC); translation at the edges of registrations; a session whose client left fails at once; names that are not sessions are refused with the name in the error. */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "helpers.h"
+
+TestSuite(session, .fini = svc_teardown, .timeout = 120);
+
+#define GUARD 0x5a
+
+/* One descriptor through session handle `seg`, at address `va` of the
+ * session's process. */
+static struct dp_cqe run_va(struct dp_queue *q, bool write, int lreg, uint64_t loff, int seg,
+			    const void *va, uint64_t len, uint64_t id)
+{
+	return run1(q, write, lreg, loff, seg, (uint64_t)(uintptr_t)va, len, id, 30000);
+}
+
+static void expect_ok(struct dp_cqe c, uint64_t len, uint32_t path, const char *what)
+{
+	cr_assert_eq(c.status, 0, "%s: %s (%s)", what, dp_strerror(c.status), dp_last_error());
+	cr_assert_eq(c.bytes, len, "%s: %llu bytes", what, (unsigned long long)c.bytes);
+	cr_assert_eq(c.flags & (DP_CQE_F_LOCAL | DP_CQE_F_SAME_HOST | DP_CQE_F_FABRIC), path,
+		     "%s: flags %#x, want %#x", what, c.flags, path);
+}
+
+/* The owner's memory: a dp_alloc region and memory of its own
+ * (dp_register_mem), side by side in its session. */
+struct owner {
+	struct dp_client *c;
+	uint8_t *shm, *own;
+	uint64_t shm_len, own_len;
+	int shm_reg, own_reg;
+	char name[64];
+};
+
+static void owner_make(struct owner *o, struct dp_client *c, uint64_t shm_len, uint64_t own_len)
+{
+	int port;
+
+	memset(o, 0, sizeof(*o));
+	o->c = c;
+	o->shm_len = shm_len;
+	o->own_len = own_len;
+	/* One before the session, one after: both join. */
+	o->shm_reg = alloc_region(c, shm_len, &o->shm);
+	port = dp_session_create(c, 0);
+	cr_assert_gt(port, 0, "dp_session_create: %s", dp_last_error());
+	snprintf(o->name, sizeof(o->name), "%s", dp_session_name(c));
+	cr_assert(strstr(o->name, ":") && atoi(strrchr(o->name, ':') + 1) == port, "name %s",
+		  o->name);
+	o->own = mmap(NULL, own_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(o->own, MAP_FAILED);
+	o->own_reg = dp_register_mem(c, o->own, own_len);
+	cr_assert_geq(o->own_reg, 0, "dp_register_mem: %s", dp_last_error());
+	memset(o->shm, GUARD, shm_len);
+	memset(o->own, GUARD, own_len);
+}
+
+/* WRITE then READ back through session handle `seg` at every shape, into
+ * both of the owner's registrations: bytes checked, guards untouched. */
+static void move_both(struct dp_queue *q, int lreg, uint8_t *loc, uint64_t llen, int seg,
+		      struct owner *o, uint32_t path)
+{
+	static const uint64_t lens[] = {1, 4096, 65537, MiB, 64 * MiB};
+
+	for (unsigned k = 0; k < 2; k++) {
+		uint8_t *t = k ? o->own : o->shm;
+		uint64_t tlen = k ? o->own_len : o->shm_len;
+
+		for (unsigned i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+			uint64_t len = lens[i], to = len < tlen - 64 ? 17 : 0, lo = 3;
+
+			if (len > tlen || len + lo > llen)
+				continue;
+			guard_fill(t, tlen, to, len);
+			pattern_fill(loc + lo, len, 10 + i);
+			expect_ok(run_va(q, true, lreg, lo, seg, t + to, len, 100 + i), len, path,
+				  k ? "WRITE into registered memory"
+				    : "WRITE into dp_alloc memory");
+			fab_check(t + to, len, 10 + i, t, t + tlen, GUARD, "WRITE");
+			pattern_fill(t + to, len, 20 + i);
+			guard_fill(loc, llen, lo, len);
+			expect_ok(run_va(q, false, lreg, lo, seg, t + to, len, 200 + i), len, path,
+				  k ? "READ of registered memory" : "READ of dp_alloc memory");
+			fab_check(loc + lo, len, 20 + i, loc, loc + llen, GUARD, "READ");
+		}
+	}
+}
+
+Test(session, same_service_by_address_local_path)
+{
+	struct dp_client *a, *b;
+	struct dp_queue *q, *qb;
+	struct owner o;
+	uint8_t *loc;
+	int lreg, seg, self;
+
+	start_svc(&svc, local_only);
+	b = connect_client(&svc, "owner");
+	a = connect_client(&svc, "initiator");
+	owner_make(&o, b, 64 * MiB + 4096, 64 * MiB + 8192);
+	lreg = alloc_region(a, 64 * MiB + 4096, &loc);
+	q = make_queue(a, 64);
+	seg = dp_session_open(a, o.name, DP_ACCESS_RW);
+	cr_assert_geq(seg, 0, "dp_session_open(%s): %s", o.name, dp_last_error());
+	move_both(q, lreg, loc, 64 * MiB + 4096, seg, &o, DP_CQE_F_LOCAL);
+	/* The owner's own session, from the owner: the local engine too. */
+	qb = make_queue(b, 8);
+	self = dp_session_open(b, o.name, DP_ACCESS_RW);
+	cr_assert_geq(self, 0, "self open: %s", dp_last_error());
+	pattern_fill(o.shm, 4096, 7);
+	expect_ok(run_va(qb, true, o.shm_reg, 0, self, o.own + 100, 4096, 1), 4096, DP_CQE_F_LOCAL,
+		  "self WRITE");
+	cr_assert_eq(pattern_check(o.own + 100, 4096, 7), -1, "self WRITE bytes");
+	dp_queue_destroy(qb);
+	dp_queue_destroy(q);
+	dp_close(a);
+	dp_close(b);
+	stop_svc(&svc);
+}
+
+Test(session, translation_at_the_edges)
+{
+	struct dp_client *a, *b;
+	struct dp_queue *q;
+	struct dp_cqe c;
+	uint8_t *loc, *two;
+	int lreg, seg, r1, r2, ro;
+	struct owner o;
+	const uint64_t half = 65536;
+
+	start_svc(&svc, local_only);
+	b = connect_client(&svc, "owner");
+	a = connect_client(&svc, "initiator");
+	owner_make(&o, b, 4 * 4096, 8 * 4096);
+	lreg = alloc_region(a, MiB, &loc);
+	q = make_queue(a, 16);
+	seg = dp_session_open(a, o.name, DP_ACCESS_RW);
+	cr_assert_geq(seg, 0, "dp_session_open: %s", dp_last_error());
+	/* First and last byte of a registration. */
+	expect_ok(run_va(q, true, lreg, 0, seg, o.own, 1, 1), 1, DP_CQE_F_LOCAL, "first byte");
+	expect_ok(run_va(q, true, lreg, 0, seg, o.own + o.own_len - 1, 1, 2), 1, DP_CQE_F_LOCAL,
+		  "last byte");
+	/* One byte past it, and a range that runs past its end. */
+	c = run_va(q, true, lreg, 0, seg, o.own + o.own_len, 1, 3);
+	cr_assert_eq(c.status, -EFAULT, "one byte past: %s", dp_strerror(c.status));
+	c = run_va(q, true, lreg, 0, seg, o.own + o.own_len - 1, 2, 4);
+	cr_assert_eq(c.status, -EFAULT, "across the end: %s", dp_strerror(c.status));
+	c = run_va(q, false, lreg, 0, seg, (void *)(uintptr_t)4096, 8, 5);
+	cr_assert_eq(c.status, -EFAULT, "outside every registration: %s", dp_strerror(c.status));
+	/* Two registrations side by side: each works, across them does not. */
+	two = mmap(NULL, 2 * half, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(two, MAP_FAILED);
+	r1 = dp_register_mem(b, two, half);
+	r2 = dp_register_mem(b, two + half, half);
+	cr_assert(r1 >= 0 && r2 >= 0, "two registrations: %s", dp_last_error());
+	expect_ok(run_va(q, true, lreg, 0, seg, two + half - 8, 8, 6), 8, DP_CQE_F_LOCAL,
+		  "end of the first");
+	expect_ok(run_va(q, true, lreg, 0, seg, two + half, 8, 7), 8, DP_CQE_F_LOCAL,
+		  "start of the second");
+	c = run_va(q, true, lreg, 0, seg, two + half - 4, 8, 8);
+	cr_assert_eq(c.status, -EFAULT, "across two registrations: %s", dp_strerror(c.status));
+	/* An overlapping registration is refused, and says why. */
+	ro = dp_register_mem(b, two + 100, 10);
+	cr_assert_eq(ro, -EEXIST, "overlapping registration: %d", ro);
+	cr_assert(strstr(dp_last_error(), "session"), "text: %s", dp_last_error());
+	/* Unregistered: the next descriptor fails, the other one works. */
+	cr_assert_eq(dp_free(b, r1), 0);
+	c = run_va(q, true, lreg, 0, seg, two + 8, 8, 9);
+	cr_assert_eq(c.status, -EFAULT, "after dp_free: %s", dp_strerror(c.status));
+	expect_ok(run_va(q, false, lreg, 0, seg, two + half + 8, 8, 10), 8, DP_CQE_F_LOCAL,
+		  "the other still");
+	/* A batch mixing both of the owner's first registrations. */
+	{
+		struct dp_desc d[32];
+		struct dp_cqe out[32];
+
+		for (unsigned i = 0; i < 32; i++) {
+			uint8_t *t = i & 1 ? o.own + 64 * i : o.shm + 64 * i;
+
+			dp_prep_write(&d[i], lreg, 64 * i, seg, (uint64_t)(uintptr_t)t, 64,
+				      500 + i);
+			pattern_fill(loc + 64 * i, 64, 40 + i);
+		}
+		run_batch(q, d, 32, out, 30000);
+		for (unsigned i = 0; i < 32; i++) {
+			uint8_t *t = i & 1 ? o.own + 64 * i : o.shm + 64 * i;
+
+			expect_ok(out[i], 64, DP_CQE_F_LOCAL, "batch");
+			cr_assert_eq(pattern_check(t, 64, 40 + i), -1, "batch %u bytes", i);
+		}
+	}
+	dp_queue_destroy(q);
+	dp_close(a);
+	dp_close(b);
+	stop_svc(&svc);
+}
+
+Test(session, names_that_are_not_sessions)
+{
+	char name[64];
+	struct dp_client *a;
+	int rc, port;
+
+	start_svc(&svc, local_only);
+	a = connect_client(&svc, "initiator");
+	/* The service's RPC port answers, but is no session. */
+	snprintf(name, sizeof(name), "127.0.0.1:%d", fab_rpc_port(&svc));
+	rc = dp_session_open(a, name, DP_ACCESS_RW);
+	cr_assert_eq(rc, -ENOENT, "the RPC port: %s", dp_strerror(rc));
+	cr_assert(strstr(dp_last_error(), name), "text names it: %s", dp_last_error());
+	/* Nothing listens there. */
+	port = fab_free_port();
+	snprintf(name, sizeof(name), "127.0.0.1:%d", port);
+	rc = dp_session_open(a, name, DP_ACCESS_RW);
+	cr_assert_eq(rc, -EHOSTUNREACH, "a closed port: %s", dp_strerror(rc));
+	cr_assert(strstr(dp_last_error(), name), "text names it: %s", dp_last_error());
+	cr_assert_eq(dp_session_open(a, "no-port", DP_ACCESS_RW), -EINVAL);
+	cr_assert_eq(dp_session_open(a, "host:0", DP_ACCESS_RW), -EINVAL);
+	cr_assert_eq(dp_session_open(a, "host:70000", DP_ACCESS_RW), -EINVAL);
+	cr_assert_eq(dp_session_create(a, 70000), -EINVAL);
+	cr_assert_gt(dp_session_create(a, 0), 0);
+	cr_assert_eq(dp_session_create(a, 0), -EEXIST);
+	dp_close(a);
+	stop_svc(&svc);
+}
+
+Test(session, owner_gone_fails_at_once)
+{
+	struct dp_client *a, *b;
+	struct dp_queue *q;
+	struct owner o;
+	struct dp_cqe c;
+	uint8_t *loc;
+	uint64_t t0;
+	int lreg, seg;
+
+	start_svc(&svc, local_only);
+	b = connect_client(&svc, "owner");
+	a = connect_client(&svc, "initiator");
+	owner_make(&o, b, 65536, 65536);
+	lreg = alloc_region(a, 65536, &loc);
+	q = make_queue(a, 8);
+	seg = dp_session_open(a, o.name, DP_ACCESS_RW);
+	cr_assert_geq(seg, 0);
+	expect_ok(run_va(q, true, lreg, 0, seg, o.shm, 4096, 1), 4096, DP_CQE_F_LOCAL, "before");
+	dp_close(b);
+	/* The service has seen it go once its session's port is closed. */
+	t0 = now_ns();
+	for (int h; (h = dp_session_open(a, o.name, DP_ACCESS_RW)) >= 0;) {
+		dp_segment_close(a, h);
+		cr_assert_lt(now_ns() - t0, 5000000000ull, "the session outlives its client");
+		sleep_ms(1);
+	}
+	t0 = now_ns();
+	c = run_va(q, true, lreg, 0, seg, o.shm, 4096, 2);
+	cr_assert_eq(c.status, -ECONNRESET, "after the owner left: %s", dp_strerror(c.status));
+	cr_assert_lt(now_ns() - t0, 1000000000ull, "at once, not at a timeout");
+	/* And stays so; a new open is refused. */
+	c = run_va(q, false, lreg, 0, seg, o.own, 4096, 3);
+	cr_assert_eq(c.status, -ECONNRESET, "later: %s", dp_strerror(c.status));
+	dp_queue_destroy(q);
+	dp_close(a);
+	stop_svc(&svc);
+}
+
+TestSuite(fabric_session, .fini = fab_teardown, .timeout = 120);
+
+/* Two services: A's client reaches B's client's session. */
+static void two_services(unsigned flags, const char *const *more, uint32_t path)
+{
+	const uint64_t llen = 64 * MiB + 4096;
+	struct fab_pair p;
+	struct dp_queue *q;
+	struct owner o;
+	uint8_t *loc;
+	int lreg, seg;
+
+	fab_pair_start(&p, "tcp", flags, more, more);
+	owner_make(&o, p.cb, 64 * MiB + 4096, 64 * MiB + 8192);
+	lreg = alloc_region(p.ca, llen, &loc);
+	q = make_queue(p.ca, 64);
+	seg = dp_session_open(p.ca, o.name, DP_ACCESS_RW);
+	cr_assert_geq(seg, 0, "dp_session_open(%s): %s", o.name, dp_last_error());
+	/* dp_alloc memory on every path; memory of the owner's own
+	 * (dp_register_mem) on this service's and the same host's. */
+	if (path != DP_CQE_F_LOCAL) {
+		struct owner shm_only = o;
+
+		shm_only.own = o.shm;
+		shm_only.own_len = o.shm_len;
+		move_both(q, lreg, loc, llen, seg, &shm_only, path);
+	} else {
+		move_both(q, lreg, loc, llen, seg, &o, path);
+	}
+	/* 64 in flight, scattered over the owner's dp_alloc memory. */
+	{
+		struct dp_desc d[64];
+		struct dp_cqe out[64];
+
+		for (unsigned i = 0; i < 64; i++) {
+			pattern_fill(loc + i * 65536, 65536, 70 + i);
+			dp_prep_write(&d[i], lreg, i * 65536, seg,
+				      (uint64_t)(uintptr_t)(o.shm + (63 - i) * 65536), 65536,
+				      900 + i);
+		}
+		run_batch(q, d, 64, out, 30000);
+		for (unsigned i = 0; i < 64; i++) {
+			expect_ok(out[i], 65536, path, "64 in flight");
+			cr_assert_eq(pattern_check(o.shm + (63 - i) * 65536, 65536, 70 + i), -1,
+				     "64 in flight: %u", i);
+		}
+	}
+	dp_queue_destroy(q);
+	fab_pair_stop(&p);
+}
+
+Test(fabric_session, another_service_of_this_host)
+{
+	two_services(FAB_PAIR_SAME_A | FAB_PAIR_SAME_B, NULL, DP_CQE_F_SAME_HOST);
+}
+
+Test(fabric_session, another_service_through_the_fabric)
+{
+	two_services(0, NULL, DP_CQE_F_FABRIC);
+}
