@@ -46,6 +46,7 @@
 #include "fabric_internal.h"
 #include "gpu.h"
 #include "rpc.h"
+#include "vm.h"
 
 #define STAGE_MAX_BUFS 64
 /* Per buffer, in the same registration after the buffers: an initiator's
@@ -342,8 +343,9 @@ static int stage_init(void)
 	if (pollers[0].eng[ENGINE_stage]) {
 		owner_on = owner_start(pollers[0].eng[ENGINE_stage]);
 		if (!owner_on)
-			log_err("stage: the owner side could not be set up: our exports of GPU "
-				"memory the rails cannot register fail with ENOTSUP for peers");
+			log_err("stage: the owner side could not be set up: our exports the rails "
+				"cannot register (GPU memory, dp_register_mem memory) fail with "
+				"ENOTSUP for peers");
 	}
 	log_info("stage: %u bounce buffers of %zu bytes per poller (%s), on %u rail(s)%s%s",
 		 fab_cfg.stage_bufs, fab_cfg.slice,
@@ -879,14 +881,24 @@ static void own_chunk(struct own_op *o)
 	o->chunk = left < fab_cfg.slice ? left : fab_cfg.slice;
 }
 
-/* Between our buffer and the export: the GPU's staging stream, or memcpy
- * for host memory (--stage-host). */
+/* Between our buffer and the export: the GPU's staging stream,
+ * process_vm_readv/writev for a client's process memory (dp_register_mem:
+ * its unmapped pages fail the request -EFAULT), or memcpy for host memory
+ * (--stage-host). */
 static void own_copy(struct own_op *o, bool to_buf)
 {
 	struct stage_slice *s = o->s;
-	uint8_t *mem = o->reg->base + o->req.seg_off + o->cur_off;
+	uint8_t *mem;
+	int rc;
 
 	o->state = OWN_COPY;
+	if (o->reg->kind == REGION_VM) {
+		rc = vm_region_copy(o->reg, o->req.seg_off + o->cur_off, s->buf, o->chunk, !to_buf);
+		if (rc)
+			own_fail(o, rc);
+		return;
+	}
+	mem = o->reg->base + o->req.seg_off + o->cur_off;
 	if (o->reg->kind != REGION_CUDA) {
 		memcpy(to_buf ? s->buf : mem, to_buf ? mem : s->buf, o->chunk);
 		return;
@@ -1139,7 +1151,7 @@ static void stage_submit(struct poller *p, const struct xfer *x)
 	if (!rc && !sp && x->seg->remote->flags & DP_RPC_F_OWNER_STAGES) {
 		/* Once per segment, as fabric_target_check does. */
 		if (!atomic_exchange(&x->seg->remote->warned, 1))
-			log_warn("stage: segment '%s' of %s is GPU memory its owner stages, and %s "
+			log_warn("stage: segment '%s' of %s is memory its owner stages, and %s "
 				 "here; transfers to it fail with ENOTSUP",
 				 x->seg->name, x->seg->remote->peer->name,
 				 off_reason ? off_reason : "host staging is off");
@@ -1214,15 +1226,16 @@ static void stage_cancel_all(struct poller *p)
 /* ---- exports we stage for peers (control thread) ---- */
 
 /* An export of memory the rails could not register (the fabric engine's
- * hook ran first and left it without registrations): given an id and a
- * secret, which peers learn from its description (rpc.c) and put in their
- * requests. Not staged (peers get -ENOTSUP) when we have no owner side. */
+ * hook ran first and left it without registrations: GPU memory without
+ * FI_HMEM, a client's process memory): given an id and a secret, which
+ * peers learn from its description (rpc.c) and put in their requests. Not
+ * staged (peers get -ENOTSUP) when we have no owner side. */
 static int stage_export(struct segment *s)
 {
 	uint64_t secret = 0;
 
 	if (!owner_on || s->eng[ENGINE_fabric] ||
-	    !(s->region->kind == REGION_CUDA ||
+	    !(s->region->kind == REGION_CUDA || s->region->kind == REGION_VM ||
 	      (s->region->kind == REGION_HOST && fab_cfg.stage_host)))
 		return 0;
 	for (uint32_t id = 1; id < STAGE_MAX_EXPORTS; id++) {
