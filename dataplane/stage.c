@@ -424,14 +424,21 @@ static void fab_release(void *arg, int status)
 }
 
 /* Starts the copy between the slice's buffer and the local region: the
- * GPU's staging stream, or memcpy for host memory (--stage-host). */
+ * GPU's staging stream, process_vm_readv/writev for memory of a client
+ * process (dp_register_mem; its error is the slice's), or memcpy for host
+ * memory (--stage-host). */
 static int copy_start(struct stage_slice *s, bool to_buf)
 {
 	struct stage_op *op = s->op;
-	uint8_t *local = op->local->base + op->loc_off + s->off;
-	void *dst = to_buf ? (void *)s->buf : local;
-	const void *src = to_buf ? (const void *)local : s->buf;
+	uint8_t *local;
+	void *dst;
+	const void *src;
 
+	if (op->local->kind == REGION_VM)
+		return vm_region_copy(op->local, op->loc_off + s->off, s->buf, s->len, !to_buf);
+	local = op->local->base + op->loc_off + s->off;
+	dst = to_buf ? (void *)s->buf : local;
+	src = to_buf ? (const void *)local : s->buf;
 	if (op->local->kind != REGION_CUDA) {
 		memcpy(dst, src, s->len);
 		return 0;
@@ -653,8 +660,10 @@ static int op_advance(struct stage_op *op)
 				op_fail(op, s->fab_status);
 				slice_end(s);
 			} else if (op->opcode == DP_OP_READ && !op->status) {
-				if (copy_start(s, false)) {
-					op_fail(op, -EIO);
+				int rc = copy_start(s, false);
+
+				if (rc) {
+					op_fail(op, rc);
 					slice_end(s);
 				} else if (!s->copying) {
 					slice_end(s);
@@ -673,6 +682,7 @@ static bool op_take_slice(struct stage_poller *sp, struct stage_op *op)
 {
 	struct stage_slice *s = sp->free;
 	uint64_t len = op->len - op->next_off;
+	int rc;
 
 	if (!s || op->status || !len)
 		return false;
@@ -692,8 +702,8 @@ static bool op_take_slice(struct stage_poller *sp, struct stage_op *op)
 			req_start(s);
 		else
 			fabric_start(s);
-	} else if (copy_start(s, true)) {
-		op_fail(op, -EIO);
+	} else if ((rc = copy_start(s, true))) {
+		op_fail(op, rc);
 		slice_end(s);
 	} else if (!s->copying) {
 		slice_copied(s); /* memcpy: already in the buffer */
@@ -1166,8 +1176,10 @@ static void stage_submit(struct poller *p, const struct xfer *x)
 			log_warn("stage: rail %d (%s) cannot register %s memory (%s) and %s; its "
 				 "fabric transfers fail with ENOTSUP",
 				 r, fabric_rail_provider((unsigned)r),
-				 x->ra->kind == REGION_CUDA ? "GPU" : "host", why,
-				 off_reason ? off_reason : "host staging is off");
+				 x->ra->kind == REGION_CUDA ? "GPU"
+				 : x->ra->kind == REGION_VM ? "client process"
+							    : "host",
+				 why, off_reason ? off_reason : "host staging is off");
 		rc = -ENOTSUP;
 	}
 	if (rc || !d->len) {

@@ -20,11 +20,15 @@
  * What it moves: a VM region on either side and host memory of this
  * service (a host region, or another service's export mapped here) on the
  * other, or a VM region on both (two calls per slice through a bounce
- * buffer of the poller). Anything else with a VM region in it is -ENOTSUP:
- * GPU memory, files, another service's segment over the fabric. Copies up
- * to --inline-max run in submit; larger ones go --copy-chunk at a time,
- * round robin, as the host engine's do (copy.c). docs/architecture.md,
- * "Memory of a client process".
+ * buffer of the poller). A VM region of another service's client on this
+ * host is one too: that service passed the client's pidfd (samehost.c,
+ * vm.h), and completions say DP_CQE_F_SAME_HOST. Anything else with a VM
+ * region in it is -ENOTSUP: GPU memory, files. Over the fabric a VM
+ * region is staged (stage.c, with vm_region_copy): ours through our bounce
+ * buffers, an export of ours by its owner's. Copies up to --inline-max run
+ * in submit; larger ones go --copy-chunk at a time, round robin, as the
+ * host engine's do (copy.c). docs/architecture.md, "Memory of a client
+ * process".
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -218,8 +222,8 @@ static void vm_submit(struct poller *p, const struct xfer *x)
 	struct vm_op *op;
 	int rc;
 
-	/* Another service's segment (no region here): the fabric cannot reach
-	 * memory the service has not mapped. */
+	/* Another service's segment (no region here) is the stage engine's
+	 * (route()); never here. */
 	rc = x->rb ? vm_end_of(x->ra, d->local_off, &l) : -ENOTSUP;
 	if (!rc)
 		rc = vm_end_of(x->rb, d->target_off, &t);

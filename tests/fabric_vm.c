@@ -1,4 +1,4 @@
-/* fabric_vm.c - memory a client registered with dp_register_mem (malloc'd, and a file-backed MAP_SHARED mmap), exported by a client of service B, is a target for a client of service A: on the same host (B's client's pidfd passed, A's vm engine reads and writes the process, DP_CQE_F_SAME_HOST) and over the fabric (B stages it, process_vm_readv/writev into its bounce buffers, DP_CQE_F_FABRIC); WRITE then READ 1 B..64 MiB and 64 in flight, bytes checked; the owner unmapping it mid-transfer fails those descriptors -EFAULT and both services go on. */
+/* fabric_vm.c - memory a client registered with dp_register_mem (malloc'd, and a file-backed MAP_SHARED mmap), exported by a client of service B, is a target for a client of service A: on the same host (B's client's pidfd passed, A's vm engine reads and writes the process, DP_CQE_F_SAME_HOST) and over the fabric (B stages it, process_vm_readv/writev into its bounce buffers, DP_CQE_F_FABRIC); WRITE then READ 1 B..64 MiB and 64 in flight, bytes checked; registered memory as A's local region too (process to process; staged on both sides); a notification reaches the owner; the owner unmapping it mid-transfer fails those descriptors -EFAULT and both services go on. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -196,6 +196,46 @@ Test(fabric_vm, fabric_malloc_1B_to_64MiB_and_64_in_flight)
 Test(fabric_vm, fabric_file_mmap_1B_to_64MiB_and_64_in_flight)
 {
 	sizes_and_in_flight(false, MEM_FILE);
+}
+
+/* A's local region is registered memory too (malloc'd in this process):
+ * same host, process to process through the vm engine's bounce buffer;
+ * over the fabric, staged on both sides. */
+static void registered_both_ends(bool same)
+{
+	const uint64_t len = 8 * MiB + 3;
+	struct vm_target v;
+	uint8_t *mine = malloc(len + 64);
+	int r;
+
+	cr_assert_not_null(mine);
+	vt_open(&v, same, MEM_MALLOC, "vm-both", MiB, len + 64);
+	r = dp_register_mem(v.p.ca, mine, len + 64);
+	cr_assert_geq(r, 0, "dp_register_mem: %s", dp_strerror(r));
+	for (unsigned i = 0; i < 2; i++) {
+		uint64_t n = i ? len : 4096;
+
+		pattern_fill(mine + 1, n, 40 + i);
+		guard_fill(v.tgt, v.tlen, 9, n);
+		expect_ok(&v, run1(v.q, true, r, 1, v.seg, 9, n, 10 + i, 60000), n, "WRITE");
+		fab_check(v.tgt + 9, n, 40 + i, v.tgt, v.tgt + v.tlen, GUARD, "WRITE");
+		pattern_fill(v.tgt + 9, n, 50 + i);
+		guard_fill(mine, len + 64, 1, n);
+		expect_ok(&v, run1(v.q, false, r, 1, v.seg, 9, n, 20 + i, 60000), n, "READ");
+		fab_check(mine + 1, n, 50 + i, mine, mine + len + 64, GUARD, "READ");
+	}
+	vt_close(&v);
+	free(mine);
+}
+
+Test(fabric_vm, same_host_registered_on_both_ends)
+{
+	registered_both_ends(true);
+}
+
+Test(fabric_vm, fabric_registered_on_both_ends)
+{
+	registered_both_ends(false);
 }
 
 /* A WRITE with a notification into the mapped export: the owner (B's
