@@ -16,6 +16,8 @@
 #   make python          the Python package (dataplane, libclient/python) into $(B)/python
 #   make bench-python    Python vs C: batch of 32 64 B WRITEs, single 64 B WRITE p50
 #   make bench-vm        WRITEs from dp_register_mem memory vs dp_alloc regions, 64 KiB..256 MiB, 64 B
+#   make bench-vmtarget  another service's export of dp_register_mem memory vs of a dp_alloc
+#                        region, 1..64 MiB: same host, and tcp between namespaces (as root)
 #   make bench-scale     N pollers x N clients (rate, p99 vs N), 1000 idle queues, idle CPU,
 #                        1 GiB WRITE striped over 1/2/4 pollers vs memcpy (issue 18)
 #   make format-check    clang-format --dry-run over the sources
@@ -123,7 +125,7 @@ HAVE_PY := $(if $(wildcard $(PY_INCLUDE)/Python.h),1,0)
 
 .SECONDARY:
 .PHONY: python bench-python test-python stress all deps deps-bench run test test-ring asan tsan \
-	bench-ring bench-local bench-gpu bench-file bench-fabric bench-instr bench-vm bench-scale format \
+	bench-ring bench-local bench-gpu bench-file bench-fabric bench-instr bench-vm bench-vmtarget bench-scale format \
 	format-check gpu-tests clean deps-fuzz fuzz fuzz-regress stress faults install uninstall \
 	check-package
 all: $(LIBRING) $(LIBCLIENT_A) $(LIBCLIENT_SO) $(if $(SERVICE_SRCS),$(SERVICE)) \
@@ -385,6 +387,13 @@ bench-local: deps-bench
 bench-vm: deps
 	@$(MAKE) --no-print-directory all
 	tools/bench-local.sh $(B) --no-peers $(BENCH_ARGS) vm
+
+# Another service's export of dp_register_mem memory vs of a dp_alloc region
+# (dp-bench vm-target): same host, then tcp between two network namespaces
+# when run as root (BENCH_ARGS: e.g. --json; QUICK=1 for a short run).
+bench-vmtarget: deps
+	@$(MAKE) --no-print-directory all
+	tools/bench-vmtarget.sh $(B) $(BENCH_ARGS)
 
 # Scaling with pollers and clients, and the cost of idle queues (issue 18):
 # dp-bench scale then idle-queues, services of its own (BENCH_ARGS: e.g.

@@ -248,9 +248,10 @@ int fabric_target_check(struct poller *p, struct segment *seg)
 	 * missing segment nor a lost peer, a limit of its rails. */
 	if (!atomic_exchange(&rs->warned, 1)) {
 		prov = fabric_rail_provider(0);
-		log_warn("fabric: rail 0 (%s): segment '%s' of %s is GPU memory its owner could "
-			 "not register (no FI_HMEM on its rails) and the owner does not stage it; "
-			 "transfers to it fail with ENOTSUP",
+		log_warn("fabric: rail 0 (%s): segment '%s' of %s is memory its owner could not "
+			 "register (GPU memory without FI_HMEM on its rails, or dp_register_mem "
+			 "memory) and the owner does not stage it; transfers to it fail with "
+			 "ENOTSUP",
 			 prov, seg->name, rs->peer->name);
 	}
 	return -ENOTSUP;

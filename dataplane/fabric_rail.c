@@ -435,6 +435,8 @@ int fabric_rail_unfit(const struct region *reg, const char **why)
 			continue;
 		if (reg->kind == REGION_HOST)
 			*why = "--stage-host: host memory stands in for GPU memory";
+		else if (reg->kind == REGION_VM)
+			*why = "dp_register_mem memory, which the service has not mapped";
 		else if (fab_cfg.no_hmem)
 			*why = "no FI_HMEM (--no-hmem)";
 		else

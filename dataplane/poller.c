@@ -98,20 +98,19 @@ void queue_complete_ns(struct queue *q, uint64_t user_data, uint64_t submit_ns, 
 }
 
 /*
- * The routing rule (docs/architecture.md): memory of a client process
- * (dp_register_mem) on either side goes to the vm engine, which moves it
- * to and from host memory and refuses the rest; a segment of another
- * service goes to the fabric, or to host staging when the local memory has no
- * fabric registration (GPU memory on rails without FI_HMEM; host memory
- * with --stage-host), or when its owner stages it for us (GPU memory its
- * rails could not register: DP_RPC_F_OWNER_STAGES); on this service, a file on either side goes to the
- * file engine, GPU memory on either side to the GPU engine, and host
- * memory to host memory is a memcpy.
+ * The routing rule (docs/architecture.md): a segment of another service
+ * goes to the fabric, or to host staging when the local memory has no
+ * fabric registration (GPU memory on rails without FI_HMEM, memory of a
+ * client process: dp_register_mem; host memory with --stage-host), or when
+ * its owner stages it for us (memory its rails could not register:
+ * DP_RPC_F_OWNER_STAGES); on this service (or mapped from another of this
+ * host), memory of a client process on either side goes to the vm engine,
+ * which moves it to and from host memory and refuses the rest, a file on
+ * either side goes to the file engine, GPU memory on either side to the GPU
+ * engine, and host memory to host memory is a memcpy.
  */
 static inline enum engine_id route(const struct xfer *x)
 {
-	if (x->ra->kind == REGION_VM || (x->rb && x->rb->kind == REGION_VM))
-		return ENGINE_vm;
 	if (!x->rb) {
 		if (x->ra->kind == REGION_FILE)
 			return ENGINE_fabric;
@@ -119,6 +118,8 @@ static inline enum engine_id route(const struct xfer *x)
 			return ENGINE_stage;
 		return x->ra->eng[ENGINE_fabric] ? ENGINE_fabric : ENGINE_stage;
 	}
+	if (x->ra->kind == REGION_VM || x->rb->kind == REGION_VM)
+		return ENGINE_vm;
 	if (x->ra->kind == REGION_FILE || x->rb->kind == REGION_FILE)
 		return ENGINE_file;
 	if (x->ra->kind == REGION_CUDA || x->rb->kind == REGION_CUDA)

@@ -22,6 +22,7 @@
 #include "gpu.h"
 #include "rpc.h"
 #include "samehost.h"
+#include "vm.h"
 
 #define TABLE_BYTES (SAMEHOST_SLOTS * sizeof(uint64_t))
 
@@ -229,7 +230,7 @@ int samehost_describe(const struct segment *s, struct dp_samehost_desc *d, int *
 	uintptr_t slot = (uintptr_t)s->eng[ENGINE_samehost];
 	const struct region *r = s->region;
 	long page = sysconf(_SC_PAGESIZE);
-	int rc;
+	int rc, extra = -1;
 
 	if (!sh.on || !slot)
 		return -ENOTSUP;
@@ -242,18 +243,26 @@ int samehost_describe(const struct segment *s, struct dp_samehost_desc *d, int *
 		d->map_off = r->file_off & ~(uint64_t)(page - 1);
 		d->base_off = r->file_off - d->map_off;
 		d->map_len = r->len + d->base_off;
+		extra = r->fd;
 	} else if (r->kind == REGION_CUDA) {
 		d->kind = SAMEHOST_CUDA;
 		rc = gpu_region_ipc(r, &d->cuda);
 		if (rc)
 			return rc;
+	} else if (r->kind == REGION_VM) {
+		/* The client's pidfd: the asker reads and writes that process
+		 * itself, if the kernel lets it (vm.h). */
+		d->kind = SAMEHOST_VM;
+		extra = vm_region_pidfd(r, &d->map_off);
+		if (extra < 0)
+			return -ENOTSUP;
 	} else {
 		return -ENOTSUP;
 	}
 	fds[0] = fcntl(sh.pidfd, F_DUPFD_CLOEXEC, 0);
 	fds[1] = fcntl(sh.table_fd, F_DUPFD_CLOEXEC, 0);
-	fds[2] = d->kind == SAMEHOST_HOST ? fcntl(r->fd, F_DUPFD_CLOEXEC, 0) : -1;
-	*nfds = d->kind == SAMEHOST_HOST ? 3 : 2;
+	fds[2] = extra >= 0 ? fcntl(extra, F_DUPFD_CLOEXEC, 0) : -1;
+	*nfds = extra >= 0 ? 3 : 2;
 	for (unsigned i = 0; i < *nfds; i++)
 		if (fds[i] < 0) {
 			for (unsigned j = 0; j < *nfds; j++)
@@ -375,7 +384,8 @@ bad:
 	return NULL;
 }
 
-/* The region a same-host reply describes, mapped here. */
+/* The region a same-host reply describes, mapped here (for a client's
+ * process memory: reached through its pidfd, @memfd then). */
 static int region_import(const struct dp_rpc_lookup_reply *r, int memfd, struct region **out)
 {
 	const struct dp_samehost_desc *d = &r->same;
@@ -393,6 +403,17 @@ static int region_import(const struct dp_rpc_lookup_reply *r, int memfd, struct 
 		if (rc || reg->len != r->len) {
 			free(reg);
 			return rc ? rc : -EBADMSG;
+		}
+		*out = reg;
+		return 0;
+	}
+	if (d->kind == SAMEHOST_VM) {
+		rc = d->map_len || d->base_off || memfd < 0
+			     ? -EBADMSG
+			     : vm_region_import(reg, memfd, pidfd_pid(memfd), d->map_off, r->len);
+		if (rc) {
+			free(reg);
+			return rc;
 		}
 		*out = reg;
 		return 0;
@@ -432,9 +453,9 @@ int samehost_import(const char *peer, const char *name, const struct dp_rpc_look
 	struct segment *s;
 	int rc = -EBADMSG;
 
-	if (nfds != (d->kind == SAMEHOST_HOST ? 3u : 2u) ||
-	    (d->kind != SAMEHOST_HOST && d->kind != SAMEHOST_CUDA) || d->slot >= SAMEHOST_SLOTS ||
-	    !(d->gen & 1))
+	if (nfds != (d->kind == SAMEHOST_CUDA ? 2u : 3u) ||
+	    (d->kind != SAMEHOST_HOST && d->kind != SAMEHOST_CUDA && d->kind != SAMEHOST_VM) ||
+	    d->slot >= SAMEHOST_SLOTS || !(d->gen & 1))
 		goto out_fds;
 	rc = region_import(r, nfds > 2 ? fds[2] : -1, &reg);
 	if (rc)
@@ -460,10 +481,13 @@ int samehost_import(const char *peer, const char *name, const struct dp_rpc_look
 	s->same = ss;
 	snprintf(s->name, sizeof(s->name), "%s", name);
 	snprintf(s->owner_name, sizeof(s->owner_name), "%s", peer);
-	log_info("segment '%s' on %s (%s): %llu bytes of %s memory, %s, mapped (same host)", name,
-		 peer, r->server_name, (unsigned long long)r->len,
-		 d->kind == SAMEHOST_CUDA ? "GPU" : "host",
-		 r->access == DP_ACCESS_RW ? "rw" : "ro");
+	log_info("segment '%s' on %s (%s): %llu bytes of %s, %s, %s (same host)", name, peer,
+		 r->server_name, (unsigned long long)r->len,
+		 d->kind == SAMEHOST_CUDA ? "GPU memory"
+		 : d->kind == SAMEHOST_VM ? "its client's process memory"
+					  : "host memory",
+		 r->access == DP_ACCESS_RW ? "rw" : "ro",
+		 d->kind == SAMEHOST_VM ? "reached through the process's pidfd" : "mapped");
 	*out = s;
 	return 0;
 out_fds:

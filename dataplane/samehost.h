@@ -12,7 +12,9 @@
  * exporter's pidfd and its export table, through SCM_RIGHTS. The asker maps
  * it once per export and from then on its pollers copy into it like into a
  * local segment (memcpy, cudaMemcpyAsync): completions carry
- * DP_CQE_F_SAME_HOST.
+ * DP_CQE_F_SAME_HOST. Memory a client registered with dp_register_mem
+ * (REGION_VM) cannot be mapped: the reply carries that client's pidfd, and
+ * the asker's vm engine reads and writes the process itself.
  *
  * Liveness without messages: the export table is a memfd of 64-bit words
  * the exporter writes; an export owns one word, which holds an odd
@@ -38,17 +40,22 @@
 #define DP_SUN_PATH_MAX 108 /* sun_path */
 #define SAMEHOST_SLOTS 4096 /* export table words: exports a peer can map */
 
-enum samehost_kind { SAMEHOST_HOST = 1, SAMEHOST_CUDA = 2 };
+/* SAMEHOST_VM: memory of the exporter's client process (dp_register_mem,
+ * REGION_VM), which the asker reads and writes itself with
+ * process_vm_readv/writev (vm.h). */
+enum samehost_kind { SAMEHOST_HOST = 1, SAMEHOST_CUDA = 2, SAMEHOST_VM = 3 };
 
 /* What the exporter sends with a same-host reply. fds: [0] its pidfd, [1]
- * the export table, [2] the region's memfd (SAMEHOST_HOST). */
+ * the export table, [2] the region's memfd (SAMEHOST_HOST) or the pidfd of
+ * the client process whose memory it is (SAMEHOST_VM). */
 #define SAMEHOST_FDS 3
 struct dp_samehost_desc {
 	uint32_t kind; /* enum samehost_kind */
 	uint32_t slot; /* the export's word in the table */
 	uint64_t gen;  /* its value while the export lives */
 	/* SAMEHOST_HOST: the mapping of the memfd (map_off page-aligned) and
-	 * where byte 0 of the segment is in it. */
+	 * where byte 0 of the segment is in it. SAMEHOST_VM: map_off is the
+	 * address of byte 0 in the client process, the others 0. */
 	uint64_t map_off, map_len, base_off;
 	/* SAMEHOST_CUDA: the allocation, as a client registers it. */
 	struct dp_msg_region_register_cuda cuda;
@@ -99,7 +106,9 @@ bool samehost_candidate(const struct dp_rpc_lookup_reply *r);
 bool samehost_same(const struct segment *s, const struct dp_rpc_lookup_reply *r);
 /* Maps what a same-host reply gave (takes the fds, always) as a segment
  * with one reference (the caller's): 0, -EBADMSG (fds or fields that do not
- * fit), -ENOTSUP (GPU memory in a build without CUDA), -ENODEV, -ENOMEM. */
+ * fit), -ENOTSUP (GPU memory in a build without CUDA), -ENODEV, -ENOMEM;
+ * for a client's process memory (SAMEHOST_VM) -EPERM (this service may not
+ * access that process), -EFAULT, -ESRCH. */
 int samehost_import(const char *peer, const char *name, const struct dp_rpc_lookup_reply *r,
 		    int *fds, unsigned nfds, struct segment **out);
 /* The last reference to an imported segment went (segment_put). */

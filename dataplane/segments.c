@@ -394,9 +394,9 @@ static int remote_install(const char *peer, const char *name, const struct dp_rp
 	log_info("segment '%s' on %s (%s): %llu bytes, %s, %u rail(s)%s", name,
 		 peer[0] ? peer : "the directory", rs->peer->name, (unsigned long long)rs->len,
 		 rs->access == DP_ACCESS_RW ? "rw" : "ro", rs->nrails,
-		 rs->flags & DP_RPC_F_OWNER_STAGES ? "; GPU memory its owner stages for us"
+		 rs->flags & DP_RPC_F_OWNER_STAGES ? "; memory its owner stages for us"
 		 : rs->flags & DP_RPC_F_GPU_UNREGISTERED
-			 ? "; GPU memory its owner could not register: transfers fail ENOTSUP"
+			 ? "; memory its owner could not register: transfers fail ENOTSUP"
 			 : "");
 	*out = s;
 	return 0;
@@ -499,10 +499,23 @@ static void lookup_same_done(void *arg, int rc, const struct dp_rpc_lookup_reply
 	if (!rc)
 		rc = same_install(lk->peer, lk->name, r, fds, nfds, &s);
 	if (rc) {
+		int why = rc;
+
 		log_info("segment '%s' on %s: not mapped (%s): through the fabric", lk->name,
 			 lk->peer, strerror(-rc));
 		remotes_prune();
 		rc = remote_install(lk->peer, lk->name, &lk->first, &s);
+		/* A client's process memory this service may not access (vm.h)
+		 * and no fabric to stage it through: that is the reason. */
+		if (rc && why == -EPERM) {
+			log_warn("segment '%s' on %s: memory of its owner's process, which this "
+				 "service may not read or write (another uid and not root, Yama "
+				 "ptrace_scope, or not dumpable), and %s: EPERM",
+				 lk->name, lk->peer,
+				 rc == -EHOSTUNREACH ? "no fabric to reach it through"
+						     : "the fabric does not reach it either");
+			rc = -EPERM;
+		}
 	}
 	lookup_finish(lk, rc, s);
 }

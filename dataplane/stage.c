@@ -46,6 +46,7 @@
 #include "fabric_internal.h"
 #include "gpu.h"
 #include "rpc.h"
+#include "vm.h"
 
 #define STAGE_MAX_BUFS 64
 /* Per buffer, in the same registration after the buffers: an initiator's
@@ -342,8 +343,9 @@ static int stage_init(void)
 	if (pollers[0].eng[ENGINE_stage]) {
 		owner_on = owner_start(pollers[0].eng[ENGINE_stage]);
 		if (!owner_on)
-			log_err("stage: the owner side could not be set up: our exports of GPU "
-				"memory the rails cannot register fail with ENOTSUP for peers");
+			log_err("stage: the owner side could not be set up: our exports the rails "
+				"cannot register (GPU memory, dp_register_mem memory) fail with "
+				"ENOTSUP for peers");
 	}
 	log_info("stage: %u bounce buffers of %zu bytes per poller (%s), on %u rail(s)%s%s",
 		 fab_cfg.stage_bufs, fab_cfg.slice,
@@ -422,14 +424,21 @@ static void fab_release(void *arg, int status)
 }
 
 /* Starts the copy between the slice's buffer and the local region: the
- * GPU's staging stream, or memcpy for host memory (--stage-host). */
+ * GPU's staging stream, process_vm_readv/writev for memory of a client
+ * process (dp_register_mem; its error is the slice's), or memcpy for host
+ * memory (--stage-host). */
 static int copy_start(struct stage_slice *s, bool to_buf)
 {
 	struct stage_op *op = s->op;
-	uint8_t *local = op->local->base + op->loc_off + s->off;
-	void *dst = to_buf ? (void *)s->buf : local;
-	const void *src = to_buf ? (const void *)local : s->buf;
+	uint8_t *local;
+	void *dst;
+	const void *src;
 
+	if (op->local->kind == REGION_VM)
+		return vm_region_copy(op->local, op->loc_off + s->off, s->buf, s->len, !to_buf);
+	local = op->local->base + op->loc_off + s->off;
+	dst = to_buf ? (void *)s->buf : local;
+	src = to_buf ? (const void *)local : s->buf;
 	if (op->local->kind != REGION_CUDA) {
 		memcpy(dst, src, s->len);
 		return 0;
@@ -651,8 +660,10 @@ static int op_advance(struct stage_op *op)
 				op_fail(op, s->fab_status);
 				slice_end(s);
 			} else if (op->opcode == DP_OP_READ && !op->status) {
-				if (copy_start(s, false)) {
-					op_fail(op, -EIO);
+				int rc = copy_start(s, false);
+
+				if (rc) {
+					op_fail(op, rc);
 					slice_end(s);
 				} else if (!s->copying) {
 					slice_end(s);
@@ -671,6 +682,7 @@ static bool op_take_slice(struct stage_poller *sp, struct stage_op *op)
 {
 	struct stage_slice *s = sp->free;
 	uint64_t len = op->len - op->next_off;
+	int rc;
 
 	if (!s || op->status || !len)
 		return false;
@@ -690,8 +702,8 @@ static bool op_take_slice(struct stage_poller *sp, struct stage_op *op)
 			req_start(s);
 		else
 			fabric_start(s);
-	} else if (copy_start(s, true)) {
-		op_fail(op, -EIO);
+	} else if ((rc = copy_start(s, true))) {
+		op_fail(op, rc);
 		slice_end(s);
 	} else if (!s->copying) {
 		slice_copied(s); /* memcpy: already in the buffer */
@@ -879,14 +891,24 @@ static void own_chunk(struct own_op *o)
 	o->chunk = left < fab_cfg.slice ? left : fab_cfg.slice;
 }
 
-/* Between our buffer and the export: the GPU's staging stream, or memcpy
- * for host memory (--stage-host). */
+/* Between our buffer and the export: the GPU's staging stream,
+ * process_vm_readv/writev for a client's process memory (dp_register_mem:
+ * its unmapped pages fail the request -EFAULT), or memcpy for host memory
+ * (--stage-host). */
 static void own_copy(struct own_op *o, bool to_buf)
 {
 	struct stage_slice *s = o->s;
-	uint8_t *mem = o->reg->base + o->req.seg_off + o->cur_off;
+	uint8_t *mem;
+	int rc;
 
 	o->state = OWN_COPY;
+	if (o->reg->kind == REGION_VM) {
+		rc = vm_region_copy(o->reg, o->req.seg_off + o->cur_off, s->buf, o->chunk, !to_buf);
+		if (rc)
+			own_fail(o, rc);
+		return;
+	}
+	mem = o->reg->base + o->req.seg_off + o->cur_off;
 	if (o->reg->kind != REGION_CUDA) {
 		memcpy(to_buf ? s->buf : mem, to_buf ? mem : s->buf, o->chunk);
 		return;
@@ -1139,7 +1161,7 @@ static void stage_submit(struct poller *p, const struct xfer *x)
 	if (!rc && !sp && x->seg->remote->flags & DP_RPC_F_OWNER_STAGES) {
 		/* Once per segment, as fabric_target_check does. */
 		if (!atomic_exchange(&x->seg->remote->warned, 1))
-			log_warn("stage: segment '%s' of %s is GPU memory its owner stages, and %s "
+			log_warn("stage: segment '%s' of %s is memory its owner stages, and %s "
 				 "here; transfers to it fail with ENOTSUP",
 				 x->seg->name, x->seg->remote->peer->name,
 				 off_reason ? off_reason : "host staging is off");
@@ -1154,8 +1176,10 @@ static void stage_submit(struct poller *p, const struct xfer *x)
 			log_warn("stage: rail %d (%s) cannot register %s memory (%s) and %s; its "
 				 "fabric transfers fail with ENOTSUP",
 				 r, fabric_rail_provider((unsigned)r),
-				 x->ra->kind == REGION_CUDA ? "GPU" : "host", why,
-				 off_reason ? off_reason : "host staging is off");
+				 x->ra->kind == REGION_CUDA ? "GPU"
+				 : x->ra->kind == REGION_VM ? "client process"
+							    : "host",
+				 why, off_reason ? off_reason : "host staging is off");
 		rc = -ENOTSUP;
 	}
 	if (rc || !d->len) {
@@ -1214,15 +1238,16 @@ static void stage_cancel_all(struct poller *p)
 /* ---- exports we stage for peers (control thread) ---- */
 
 /* An export of memory the rails could not register (the fabric engine's
- * hook ran first and left it without registrations): given an id and a
- * secret, which peers learn from its description (rpc.c) and put in their
- * requests. Not staged (peers get -ENOTSUP) when we have no owner side. */
+ * hook ran first and left it without registrations: GPU memory without
+ * FI_HMEM, a client's process memory): given an id and a secret, which
+ * peers learn from its description (rpc.c) and put in their requests. Not
+ * staged (peers get -ENOTSUP) when we have no owner side. */
 static int stage_export(struct segment *s)
 {
 	uint64_t secret = 0;
 
 	if (!owner_on || s->eng[ENGINE_fabric] ||
-	    !(s->region->kind == REGION_CUDA ||
+	    !(s->region->kind == REGION_CUDA || s->region->kind == REGION_VM ||
 	      (s->region->kind == REGION_HOST && fab_cfg.stage_host)))
 		return 0;
 	for (uint32_t id = 1; id < STAGE_MAX_EXPORTS; id++) {

@@ -20,11 +20,15 @@
  * What it moves: a VM region on either side and host memory of this
  * service (a host region, or another service's export mapped here) on the
  * other, or a VM region on both (two calls per slice through a bounce
- * buffer of the poller). Anything else with a VM region in it is -ENOTSUP:
- * GPU memory, files, another service's segment over the fabric. Copies up
- * to --inline-max run in submit; larger ones go --copy-chunk at a time,
- * round robin, as the host engine's do (copy.c). docs/architecture.md,
- * "Memory of a client process".
+ * buffer of the poller). A VM region of another service's client on this
+ * host is one too: that service passed the client's pidfd (samehost.c,
+ * vm.h), and completions say DP_CQE_F_SAME_HOST. Anything else with a VM
+ * region in it is -ENOTSUP: GPU memory, files. Over the fabric a VM
+ * region is staged (stage.c, with vm_region_copy): ours through our bounce
+ * buffers, an export of ours by its owner's. Copies up to --inline-max run
+ * in submit; larger ones go --copy-chunk at a time, round robin, as the
+ * host engine's do (copy.c). docs/architecture.md, "Memory of a client
+ * process".
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -40,6 +44,7 @@
 #include "engine.h"
 #include "notif.h"
 #include "oplist.h"
+#include "vm.h"
 
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77 /* Linux 6.5; Debian 12's headers predate it */
@@ -217,8 +222,8 @@ static void vm_submit(struct poller *p, const struct xfer *x)
 	struct vm_op *op;
 	int rc;
 
-	/* Another service's segment (no region here): the fabric cannot reach
-	 * memory the service has not mapped. */
+	/* Another service's segment (no region here) is the stage engine's
+	 * (route()); never here. */
 	rc = x->rb ? vm_end_of(x->ra, d->local_off, &l) : -ENOTSUP;
 	if (!rc)
 		rc = vm_end_of(x->rb, d->target_off, &t);
@@ -352,6 +357,44 @@ static int vm_pidfd(const struct client *c)
 }
 
 /*
+ * Whether process @pid, held by @pidfd, lets this service read bytes @addr
+ * and @addr + @len - 1 (the first and the last of a region): 0, -EFAULT a
+ * byte is not mapped, -ESRCH the process is gone, -EPERM not allowed.
+ */
+static int vm_probe(int pidfd, pid_t pid, uint64_t addr, uint64_t len)
+{
+	uint8_t probe[2];
+	struct iovec l = {.iov_base = probe, .iov_len = 2};
+	struct iovec r[2] = {{.iov_base = (void *)(uintptr_t)addr, .iov_len = 1},
+			     {.iov_base = (void *)(uintptr_t)(addr + len - 1), .iov_len = 1}};
+	ssize_t got = process_vm_readv(pid, &l, 1, r, 2, 0);
+	int rc = got < 0 ? vm_errno(errno) : got == 2 ? 0 : -EFAULT;
+
+	/* Asked after the probe: if the process still holds its pid now,
+	 * the probe read that process. */
+	if (!rc && syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) < 0 && errno == ESRCH)
+		rc = -ESRCH;
+	return rc;
+}
+
+/* @reg as a REGION_VM of (@fd, @pid) at @addr; takes @fd. */
+static int vm_region_set(struct region *reg, int fd, pid_t pid, uint64_t addr, uint64_t len)
+{
+	struct vm_mem *m = malloc(sizeof(*m));
+
+	if (!m) {
+		close(fd);
+		return -ENOMEM;
+	}
+	*m = (struct vm_mem){.pidfd = fd, .pid = pid, .addr = addr};
+	reg->kind = REGION_VM;
+	reg->fd = -1;
+	reg->len = len;
+	reg->eng[ENGINE_vm] = m;
+	return 0;
+}
+
+/*
  * A REGION_VM over bytes [addr, addr + len) of the process that opened @c's
  * connection: a pidfd of it (SO_PEERPIDFD, else pidfd_open of its
  * SO_PEERCRED pid) and a probe of the first and last byte. -EFAULT a byte
@@ -365,13 +408,7 @@ static int vm_region_open(struct region *reg, struct client *c, const void *payl
 {
 	const struct dp_msg_region_register_mem *req = payload;
 	uint64_t addr = req->addr, len = req->len;
-	uint8_t probe[2];
-	struct iovec l = {.iov_base = probe, .iov_len = 2};
-	struct iovec r[2] = {{.iov_base = (void *)(uintptr_t)addr, .iov_len = 1},
-			     {.iov_base = (void *)(uintptr_t)(addr + len - 1), .iov_len = 1}};
-	struct vm_mem *m;
 	pid_t pid;
-	ssize_t got;
 	int fd, rc;
 
 	(void)no_fd;
@@ -382,13 +419,7 @@ static int vm_region_open(struct region *reg, struct client *c, const void *payl
 	/* The pid the pidfd holds (SO_PEERPIDFD's equals SO_PEERCRED's in
 	 * our namespace). */
 	pid = c->pid;
-	/* The first and the last byte must be mapped in that process. */
-	got = process_vm_readv(pid, &l, 1, r, 2, 0);
-	rc = got < 0 ? vm_errno(errno) : got == 2 ? 0 : -EFAULT;
-	/* Asked after the probe: if the process still holds its pid now,
-	 * the probe read that process. */
-	if (!rc && syscall(SYS_pidfd_send_signal, fd, 0, NULL, 0) < 0 && errno == ESRCH)
-		rc = -ESRCH;
+	rc = vm_probe(fd, pid, addr, len);
 	if (rc) {
 		log_debug("client %u (pid %d '%s'): memory at %#llx + %llu refused: %s", c->id,
 			  (int)pid, c->name, (unsigned long long)addr, (unsigned long long)len,
@@ -396,17 +427,52 @@ static int vm_region_open(struct region *reg, struct client *c, const void *payl
 		close(fd);
 		return rc;
 	}
-	m = malloc(sizeof(*m));
-	if (!m) {
+	rc = vm_region_set(reg, fd, pid, addr, len);
+	return rc ? rc : (int)DP_ACCESS_RW;
+}
+
+int vm_region_import(struct region *reg, int pidfd, long pid, uint64_t addr, uint64_t len)
+{
+	int fd, rc;
+
+	if (pid <= 0)
+		return -ESRCH;
+	if (!len || addr + len < addr)
+		return -EBADMSG;
+	fd = fcntl(pidfd, F_DUPFD_CLOEXEC, 0);
+	if (fd < 0)
+		return -EMFILE;
+	rc = vm_probe(fd, (pid_t)pid, addr, len);
+	if (rc) {
 		close(fd);
-		return -ENOMEM;
+		return rc;
 	}
-	*m = (struct vm_mem){.pidfd = fd, .pid = pid, .addr = addr};
-	reg->kind = REGION_VM;
-	reg->fd = -1;
-	reg->len = len;
-	reg->eng[ENGINE_vm] = m;
-	return DP_ACCESS_RW;
+	return vm_region_set(reg, fd, (pid_t)pid, addr, len);
+}
+
+int vm_region_pidfd(const struct region *r, uint64_t *addr)
+{
+	const struct vm_mem *m = r->eng[ENGINE_vm];
+
+	if (r->kind != REGION_VM || !m)
+		return -EINVAL;
+	*addr = m->addr;
+	return m->pidfd;
+}
+
+int vm_region_copy(const struct region *r, uint64_t off, void *host, uint64_t n, bool to_region)
+{
+	const struct vm_mem *m = r->eng[ENGINE_vm];
+
+	if (r->kind != REGION_VM || !m)
+		return -EINVAL;
+	if (!n)
+		return 0;
+	/* Every call: a staged slice is a fabric round trip, far more than
+	 * the signal. */
+	if (syscall(SYS_pidfd_send_signal, m->pidfd, 0, NULL, 0) < 0 && errno != EPERM)
+		return errno == ESRCH ? -ESRCH : -EIO;
+	return vm_call(m, m->addr + off, host, n, to_region);
 }
 
 static const struct engine_region_msg vm_region_msgs[] = {

@@ -246,7 +246,10 @@ static const struct {
 	 "bad name (" NAME_RULE "), peer of 64 bytes or more, or access not READ/WRITE/RW"},
 	{C_OPEN, -ENOENT,
 	 "no segment of that name (on that peer, here, or in the cluster directory)"},
-	{C_OPEN, -EPERM, "access beyond what the segment's export grants"},
+	{C_OPEN, -EPERM,
+	 "access beyond what the segment's export grants, or (same host, no fabric) the "
+	 "export is dp_register_mem memory of a process this service may not access "
+	 "(another uid and not root, Yama ptrace_scope, not dumpable)"},
 	{C_OPEN, -EACCES,
 	 "the peer and this service do not trust each other: different fleet keys (--peer-key)"},
 	{C_OPEN, -EHOSTUNREACH, "the peer, or the cluster directory, cannot be reached"},
@@ -1516,7 +1519,12 @@ const char *dp_strerror(int err)
 	case ENODEV:
 		return "no usable GPU (no device or driver here, or the service sees none)";
 	case ENOTSUP:
-		return "not supported (GPU memory needs CUDA; file transfers: docs/files.md)";
+		return "not supported: this pair of memories or this path (dp_register_mem memory "
+		       "with GPU memory or a file, file <-> file or over the fabric, a "
+		       "notification "
+		       "through host staging, GPU memory without CUDA, staging off: --stage-bufs "
+		       "0; "
+		       "docs/api.md)";
 	default:
 		return err < 0 ? strerror(-err) : "not an error code";
 	}

@@ -38,7 +38,8 @@ enum dp_opcode {
  * dp_desc.notify on its notification ring (dp_notify_open; docs/api.md
  * "Notifications"). Only with DP_OP_WRITE (else -EINVAL). Targets on
  * another service (fabric, same host) notify its owner too; a file region
- * on either side, or GPU memory staged through host buffers: -ENOTSUP. */
+ * on either side, or memory staged through host buffers (GPU memory without
+ * FI_HMEM, dp_register_mem memory over the fabric): -ENOTSUP. */
 #define DP_DESC_F_NOTIFY 1u
 
 /**
@@ -212,13 +213,17 @@ int dp_register_fd(struct dp_client *c, int fd, uint64_t off, uint64_t len);
  * it: it reads and writes it with process_vm_readv/process_vm_writev, one
  * system call per slice of a transfer (dp_submit stays free of system
  * calls), which costs more than a region from dp_alloc (docs/api.md,
- * "Memory the caller already has"). Transfers between such a region and
- * host memory of the service (a dp_alloc/dp_register_fd region, an export
- * of another client, either side, another service's export of this host)
- * or another such region work, notifications included; with GPU memory, a
- * file or another service's segment over the fabric they complete with
- * -ENOTSUP. The memory stays the caller's: keep it mapped until
- * dp_free(), or descriptors fail with -EFAULT; nothing here pins it. Not
+ * "Memory the caller already has"). Such a region, as the local region or
+ * exported as a target, works with host memory of the service (a
+ * dp_alloc/dp_register_fd region, an export of another client) or another
+ * such region, notifications included; with another service of this host
+ * (which is given this process's pidfd and reads and writes it itself, if
+ * the kernel lets it: same uid or root; else through the fabric, or -EPERM
+ * at its open without one); and over the fabric, staged through host
+ * bounce buffers (no notification there). With GPU memory or a file region
+ * on the other side: -ENOTSUP. The memory stays the caller's: keep it
+ * mapped until dp_free(), or descriptors fail with -EFAULT; nothing here
+ * pins it. Not
  * charged to the service's --max-mapped-gb-per-uid. Returns the region
  * id. -EFAULT the first or last byte is not mapped, -EPERM the service may
  * not access this process's memory (another uid and not root, Yama

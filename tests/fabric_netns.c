@@ -1,4 +1,4 @@
-/* fabric_netns.c - two dataplaned in two network namespaces joined by veth pairs move bytes over the tcp provider, one rail and two; on a link shaped to 100 Mbit/s transfers that outlast --fabric-timeout-ms still succeed, and a stopped peer times out and is lost; skipped where namespaces cannot be made. */
+/* fabric_netns.c - two dataplaned in two network namespaces joined by veth pairs move bytes over the tcp provider, one rail and two, to a dp_alloc export, an owner-staged one and one of dp_register_mem memory; on a link shaped to 100 Mbit/s transfers that outlast --fabric-timeout-ms still succeed, and a stopped peer times out and is lost; skipped where namespaces cannot be made. */
 #include <criterion/criterion.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -123,15 +123,24 @@ struct ends {
 	char peer[64]; /* B's server name */
 };
 
-/* A (in dpfA) opens B's (in dpfB) export "netns" through B's address. */
-static void ends_open(struct ends *e, uint64_t len)
+/* A (in dpfA) opens B's (in dpfB) export "netns" through B's address: a
+ * dp_alloc region of B's client, or (registered) memory of this process it
+ * registered with dp_register_mem, which B stages for A. */
+static void ends_open_mem(struct ends *e, uint64_t len, bool registered)
 {
 	char *peer = e->peer;
 
 	e->len = len;
 	e->ca = connect_client(&fab_svc[0], "ns-a");
 	e->cb = connect_client(&fab_svc[1], "ns-b");
-	e->treg = alloc_region(e->cb, len, &e->tgt);
+	if (registered) {
+		e->tgt = calloc(1, len);
+		cr_assert_not_null(e->tgt);
+		e->treg = dp_register_mem(e->cb, e->tgt, len);
+		cr_assert_geq(e->treg, 0, "dp_register_mem: %s", dp_strerror(e->treg));
+	} else {
+		e->treg = alloc_region(e->cb, len, &e->tgt);
+	}
 	export_segment(e->cb, e->treg, "netns", DP_ACCESS_RW);
 	e->lreg = alloc_region(e->ca, len, &e->loc);
 	snprintf(peer, sizeof(e->peer), "%s:%d", net.ip[0][1], fab_rpc_port(&fab_svc[1]));
@@ -139,6 +148,11 @@ static void ends_open(struct ends *e, uint64_t len)
 	e->seg = open_segment(e->ca, peer, "netns", DP_ACCESS_RW);
 	e->q[0] = make_queue(e->ca, 64);
 	e->q[1] = make_queue(e->ca, 64);
+}
+
+static void ends_open(struct ends *e, uint64_t len)
+{
+	ends_open_mem(e, len, false);
 }
 
 static void sizes_across(struct ends *e)
@@ -295,6 +309,23 @@ Test(fabric_netns, tcp_owner_staged_across_a_veth_pair)
 	sizes_across(&e);
 	in_flight_across(&e);
 	ends_close(&e);
+}
+
+/* B's export is memory its client registered with dp_register_mem (this
+ * process's, malloc'd): B's rails cannot register it, B stages it with
+ * process_vm_readv/writev. The memory outlives the services (ends_close). */
+Test(fabric_netns, tcp_register_mem_export_across_a_veth_pair)
+{
+	struct ends e;
+
+	netns_setup(1);
+	ns_start(0, 1, "1048576", NULL);
+	ns_start(1, 1, "1048576", NULL);
+	ends_open_mem(&e, 64 * MiB + 8192, true);
+	sizes_across(&e);
+	in_flight_across(&e);
+	ends_close(&e);
+	free(e.tgt);
 }
 
 Test(fabric_netns, tcp_owner_staged_two_rails)

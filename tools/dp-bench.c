@@ -28,13 +28,16 @@
  * vm: WRITEs from memory the caller already has (dp_register_mem, read by
  * the service with process_vm_readv) vs from a dp_alloc region (memcpy),
  * into the same export: 64 KiB .. 256 MiB and 64 B latency, and the ratio.
+ * vm-target (--peer, --peer-socket): WRITEs into another service's export
+ * of dp_register_mem memory vs of a dp_alloc region, 1 .. 64 MiB, and the
+ * ratio (tools/bench-vmtarget.sh: same host, and tcp between namespaces).
  *
  * usage: dp-bench [--socket PATH | --dataplaned PATH] [--cpu N] [--service-cpu N]
  *                 [--quick] [--max-size BYTES] [--no-peers] [--json]
  *                 [--plot FILE.png] [--rounds N] [--depth N]
  *                 [--peer HOST:PORT --peer-socket PATH]
- *                 [latency|rate|bandwidth|overhead|notify|fabric|bypass|vm|scale|idle-queues|
- *                  stripe|placement|check|all]
+ *                 [latency|rate|bandwidth|overhead|notify|fabric|bypass|vm|vm-target|scale|
+ *                  idle-queues|stripe|placement|check|all]
  * Long runs show a progress line on stderr; --json prints the results as one
  * JSON document on stdout (the text goes to stderr); --no-peers runs and
  * prints nothing of the peers; --plot draws the latency CDF and throughput
@@ -1169,6 +1172,148 @@ static void bench_bypass(void)
 	report_end();
 }
 
+/* ---- vm-target: another service's export of dp_register_mem memory vs
+ * of a dp_alloc region ---- */
+
+#define VMT_LEN (64 * MiB)
+#define VMT_DEPTH 8
+
+/*
+ * The same WRITEs from a dp_alloc region of ours (--socket) into two exports
+ * of the other service (--peer, --peer-socket), both made by a client of
+ * ours there and both VMT_LEN bytes: memory it registered with
+ * dp_register_mem (the other service reaches it through the client's
+ * process: same host, its pidfd; over the fabric, the owner's staging) and
+ * a dp_alloc region (mapped, or registered with the fabric). Sizes 1 MiB ..
+ * 64 MiB, VMT_DEPTH in flight, the two alternating, median of REPS.
+ */
+static void bench_vm_target(void)
+{
+	enum { REPS = 5, SIZES = 4, ALLOC = 0, VM = 1 };
+	uint64_t bytes = quick ? 128 * MiB : 512 * MiB;
+	double bw[2][SIZES][REPS], med[2][SIZES];
+	uint32_t path[2] = {0, 0};
+	const char *names[2] = {NULL, NULL};
+	struct dp_client *pc;
+	struct peer_check chk;
+	struct bench b;
+	uint8_t *tgt[2];
+	int reg[2], seg[2], rc;
+	unsigned k;
+
+	fabric_need_peer();
+	if ((rc = dp_connect(sock_path, "dp-bench", &b.c)) < 0)
+		die_connect(sock_path, rc);
+	if ((rc = dp_connect(peer_sock, "dp-bench-target", &pc)) < 0)
+		die_connect(peer_sock, rc);
+	if ((rc = dp_queue_create(b.c, 256, &b.q)) < 0)
+		die("queue", rc);
+	if ((b.src = dp_alloc(b.c, VMT_LEN, 0, (void **)&b.srcp)) < 0)
+		die("alloc", b.src);
+	for (uint64_t i = 0; i < VMT_LEN; i++)
+		b.srcp[i] = (uint8_t)(i * 131 + 7);
+	if ((reg[ALLOC] = dp_alloc(pc, VMT_LEN, 0, (void **)&tgt[ALLOC])) < 0)
+		die("alloc (target)", reg[ALLOC]);
+	if (posix_memalign((void **)&tgt[VM], 4096, VMT_LEN))
+		die("malloc", -ENOMEM);
+	memset(tgt[VM], 0, VMT_LEN);
+	if ((reg[VM] = dp_register_mem(pc, tgt[VM], VMT_LEN)) < 0) {
+		fprintf(stderr, "dp-bench: dp_register_mem: %s\n", dp_last_error());
+		exit(1);
+	}
+	for (int w = 0; w < 2; w++) {
+		char *n = strdup(segment_name(w == VM ? "dp-bench-vmt-mem" : "dp-bench-vmt-alloc"));
+
+		if (!n)
+			die("strdup", -ENOMEM);
+		names[w] = n;
+		if ((rc = dp_segment_export(pc, reg[w], n, DP_ACCESS_RW)) < 0)
+			die("export", rc);
+		seg[w] = dp_segment_open(b.c, peer_addr, n, DP_ACCESS_RW);
+		if (seg[w] < 0) {
+			fprintf(stderr, "dp-bench: open through --peer: %s\n", dp_last_error());
+			exit(1);
+		}
+	}
+	for (k = 0; k < SIZES; k++) {
+		uint64_t len = MiB << (2 * k);
+		unsigned total = (unsigned)(bytes / len) < 8 ? 8 : (unsigned)(bytes / len);
+
+		for (unsigned r = 0; r < REPS; r++)
+			for (int i = 0; i < 2; i++) {
+				int w = (r + i) % 2 ? VM : ALLOC;
+				const char *what = "vm-target WRITE";
+				double gbps;
+
+				rc = dp_tool_write_stream(b.q, b.src, seg[w], len, VMT_LEN, total,
+							  VMT_DEPTH, 30000, &gbps, &path[w], &what);
+				if (rc)
+					die(what, rc);
+				bw[w][k][r] = gbps;
+			}
+		for (int w = 0; w < 2; w++) {
+			qsort(bw[w][k], REPS, sizeof(double), cmp_dbl);
+			med[w][k] = bw[w][k][REPS / 2];
+		}
+	}
+	/* The bytes of a last full pass, in both. */
+	for (int w = 0; w < 2; w++) {
+		const char *what = "vm-target WRITE";
+		double gbps;
+
+		memset(tgt[w], 0, VMT_LEN);
+		rc = dp_tool_write_stream(b.q, b.src, seg[w], 4 * MiB, VMT_LEN, VMT_LEN / (4 * MiB),
+					  VMT_DEPTH, 30000, &gbps, &path[w], &what);
+		if (rc)
+			die(what, rc);
+		if (memcmp(tgt[w], b.srcp, VMT_LEN))
+			die(w == VM ? "vm-target: DATA MISMATCH (registered)"
+				    : "vm-target: DATA MISMATCH (dp_alloc)",
+			    -EBADMSG);
+	}
+	peer_check_take(&chk, &client_cpu, 1);
+	dp_close(b.c);
+	dp_close(pc);
+	free(tgt[VM]);
+
+	printf("vm-target: WRITEs from a dp_alloc region into another service's export (%s) of "
+	       "dp_register_mem memory vs of a dp_alloc region, %u in flight (GB/s, median of "
+	       "%u)\n",
+	       peer_addr, VMT_DEPTH, REPS);
+	printf("  paths: registered %s, dp_alloc %s\n",
+	       path[VM] & DP_CQE_F_SAME_HOST ? "same host" : path_name(path[VM]),
+	       path[ALLOC] & DP_CQE_F_SAME_HOST ? "same host" : path_name(path[ALLOC]));
+	printf("  CPUs: client %d; services: %s\n", client_cpu, chk.desc);
+	report_obj("vm_target");
+	report_str("peer_addr", peer_addr);
+	report_str("registered_path",
+		   path[VM] & DP_CQE_F_SAME_HOST ? "same host" : path_name(path[VM]));
+	report_str("alloc_path",
+		   path[ALLOC] & DP_CQE_F_SAME_HOST ? "same host" : path_name(path[ALLOC]));
+	report_num("client_cpu", client_cpu);
+	report_str("services", chk.desc);
+	printf("  %10s %10s %10s %8s\n", "size", "dp_alloc", "registered", "ratio");
+	report_arr("bandwidth");
+	for (k = 0; k < SIZES; k++) {
+		uint64_t len = MiB << (2 * k);
+		double ratio = med[VM][k] / med[ALLOC][k];
+
+		printf("  %6llu MiB %10.3f %10.3f %7.2fx%s\n", (unsigned long long)(len >> 20),
+		       med[ALLOC][k], med[VM][k], ratio,
+		       ratio >= 0.8 ? "" : "   (target >= 0.8x: MISS)");
+		report_obj(NULL);
+		report_u64("size", len);
+		report_num("alloc_gb_per_s", med[ALLOC][k]);
+		report_num("registered_gb_per_s", med[VM][k]);
+		report_num("ratio", ratio);
+		report_end();
+	}
+	report_end();
+	report_end();
+	free((void *)names[0]);
+	free((void *)names[1]);
+}
+
 /* ---- notifications ---- */
 
 /* One 64 B WRITE with a notification: submit -> the owner (this client)
@@ -2084,8 +2229,8 @@ static void usage(void)
 	       "                [--depth N] [--peer HOST:PORT --peer-socket PATH [--busy-poll]] "
 	       "[--help] [--version]\n"
 	       "                "
-	       "[latency|rate|bandwidth|overhead|notify|fabric|bypass|vm|scale|idle-queues|\n"
-	       "                 stripe|placement|check|all]\n"
+	       "[latency|rate|bandwidth|overhead|notify|fabric|bypass|vm|vm-target|scale|\n"
+	       "                 idle-queues|stripe|placement|check|all]\n"
 	       "                scale, idle-queues, stripe: [--pollers LIST] [--service-cpus "
 	       "LIST]\n"
 	       "                [--client-cpus LIST] [--seconds S] [--idle-queues N] "
@@ -2113,6 +2258,9 @@ static void usage(void)
 	       "  vm: WRITEs from memory registered with dp_register_mem vs from dp_alloc "
 	       "regions,\n"
 	       "    64 KiB .. 256 MiB (--max-size) and 64 B latency, with the ratio.\n"
+	       "  vm-target --peer HOST:PORT --peer-socket PATH: WRITEs of 1 .. 64 MiB into\n"
+	       "    another service's export of dp_register_mem memory vs of a dp_alloc region\n"
+	       "    (same host, or over the fabric), both GB/s and the ratio (target >= 0.8x).\n"
 	       "  scale (--dataplaned): for N in --pollers (default 1,2,4,.. while the CPU lists\n"
 	       "    allow; 2 on shared CPUs where only 1 fits) a dataplaned with N pollers on\n"
 	       "    --service-cpus (default the upper half of the CPUs) and N client processes\n"
@@ -2139,9 +2287,10 @@ static void usage(void)
 
 static bool known_benchmark(const char *what)
 {
-	static const char *const names[] = {"latency", "rate",	 "bandwidth",	"overhead", "all",
-					    "fabric",  "bypass", "placement",	"check",    "vm",
-					    "notify",  "scale",	 "idle-queues", "stripe"};
+	static const char *const names[] = {"latency",	   "rate",   "bandwidth", "overhead",
+					    "all",	   "fabric", "bypass",	  "placement",
+					    "check",	   "vm",     "notify",	  "scale",
+					    "idle-queues", "stripe", "vm-target"};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (!strcmp(what, names[i]))
@@ -2327,6 +2476,8 @@ static void run_benches(const char *what)
 		bench_bypass();
 	if (!strcmp(what, "vm"))
 		bench_vm();
+	if (!strcmp(what, "vm-target"))
+		bench_vm_target();
 	if (!strcmp(what, "scale"))
 		bench_scale();
 	if (!strcmp(what, "idle-queues"))
