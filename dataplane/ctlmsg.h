@@ -20,7 +20,7 @@
 #include "dp_proto.h"
 
 /* Request types are 1 .. CTL_MSG_NTYPES - 1 (dp_proto.h). */
-#define CTL_MSG_NTYPES (DP_MSG_NOTIFY_OPEN + 1)
+#define CTL_MSG_NTYPES (DP_MSG_NOTIFY_SEND + 1)
 
 /*
  * The header of a packet of @len bytes (one SOCK_SEQPACKET message). Copies

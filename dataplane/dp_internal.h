@@ -216,6 +216,7 @@ struct client {
 	uid_t uid;
 	gid_t gid;
 	char name[32];
+	char session[DP_NAME_MAX]; /* "host:port" of its session, "" when none */
 	bool hello;
 	/* control.c: when the connection was accepted (the HELLO deadline
 	 * counts from it); its uid's account (NULL for a refused one); the
