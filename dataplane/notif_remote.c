@@ -235,40 +235,49 @@ void notif_outbox_run(void)
 		peer_send(p);
 }
 
-/* Entry `e` of a batch, with its bytes `msg`, as its export's owner gets
- * it: only what a transfer to a live export could have done (a name of
- * ours, an access the transfer needs, a range inside it, a known path),
- * else dropped. */
-static bool receive_one(const struct dp_rpc_notify_entry *e, const uint8_t *msg)
+/* What entry `e` says is what a sender of ours could have said: a known
+ * path; bytes and a sender's name together (DP_NOTIFY_F_MSG, value 0) or
+ * neither; READ and ALONE only with bytes, never both; nothing of a range
+ * for a notification alone. */
+static bool entry_kind_ok(const struct dp_rpc_notify_entry *e)
 {
 	const uint32_t kinds = DP_NOTIFY_F_MSG | DP_NOTIFY_F_READ | DP_NOTIFY_F_ALONE;
 	uint32_t path = e->flags & ~kinds, kind = e->flags & kinds;
+
+	if (path != DP_NOTIFY_F_FABRIC && path != DP_NOTIFY_F_SAME_HOST)
+		return false;
+	if (!(kind & DP_NOTIFY_F_MSG))
+		return !kind && !e->sender_name[0];
+	if (e->value || strnlen(e->sender_name, sizeof(e->sender_name)) == sizeof(e->sender_name))
+		return false;
+	if (kind & DP_NOTIFY_F_ALONE)
+		return !(kind & DP_NOTIFY_F_READ) && !e->offset && !e->len;
+	return true;
+}
+
+/* Entry `e` of a batch, with its bytes `msg`, as its export's owner gets
+ * it: only what a transfer to a live export could have done (a name of
+ * ours, the access the transfer needed, a range inside it), else
+ * dropped. */
+static bool receive_one(const struct dp_rpc_notify_entry *e, const uint8_t *msg)
+{
 	struct notif_req req = {.value = e->value,
 				.offset = e->offset,
 				.len = e->len,
 				.sender = e->sender,
 				.flags = e->flags};
-	unsigned need = kind & DP_NOTIFY_F_READ ? DP_ACCESS_READ : DP_ACCESS_WRITE;
+	unsigned need = e->flags & DP_NOTIFY_F_ALONE  ? 0
+			: e->flags & DP_NOTIFY_F_READ ? DP_ACCESS_READ
+						      : DP_ACCESS_WRITE;
 	struct segment *s = NULL;
 	bool ok;
 
 	if (strnlen(e->segment, sizeof(e->segment)) < sizeof(e->segment))
 		s = export_find(e->segment);
-	/* A notification alone names no range and needs no access; one with
-	 * bytes carries its sender's name, one without carries neither. */
-	if (kind & DP_NOTIFY_F_ALONE)
-		need = 0;
 	if (!s || atomic_load(&s->dead) || (s->access & need) != need || e->len > s->region->len ||
-	    e->offset > s->region->len - e->len ||
-	    (path != DP_NOTIFY_F_FABRIC && path != DP_NOTIFY_F_SAME_HOST) ||
-	    (kind & (DP_NOTIFY_F_READ | DP_NOTIFY_F_ALONE)) ==
-		    (DP_NOTIFY_F_READ | DP_NOTIFY_F_ALONE) ||
-	    (kind & ~DP_NOTIFY_F_MSG && !(kind & DP_NOTIFY_F_MSG)) ||
-	    (kind & DP_NOTIFY_F_ALONE && (e->offset || e->len)) ||
-	    (kind & DP_NOTIFY_F_MSG &&
-	     (e->value || strnlen(e->sender_name, DP_NAME_MAX) == DP_NAME_MAX)))
+	    e->offset > s->region->len - e->len || !entry_kind_ok(e))
 		return false;
-	if (kind & DP_NOTIFY_F_MSG) {
+	if (e->flags & DP_NOTIFY_F_MSG) {
 		req.msg = malloc(sizeof(*req.msg) + e->msg_len);
 		if (!req.msg)
 			return false;
