@@ -6,9 +6,11 @@
  * peer: those of one peer arrive in the order they left), and the
  * receiving side, which puts them on the owners' rings.
  *
- * A notification follows its WRITE's completion on the writer's service
- * (fabric: FI_DELIVERY_COMPLETE; same host: the copy into the mapping is
- * done), so the bytes are in place before the peer hears of it. It is
+ * A notification follows its transfer's completion on the writer's
+ * service (fabric: FI_DELIVERY_COMPLETE; same host: the copy into the
+ * mapping is done), so the bytes are in place before the peer hears of it;
+ * one sent alone (NOTIFY_SEND) follows what was handed over before it.
+ * Entries travel with their bytes and their sender's name (rpc.h). It is
  * never waited for: the WRITE has completed already. One that cannot be
  * sent (the peer does not answer within DP_RPC_TIMEOUT_MS, refuses, or too
  * many wait) is lost and counted (stats: notify_lost).

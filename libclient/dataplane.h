@@ -364,11 +364,15 @@ int dp_wait(struct dp_queue *q, struct dp_cqe *cqes, unsigned max, int timeout_m
  * notify_dropped); one that arrives before this call is dropped and counted
  * in the stats region only. The writer is never slowed down by either: its
  * WRITE completes as it would have. Once per client: -EEXIST the second
- * time, -EINVAL bad @p entries. docs/api.md "Notifications".
+ * time, -EINVAL bad @p entries. A notification with n bytes takes
+ * 1 + ceil((64 + n) / 128) entries (34 for DP_NOTIFY_MSG_MAX); one that
+ * does not fit whole is dropped. docs/api.md "Notifications".
  */
 int dp_notify_open(struct dp_client *c, uint32_t entries);
 
-/** Takes up to @p max notifications without blocking. Returns the count,
+/** Takes up to @p max notifications without blocking (of one that carries
+ * bytes, DP_NOTIFY_F_MSG, the entry only: dp_notify_recv() returns the
+ * bytes and the sender's name). Returns the count,
  * -EBADF without dp_notify_open, -ECONNRESET when the service went away
  * (checked at most once a millisecond when there is nothing to take). One
  * thread at a time. */
