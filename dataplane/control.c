@@ -753,6 +753,18 @@ static int on_session_open(struct client *c, struct msg_in *m, struct msg_out *o
 	return wait_pending(w, session_open(req->session, on_session_opened, w));
 }
 
+/* A notification alone (dp_notify_send): delivered or handed over now
+ * (notif.c), the reply its status. */
+static int on_notify_send(struct client *c, struct msg_in *m, struct msg_out *o)
+{
+	struct dp_msg_status r = {0};
+	int rc = notif_send(c, m->payload);
+
+	if (rc)
+		return rc;
+	return reply_with(o, &r, sizeof(r), 0);
+}
+
 typedef int (*handler_fn)(struct client *, struct msg_in *, struct msg_out *);
 
 /* Indexed by a type ctl_msg_check_hdr() accepted: one handler for each,
@@ -770,6 +782,7 @@ static const handler_fn handlers[CTL_MSG_NTYPES] = {
 	[DP_MSG_SESSION_CREATE] = on_session_create,
 	[DP_MSG_SESSION_ADD] = on_session_add,
 	[DP_MSG_SESSION_OPEN] = on_session_open,
+	[DP_MSG_NOTIFY_SEND] = on_notify_send,
 };
 
 /* ---- the dispatcher ---- */

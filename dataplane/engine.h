@@ -51,12 +51,14 @@ struct xfer {
 	struct region *ra;   /* the client's local region */
 	struct region *rb;   /* the target segment's region; NULL for another service's */
 	struct segment *seg; /* the target segment */
-	/* A WRITE with DP_DESC_F_NOTIFY: what the segment's owner is told
-	 * once the bytes are in place (notif.h); NULL otherwise. Valid during
-	 * submit only: an engine that completes later keeps a copy and a
-	 * reference on seg. Only the engines route() gives such WRITEs to
-	 * (host, gpu) see one. */
-	const struct notif_req *notify;
+	/* A WRITE with DP_DESC_F_NOTIFY, or a WRITE or READ with
+	 * DP_DESC_F_NOTIFY_MSG: what the segment's owner is told once the
+	 * transfer is done (notif.h); NULL otherwise. Valid during submit
+	 * only: an engine that completes later moves it into what it keeps
+	 * (notif_req_move, which takes its message) with a reference on seg,
+	 * and ends it with notif_finish. Only the engines notify_prepare
+	 * (poller.c) allows (host, vm, gpu, fabric) see one. */
+	struct notif_req *notify;
 };
 
 /*

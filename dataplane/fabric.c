@@ -80,7 +80,7 @@ struct fab_op {
 	unsigned probes; /* rounds held so far */
 	uint32_t probe;
 	uint64_t held_ns; /* when it was held */
-	bool notify;	  /* a WRITE with DP_DESC_F_NOTIFY: tell its owner */
+	bool notify;	  /* with a notification (nreq): tell its owner */
 	struct notif_req nreq;
 	struct fab_op *next;
 };
@@ -202,8 +202,8 @@ static void op_complete(struct fab_op *op, int status)
 	q->inflight--;
 	/* Every slice completed with FI_DELIVERY_COMPLETE: the bytes are
 	 * visible at the target; its owner hears of them now (notif.h). */
-	if (op->notify && !status)
-		notif_deliver(NULL, op->seg, &op->nreq);
+	if (op->notify)
+		notif_finish(NULL, op->seg, &op->nreq, status);
 	/* GPU memory of ours moved by RMA (FI_HMEM): DP_CQE_F_GPU too, as
 	 * when the stage engine moves it. */
 	queue_complete_ns(q, op->user_data, op->submit_ns, status, status ? 0 : op->len,
@@ -318,7 +318,7 @@ static void fabric_submit(struct poller *p, const struct xfer *x)
 			      .len = d->len};
 	if (x->notify) {
 		op->notify = true;
-		op->nreq = *x->notify;
+		notif_req_move(&op->nreq, x->notify);
 	}
 	q->inflight++;
 	op_queue(p, fp, op);

@@ -650,8 +650,7 @@ static void op_finish(struct poller *p, struct gpu_poller *g, struct gpu_op *op,
 	/* The event fired: the bytes are in place for any stream and for the
 	 * host, and the owner hears of them before the writer's completion. */
 	if (op->nseg) {
-		if (!status)
-			notif_deliver(p, op->nseg, &op->notify);
+		notif_finish(p, op->nseg, &op->notify, status);
 		segment_put(op->nseg);
 	}
 	queue_complete_ns(q, op->user_data, op->submit_ns, status, status ? 0 : op->len, op->flags);
@@ -758,7 +757,7 @@ static void gpu_issue(struct poller *p, const struct xfer *req)
 		/* Alive in this loop (QSBR); the reference keeps it so. */
 		atomic_fetch_add(&req->seg->refs, 1);
 		op->nseg = req->seg;
-		op->notify = *req->notify;
+		notif_req_move(&op->notify, req->notify);
 	}
 	req->q->inflight++;
 	if (l->tail)
@@ -806,7 +805,7 @@ static void gpu_submit(struct poller *p, const struct xfer *req)
 	atomic_fetch_add(&req->ra->refs, 1);
 	atomic_fetch_add(&req->rb->refs, 1);
 	if (req->notify) {
-		w->notify = *req->notify;
+		notif_req_move(&w->notify, req->notify);
 		w->x.notify = &w->notify;
 		atomic_fetch_add(&req->seg->refs, 1);
 	}
@@ -837,8 +836,10 @@ static int gpu_issue_waiting(struct poller *p, struct gpu_poller *g)
 		gpu_issue(p, &w->x);
 		region_put(w->x.ra);
 		region_put(w->x.rb);
-		if (w->x.notify)
+		if (w->x.notify) {
+			notif_req_release(&w->notify); /* gpu_issue failed it */
 			segment_put(w->x.seg);
+		}
 		free(w);
 		n++;
 	}

@@ -29,12 +29,49 @@ struct notif_ring {
 	uint32_t dropped;	  /* under lock: dropped since the ring opened */
 };
 
-/* What a notification says, besides its segment. */
+/* The bytes of a notification that carries some (DP_NOTIFY_F_MSG), and
+ * its sender's name: copied out of the client's memory when the service
+ * took the descriptor (or the NOTIFY_SEND), so nothing the client does
+ * afterwards changes them. */
+struct notif_msg {
+	char sender[DP_NAME_MAX]; /* NUL-terminated */
+	uint32_t len;		  /* 0..DP_NOTIFY_MSG_MAX */
+	uint8_t bytes[];
+};
+
+/* What a notification says, besides its segment. `msg` (DP_NOTIFY_F_MSG)
+ * is owned by whoever holds the request: notif_deliver() consumes it, an
+ * engine that keeps a request for later moves it (notif_req_move), and one
+ * that fails it frees it (notif_finish). */
 struct notif_req {
 	uint64_t value, offset, len;
 	uint32_t sender; /* the writer's client id (local and same-host paths) */
 	uint32_t flags;	 /* DP_NOTIFY_F_* */
+	struct notif_msg *msg;
 };
+
+/* The path bits of DP_NOTIFY_F_*; the others say what it carries. */
+#define NOTIF_F_PATH (DP_NOTIFY_F_LOCAL | DP_NOTIFY_F_FABRIC | DP_NOTIFY_F_SAME_HOST)
+
+/* Takes *from into *to: its message (if any) is to's from now on. */
+static inline void notif_req_move(struct notif_req *to, struct notif_req *from)
+{
+	*to = *from;
+	from->msg = NULL;
+}
+
+/* Frees the message of a request that will not be delivered. */
+void notif_req_release(struct notif_req *n);
+
+/*
+ * The message of client `c` that `ref` (DP_NOTIFY_MSG_REF: its region,
+ * offset and length) names, copied, with c's sender name: its session
+ * name, else "<server name>/<client id>". 0, -EMSGSIZE (a length beyond
+ * DP_NOTIFY_MSG_MAX), -EBADF (no such host region of c's), -EFAULT (the
+ * range leaves it), -ENOMEM. Pollers (the region alive for this loop)
+ * and the control thread.
+ */
+int notif_msg_copy(const struct client *c, uint64_t ref, struct notif_msg **out);
 
 /* Control thread: the client's ring of `entries` (a power of two, 0: the
  * default), published in c->notify; fds[0] the memfd, fds[1] the client's
@@ -54,11 +91,17 @@ void notif_free(struct client *c);
  * `seg` must be alive: found in this loop, or referenced. `p` (for the
  * stats region) may be NULL for another service's segment.
  */
-void notif_deliver(struct poller *p, struct segment *seg, const struct notif_req *n);
+void notif_deliver(struct poller *p, struct segment *seg, struct notif_req *n);
+/* An engine's end of a request it kept: delivered when `status` is 0,
+ * else dropped (a transfer that failed notifies nobody); consumed. */
+void notif_finish(struct poller *p, struct segment *seg, struct notif_req *n, int status);
+/* Control thread: a notification alone (NOTIFY_SEND) from client `c`;
+ * 0 or the -errno of its reply. */
+int notif_send(struct client *c, const struct dp_msg_notify_send *req);
 
 /* ---- other services' exports: notif_remote.c ---- */
 
-struct dp_rpc_notify_entry;
+struct dp_rpc_notify;
 
 /*
  * Any thread (pollers): hands a notification for export `segment` of the
@@ -69,11 +112,14 @@ struct dp_rpc_notify_entry;
  * notifications (a peer that does not answer) they are lost and counted.
  */
 #define NOTIF_OUT_MAX 65536
-void notif_forward(const char *server, const char *segment, const struct notif_req *n);
+void notif_forward(const char *server, const char *segment, struct notif_req *n);
 /* Control thread: sends what pollers handed over (the wake-up eventfd). */
 void notif_outbox_run(void);
-/* Control thread: notifications a peer sent for exports of this service. */
-void notif_receive(const struct dp_rpc_notify_entry *e, unsigned n);
+/* Control thread: a batch a peer sent for exports of this service, its
+ * MAC checked already: 0 when whole (each entry delivered or dropped
+ * there), -EINVAL when its entries do not fill it exactly as count and
+ * bytes say (nothing delivered). */
+int notif_receive(const struct dp_rpc_notify *q);
 /* Control thread, at exit, after rpc_shutdown: frees what is left. */
 void notif_remote_cleanup(void);
 /* Control thread: puts one on the ring of `seg`'s owner (notif.c);

@@ -6,9 +6,11 @@
  * peer: those of one peer arrive in the order they left), and the
  * receiving side, which puts them on the owners' rings.
  *
- * A notification follows its WRITE's completion on the writer's service
- * (fabric: FI_DELIVERY_COMPLETE; same host: the copy into the mapping is
- * done), so the bytes are in place before the peer hears of it. It is
+ * A notification follows its transfer's completion on the writer's
+ * service (fabric: FI_DELIVERY_COMPLETE; same host: the copy into the
+ * mapping is done), so the bytes are in place before the peer hears of it;
+ * one sent alone (NOTIFY_SEND) follows what was handed over before it.
+ * Entries travel with their bytes and their sender's name (rpc.h). It is
  * never waited for: the WRITE has completed already. One that cannot be
  * sent (the peer does not answer within DP_RPC_TIMEOUT_MS, refuses, or too
  * many wait) is lost and counted (stats: notify_lost).
@@ -23,11 +25,13 @@
 #include "segments.h"
 #include "stats.h"
 
-/* A notification on its way to `server`. */
+/* A notification on its way to `server`: its entry and bytes as they go
+ * on the wire. */
 struct notif_out {
 	struct notif_out *next;
 	char server[DP_NAME_MAX];
 	struct dp_rpc_notify_entry e;
+	uint8_t msg[]; /* e.msg_len bytes */
 };
 
 /* The outbox: pollers push, the control thread takes all. */
@@ -51,15 +55,17 @@ struct notif_peer {
 
 static struct notif_peer *peers;
 
-void notif_forward(const char *server, const char *segment, const struct notif_req *n)
+void notif_forward(const char *server, const char *segment, struct notif_req *n)
 {
+	uint32_t mlen = n->msg ? n->msg->len : 0;
 	struct notif_out *o = NULL;
 	bool was_empty = false;
 
 	/* Full: the control thread has a wake-up pending already. */
 	if (__atomic_load_n(&outbox.n, __ATOMIC_RELAXED) < NOTIF_OUT_MAX)
-		o = malloc(sizeof(*o));
+		o = malloc(sizeof(*o) + mlen);
 	if (!o) {
+		notif_req_release(n);
 		atomic_fetch_add(&outbox.lost, 1);
 		return;
 	}
@@ -71,6 +77,12 @@ void notif_forward(const char *server, const char *segment, const struct notif_r
 	o->e.len = n->len;
 	o->e.sender = n->sender;
 	o->e.flags = n->flags;
+	if (n->msg) {
+		snprintf(o->e.sender_name, sizeof(o->e.sender_name), "%s", n->msg->sender);
+		o->e.msg_len = mlen;
+		memcpy(o->msg, n->msg->bytes, mlen);
+		notif_req_release(n);
+	}
 	pthread_mutex_lock(&outbox.lock);
 	if (outbox.n >= NOTIF_OUT_MAX) {
 		pthread_mutex_unlock(&outbox.lock);
@@ -153,15 +165,28 @@ static void batch_done(void *arg, int rc, const struct dp_rpc_lookup_reply *r, i
 /* The next batch of `p`, if it has one and none is in flight. */
 static void peer_send(struct notif_peer *p)
 {
+	static uint8_t data[DP_RPC_NOTIFY_BYTES]; /* control thread */
+
 	while (!p->busy && p->head && !atomic_load(&dp_stopping)) {
-		struct dp_rpc_notify_entry e[DP_RPC_NOTIFY_MAX];
 		struct notif_out *o = p->head;
+		uint32_t bytes = 0;
 		unsigned n = 0;
 		int rc;
 
-		for (; o && n < DP_RPC_NOTIFY_MAX; o = o->next)
-			e[n++] = o->e;
-		rc = rpc_notify_start(p->server, e, n, batch_done, p);
+		/* In order, as many as fit: one always does (the largest
+		 * entry is far below DP_RPC_NOTIFY_BYTES). */
+		for (; o && n < DP_RPC_NOTIFY_MAX; o = o->next, n++) {
+			size_t len = DP_RPC_NOTIFY_ENTRY_LEN(o->e.msg_len);
+
+			if (bytes + len > sizeof(data))
+				break;
+			memcpy(data + bytes, &o->e, sizeof(o->e));
+			memcpy(data + bytes + sizeof(o->e), o->msg, o->e.msg_len);
+			memset(data + bytes + sizeof(o->e) + o->e.msg_len, 0,
+			       len - sizeof(o->e) - o->e.msg_len);
+			bytes += (uint32_t)len;
+		}
+		rc = rpc_notify_start(p->server, data, bytes, n, batch_done, p);
 		if (!rc) {
 			p->busy = true;
 			p->nbatch = n;
@@ -212,33 +237,95 @@ void notif_outbox_run(void)
 		peer_send(p);
 }
 
-void notif_receive(const struct dp_rpc_notify_entry *e, unsigned n)
+/* What entry `e` says is what a sender of ours could have said: a known
+ * path; bytes and a sender's name together (DP_NOTIFY_F_MSG, value 0) or
+ * neither; READ and ALONE only with bytes, never both; nothing of a range
+ * for a notification alone. */
+static bool entry_kind_ok(const struct dp_rpc_notify_entry *e)
+{
+	const uint32_t kinds = DP_NOTIFY_F_MSG | DP_NOTIFY_F_READ | DP_NOTIFY_F_ALONE;
+	uint32_t path = e->flags & ~kinds, kind = e->flags & kinds;
+
+	if (path != DP_NOTIFY_F_FABRIC && path != DP_NOTIFY_F_SAME_HOST)
+		return false;
+	if (!(kind & DP_NOTIFY_F_MSG))
+		return !kind && !e->sender_name[0];
+	if (e->value || strnlen(e->sender_name, sizeof(e->sender_name)) == sizeof(e->sender_name))
+		return false;
+	if (kind & DP_NOTIFY_F_ALONE)
+		return !(kind & DP_NOTIFY_F_READ) && !e->offset && !e->len;
+	return true;
+}
+
+/* Entry `e` of a batch, with its bytes `msg`, as its export's owner gets
+ * it: only what a transfer to a live export could have done (a name of
+ * ours, the access the transfer needed, a range inside it), else
+ * dropped. */
+static bool receive_one(const struct dp_rpc_notify_entry *e, const uint8_t *msg)
+{
+	struct notif_req req = {.value = e->value,
+				.offset = e->offset,
+				.len = e->len,
+				.sender = e->sender,
+				.flags = e->flags};
+	unsigned need = e->flags & DP_NOTIFY_F_ALONE  ? 0
+			: e->flags & DP_NOTIFY_F_READ ? DP_ACCESS_READ
+						      : DP_ACCESS_WRITE;
+	struct segment *s = NULL;
+	bool ok;
+
+	if (strnlen(e->segment, sizeof(e->segment)) < sizeof(e->segment))
+		s = export_find(e->segment);
+	if (!s || atomic_load(&s->dead) || (s->access & need) != need || e->len > s->region->len ||
+	    e->offset > s->region->len - e->len || !entry_kind_ok(e))
+		return false;
+	if (e->flags & DP_NOTIFY_F_MSG) {
+		req.msg = malloc(sizeof(*req.msg) + e->msg_len);
+		if (!req.msg)
+			return false;
+		memcpy(req.msg->sender, e->sender_name, sizeof(req.msg->sender));
+		req.msg->len = e->msg_len;
+		memcpy(req.msg->bytes, msg, e->msg_len);
+	}
+	ok = notif_ring_put(s, &req);
+	notif_req_release(&req);
+	return ok;
+}
+
+int notif_receive(const struct dp_rpc_notify *q)
 {
 	uint64_t delivered = 0, dropped = 0;
+	size_t at = 0;
 
-	for (unsigned i = 0; i < n; i++) {
-		struct notif_req req = {.value = e[i].value,
-					.offset = e[i].offset,
-					.len = e[i].len,
-					.sender = e[i].sender,
-					.flags = e[i].flags};
-		struct segment *s = NULL;
+	/* The shape first, whole: entries that fill `bytes` exactly, each
+	 * with its length in range, or nothing is delivered. */
+	for (unsigned i = 0; i < q->count; i++) {
+		struct dp_rpc_notify_entry e;
 
-		/* Only what a WRITE to a live, writable export could have
-		 * done: a name of ours, a range inside it, a known path. */
-		if (strnlen(e[i].segment, sizeof(e[i].segment)) < sizeof(e[i].segment))
-			s = export_find(e[i].segment);
-		if (s &&
-		    (atomic_load(&s->dead) || !(s->access & DP_ACCESS_WRITE) ||
-		     e[i].len > s->region->len || e[i].offset > s->region->len - e[i].len ||
-		     (e[i].flags != DP_NOTIFY_F_FABRIC && e[i].flags != DP_NOTIFY_F_SAME_HOST)))
-			s = NULL;
-		if (s && notif_ring_put(s, &req))
+		if (q->bytes - at < sizeof(e))
+			return -EINVAL;
+		memcpy(&e, q->data + at, sizeof(e));
+		if (e.msg_len > DP_NOTIFY_MSG_MAX || e.reserved ||
+		    (e.msg_len && !(e.flags & DP_NOTIFY_F_MSG)) ||
+		    q->bytes - at < DP_RPC_NOTIFY_ENTRY_LEN(e.msg_len))
+			return -EINVAL;
+		at += DP_RPC_NOTIFY_ENTRY_LEN(e.msg_len);
+	}
+	if (at != q->bytes)
+		return -EINVAL;
+	at = 0;
+	for (unsigned i = 0; i < q->count; i++) {
+		struct dp_rpc_notify_entry e;
+
+		memcpy(&e, q->data + at, sizeof(e));
+		if (receive_one(&e, q->data + at + sizeof(e)))
 			delivered++;
 		else
 			dropped++;
+		at += DP_RPC_NOTIFY_ENTRY_LEN(e.msg_len);
 	}
 	stats_notify_remote(0, 0, delivered, dropped);
+	return 0;
 }
 
 void notif_remote_cleanup(void)

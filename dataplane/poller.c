@@ -215,14 +215,18 @@ static int desc_resolve(struct queue *q, const struct dp_desc *d, struct xfer *x
 	return 0;
 }
 
-/* A WRITE with DP_DESC_F_NOTIFY, resolved: the paths that deliver its
- * notification are memory on both sides (host, GPU and registered-memory
- * copies, this service's or a mapped one of the same host) and the fabric
- * (notif.h); the others (files, host staging) are -ENOTSUP (docs/api.md
- * "Notifications"). */
+/* A WRITE with DP_DESC_F_NOTIFY, or a WRITE or READ with
+ * DP_DESC_F_NOTIFY_MSG, resolved: the paths that deliver its notification
+ * are memory on both sides (host, GPU and registered-memory copies, this
+ * service's or a mapped one of the same host) and the fabric (notif.h);
+ * the others (files, host staging) are -ENOTSUP (docs/api.md
+ * "Notifications"). A message's bytes are copied now: the client may reuse
+ * their slot once this descriptor was taken (dp_proto.h). */
 static int notify_prepare(const struct queue *q, const struct dp_desc *d, struct xfer *x,
 			  enum engine_id e, struct notif_req *n)
 {
+	int rc;
+
 	if (e != ENGINE_host && e != ENGINE_vm && e != ENGINE_gpu && e != ENGINE_fabric)
 		return -ENOTSUP;
 	*n = (struct notif_req){.value = d->notify,
@@ -230,8 +234,29 @@ static int notify_prepare(const struct queue *q, const struct dp_desc *d, struct
 				.len = d->len,
 				.sender = q->client->id,
 				.flags = DP_NOTIFY_F_LOCAL};
+	if (d->flags & DP_DESC_F_NOTIFY_MSG) {
+		n->value = 0;
+		n->flags |= DP_NOTIFY_F_MSG | (d->opcode == DP_OP_READ ? DP_NOTIFY_F_READ : 0);
+		rc = notif_msg_copy(q->client, d->notify, &n->msg);
+		if (rc)
+			return rc;
+	}
 	x->notify = n;
 	return 0;
+}
+
+/* The flags and the notify word: DP_DESC_F_NOTIFY on a WRITE only,
+ * DP_DESC_F_NOTIFY_MSG on a WRITE or a READ, never both; without either,
+ * notify is reserved. */
+static bool desc_notify_ok(const struct dp_desc *d)
+{
+	if (d->flags & ~(DP_DESC_F_NOTIFY | DP_DESC_F_NOTIFY_MSG))
+		return false;
+	if (d->flags & DP_DESC_F_NOTIFY)
+		return d->opcode == DP_OP_WRITE && !(d->flags & DP_DESC_F_NOTIFY_MSG);
+	if (d->flags & DP_DESC_F_NOTIFY_MSG)
+		return d->opcode == DP_OP_WRITE || d->opcode == DP_OP_READ;
+	return d->notify == 0;
 }
 
 /* Validates, resolves and submits one descriptor (desc_process); `final`
@@ -240,15 +265,13 @@ static void desc_run(struct poller *p, struct queue *q, const struct dp_desc *d,
 {
 	enum engine_id e = ENGINE_host;
 	struct dp_desc t; /* a session's descriptor, at its member's offset */
-	struct notif_req n;
+	struct notif_req n = {.msg = NULL};
 	struct xfer x;
 	int rc;
 
-	/* DP_DESC_F_NOTIFY on a WRITE only; without it, notify is reserved.
-	 * reserved1's place holds the ring's sequence word: libclient turns a
+	/* reserved1's place holds the ring's sequence word: libclient turns a
 	 * caller's reserved1 into reserved0 (dp_proto.h). */
-	if (d->flags & ~DP_DESC_F_NOTIFY || d->reserved0 ||
-	    (d->flags & DP_DESC_F_NOTIFY ? d->opcode != DP_OP_WRITE : d->notify != 0))
+	if (!desc_notify_ok(d) || d->reserved0)
 		rc = -EINVAL;
 	else if (d->opcode == DP_OP_NOP)
 		rc = 0;
@@ -262,13 +285,17 @@ static void desc_run(struct poller *p, struct queue *q, const struct dp_desc *d,
 		return;
 	}
 	x.notify = NULL;
-	if (!rc && d->flags & DP_DESC_F_NOTIFY)
+	if (!rc && d->flags)
 		rc = notify_prepare(q, d, &x, e, &n);
 	if (rc || d->opcode == DP_OP_NOP) {
 		queue_complete_ns(q, d->user_data, d->submit_ns, rc, 0, 0);
 		return;
 	}
 	engines[e]->submit(p, &x);
+	/* An engine delivers the notification, or moves it into what it
+	 * keeps (notif_req_move); one that failed the transfer at once left
+	 * the message here. */
+	notif_req_release(&n);
 }
 
 static void desc_process(struct poller *p, struct queue *q, const struct dp_desc *d)

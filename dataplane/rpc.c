@@ -323,10 +323,16 @@ static void srv_notify_reply(struct srv_conn *k, int status)
 	const struct dp_rpc_notify *q = &k->in.notify.n;
 
 	if (!status) {
+		/* The header's len was checked (srv_check_hdr); bytes must
+		 * say the same before the MAC covers them. */
+		if (q->bytes != k->in.h.len - offsetof(struct dp_rpc_notify, data))
+			status = -EBADMSG;
+	}
+	if (!status) {
 		struct auth_part in[4] = {{k->nonce, DP_AUTH_NONCE},
 					  {q->nonce, DP_AUTH_NONCE},
 					  {&q->count, 2 * sizeof(uint32_t)},
-					  {q->e, sizeof(q->e)}};
+					  {q->data, q->bytes}};
 
 		if (!auth_check(LABEL_NOTIFY, in, 4, q->mac)) {
 			log_debug("peer RPC: notifications failed authentication (not our fleet "
@@ -334,10 +340,10 @@ static void srv_notify_reply(struct srv_conn *k, int status)
 			status = -EACCES;
 		}
 	}
-	if (!status && (!q->count || q->count > DP_RPC_NOTIFY_MAX || q->reserved))
+	if (!status && (!q->count || q->count > DP_RPC_NOTIFY_MAX))
 		status = -EINVAL;
 	if (!status)
-		notif_receive(q->e, q->count);
+		status = notif_receive(q);
 	r->status = status;
 	if (status != -EBADMSG && status != -EPROTONOSUPPORT) {
 		struct auth_part out[3] = {
@@ -409,7 +415,8 @@ static int srv_check_hdr(const struct dp_rpc_hdr *h)
 		return -EPROTONOSUPPORT;
 	if (h->type == DP_RPC_LOOKUP && h->len == sizeof(struct dp_rpc_lookup))
 		return 0;
-	if (h->type == DP_RPC_NOTIFY && h->len == sizeof(struct dp_rpc_notify))
+	if (h->type == DP_RPC_NOTIFY && h->len >= DP_RPC_NOTIFY_LEN_MIN &&
+	    h->len <= DP_RPC_NOTIFY_LEN_MAX)
 		return 0;
 	return -EBADMSG;
 }
@@ -814,7 +821,7 @@ static void call_request(struct call *k)
 		struct auth_part np[4] = {{k->ch.c.nonce, DP_AUTH_NONCE},
 					  {nq->nonce, DP_AUTH_NONCE},
 					  {&nq->count, 2 * sizeof(uint32_t)},
-					  {nq->e, sizeof(nq->e)}};
+					  {nq->data, nq->bytes}};
 
 		auth_nonce(nq->nonce);
 		auth_mac(LABEL_NOTIFY, np, 4, nq->mac);
@@ -1090,12 +1097,14 @@ static struct call *call_new(const char *peer, const char *name, bool local, rpc
 	snprintf(k->peer, sizeof(k->peer), "%s", peer);
 	k->local = local;
 	if (notify) {
+		uint32_t len = (uint32_t)offsetof(struct dp_rpc_notify, data) + notify->bytes;
+
 		k->out.notify.h = (struct dp_rpc_hdr){.magic = DP_RPC_MAGIC,
 						      .version = DP_RPC_VERSION,
 						      .type = DP_RPC_NOTIFY,
-						      .len = sizeof(k->out.notify.n)};
-		k->out.notify.n = *notify;
-		k->out_len = sizeof(k->out.notify);
+						      .len = len};
+		memcpy(&k->out.notify.n, notify, len);
+		k->out_len = sizeof(k->out.notify.h) + len;
 		return k;
 	}
 	k->out.lookup.h = (struct dp_rpc_hdr){.magic = DP_RPC_MAGIC,
@@ -1170,16 +1179,18 @@ int rpc_lookup_start(const char *peer, const char *name, rpc_done_fn done, void 
 	return tcp_start(peer, name, done, arg, NULL);
 }
 
-int rpc_notify_start(const char *peer, const struct dp_rpc_notify_entry *e, unsigned n,
+int rpc_notify_start(const char *peer, const void *data, uint32_t bytes, unsigned n,
 		     rpc_done_fn done, void *arg)
 {
-	struct dp_rpc_notify req;
+	static struct dp_rpc_notify req; /* control thread; copied by call_new */
 
-	if (!n || n > DP_RPC_NOTIFY_MAX)
+	if (!n || n > DP_RPC_NOTIFY_MAX || bytes < sizeof(struct dp_rpc_notify_entry) ||
+	    bytes > DP_RPC_NOTIFY_BYTES)
 		return -EINVAL;
-	memset(&req, 0, sizeof(req));
+	memset(&req, 0, offsetof(struct dp_rpc_notify, data));
 	req.count = n;
-	memcpy(req.e, e, sizeof(*e) * n);
+	req.bytes = bytes;
+	memcpy(req.data, data, bytes);
 	return tcp_start(peer, "", done, arg, &req);
 }
 

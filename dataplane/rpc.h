@@ -12,6 +12,7 @@
 #ifndef DP_RPC_H
 #define DP_RPC_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "auth.h"
@@ -19,15 +20,16 @@
 #include "samehost.h"
 
 #define DP_RPC_MAGIC 0x50525044u /* "DPRP" */
-/* 2: every lookup authenticated (auth.h); 3: same host; 4: engine sessions */
+/* 2: every lookup authenticated (auth.h); 3: same host; 4: notifications
+ * carry bytes and the sender's name (struct dp_rpc_notify), engine sessions */
 #define DP_RPC_VERSION 4u
 #define DP_RPC_LOOKUP 1u
 #define DP_RPC_CHALLENGE 2u
 /* Notifications for exports of the server (notif.h): a batch, answered
- * with a lookup reply that carries only its status. A peer of this version
- * that predates them answers -EBADMSG. */
+ * with a lookup reply that carries only its status. */
 #define DP_RPC_NOTIFY 3u
-#define DP_RPC_NOTIFY_MAX 16 /* notifications per request */
+#define DP_RPC_NOTIFY_MAX 16	   /* notifications per request */
+#define DP_RPC_NOTIFY_BYTES 32768u /* their entries and bytes, per request */
 #define DP_RPC_REPLY 0x8000u
 #define DP_RPC_TIMEOUT_MS 2000	 /* a lookup, connect to reply */
 #define RPC_SERVE_TIMEOUT_MS 500 /* a served connection, accept to reply */
@@ -69,23 +71,36 @@ struct dp_rpc_challenge {
 	uint8_t nonce[DP_AUTH_NONCE];
 };
 
-/* One notification: the export by name, and what its owner is told. */
+/* One notification: the export by name, and what its owner is told; in a
+ * request it is followed by its msg_len bytes, then zeros up to a multiple
+ * of 8 (DP_RPC_NOTIFY_ENTRY_LEN). */
 struct dp_rpc_notify_entry {
 	char segment[DP_NAME_MAX];
+	char sender_name[DP_NAME_MAX]; /* DP_NOTIFY_F_MSG: NUL-terminated; else zeros */
 	uint64_t value, offset, len;
-	uint32_t sender; /* the writer's client id on its service */
-	uint32_t flags;	 /* DP_NOTIFY_F_FABRIC or DP_NOTIFY_F_SAME_HOST */
-};
-
-/* mac = HMAC(fleet key, "dp-rpc notify", server nonce, nonce, count,
- * reserved, e[]). Entries past count are zero. */
-struct dp_rpc_notify {
-	uint32_t count; /* 1..DP_RPC_NOTIFY_MAX */
+	uint32_t sender;  /* the writer's client id on its service (same host) */
+	uint32_t flags;	  /* DP_NOTIFY_F_FABRIC or DP_NOTIFY_F_SAME_HOST, and what
+			   * it carries: DP_NOTIFY_F_MSG, _READ, _ALONE */
+	uint32_t msg_len; /* DP_NOTIFY_F_MSG: 0..DP_NOTIFY_MSG_MAX; else 0 */
 	uint32_t reserved;
-	struct dp_rpc_notify_entry e[DP_RPC_NOTIFY_MAX];
+};
+#define DP_RPC_NOTIFY_ENTRY_LEN(msg_len)                                                           \
+	(sizeof(struct dp_rpc_notify_entry) + (((size_t)(msg_len) + 7) & ~(size_t)7))
+
+/* On the wire the header's len is offsetof(data) + bytes: a request is as
+ * long as its entries. mac = HMAC(fleet key, "dp-rpc notify", server
+ * nonce, nonce, count, bytes, data[0, bytes)). */
+struct dp_rpc_notify {
 	uint8_t nonce[DP_AUTH_NONCE];
 	uint8_t mac[DP_AUTH_MAC];
+	uint32_t count; /* 1..DP_RPC_NOTIFY_MAX entries */
+	uint32_t bytes; /* of data[] they fill, exactly */
+	uint8_t data[DP_RPC_NOTIFY_BYTES];
 };
+/* The shortest and longest requests' len. */
+#define DP_RPC_NOTIFY_LEN_MIN                                                                      \
+	(offsetof(struct dp_rpc_notify, data) + sizeof(struct dp_rpc_notify_entry))
+#define DP_RPC_NOTIFY_LEN_MAX sizeof(struct dp_rpc_notify)
 
 struct dp_rpc_rail {
 	uint32_t addr_len;
@@ -231,10 +246,11 @@ int rpc_lookup_local_start(const char *path, const char *peer, const char *name,
 			   void *arg);
 
 /* The same shape for a batch of notifications to `peer` (the server name
- * "host:port" of the service that exports their segments): `done` gets 0
+ * "host:port" of the service that exports their segments), `n` entries
+ * filling `bytes` of `data` as in struct dp_rpc_notify: `done` gets 0
  * once the peer took them (delivered or dropped there), or the error; the
  * reply is not passed. */
-int rpc_notify_start(const char *peer, const struct dp_rpc_notify_entry *e, unsigned n,
+int rpc_notify_start(const char *peer, const void *data, uint32_t bytes, unsigned n,
 		     rpc_done_fn done, void *arg);
 
 /* True when `peer` names this service: its server name, or its RPC port

@@ -204,8 +204,7 @@ static void op_finish(struct poller *p, struct vm_poller *v, struct vm_op *op, i
 	/* The bytes are in place: the owner hears of them before the writer
 	 * sees its completion (as copy.c's). */
 	if (op->nseg) {
-		if (!status)
-			notif_deliver(p, op->nseg, &op->notify);
+		notif_finish(p, op->nseg, &op->notify, status);
 		segment_put(op->nseg);
 	}
 	queue_complete_ns(q, op->user_data, op->submit_ns, status, status ? 0 : op->len, op->path);
@@ -263,7 +262,7 @@ static void vm_submit(struct poller *p, const struct xfer *x)
 		/* Alive in this loop (QSBR); the reference keeps it so. */
 		atomic_fetch_add(&x->seg->refs, 1);
 		op->nseg = x->seg;
-		op->notify = *x->notify;
+		notif_req_move(&op->notify, x->notify);
 	}
 	x->q->inflight++;
 	op_list_push(&v->ops, &op->node);

@@ -44,6 +44,12 @@ extern inline void dp_prep_read(struct dp_desc *d, int region, uint64_t local_of
 extern inline void dp_prep_write_notify(struct dp_desc *d, int region, uint64_t local_off,
 					int segment, uint64_t target_off, uint64_t len,
 					uint64_t user_data, uint64_t value);
+extern inline void dp_prep_write_msg(struct dp_desc *d, int region, uint64_t local_off, int segment,
+				     uint64_t target_off, uint64_t len, uint64_t user_data,
+				     const void *msg, size_t msg_len);
+extern inline void dp_prep_read_msg(struct dp_desc *d, int region, uint64_t local_off, int segment,
+				    uint64_t target_off, uint64_t len, uint64_t user_data,
+				    const void *msg, size_t msg_len);
 
 struct alloc {
 	int region;
@@ -78,6 +84,10 @@ struct dp_client {
 	/* The notification ring (dp_notify_open): set once, under the lock,
 	 * read by the notification calls without it. */
 	_Atomic(struct dp_notify *) notify;
+	/* dp_notify_send's bytes (a dp_alloc region of DP_NOTIFY_MSG_MAX,
+	 * made at its first call; under the lock); -1 before. */
+	int send_region;
+	uint8_t *send_buf;
 };
 
 /* A notification ring, client side: the pair's CQ is the ring (consumer),
@@ -102,6 +112,11 @@ struct dp_queue {
 	uint32_t id, depth;
 	uint32_t in_flight;
 	uint64_t last_check_ns;
+	/* Notifications' bytes (DP_DESC_F_NOTIFY_MSG): a dp_alloc region of
+	 * depth slots of DP_NOTIFY_MSG_MAX, one per SQ index (dp_proto.h),
+	 * made at the first such descriptor; -1 before. */
+	int msg_region;
+	uint8_t *msg_buf;
 	struct dp_queue_stats st;
 	struct dp_queue *next;
 };
@@ -134,6 +149,8 @@ enum call {
 	C_NOTIFY_FD,
 	C_SESSION_CREATE,
 	C_SESSION_OPEN,
+	C_NOTIFY_RECV,
+	C_NOTIFY_SEND,
 };
 
 static const char *const call_names[] = {
@@ -162,6 +179,8 @@ static const char *const call_names[] = {
 	[C_NOTIFY_FD] = "dp_notify_fd",
 	[C_SESSION_CREATE] = "dp_session_create",
 	[C_SESSION_OPEN] = "dp_session_open",
+	[C_NOTIFY_RECV] = "dp_notify_recv",
+	[C_NOTIFY_SEND] = "dp_notify_send",
 };
 
 _Static_assert(DP_SEGMENT_NAME_MAX == DP_NAME_MAX - 1, "dataplane.h and dp_proto.h agree");
@@ -266,6 +285,18 @@ static const struct {
 	{C_NOTIFY_POLL, -EBADF, "no notification ring: call dp_notify_open first"},
 	{C_NOTIFY_WAIT, -EBADF, "no notification ring: call dp_notify_open first"},
 	{C_NOTIFY_FD, -EBADF, "no notification ring: call dp_notify_open first"},
+	{C_NOTIFY_RECV, -EBADF, "no notification ring: call dp_notify_open first"},
+	{C_NOTIFY_RECV, -EMSGSIZE,
+	 "the buffer is shorter than the notification's bytes (msg_len; at most "
+	 "DP_NOTIFY_MSG_MAX): it is left on the ring"},
+	{C_NOTIFY_RECV, -EPROTO, "the notification ring is corrupt (its head was moved)"},
+	{C_SUBMIT, -EMSGSIZE,
+	 "a notification carries more than DP_NOTIFY_MSG_MAX (4096) bytes; that descriptor and "
+	 "those after it were not submitted"},
+	{C_NOTIFY_SEND, -EMSGSIZE, "a notification carries at most DP_NOTIFY_MSG_MAX (4096) bytes"},
+	{C_NOTIFY_SEND, -EBADF, "unknown segment handle"},
+	{C_NOTIFY_SEND, -ECONNRESET,
+	 "the segment is gone (its owner unexported it or left), or the service went away"},
 	{C_NOTIFY_POLL, -EPROTO, "the notification ring is corrupt (its head was moved)"},
 	{C_NOTIFY_WAIT, -EPROTO, "the notification ring is corrupt (its head was moved)"},
 	{C_SESSION_CREATE, -EEXIST, "the client has a session already (one per client)"},
@@ -569,6 +600,7 @@ static int connect_(const char *socket_path, const char *name, struct dp_client 
 	if (!c)
 		return -ENOMEM;
 	pthread_mutex_init(&c->lock, NULL);
+	c->send_region = -1;
 	c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (c->fd < 0) {
 		rc = -errno;
@@ -701,6 +733,7 @@ static int queue_create(struct dp_client *c, uint32_t depth, struct dp_queue **o
 	q->id = r.queue_id;
 	q->depth = r.depth;
 	q->st.depth = r.depth;
+	q->msg_region = -1;
 	pthread_mutex_lock(&c->lock);
 	q->next = c->queues;
 	c->queues = q;
@@ -735,6 +768,8 @@ int dp_queue_destroy(struct dp_queue *q)
 			break;
 		}
 	pthread_mutex_unlock(&c->lock);
+	if (q->msg_region >= 0)
+		dp_free(c, q->msg_region);
 	queue_unmap(q);
 	return fail(C_QUEUE_DESTROY, rc);
 }
@@ -1189,8 +1224,77 @@ static inline void slots_write(struct dp_desc *slot, const struct dp_desc *d, ui
 	}
 }
 
+/*
+ * dp_submit for a run that holds descriptors with DP_DESC_F_NOTIFY_MSG:
+ * their lengths are checked first (a length beyond the most ends the run
+ * there, -EMSGSIZE when it is the first), the queue's message buffer is
+ * made at the first, and each message's bytes go into the slot of its SQ
+ * index before the descriptor is published, which names them by region,
+ * offset and length (dp_proto.h). The caller's notify and submit_ns (the
+ * address and length) never reach the ring.
+ */
+static int submit_msgs(struct dp_queue *q, const struct dp_desc *descs, unsigned n)
+{
+	struct dp_desc *first = NULL;
+	uint32_t idx;
+	uint64_t now;
+	int k;
+
+	for (unsigned i = 0; i < n; i++)
+		if (descs[i].flags & DP_DESC_F_NOTIFY_MSG &&
+		    (descs[i].submit_ns > DP_NOTIFY_MSG_MAX ||
+		     (!descs[i].notify && descs[i].submit_ns))) {
+			if (!i)
+				return descs[0].submit_ns > DP_NOTIFY_MSG_MAX ? -EMSGSIZE : -EINVAL;
+			n = i;
+			break;
+		}
+	if (q->msg_region < 0) {
+		void *buf;
+		int rc = alloc_(q->c, (size_t)q->depth * DP_NOTIFY_MSG_MAX, 0, &buf);
+
+		if (rc < 0)
+			return rc;
+		q->msg_region = rc;
+		q->msg_buf = buf;
+	}
+	k = dp_ring_reserve(&q->pair.sq, n, &idx);
+	if (k <= 0)
+		return k < 0 ? k : idle_check(q);
+	now = dp_now_ns();
+	for (uint32_t i = 0; i < (uint32_t)k; i++) {
+		struct dp_desc *slot = dp_ring_slot(&q->pair.sq, idx + i);
+		const struct dp_desc *d = &descs[i];
+
+		slot_write(slot, d, now);
+		if (d->flags & DP_DESC_F_NOTIFY_MSG) {
+			uint32_t off = ((idx + i) & (q->depth - 1)) * DP_NOTIFY_MSG_MAX;
+
+			if (d->submit_ns)
+				memcpy(q->msg_buf + off, (const void *)(uintptr_t)d->notify,
+				       d->submit_ns);
+			slot->notify = DP_NOTIFY_MSG_REF(q->msg_region, off, d->submit_ns);
+		}
+		/* Each word after its slot's bytes; the first one's last
+		 * (dp_ring__publish says why). */
+		if (i)
+			__atomic_store_n(&slot->reserved1, dp_ring_seq_value(idx + i),
+					 __ATOMIC_RELEASE);
+		else
+			first = slot;
+	}
+	__atomic_store_n(&first->reserved1, dp_ring_seq_value(idx), __ATOMIC_RELEASE);
+	dp_ring_commit_tail(&q->pair.sq, (uint32_t)k);
+	if (dp_ring_needs_wakeup(&q->pair.sq))
+		dp_doorbell_ring(q->sq_efd);
+	q->in_flight += (uint32_t)k;
+	q->st.submitted += (uint64_t)k;
+	return k;
+}
+
 int dp_submit(struct dp_queue *q, const struct dp_desc *descs, unsigned n)
 {
+	uint8_t flags = 0;
 	struct dp_desc *slot;
 	uint32_t idx, credit, first;
 	uint64_t now;
@@ -1205,6 +1309,10 @@ int dp_submit(struct dp_queue *q, const struct dp_desc *descs, unsigned n)
 		n = credit;
 	if (!n)
 		return 0;
+	for (unsigned i = 0; i < n; i++)
+		flags |= descs[i].flags;
+	if (flags & DP_DESC_F_NOTIFY_MSG)
+		return fail(C_SUBMIT, submit_msgs(q, descs, n));
 	k = dp_ring_reserve(&q->pair.sq, n, &idx);
 	if (k <= 0)
 		return fail(C_SUBMIT, k < 0 ? k : idle_check(q));
@@ -1341,17 +1449,43 @@ static struct dp_notify *notify_get(struct dp_client *c)
 	return c ? atomic_load_explicit(&c->notify, memory_order_acquire) : NULL;
 }
 
-static int notify_poll(struct dp_client *c, struct dp_notify *n, struct dp_notification *out,
-		       unsigned max)
+/* How many ring entries the record at idx takes (dp_proto.h): one, or
+ * one and its sender's name and bytes. */
+static uint32_t record_slots(const struct dp_notification *e)
 {
-	uint64_t t;
-	int k;
+	uint32_t len = e->msg_len <= DP_NOTIFY_MSG_MAX ? e->msg_len : DP_NOTIFY_MSG_MAX;
 
-	if (!out && max)
-		return -EINVAL;
-	k = dp_ring_dequeue_burst(&n->pair.cq, out, max);
-	if (k || !max)
-		return k;
+	return e->flags & DP_NOTIFY_F_MSG ? DP_NOTIFY_MSG_SLOTS(len) : 1;
+}
+
+/* Up to max records' first entries into out, their other entries
+ * skipped: the count, or -EPROTO for a ring out of range. */
+static int notify_take(struct dp_notify *n, struct dp_notification *out, unsigned max)
+{
+	uint32_t idx, used = 0;
+	int avail, k = 0;
+
+	avail = dp_ring_peek(&n->pair.cq, UINT32_MAX, &idx);
+	if (avail <= 0)
+		return avail;
+	while ((unsigned)k < max && used < (uint32_t)avail) {
+		dp_ring_copy_out(&n->pair.cq, idx + used, &out[k], 1);
+		used += record_slots(&out[k]);
+		k++;
+	}
+	/* A record is committed whole, so used never passes avail. */
+	dp_ring_release(&n->pair.cq, used <= (uint32_t)avail ? used : (uint32_t)avail);
+	return k;
+}
+
+/* The ring was found empty: 1 when records came meanwhile (after an
+ * armed fd's doorbell was emptied), else 0, or -ECONNRESET when the
+ * service is gone (checked at most once a millisecond, a system call). */
+static int notify_idle(struct dp_client *c, struct dp_notify *n)
+{
+	uint32_t idx;
+	uint64_t t;
+
 	/* An event loop's fd must stop reading ready once the ring is empty:
 	 * empty the doorbell, then look again (what rang before the drain is
 	 * on the ring now; what rings after it makes the fd ready again). */
@@ -1365,17 +1499,30 @@ static int notify_poll(struct dp_client *c, struct dp_notify *n, struct dp_notif
 			if (n->kick >= 0)
 				(void)!read(n->kick, &v, sizeof(v));
 		}
-		k = dp_ring_dequeue_burst(&n->pair.cq, out, max);
-		if (k)
-			return k;
+		if (dp_ring_peek(&n->pair.cq, 1, &idx))
+			return 1;
 	}
-	/* Nothing there: say so when the service is gone, at most once a
-	 * millisecond (a system call). */
 	t = dp_clock_ns(CLOCK_MONOTONIC_COARSE);
 	if (t - n->last_check_ns < LIVENESS_EVERY_NS)
 		return 0;
 	n->last_check_ns = t;
 	return service_alive(c) ? 0 : -ECONNRESET;
+}
+
+static int notify_poll(struct dp_client *c, struct dp_notify *n, struct dp_notification *out,
+		       unsigned max)
+{
+	int k;
+
+	if (!out && max)
+		return -EINVAL;
+	if (!max)
+		return 0;
+	k = notify_take(n, out, max);
+	if (k)
+		return k;
+	k = notify_idle(c, n);
+	return k > 0 ? notify_take(n, out, max) : k;
 }
 
 int dp_notify_poll(struct dp_client *c, struct dp_notification *out, unsigned max)
@@ -1400,7 +1547,7 @@ int dp_notify_wait(struct dp_client *c, struct dp_notification *out, unsigned ma
 	for (;;) {
 		struct pollfd pfd[2] = {{.fd = n->db, .events = POLLIN},
 					{.fd = c->fd, .events = POLLRDHUP}};
-		int k = dp_ring_dequeue_burst(&n->pair.cq, out, max), wait_ms;
+		int k = notify_take(n, out, max), wait_ms;
 		uint64_t now;
 
 		if (k)
@@ -1419,6 +1566,140 @@ int dp_notify_wait(struct dp_client *c, struct dp_notification *out, unsigned ma
 		if (pfd[0].revents & POLLIN)
 			dp_doorbell_drain(n->db);
 	}
+}
+
+/* The first record on the ring, whole: 1, 0 (none), -EMSGSIZE (its bytes
+ * exceed cap; left there) or -EPROTO. */
+static int recv_one(struct dp_notify *n, struct dp_notification *e, char *sender, void *msg,
+		    size_t cap)
+{
+	const uint32_t es = DP_NOTIFY_ENTRY_SIZE;
+	uint32_t idx, slots, len;
+	int avail;
+
+	avail = dp_ring_peek(&n->pair.cq, UINT32_MAX, &idx);
+	if (avail <= 0)
+		return avail;
+	dp_ring_copy_out(&n->pair.cq, idx, e, 1);
+	slots = record_slots(e);
+	sender[0] = '\0';
+	if (slots > (uint32_t)avail)
+		return -EPROTO;
+	if (e->flags & DP_NOTIFY_F_MSG) {
+		len = e->msg_len;
+		if (len > DP_NOTIFY_MSG_MAX)
+			return -EPROTO;
+		if (len > cap)
+			return -EMSGSIZE;
+		/* The name, then the bytes, entry by entry (the run may
+		 * wrap). */
+		for (uint32_t k = 1; k < slots; k++) {
+			const uint8_t *p = dp_ring_slot(&n->pair.cq, idx + k);
+			uint32_t at = (k - 1) * es, m;
+
+			if (at < DP_NOTIFY_SENDER_MAX) {
+				memcpy(sender, p, DP_NOTIFY_SENDER_MAX);
+				sender[DP_NOTIFY_SENDER_MAX - 1] = '\0';
+				m = len < es - DP_NOTIFY_SENDER_MAX ? len
+								    : es - DP_NOTIFY_SENDER_MAX;
+				memcpy(msg, p + DP_NOTIFY_SENDER_MAX, m);
+				continue;
+			}
+			at -= DP_NOTIFY_SENDER_MAX;
+			m = len - at < es ? len - at : es;
+			memcpy((uint8_t *)msg + at, p, m);
+		}
+	}
+	dp_ring_release(&n->pair.cq, slots);
+	return 1;
+}
+
+int dp_notify_recv(struct dp_client *c, struct dp_notification *e,
+		   char sender[DP_NOTIFY_SENDER_MAX], void *msg, size_t cap, int timeout_ms)
+{
+	struct dp_notify *n = notify_get(c);
+	uint64_t deadline;
+
+	if (!n)
+		return fail(C_NOTIFY_RECV, c ? -EBADF : -EINVAL);
+	if (!e || !sender || (!msg && cap))
+		return null_arg(C_NOTIFY_RECV, -EINVAL);
+	deadline = timeout_ms < 0 ? UINT64_MAX : dp_now_ns() + (uint64_t)timeout_ms * 1000000u;
+	for (;;) {
+		struct pollfd pfd[2] = {{.fd = n->db, .events = POLLIN},
+					{.fd = c->fd, .events = POLLRDHUP}};
+		int k = recv_one(n, e, sender, msg, cap), wait_ms;
+		uint64_t now;
+
+		if (k)
+			return fail(C_NOTIFY_RECV, k);
+		if (!timeout_ms) {
+			/* As dp_notify_poll: the doorbell of an armed fd
+			 * emptied, the service's liveness checked now and
+			 * then. */
+			k = notify_idle(c, n);
+			return fail(C_NOTIFY_RECV, k > 0 ? recv_one(n, e, sender, msg, cap) : k);
+		}
+		if (!service_alive(c))
+			return fail(C_NOTIFY_RECV, -ECONNRESET);
+		now = dp_now_ns();
+		if (now >= deadline)
+			return 0;
+		wait_ms = deadline == UINT64_MAX ? -1 : (int)((deadline - now + 999999) / 1000000);
+		if (!dp_ring_prepare_sleep(&n->pair.cq))
+			continue;
+		poll(pfd, 2, wait_ms);
+		if (!atomic_load_explicit(&n->armed, memory_order_relaxed))
+			dp_ring_finish_sleep(&n->pair.cq);
+		if (pfd[0].revents & POLLIN)
+			dp_doorbell_drain(n->db);
+	}
+}
+
+static int notify_send(struct dp_client *c, int segment, const void *msg, size_t len)
+{
+	struct dp_msg_notify_send req = {.segment = (uint32_t)segment, .len = (uint32_t)len};
+	int rc;
+
+	if (len > DP_NOTIFY_MSG_MAX)
+		return -EMSGSIZE;
+	if (segment < 0)
+		return -EBADF;
+	if (!msg && len)
+		return -EINVAL;
+	/* The bytes go in a region of ours the service reads, as a queue's
+	 * do (dp_proto.h); one call at a time uses it (the lock). */
+	if (__atomic_load_n(&c->send_region, __ATOMIC_ACQUIRE) < 0) {
+		void *buf;
+		int region = alloc_(c, DP_NOTIFY_MSG_MAX, 0, &buf);
+
+		if (region < 0)
+			return region;
+		pthread_mutex_lock(&c->lock);
+		if (c->send_region < 0) {
+			c->send_buf = buf;
+			__atomic_store_n(&c->send_region, region, __ATOMIC_RELEASE);
+			region = -1;
+		}
+		pthread_mutex_unlock(&c->lock);
+		if (region >= 0)
+			dp_free(c, region); /* another thread's came first */
+	}
+	pthread_mutex_lock(&c->lock);
+	if (len)
+		memcpy(c->send_buf, msg, len);
+	req.region = (uint32_t)c->send_region;
+	rc = rpc(c, DP_MSG_NOTIFY_SEND, &req, sizeof(req), -1, NULL, sizeof(struct dp_msg_status),
+		 NULL, 0);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+int dp_notify_send(struct dp_client *c, int segment, const void *msg, size_t len)
+{
+	if (!c)
+		return null_arg(C_NOTIFY_SEND, -EINVAL);
+	return fail(C_NOTIFY_SEND, notify_send(c, segment, msg, len));
 }
 
 int dp_notify_fd(struct dp_client *c)

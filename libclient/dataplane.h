@@ -41,6 +41,21 @@ enum dp_opcode {
  * on either side, or memory staged through host buffers (GPU memory without
  * FI_HMEM, dp_register_mem memory over the fabric): -ENOTSUP. */
 #define DP_DESC_F_NOTIFY 1u
+/** dp_desc.flags: a WRITE or a READ that carries a notification of bytes
+ * (0 to DP_NOTIFY_MSG_MAX) and the sender's name for the owner of the
+ * target segment: a WRITE's once its bytes are in place, a READ's once its
+ * bytes left the segment (the READ completed). Not with DP_DESC_F_NOTIFY.
+ * Fill it with dp_prep_write_msg() / dp_prep_read_msg(): until dp_submit()
+ * the descriptor holds the address of the caller's bytes in @c notify and
+ * their length in @c submit_ns; dp_submit() copies them into a buffer of
+ * the queue's that the service reads (no system call), so the caller's
+ * bytes may be reused once it returns; more than DP_NOTIFY_MSG_MAX:
+ * dp_submit() fails with -EMSGSIZE. docs/api.md "Notifications". */
+#define DP_DESC_F_NOTIFY_MSG 2u
+/** The most bytes a notification carries. */
+#define DP_NOTIFY_MSG_MAX 4096
+/** The size of a sender's name, NUL included (dp_notify_recv). */
+#define DP_NOTIFY_SENDER_MAX 64
 
 /**
  * A transfer descriptor: exactly 64 bytes, one ring slot. Regions and
@@ -49,7 +64,7 @@ enum dp_opcode {
  */
 struct dp_desc {
 	uint8_t opcode;	     /**< enum dp_opcode */
-	uint8_t flags;	     /**< 0 or DP_DESC_F_NOTIFY (WRITE only) */
+	uint8_t flags;	     /**< 0, DP_DESC_F_NOTIFY (WRITE only) or DP_DESC_F_NOTIFY_MSG */
 	uint16_t reserved0;  /**< must be 0 */
 	uint32_t region;     /**< local region id (dp_alloc / dp_register_fd) */
 	uint64_t local_off;  /**< byte offset in the local region */
@@ -61,7 +76,9 @@ struct dp_desc {
 	uint64_t user_data;  /**< returned untouched in the completion */
 	uint64_t submit_ns;  /**< set by dp_submit (CLOCK_MONOTONIC), for latency stats */
 	uint64_t notify;     /**< with DP_DESC_F_NOTIFY: the value the target's owner
-			      *   receives (a request id); otherwise must be 0 */
+			      *   receives (a request id); with DP_DESC_F_NOTIFY_MSG:
+			      *   the address of the bytes (dp_prep_write_msg);
+			      *   otherwise must be 0 */
 };
 
 /** A completion: exactly one per accepted descriptor. */
@@ -92,7 +109,9 @@ struct dp_cqe {
  * A notification: one entry of a client's notification ring, telling the
  * owner of an exported segment that a WRITE with DP_DESC_F_NOTIFY put
  * @p len bytes at @p offset of it. The bytes are in place when the
- * notification is seen. Exactly 128 bytes.
+ * notification is seen. Exactly 128 bytes. One that carries bytes
+ * (DP_NOTIFY_F_MSG) is followed on the ring by its sender's name and its
+ * bytes, which dp_notify_recv() returns (dp_notify_poll() skips them).
  */
 struct dp_notification {
 	uint64_t value;	       /**< the WRITE's dp_desc.notify */
@@ -104,7 +123,8 @@ struct dp_notification {
 			    *   one; wraps at 2^32 */
 	uint32_t sender;       /**< local and same-host: the sender's client id on its
 			    *   service (as in ring-stat); fabric: 0 */
-	uint32_t reserved;     /**< 0 */
+	uint32_t msg_len;      /**< DP_NOTIFY_F_MSG: how many bytes it carries
+			    *   (0..DP_NOTIFY_MSG_MAX); otherwise 0 */
 	char segment[64];      /**< the segment's name, NUL-terminated */
 	uint64_t reserved2[3]; /**< 0 */
 };
@@ -115,6 +135,13 @@ struct dp_notification {
 #define DP_NOTIFY_F_FABRIC 2u
 /** It came from another service of this host that maps the export. */
 #define DP_NOTIFY_F_SAME_HOST 16u
+/** It carries bytes and its sender's name (DP_DESC_F_NOTIFY_MSG,
+ * dp_notify_send): value is 0, msg_len says how many bytes. */
+#define DP_NOTIFY_F_MSG 32u
+/** It came with a READ of [offset, offset + len), which completed. */
+#define DP_NOTIFY_F_READ 64u
+/** It came alone (dp_notify_send): offset and len are 0. */
+#define DP_NOTIFY_F_ALONE 128u
 
 /* The layout checks, in whichever form the including language has: C++11
  * static_assert, C11 _Static_assert, else (C99) an array of size -1. */
@@ -388,11 +415,15 @@ int dp_wait(struct dp_queue *q, struct dp_cqe *cqes, unsigned max, int timeout_m
  * notify_dropped); one that arrives before this call is dropped and counted
  * in the stats region only. The writer is never slowed down by either: its
  * WRITE completes as it would have. Once per client: -EEXIST the second
- * time, -EINVAL bad @p entries. docs/api.md "Notifications".
+ * time, -EINVAL bad @p entries. A notification with n bytes takes
+ * 1 + ceil((64 + n) / 128) entries (34 for DP_NOTIFY_MSG_MAX); one that
+ * does not fit whole is dropped. docs/api.md "Notifications".
  */
 int dp_notify_open(struct dp_client *c, uint32_t entries);
 
-/** Takes up to @p max notifications without blocking. Returns the count,
+/** Takes up to @p max notifications without blocking (of one that carries
+ * bytes, DP_NOTIFY_F_MSG, the entry only: dp_notify_recv() returns the
+ * bytes and the sender's name). Returns the count,
  * -EBADF without dp_notify_open, -ECONNRESET when the service went away
  * (checked at most once a millisecond when there is nothing to take). One
  * thread at a time. */
@@ -411,6 +442,36 @@ int dp_notify_wait(struct dp_client *c, struct dp_notification *out, unsigned ma
  * -EBADF without dp_notify_open. The fd stays the library's: do not close
  * it. */
 int dp_notify_fd(struct dp_client *c);
+
+/**
+ * Takes one notification, of either form, sleeping on the notification
+ * doorbell up to @p timeout_ms (0: never sleeps; -1: forever): the entry
+ * into *@p n, and for one with DP_NOTIFY_F_MSG its sender's name into
+ * @p sender (NUL-terminated; "" for the 64-bit form) and its n->msg_len
+ * bytes into @p msg. The sender's name is its client's session name when
+ * it has one, else "<server name>/<client id>" of its service. Returns 1,
+ * 0 when none came, -EBADF without dp_notify_open, -EMSGSIZE when
+ * @p cap is less than its msg_len (*@p n filled, the notification left on
+ * the ring: call again with DP_NOTIFY_MSG_MAX bytes), -ECONNRESET when the
+ * service went away. One thread at a time, as dp_notify_poll().
+ */
+int dp_notify_recv(struct dp_client *c, struct dp_notification *n,
+		   char sender[DP_NOTIFY_SENDER_MAX], void *msg, size_t cap, int timeout_ms);
+
+/**
+ * Sends a notification of @p len bytes (0..DP_NOTIFY_MSG_MAX) alone, with
+ * no transfer, to the owner of the segment behind handle @p segment
+ * (dp_segment_open, any access), on this service, another of this host or
+ * one across the fabric: DP_NOTIFY_F_ALONE | DP_NOTIFY_F_MSG on its ring.
+ * A notification of this client's queues whose descriptor completed
+ * before this call reaches the same owner before this one. Returns 0 once
+ * the service took it: put on the ring or dropped (ring full, no ring),
+ * or, for another service's segment, on its way (lost and counted if that
+ * service does not answer, as for a WRITE's). -EMSGSIZE more than
+ * DP_NOTIFY_MSG_MAX bytes, -EBADF an unknown handle, -ECONNRESET the
+ * segment is gone, -EINVAL NULL @p msg with @p len.
+ */
+int dp_notify_send(struct dp_client *c, int segment, const void *msg, size_t len);
 
 /** Fills @p st with the queue's figures. */
 int dp_queue_stats(const struct dp_queue *q, struct dp_queue_stats *st);
@@ -481,6 +542,30 @@ DP__INLINE void dp_prep_read(struct dp_desc *d, int region, uint64_t local_off, 
 			     uint64_t target_off, uint64_t len, uint64_t user_data)
 {
 	dp_prep_write(d, region, local_off, segment, target_off, len, user_data);
+	d->opcode = (uint8_t)DP_OP_READ;
+}
+
+/** As dp_prep_write(), and the WRITE carries @p msg_len bytes at @p msg
+ * and the sender's name to the owner of the target segment
+ * (DP_DESC_F_NOTIFY_MSG). @p msg must stay valid until dp_submit() took
+ * the descriptor, which copies the bytes. */
+DP__INLINE void dp_prep_write_msg(struct dp_desc *d, int region, uint64_t local_off, int segment,
+				  uint64_t target_off, uint64_t len, uint64_t user_data,
+				  const void *msg, size_t msg_len)
+{
+	dp_prep_write(d, region, local_off, segment, target_off, len, user_data);
+	d->flags = (uint8_t)DP_DESC_F_NOTIFY_MSG;
+	d->notify = (uint64_t)(uintptr_t)msg;
+	d->submit_ns = (uint64_t)msg_len;
+}
+
+/** As dp_prep_read(), with a notification of bytes as dp_prep_write_msg():
+ * the owner of the target segment gets it once the READ completed. */
+DP__INLINE void dp_prep_read_msg(struct dp_desc *d, int region, uint64_t local_off, int segment,
+				 uint64_t target_off, uint64_t len, uint64_t user_data,
+				 const void *msg, size_t msg_len)
+{
+	dp_prep_write_msg(d, region, local_off, segment, target_off, len, user_data, msg, msg_len);
 	d->opcode = (uint8_t)DP_OP_READ;
 }
 #undef DP__INLINE

@@ -84,9 +84,10 @@ enum dp_msg_type {
 	DP_MSG_REGION_OPEN_PATH = 12,	  /* fileio.c: a path under --file-root */
 	DP_MSG_REGION_REGISTER_MEM = 13,  /* vm.c: memory of the client process */
 	DP_MSG_NOTIFY_OPEN = 14,	  /* notif.c: the client's notification ring */
-	DP_MSG_SESSION_CREATE = 15,	  /* session.c: the client's engine session */
-	DP_MSG_SESSION_ADD = 17,	  /* session.c: a region at its address, in the session */
-	DP_MSG_SESSION_OPEN = 18,	  /* session.c: a handle on another engine's session */
+	DP_MSG_NOTIFY_SEND = 15,	  /* notif.c: a notification alone (dp_notify_send) */
+	DP_MSG_SESSION_CREATE = 17,	  /* session.c: the client's engine session */
+	DP_MSG_SESSION_ADD = 18,	  /* session.c: a region at its address, in the session */
+	DP_MSG_SESSION_OPEN = 19,	  /* session.c: a handle on another engine's session */
 };
 
 struct dp_msg_hdr {
@@ -141,6 +142,47 @@ struct dp_msg_notify_open_reply {
 	uint32_t entries;
 };
 #define DP_NOTIFY_DEFAULT_ENTRIES 256u
+
+/*
+ * Notifications with bytes (DP_DESC_F_NOTIFY_MSG, dp_notify_send).
+ *
+ * The bytes travel in memory of the client's that the service maps, never
+ * in the descriptor: in an SQ slot, a descriptor with DP_DESC_F_NOTIFY_MSG
+ * has notify = DP_NOTIFY_MSG_REF(region, offset, len), the bytes at
+ * `offset` of host region `region` of the same client. dp_submit copies a
+ * caller's bytes into its queue's message buffer (a dp_alloc region of
+ * depth * DP_NOTIFY_MSG_MAX bytes, made at the first such descriptor),
+ * into the slot of the descriptor's SQ index modulo depth. The service
+ * copies them out when it takes the descriptor, and it takes descriptors
+ * in SQ order, so once k completions of a queue were reaped its first k
+ * descriptors were taken: the queue's credit (depth in flight) keeps a
+ * slot from being rewritten before the service copied it.
+ *
+ * NOTIFY_SEND names the bytes the same way (a region of the client's that
+ * the library keeps for it) and the segment handle to notify.
+ *
+ * On the notification ring a DP_NOTIFY_F_MSG entry is followed by
+ * DP_NOTIFY_MSG_SLOTS(msg_len) - 1 entries that hold, as plain bytes, the
+ * sender's name (DP_NOTIFY_SENDER_MAX, NUL-padded) and then the msg_len
+ * bytes; the service commits them together with the first, and a full
+ * ring drops the whole record.
+ */
+#define DP_NOTIFY_MSG_REF(region, off, len)                                                        \
+	((uint64_t)(region) << 48 | (uint64_t)(len) << 32 | (uint64_t)(uint32_t)(off))
+#define DP_NOTIFY_MSG_REGION(ref) ((uint32_t)((ref) >> 48))
+#define DP_NOTIFY_MSG_LEN(ref) ((uint32_t)((ref) >> 32) & 0xffffu)
+#define DP_NOTIFY_MSG_OFF(ref) ((uint32_t)(ref))
+#define DP_NOTIFY_ENTRY_SIZE 128u /* sizeof(struct dp_notification) */
+#define DP_NOTIFY_MSG_SLOTS(len)                                                                   \
+	(1u + (64u + (uint32_t)(len) + DP_NOTIFY_ENTRY_SIZE - 1) / DP_NOTIFY_ENTRY_SIZE)
+
+struct dp_msg_notify_send {
+	uint32_t segment; /* a segment handle of the client's */
+	uint32_t region;  /* the bytes: a host region of the client's */
+	uint32_t offset;
+	uint32_t len; /* 0..DP_NOTIFY_MSG_MAX */
+};
+/* The reply: a struct dp_msg_status. */
 
 struct dp_msg_id {
 	uint32_t id;

@@ -71,10 +71,10 @@ bool fabric_virt_addr(void)
 {
 	return false;
 }
-void notif_receive(const struct dp_rpc_notify_entry *e, unsigned n)
+int notif_receive(const struct dp_rpc_notify *q)
 {
-	(void)e;
-	(void)n;
+	(void)q;
+	return 0;
 }
 bool samehost_enabled(void)
 {

@@ -75,6 +75,7 @@ __all__ = [
     "F_LOCAL", "F_FABRIC", "F_GPU", "F_FILE", "F_SAME_HOST", "ABI_VERSION", "SEGMENT_NAME_MAX",
     "DESC_SIZE", "COMPLETION_SIZE", "COMPLETION_DTYPE", "strerror", "last_error",
     "cuda_pointer", "Notification", "NOTIFY_F_LOCAL", "NOTIFY_F_FABRIC", "NOTIFY_F_SAME_HOST",
+    "Message", "NOTIFY_F_MSG", "NOTIFY_F_READ", "NOTIFY_F_ALONE", "NOTIFY_MSG_MAX",
 ]
 
 __version__ = _VERSION  # DP_VERSION_STRING (dp_version.h)
@@ -312,6 +313,15 @@ NOTIFY_F_LOCAL, NOTIFY_F_FABRIC, NOTIFY_F_SAME_HOST), how many were dropped
 for a full ring so far, the sender's client id (0 through the fabric) and
 the segment's name. The bytes are in place when it is seen."""
 NOTIFY_F_LOCAL, NOTIFY_F_FABRIC, NOTIFY_F_SAME_HOST = 1, 2, 16
+NOTIFY_F_MSG, NOTIFY_F_READ, NOTIFY_F_ALONE = 32, 64, 128
+NOTIFY_MSG_MAX = 4096
+
+Message = _collections.namedtuple("Message", "sender msg notification")
+Message.__doc__ = """A notification as notify_recv() returns it: the sender's
+name (str: its session's "host:port", else "<server name>/<client id>"; ""
+for a 64-bit notification), the bytes it carries (bytes; b"" for a 64-bit
+one) and the Notification itself (flags NOTIFY_F_MSG, with NOTIFY_F_READ
+when it came with a READ, NOTIFY_F_ALONE when sent by notify_send)."""
 
 
 def _notify_poll(self, max=64):
@@ -330,8 +340,32 @@ def _notify_wait(self, timeout=None, max=64):
     return [Notification(*t) for t in self._notify_take(max, ms)]
 
 
+def _notify_recv(self, timeout=0, max=64):
+    """notify_recv(timeout=0, max=64) -> list of Message
+
+    Notifications of both forms, with their senders and bytes, in ring
+    order; waits up to timeout seconds (None: forever; the GIL released)
+    for the first."""
+    ms = -1 if timeout is None else _builtins.max(0, int(timeout * 1000))
+    return [Message(t[0], t[1], Notification(*t[2:]))
+            for t in self._notify_recv(max, ms)]
+
+
+def _get_new_notifs(self, timeout=0):
+    """get_new_notifs(timeout=0) -> {sender: [bytes, ...]}
+
+    Takes what notify_recv() returns and groups the bytes by sender, in
+    arrival order (NIXL's get_new_notifs)."""
+    out = {}
+    for m in self.notify_recv(timeout, 1 << 30):
+        out.setdefault(m.sender, []).append(m.msg)
+    return out
+
+
 Client.notify_poll = _notify_poll
 Client.notify_wait = _notify_wait
+Client.notify_recv = _notify_recv
+Client.get_new_notifs = _get_new_notifs
 
 
 # ---- asyncio ----

@@ -1177,14 +1177,17 @@ static PyObject *queue_exit(PyObject *self, PyObject *args)
 }
 
 /* One descriptor from (region, local_off, segment, target_off, length,
- * user_data=0, notify=None): a WRITE with notify carries that 64-bit value
- * to the target's owner (DP_DESC_F_NOTIFY). */
+ * user_data=0, notify=None): a WRITE with an int notify carries that
+ * 64-bit value to the target's owner (DP_DESC_F_NOTIFY); a WRITE or READ
+ * with a bytes-like notify carries those bytes and the sender's name
+ * (DP_DESC_F_NOTIFY_MSG; dp_submit copies them). */
 static PyObject *queue_one(Queue *q, uint8_t op, PyObject *const *args, Py_ssize_t nargs,
 			   PyObject *kwnames)
 {
 	static const char *const names[] = {"region", "local_off", "segment", "target_off",
 					    "length", "user_data", "notify"};
 	PyObject *a[7] = {NULL};
+	Py_buffer msg = {.obj = NULL};
 	struct dp_desc d;
 	uint32_t region, segment;
 	uint64_t v[4] = {0}, nv = 0;
@@ -1222,21 +1225,32 @@ static PyObject *queue_one(Queue *q, uint8_t op, PyObject *const *args, Py_ssize
 	    segment_handle(a[2], &segment) || get_u64(a[3], &v[1], "target_off") ||
 	    get_u64(a[4], &v[2], "length") || (a[5] && get_u64(a[5], &v[3], "user_data")))
 		return NULL;
-	if (a[6] && a[6] != Py_None) {
+	dp_prep_write(&d, (int)region, v[0], (int)segment, v[1], v[2], v[3]);
+	d.opcode = op;
+	if (a[6] && a[6] != Py_None && PyObject_CheckBuffer(a[6])) {
+		if (PyObject_GetBuffer(a[6], &msg, PyBUF_SIMPLE))
+			return NULL;
+		if (op == DP_OP_WRITE)
+			dp_prep_write_msg(&d, (int)region, v[0], (int)segment, v[1], v[2], v[3],
+					  msg.buf, (size_t)msg.len);
+		else
+			dp_prep_read_msg(&d, (int)region, v[0], (int)segment, v[1], v[2], v[3],
+					 msg.buf, (size_t)msg.len);
+	} else if (a[6] && a[6] != Py_None) {
 		if (op != DP_OP_WRITE) {
-			PyErr_SetString(PyExc_ValueError, "notify goes with write() only");
+			PyErr_SetString(PyExc_ValueError,
+					"an int notify goes with write() only (bytes go with "
+					"read() too)");
 			return NULL;
 		}
 		if (get_u64(a[6], &nv, "notify"))
 			return NULL;
-	}
-	dp_prep_write(&d, (int)region, v[0], (int)segment, v[1], v[2], v[3]);
-	d.opcode = op;
-	if (a[6] && a[6] != Py_None) {
 		d.flags = DP_DESC_F_NOTIFY;
 		d.notify = nv;
 	}
 	rc = dp_submit(q->q, &d, 1);
+	if (msg.obj)
+		PyBuffer_Release(&msg);
 	if (rc < 0)
 		return raise_dp(rc);
 	if (rc == 0)
@@ -2226,6 +2240,78 @@ static PyObject *client_notify_take(PyObject *self, PyObject *args)
 	return list;
 }
 
+/* _notify_recv(max, timeout_ms): up to max notifications of either form
+ * (dp_notify_recv), the first waited for up to timeout_ms (the GIL
+ * released), as raw tuples (sender, bytes, value, offset, len, flags,
+ * dropped, sender id, segment). */
+static PyObject *client_notify_recv(PyObject *self, PyObject *args)
+{
+	static uint8_t buf[DP_NOTIFY_MSG_MAX]; /* under the GIL but the first wait */
+	Client *c = (Client *)self;
+	unsigned max = 64;
+	int timeout_ms = 0;
+	unsigned got = 0;
+	PyObject *list;
+
+	if (!PyArg_ParseTuple(args, "|Ii:_notify_recv", &max, &timeout_ms) || client_check(c))
+		return NULL;
+	list = PyList_New(0);
+	for (; list && got < max; got++) {
+		char sender[DP_NOTIFY_SENDER_MAX];
+		struct dp_notification n;
+		PyObject *t;
+		int k;
+
+		if (timeout_ms && !got) {
+			PyThreadState *ts = PyEval_SaveThread();
+
+			k = dp_notify_recv(c->c, &n, sender, buf, sizeof(buf), timeout_ms);
+			PyEval_RestoreThread(ts);
+		} else {
+			k = dp_notify_recv(c->c, &n, sender, buf, sizeof(buf), 0);
+		}
+		if (k < 0) {
+			Py_DECREF(list);
+			return raise_dp(k);
+		}
+		if (!k)
+			break;
+		t = Py_BuildValue("(sy#KKKIIIs)", sender, (const char *)buf, (Py_ssize_t)n.msg_len,
+				  (unsigned long long)n.value, (unsigned long long)n.offset,
+				  (unsigned long long)n.len, n.flags, n.dropped, n.sender,
+				  n.segment);
+		if (!t || PyList_Append(list, t)) {
+			Py_XDECREF(t);
+			Py_DECREF(list);
+			return NULL;
+		}
+		Py_DECREF(t);
+	}
+	return list;
+}
+
+/* notify_send(segment, msg): bytes alone to the segment's owner. */
+static PyObject *client_notify_send(PyObject *self, PyObject *args)
+{
+	Client *c = (Client *)self;
+	PyObject *so;
+	Py_buffer msg;
+	uint32_t seg;
+	int rc;
+
+	if (!PyArg_ParseTuple(args, "Oy*:notify_send", &so, &msg))
+		return NULL;
+	if (client_check(c) || segment_handle(so, &seg)) {
+		PyBuffer_Release(&msg);
+		return NULL;
+	}
+	rc = CONTROL(c, dp_notify_send(c->c, (int)seg, msg.buf, (size_t)msg.len));
+	PyBuffer_Release(&msg);
+	if (rc < 0)
+		return raise_dp(rc);
+	Py_RETURN_NONE;
+}
+
 static PyObject *client_notify_fileno(PyObject *self, PyObject *unused)
 {
 	Client *c = (Client *)self;
@@ -2246,6 +2332,12 @@ static PyMethodDef client_methods[] = {
 	 "notify_open($self, entries=0)\n--\n\nOpens this client's notification ring "
 	 "(dp_notify_open; entries: a power of two, 0 for the default). Open it before "
 	 "exporting, so that nothing is missed."},
+	{"_notify_recv", client_notify_recv, METH_VARARGS,
+	 "_notify_recv($self, max=64, timeout_ms=0)\n--\n\nRaw tuples; use notify_recv()."},
+	{"notify_send", client_notify_send, METH_VARARGS,
+	 "notify_send($self, segment, msg)\n--\n\nSends msg (bytes-like, at most "
+	 "NOTIFY_MSG_MAX bytes) alone to the owner of segment (dp_notify_send); it arrives "
+	 "after this client's notifications whose transfers completed before."},
 	{"_notify_take", client_notify_take, METH_VARARGS,
 	 "_notify_take($self, max=64, timeout_ms=-1)\n--\n\nRaw tuples; use "
 	 "notify_poll()/notify_wait()."},
