@@ -154,6 +154,10 @@ struct segment {
 	 * (samehost.h). */
 	struct samehost_seg *same;
 	char owner_name[DP_NAME_MAX]; /* remote: the peer string it was opened by */
+	/* An engine session's member (session.h): where the region starts in
+	 * its owner's process; notifications say addresses, not offsets. */
+	bool session_member;
+	uint64_t session_va;
 	/* A fabric transfer to it that failed on every rail asks whether it
 	 * still stands before its peer is taken for lost (segments.h,
 	 * segment_probe_ask): tickets handed out, the last one answered

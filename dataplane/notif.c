@@ -10,6 +10,7 @@
 #include "fabric.h"
 #include "notif.h"
 #include "samehost.h"
+#include "session.h"
 #include "stats.h"
 
 int notif_open(struct client *c, uint32_t entries, int fds[2])
@@ -109,13 +110,20 @@ static void entry_fill(struct dp_notification *e, const struct segment *seg,
 	memset(e, 0, sizeof(*e));
 	e->value = n->value;
 	e->offset = n->offset;
+	if (seg->session_member && !(n->flags & DP_NOTIFY_F_ALONE))
+		e->offset += seg->session_va;
 	e->len = n->len;
 	e->flags = n->flags;
 	e->dropped = dropped;
 	e->sender = n->sender;
 	e->msg_len = n->msg ? n->msg->len : 0;
-	/* seg->name is NUL-terminated within DP_NAME_MAX (= the field). */
-	memcpy(e->segment, seg->name, strnlen(seg->name, sizeof(e->segment) - 1));
+	/* seg->name is NUL-terminated within DP_NAME_MAX (= the field); a
+	 * session's member is named by its session. */
+	if (seg->session_member)
+		memcpy(e->segment, seg->owner->session,
+		       strnlen(seg->owner->session, sizeof(e->segment) - 1));
+	else
+		memcpy(e->segment, seg->name, strnlen(seg->name, sizeof(e->segment) - 1));
 }
 
 /* The entries after a DP_NOTIFY_F_MSG one (dp_proto.h): the sender's name,
@@ -226,7 +234,10 @@ int notif_send(struct client *c, const struct dp_msg_notify_send *req)
 		h = atomic_load_explicit(&c->segs[req->segment], memory_order_acquire);
 	if (!h)
 		return -EBADF;
-	seg = h->seg;
+	/* A session's: through any of its members, to its client. */
+	seg = h->sess ? session_any_member(h->sess) : h->seg;
+	if (!seg)
+		return -ENOENT;
 	if (atomic_load_explicit(&seg->dead, memory_order_acquire) ||
 	    (seg->same && !samehost_alive(seg->same)))
 		return -ECONNRESET;

@@ -269,6 +269,7 @@ static void desc_run(struct poller *p, struct queue *q, const struct dp_desc *d,
 	struct xfer x;
 	int rc;
 
+	x.d = d; /* desc_resolve's, once it resolved */
 	/* reserved1's place holds the ring's sequence word: libclient turns a
 	 * caller's reserved1 into reserved0 (dp_proto.h). */
 	if (!desc_notify_ok(d) || d->reserved0)
@@ -285,8 +286,10 @@ static void desc_run(struct poller *p, struct queue *q, const struct dp_desc *d,
 		return;
 	}
 	x.notify = NULL;
+	/* x.d: through a session, the member's offset (its owner's ring says
+	 * the address: notif.c). */
 	if (!rc && d->flags)
-		rc = notify_prepare(q, d, &x, e, &n);
+		rc = notify_prepare(q, x.d, &x, e, &n);
 	if (rc || d->opcode == DP_OP_NOP) {
 		queue_complete_ns(q, d->user_data, d->submit_ns, rc, 0, 0);
 		return;

@@ -142,6 +142,7 @@ int session_add(struct client *c, uint32_t region, uint64_t addr)
 {
 	struct session_srv *ss = srv_by_client(c);
 	struct region *reg;
+	struct segment *exp;
 	char name[DP_NAME_MAX];
 	unsigned access;
 	int i, rc;
@@ -168,6 +169,9 @@ int session_add(struct client *c, uint32_t region, uint64_t addr)
 	rc = export_add(c, reg, name, access, NULL, NULL);
 	if (rc)
 		return rc == SEGMENT_PENDING ? -EINVAL : rc;
+	exp = export_find(name);
+	exp->session_member = true;
+	exp->session_va = addr;
 	memmove(&ss->m[i + 2], &ss->m[i + 1], sizeof(ss->m[0]) * (ss->n - (unsigned)(i + 1)));
 	ss->m[i + 1] = (struct srv_member){.va = addr, .len = reg->len, .region = region};
 	memcpy(ss->m[i + 1].name, name, sizeof(name));
@@ -235,20 +239,26 @@ void session_fill_reply(uint16_t port, const char *name, struct dp_rpc_lookup_re
 		return;
 	}
 	if (!strcmp(name, "@")) {
+		/* "A session", with its first registration when it has one:
+		 * the opener knows one member before its first transfer (and
+		 * one to send notifications alone through). */
 		r->flags = DP_RPC_F_SESSION;
-		return;
-	}
-	if (parse_range(name, &va, &len)) {
-		r->status = -EINVAL;
-		return;
-	}
-	i = srv_find(ss, va);
-	m = i >= 0 ? &ss->m[i] : NULL;
-	/* No registration holds it whole: outside all, or across two. */
-	if (!m || va - m->va > m->len || len > m->len - (va - m->va) ||
-	    !(s = export_find(m->name))) {
-		r->status = -EFAULT;
-		return;
+		if (!ss->n || !(s = export_find(ss->m[0].name)))
+			return;
+		m = &ss->m[0];
+	} else {
+		if (parse_range(name, &va, &len)) {
+			r->status = -EINVAL;
+			return;
+		}
+		i = srv_find(ss, va);
+		m = i >= 0 ? &ss->m[i] : NULL;
+		/* No registration holds it whole: outside all, or across two. */
+		if (!m || va - m->va > m->len || len > m->len - (va - m->va) ||
+		    !(s = export_find(m->name))) {
+			r->status = -EFAULT;
+			return;
+		}
 	}
 	if (rpc_segment_record(s, r))
 		return;
@@ -534,18 +544,11 @@ struct open_ctx {
 	struct session_cli *s;
 	session_opened_fn fn;
 	void *arg;
+	uint64_t va, len; /* the first member the port described, if any */
 };
 
-static void on_ping(void *arg, int rc, const struct dp_rpc_lookup_reply *r, int *fds, unsigned nfds)
+static void open_end(struct open_ctx *o, int rc)
 {
-	struct open_ctx *o = arg;
-
-	while (nfds)
-		close(fds[--nfds]);
-	if (rc == RPC_LOOKUP_SELF || (!rc && !(r->flags & DP_RPC_F_SESSION)))
-		rc = -ENOENT;
-	if (rc == -ECONNRESET)
-		rc = -ENOENT;
 	if (rc)
 		log_info("session %s: %s", o->s->name, strerror(-rc));
 	o->fn(o->arg, rc, rc ? NULL : o->s);
@@ -554,6 +557,48 @@ static void on_ping(void *arg, int rc, const struct dp_rpc_lookup_reply *r, int 
 		sess_put(o->s);
 	}
 	free(o);
+}
+
+/* The first member, resolved: in the map before the handle exists (a
+ * member that cannot be reached is asked about again at its first use). */
+static void on_first_member(void *arg, int rc, struct segment *seg)
+{
+	struct open_ctx *o = arg;
+
+	if (!rc)
+		map_insert(o->s, o->va, o->len, seg);
+	open_end(o, 0);
+}
+
+static void on_ping(void *arg, int rc, const struct dp_rpc_lookup_reply *r, int *fds, unsigned nfds)
+{
+	struct open_ctx *o = arg;
+
+	while (nfds)
+		close(fds[--nfds]);
+	if (rc == RPC_LOOKUP_SELF || (!rc && !(r->flags & DP_RPC_F_SESSION)) || rc == -ECONNRESET)
+		rc = -ENOENT;
+	if (!rc && r->member[0]) {
+		o->va = r->va;
+		o->len = r->len;
+		if (segment_resolve_reply(r->server_name, r->member, r, on_first_member, o) ==
+		    SEGMENT_PENDING)
+			return;
+	}
+	open_end(o, rc);
+}
+
+struct segment *session_any_member(struct session_cli *s)
+{
+	const struct sess_map *m = atomic_load_explicit(&s->map, memory_order_relaxed);
+
+	if (atomic_load(&s->gone))
+		return NULL;
+	for (unsigned i = 0; m && i < m->n; i++)
+		if (!atomic_load(&m->m[i].seg->dead) &&
+		    (!m->m[i].seg->same || samehost_alive(m->m[i].seg->same)))
+			return m->m[i].seg;
+	return NULL;
 }
 
 int session_open(const char *name, session_opened_fn fn, void *arg)

@@ -82,6 +82,10 @@ static inline bool session_member_name(const char *name)
  * once: -EINVAL (not host:port), -EAGAIN, -ENOMEM. */
 typedef void (*session_opened_fn)(void *arg, int rc, struct session_cli *s);
 int session_open(const char *name, session_opened_fn fn, void *arg);
+/* Control thread: a live member of s (the first the map holds), or NULL
+ * (none known, or the session is gone): where a notification sent alone
+ * to the session goes. */
+struct segment *session_any_member(struct session_cli *s);
 /* The handle that held the reference closed (after its grace period). */
 void session_close(struct session_cli *s);
 /* Control thread: takes the pollers' questions (control_wake_efd). */

@@ -93,6 +93,48 @@ static void move_both(struct dp_queue *q, int lreg, uint8_t *loc, uint64_t llen,
 	}
 }
 
+/* Notifications through a session handle reach the session's client, with
+ * bytes and the sender's session name: on a WRITE, on a READ, alone. */
+static void notify_through(struct dp_client *a, struct dp_queue *q, int lreg, uint8_t *loc, int seg,
+			   struct owner *o, uint32_t nflag)
+{
+	char sender[DP_NOTIFY_SENDER_MAX], buf[DP_NOTIFY_MSG_MAX];
+	struct dp_notification n;
+	struct dp_desc d;
+	const char *msgs[3] = {"kv-ready:req-17", "read-done:req-17", "lease:req-17"};
+
+	if (!dp_session_name(a)[0])
+		cr_assert_gt(dp_session_create(a, 0), 0, "initiator's session: %s",
+			     dp_last_error());
+	cr_assert_eq(dp_notify_open(o->c, 0), 0);
+	pattern_fill(loc, 4096, 60);
+	dp_prep_write_msg(&d, lreg, 0, seg, (uint64_t)(uintptr_t)o->shm + 4096, 4096, 1, msgs[0],
+			  strlen(msgs[0]));
+	cr_assert_eq(run_wait(q, &d, 30000).status, 0, "WRITE with bytes");
+	dp_prep_read_msg(&d, lreg, 0, seg, (uint64_t)(uintptr_t)o->shm + 8192, 4096, 2, msgs[1],
+			 strlen(msgs[1]));
+	cr_assert_eq(run_wait(q, &d, 30000).status, 0, "READ with bytes");
+	cr_assert_eq(dp_notify_send(a, seg, msgs[2], strlen(msgs[2])), 0, "alone: %s",
+		     dp_last_error());
+	for (unsigned i = 0; i < 3; i++) {
+		cr_assert_eq(dp_notify_recv(o->c, &n, sender, buf, sizeof(buf), 10000), 1,
+			     "notification %u: %s", i, dp_last_error());
+		cr_assert_eq(n.msg_len, strlen(msgs[i]),
+			     "notification %u: msg_len %u flags %#x value %llu", i, n.msg_len,
+			     n.flags, (unsigned long long)n.value);
+		cr_assert(!memcmp(buf, msgs[i], n.msg_len), "notification %u: %.*s", i,
+			  (int)n.msg_len, buf);
+		cr_assert_str_eq(sender, dp_session_name(a), "the sender is named by its session");
+		cr_assert_str_eq(n.segment, o->name, "the segment is the owner's session");
+		if (i < 2)
+			cr_assert_eq(n.offset, (uint64_t)(uintptr_t)o->shm + 4096 * (i + 1),
+				     "notification %u: the offset is the address", i);
+		cr_assert(n.flags & nflag, "notification %u: flags %#x, want %#x", i, n.flags,
+			  nflag);
+	}
+	cr_assert_eq(pattern_check(o->shm + 4096, 4096, 60), -1, "the WRITE's bytes");
+}
+
 Test(session, same_service_by_address_local_path)
 {
 	struct dp_client *a, *b;
@@ -110,6 +152,7 @@ Test(session, same_service_by_address_local_path)
 	seg = dp_session_open(a, o.name, DP_ACCESS_RW);
 	cr_assert_geq(seg, 0, "dp_session_open(%s): %s", o.name, dp_last_error());
 	move_both(q, lreg, loc, 64 * MiB + 4096, seg, &o, DP_CQE_F_LOCAL);
+	notify_through(a, q, lreg, loc, seg, &o, DP_NOTIFY_F_LOCAL);
 	/* The owner's own session, from the owner: the local engine too. */
 	qb = make_queue(b, 8);
 	self = dp_session_open(b, o.name, DP_ACCESS_RW);
@@ -288,17 +331,12 @@ static void two_services(unsigned flags, const char *const *more, uint32_t path)
 	q = make_queue(p.ca, 64);
 	seg = dp_session_open(p.ca, o.name, DP_ACCESS_RW);
 	cr_assert_geq(seg, 0, "dp_session_open(%s): %s", o.name, dp_last_error());
-	/* dp_alloc memory on every path; memory of the owner's own
-	 * (dp_register_mem) on this service's and the same host's. */
-	if (path != DP_CQE_F_LOCAL) {
-		struct owner shm_only = o;
-
-		shm_only.own = o.shm;
-		shm_only.own_len = o.shm_len;
-		move_both(q, lreg, loc, llen, seg, &shm_only, path);
-	} else {
-		move_both(q, lreg, loc, llen, seg, &o, path);
-	}
+	/* dp_alloc memory and memory of the owner's own (dp_register_mem). */
+	move_both(q, lreg, loc, llen, seg, &o, path);
+	notify_through(p.ca, q, lreg, loc, seg, &o,
+		       path == DP_CQE_F_SAME_HOST ? DP_NOTIFY_F_SAME_HOST
+		       : path == DP_CQE_F_FABRIC  ? DP_NOTIFY_F_FABRIC
+						  : DP_NOTIFY_F_LOCAL);
 	/* 64 in flight, scattered over the owner's dp_alloc memory. */
 	{
 		struct dp_desc d[64];
