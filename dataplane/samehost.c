@@ -224,11 +224,37 @@ static void samehost_unexport(struct segment *s)
 	s->eng[ENGINE_samehost] = NULL;
 }
 
+/* A memfd holding @v: the description of a VMM region (fds[2]), or -1. */
+static int vmm_desc_fd(const struct dp_msg_region_register_cuda_vmm *v)
+{
+	int fd = memfd_create("dataplane-vmm", MFD_CLOEXEC);
+
+	if (fd >= 0 && pwrite(fd, v, sizeof(*v), 0) != (ssize_t)sizeof(*v)) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
+/* The description a same-host exporter put in a memfd (vmm_desc_fd),
+ * checked as a client's would be: 0 or -EBADMSG. */
+static int vmm_desc_read(int fd, struct dp_msg_region_register_cuda_vmm *v)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) < 0 || st.st_size != (off_t)sizeof(*v) ||
+	    pread(fd, v, sizeof(*v), 0) != (ssize_t)sizeof(*v) || !dp_proto_cuda_vmm_ok(v))
+		return -EBADMSG;
+	return 0;
+}
+
 int samehost_describe(const struct segment *s, struct dp_samehost_desc *d, int *fds, unsigned *nfds)
 {
 	uintptr_t slot = (uintptr_t)s->eng[ENGINE_samehost];
 	const struct region *r = s->region;
 	long page = sysconf(_SC_PAGESIZE);
+	struct dp_msg_region_register_cuda_vmm v;
+	unsigned n = 2;
 	int rc;
 
 	if (!sh.on || !slot)
@@ -242,21 +268,26 @@ int samehost_describe(const struct segment *s, struct dp_samehost_desc *d, int *
 		d->map_off = r->file_off & ~(uint64_t)(page - 1);
 		d->base_off = r->file_off - d->map_off;
 		d->map_len = r->len + d->base_off;
-	} else if (r->kind == REGION_CUDA) {
+		fds[n++] = fcntl(r->fd, F_DUPFD_CLOEXEC, 0);
+	} else if (r->kind == REGION_CUDA && !gpu_region_ipc(r, &d->cuda)) {
 		d->kind = SAMEHOST_CUDA;
-		rc = gpu_region_ipc(r, &d->cuda);
+	} else if (r->kind == REGION_CUDA) {
+		/* Fresh fds of the pieces this service imported. */
+		rc = gpu_region_vmm(r, &v, fds + 3);
 		if (rc)
 			return rc;
+		d->kind = SAMEHOST_CUDA_VMM;
+		fds[n++] = vmm_desc_fd(&v);
+		n += v.npieces;
 	} else {
 		return -ENOTSUP;
 	}
 	fds[0] = fcntl(sh.pidfd, F_DUPFD_CLOEXEC, 0);
 	fds[1] = fcntl(sh.table_fd, F_DUPFD_CLOEXEC, 0);
-	fds[2] = d->kind == SAMEHOST_HOST ? fcntl(r->fd, F_DUPFD_CLOEXEC, 0) : -1;
-	*nfds = d->kind == SAMEHOST_HOST ? 3 : 2;
-	for (unsigned i = 0; i < *nfds; i++)
+	*nfds = n;
+	for (unsigned i = 0; i < n; i++)
 		if (fds[i] < 0) {
-			for (unsigned j = 0; j < *nfds; j++)
+			for (unsigned j = 0; j < n; j++)
 				if (fds[j] >= 0)
 					close(fds[j]);
 			*nfds = 0;
@@ -375,19 +406,38 @@ bad:
 	return NULL;
 }
 
-/* The region a same-host reply describes, mapped here. */
-static int region_import(const struct dp_rpc_lookup_reply *r, int memfd, struct region **out)
+/* The region a same-host reply describes, mapped here: @fds as
+ * samehost_describe made them; a VMM region's pieces' fds (fds[3 ..]) are
+ * taken, the others left to the caller. */
+static int region_import(const struct dp_rpc_lookup_reply *r, int *fds,
+			 const struct dp_msg_region_register_cuda_vmm *v, struct region **out)
 {
 	const struct dp_samehost_desc *d = &r->same;
 	struct region *reg = calloc(1, sizeof(*reg));
+	int memfd = d->kind == SAMEHOST_HOST ? fds[2] : -1;
 	struct stat st;
 	int rc;
 
+	if (v && (!reg || v->len != r->len)) {
+		for (uint32_t i = 0; i < v->npieces; i++)
+			close(fds[3 + i]);
+		free(reg);
+		return reg ? -EBADMSG : -ENOMEM;
+	}
 	if (!reg)
 		return -ENOMEM;
 	atomic_init(&reg->refs, 1);
 	reg->fd = -1;
 	reg->owner_pid = 0;
+	if (v) {
+		rc = gpu_region_open_vmm(reg, v, fds + 3);
+		if (rc) {
+			free(reg);
+			return rc;
+		}
+		*out = reg;
+		return 0;
+	}
 	if (d->kind == SAMEHOST_CUDA) {
 		rc = gpu_region_open(reg, &d->cuda);
 		if (rc || reg->len != r->len) {
@@ -427,16 +477,24 @@ int samehost_import(const char *peer, const char *name, const struct dp_rpc_look
 {
 	const struct dp_samehost_desc *d = &r->same;
 	struct samehost_peer *p = NULL;
+	struct dp_msg_region_register_cuda_vmm v;
 	struct samehost_seg *ss;
 	struct region *reg = NULL;
 	struct segment *s;
+	unsigned want = 0;
 	int rc = -EBADMSG;
 
-	if (nfds != (d->kind == SAMEHOST_HOST ? 3u : 2u) ||
-	    (d->kind != SAMEHOST_HOST && d->kind != SAMEHOST_CUDA) || d->slot >= SAMEHOST_SLOTS ||
-	    !(d->gen & 1))
+	if (d->kind == SAMEHOST_HOST)
+		want = 3;
+	else if (d->kind == SAMEHOST_CUDA)
+		want = 2;
+	else if (d->kind == SAMEHOST_CUDA_VMM && nfds >= 3 && !vmm_desc_read(fds[2], &v))
+		want = 3 + v.npieces;
+	if (!want || nfds != want || d->slot >= SAMEHOST_SLOTS || !(d->gen & 1))
 		goto out_fds;
-	rc = region_import(r, nfds > 2 ? fds[2] : -1, &reg);
+	rc = region_import(r, fds, d->kind == SAMEHOST_CUDA_VMM ? &v : NULL, &reg);
+	if (d->kind == SAMEHOST_CUDA_VMM)
+		nfds = 3; /* the pieces' fds were taken */
 	if (rc)
 		goto out_fds;
 	if (nfds > 2)
@@ -462,7 +520,9 @@ int samehost_import(const char *peer, const char *name, const struct dp_rpc_look
 	snprintf(s->owner_name, sizeof(s->owner_name), "%s", peer);
 	log_info("segment '%s' on %s (%s): %llu bytes of %s memory, %s, mapped (same host)", name,
 		 peer, r->server_name, (unsigned long long)r->len,
-		 d->kind == SAMEHOST_CUDA ? "GPU" : "host",
+		 d->kind == SAMEHOST_CUDA	? "GPU"
+		 : d->kind == SAMEHOST_CUDA_VMM ? "GPU (VMM)"
+						: "host",
 		 r->access == DP_ACCESS_RW ? "rw" : "ro");
 	*out = s;
 	return 0;
