@@ -21,8 +21,9 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
-/* The most fds one packet carries either way. */
-#define DP_NET_MAX_FDS 16
+/* The most fds one packet carries either way: a VMM GPU registration's 32
+ * pieces (dp_proto.h), a same-host reply's 3 + 32 (samehost.h). */
+#define DP_NET_MAX_FDS 40
 
 /*
  * Sends one packet: the `iovcnt` buffers of `iov`, and `nfds` fds (0 ..

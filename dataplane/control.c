@@ -48,7 +48,8 @@
 #include "stats.h"
 
 #define MAX_STRIKES 3
-#define MAX_FDS 4
+/* The most a request carries: one per piece of REGION_REGISTER_CUDA_VMM. */
+#define MAX_FDS DP_CUDA_VMM_MAX_PIECES
 /* Refused connections that wait for their HELLO, to be told why (at most
  * --hello-timeout-ms each); beyond this many the service hangs up at once. */
 #define MAX_REFUSING 64
@@ -202,12 +203,22 @@ static int reply_with(struct msg_out *o, const void *payload, size_t len, int st
 	return status;
 }
 
-/* The one fd of a type that carries one (ctl_msg_check_payload() saw it
- * come alone), now the handler's to close. */
-static int take_fd(struct msg_in *m)
+static void close_fds(const int *fds, unsigned n)
 {
-	m->nfds = 0;
-	return m->fds[0];
+	for (unsigned i = 0; i < n; i++)
+		close(fds[i]);
+}
+
+/* The fds of a type that carries them (as many as ctl_msg_fds() says: the
+ * checks saw them come), now the handler's to close; 0 for other types,
+ * whose stray fds the dispatcher closes. */
+static unsigned take_fds(struct msg_in *m)
+{
+	unsigned n = ctl_msg_fds(&m->hdr, m->payload);
+
+	if (n)
+		m->nfds = 0;
+	return n;
 }
 
 /* ---- handlers: each runs on a message ctl_msg_check_payload() accepted
@@ -393,23 +404,21 @@ static unsigned region_slot_free(const struct client *c)
 static int on_region_new(struct client *c, struct msg_in *m, struct msg_out *o)
 {
 	const struct engine_region_msg *rm = engines_region_msg(m->hdr.type);
-	int fd = ctl_msg_has_fd(m->hdr.type) ? take_fd(m) : -1;
+	unsigned nfds = take_fds(m);
 	unsigned slot = region_slot_free(c);
 	struct region *reg;
 	int access, rc;
 
 	if (!rm) { /* a type of the protocol no engine of this build takes */
-		if (fd >= 0)
-			close(fd);
+		close_fds(m->fds, nfds);
 		return -EOPNOTSUPP;
 	}
 	reg = slot < DP_MAX_REGIONS ? calloc(1, sizeof(*reg)) : NULL;
 	if (!reg) {
-		if (fd >= 0)
-			close(fd);
+		close_fds(m->fds, nfds);
 		return slot < DP_MAX_REGIONS ? -ENOMEM : -ENOSPC;
 	}
-	access = rm->open(reg, c, m->payload, fd);
+	access = rm->open(reg, c, m->payload, m->fds, nfds);
 	if (access < 0) {
 		free(reg);
 		return access;

@@ -12,7 +12,8 @@
 #include "ctlmsg.h"
 #include "dp_internal.h"
 
-/* The payload each request type carries, and whether one fd comes with it. */
+/* The payload each request type carries, and whether one fd comes with it
+ * (REGION_REGISTER_CUDA_VMM: one per piece, ctl_msg_fds()). */
 static const struct {
 	uint32_t len;
 	bool fd;
@@ -35,6 +36,7 @@ static const struct {
 	[DP_MSG_SESSION_ADD] = {sizeof(struct dp_msg_session_add), false},
 	[DP_MSG_SESSION_OPEN] = {sizeof(struct dp_msg_session_open), false},
 	[DP_MSG_NOTIFY_SEND] = {sizeof(struct dp_msg_notify_send), false},
+	[DP_MSG_REGION_REGISTER_CUDA_VMM] = {sizeof(struct dp_msg_region_register_cuda_vmm), false},
 };
 
 /* Every payload, so that one aligned copy serves all types. */
@@ -55,6 +57,7 @@ union payload {
 	struct dp_msg_session_add session_add;
 	struct dp_msg_session_open session_open;
 	struct dp_msg_notify_send notify_send;
+	struct dp_msg_region_register_cuda_vmm region_vmm;
 };
 
 _Static_assert(sizeof(struct dp_msg_hdr) + sizeof(union payload) <= DP_MSG_MAX,
@@ -168,14 +171,25 @@ int ctl_msg_check_payload(const struct dp_msg_hdr *hdr, const void *payload, uns
 	case DP_MSG_NOTIFY_SEND:
 		/* The handler says -EMSGSIZE for a length beyond the most. */
 		return 0;
+	case DP_MSG_REGION_REGISTER_CUDA_VMM:
+		/* The pieces first: their count says how many fds must come. */
+		if (!dp_proto_cuda_vmm_ok(&p.region_vmm))
+			return -EINVAL;
+		return nfds == p.region_vmm.npieces ? 0 : -EBADF;
 	default: /* HELLO: the ABI version is negotiated by its handler */
 		return 0;
 	}
 }
 
-bool ctl_msg_has_fd(uint32_t type)
+unsigned ctl_msg_fds(const struct dp_msg_hdr *hdr, const void *payload)
 {
-	return type < CTL_MSG_NTYPES && shapes[type].fd;
+	struct dp_msg_region_register_cuda_vmm v;
+
+	if (hdr->type == DP_MSG_REGION_REGISTER_CUDA_VMM) {
+		memcpy(&v, payload, sizeof(v));
+		return v.npieces;
+	}
+	return hdr->type < CTL_MSG_NTYPES && shapes[hdr->type].fd ? 1 : 0;
 }
 
 int ctl_msg_check(const void *buf, size_t len, unsigned nfds)

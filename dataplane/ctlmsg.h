@@ -36,20 +36,22 @@ int ctl_msg_check_hdr(const void *buf, size_t len, struct dp_msg_hdr *hdr);
  * with @nfds descriptors (SCM_RIGHTS). The payload needs no alignment.
  * 0, or
  *  -EBADMSG  payload length not exactly the type's;
- *  -EBADF    REGION_REGISTER / REGION_REGISTER_FILE without exactly one fd;
+ *  -EBADF    REGION_REGISTER / REGION_REGISTER_FILE without exactly one fd,
+ *            REGION_REGISTER_CUDA_VMM without exactly one per piece;
  *            a queue, region or segment id beyond its table;
  *  -EINVAL   a reserved field not 0, a path empty or not NUL-terminated
  *            inside its field, a peer not NUL-terminated (it may be empty),
  *            a segment name that breaks dp_proto_segment_name_ok(), an access
  *            mode outside the type's, a depth not a power of two, an empty
- *            region or one whose offset + len wraps.
+ *            region or one whose offset + len wraps, VMM pieces that break
+ *            dp_proto_cuda_vmm_ok().
  * Types that carry no fd accept any @nfds: the caller closes what came.
  */
 int ctl_msg_check_payload(const struct dp_msg_hdr *hdr, const void *payload, unsigned nfds);
 
-/* Whether a request of @type carries one fd (the checks above made sure
- * it came). */
-bool ctl_msg_has_fd(uint32_t type);
+/* How many fds a request that passed the checks above carries (0, 1, or
+ * one per VMM piece): they came. */
+unsigned ctl_msg_fds(const struct dp_msg_hdr *hdr, const void *payload);
 
 /* Both, in that order, on a whole packet: 0 or the first error. */
 int ctl_msg_check(const void *buf, size_t len, unsigned nfds);

@@ -71,15 +71,18 @@ struct engine_region_msg {
 	uint32_t type;	  /* DP_MSG_REGION_...; 0 ends an engine's list */
 	const char *what; /* for the log: "host", "GPU", "file", ... */
 	/* Control thread. Fills @reg (zeroed) from @payload, a request of
-	 * this type from client @c, and @fd (the one that came with it, -1
-	 * for types without one; taken over, closed on failure too): kind,
+	 * this type from client @c, and the @nfds fds that came with it
+	 * (ctlmsg.c's rules: one for a memfd or a file, one per piece of VMM
+	 * GPU memory, none for the others; taken over, closed on failure
+	 * too): kind,
 	 * base, len, its own eng[] slot, and `charged` for memory mapped here
 	 * (counted against --max-mapped-gb-per-uid: client_map_quota()).
 	 * Returns the access the region allows (DP_ACCESS_READ or
 	 * DP_ACCESS_RW), or -errno with nothing of @reg left to undo. Every
 	 * engine's region_open then runs on the region, and it is published
 	 * in the client's table (control.c, on_region_new). */
-	int (*open)(struct region *reg, struct client *c, const void *payload, int fd);
+	int (*open)(struct region *reg, struct client *c, const void *payload, int *fds,
+		    unsigned nfds);
 };
 
 struct engine {

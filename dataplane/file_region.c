@@ -285,21 +285,25 @@ err:
 }
 
 /* DP_MSG_REGION_REGISTER_FILE: a file the client passed. */
-static int file_region_by_fd(struct region *reg, struct client *c, const void *payload, int fd)
+static int file_region_by_fd(struct region *reg, struct client *c, const void *payload, int *fds,
+			     unsigned nfds)
 {
 	const struct dp_msg_region_file *req = payload;
 
 	(void)c;
-	return file_region_open(reg, fd, NULL, req->offset, req->len, req->access);
+	(void)nfds; /* one: ctlmsg.c saw it come */
+	return file_region_open(reg, fds[0], NULL, req->offset, req->len, req->access);
 }
 
 /* DP_MSG_REGION_OPEN_PATH: a path the service opens beneath --file-root. */
-static int file_region_by_path(struct region *reg, struct client *c, const void *payload, int no_fd)
+static int file_region_by_path(struct region *reg, struct client *c, const void *payload,
+			       int *no_fds, unsigned nfds)
 {
 	const struct dp_msg_region_path *req = payload;
 
 	(void)c;
-	(void)no_fd;
+	(void)no_fds;
+	(void)nfds;
 	return file_region_open(reg, -1, req->path, req->file.offset, req->file.len,
 				req->file.access);
 }

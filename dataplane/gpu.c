@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine.h"
 #include "notif.h"
@@ -11,17 +12,33 @@
 #include "gpu.h"
 
 /* DP_MSG_REGION_REGISTER_CUDA: GPU memory, by its CUDA IPC handle. */
-static int gpu_region_by_ipc(struct region *reg, struct client *c, const void *payload, int no_fd)
+static int gpu_region_by_ipc(struct region *reg, struct client *c, const void *payload, int *no_fds,
+			     unsigned nfds)
 {
 	int rc = gpu_region_open(reg, payload);
 
 	(void)c;
-	(void)no_fd;
+	(void)no_fds;
+	(void)nfds;
+	return rc ? rc : (int)DP_ACCESS_RW;
+}
+
+/* DP_MSG_REGION_REGISTER_CUDA_VMM: GPU memory mapped with cuMemMap, by its
+ * pieces' shareable fds (one per piece: ctlmsg.c saw them come). */
+static int gpu_region_by_vmm(struct region *reg, struct client *c, const void *payload, int *fds,
+			     unsigned nfds)
+{
+	int rc;
+
+	(void)c;
+	(void)nfds;
+	rc = gpu_region_open_vmm(reg, payload, fds);
 	return rc ? rc : (int)DP_ACCESS_RW;
 }
 
 static const struct engine_region_msg gpu_region_msgs[] = {
 	{DP_MSG_REGION_REGISTER_CUDA, "GPU", gpu_region_by_ipc},
+	{DP_MSG_REGION_REGISTER_CUDA_VMM, "GPU (VMM)", gpu_region_by_vmm},
 	{0},
 };
 
@@ -49,6 +66,23 @@ int gpu_region_ipc(const struct region *reg, struct dp_msg_region_register_cuda 
 {
 	(void)reg;
 	(void)out;
+	return -ENOTSUP;
+}
+
+int gpu_region_open_vmm(struct region *reg, const struct dp_msg_region_register_cuda_vmm *req,
+			int *fds)
+{
+	(void)reg;
+	for (uint32_t i = 0; i < req->npieces; i++)
+		close(fds[i]);
+	return -ENODEV;
+}
+
+int gpu_region_vmm(const struct region *reg, struct dp_msg_region_register_cuda_vmm *out, int *fds)
+{
+	(void)reg;
+	(void)out;
+	(void)fds;
 	return -ENOTSUP;
 }
 
@@ -114,7 +148,7 @@ const struct engine gpu_engine = {
 
 #else /* DP_HAVE_CUDA */
 
-#include <cuda.h> /* types of the one driver entry point we look up */
+#include <cuda.h> /* types of the driver entry points we look up */
 #include <cuda_runtime_api.h>
 
 #define GPU_MAX_DEVICES 16
@@ -174,9 +208,39 @@ struct gpu_poller {
 
 typedef CUresult (*addr_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
 
+/* The driver's virtual memory calls, looked up like cuMemGetAddressRange
+ * (no -lcuda: a build with CUDA runs where there is no driver). */
+static struct {
+	CUresult (*import)(CUmemGenericAllocationHandle *h, void *os_handle,
+			   CUmemAllocationHandleType type);
+	CUresult (*export_fd)(void *shareable, CUmemGenericAllocationHandle h,
+			      CUmemAllocationHandleType type, unsigned long long flags);
+	CUresult (*reserve)(CUdeviceptr *ptr, size_t size, size_t align, CUdeviceptr addr,
+			    unsigned long long flags);
+	CUresult (*addr_free)(CUdeviceptr ptr, size_t size);
+	CUresult (*map)(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+			unsigned long long flags);
+	CUresult (*unmap)(CUdeviceptr ptr, size_t size);
+	CUresult (*set_access)(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+			       size_t count);
+	CUresult (*release)(CUmemGenericAllocationHandle h);
+	CUresult (*err_name)(CUresult err, const char **s);
+	bool ok; /* all found */
+} vmm;
+
+/* A GPU region's own state (eng[ENGINE_gpu] of a REGION_CUDA): how it was
+ * opened, kept for services of this host that map it too (samehost.c). */
+struct gpu_mem {
+	bool vmm;
+	struct dp_msg_region_register_cuda ipc;			/* IPC: as registered */
+	struct dp_msg_region_register_cuda_vmm desc;		/* VMM: as registered */
+	CUmemGenericAllocationHandle h[DP_CUDA_VMM_MAX_PIECES]; /* VMM: imported */
+};
+
 static int ndev;
 static cudaUUID_t uuids[GPU_MAX_DEVICES];
 static void pinner_start(void);
+static void vmm_lookup(void);
 static int prio_small, prio_bulk;
 static addr_range_fn addr_range;
 
@@ -205,6 +269,7 @@ static int gpu_init(void)
 		log_err("gpu: driver has no cuMemGetAddressRange; GPU registration disabled");
 		return 0;
 	}
+	vmm_lookup();
 	if (n > GPU_MAX_DEVICES) {
 		log_warn("gpu: %d devices, using the first %d", n, GPU_MAX_DEVICES);
 		n = GPU_MAX_DEVICES;
@@ -271,8 +336,217 @@ static int device_by_uuid(const uint8_t *uuid)
 	return -1;
 }
 
+static void *driver_fn(const char *name)
+{
+	enum cudaDriverEntryPointQueryResult q;
+	void *fn = NULL;
+
+	if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) !=
+		    cudaSuccess ||
+	    q != cudaDriverEntryPointSuccess)
+		fn = NULL;
+	cudaGetLastError();
+	return fn;
+}
+
+static void vmm_lookup(void)
+{
+	vmm.import = driver_fn("cuMemImportFromShareableHandle");
+	vmm.export_fd = driver_fn("cuMemExportToShareableHandle");
+	vmm.reserve = driver_fn("cuMemAddressReserve");
+	vmm.addr_free = driver_fn("cuMemAddressFree");
+	vmm.map = driver_fn("cuMemMap");
+	vmm.unmap = driver_fn("cuMemUnmap");
+	vmm.set_access = driver_fn("cuMemSetAccess");
+	vmm.release = driver_fn("cuMemRelease");
+	vmm.err_name = driver_fn("cuGetErrorName");
+	vmm.ok = vmm.import && vmm.export_fd && vmm.reserve && vmm.addr_free && vmm.map &&
+		 vmm.unmap && vmm.set_access && vmm.release;
+	if (!vmm.ok)
+		log_warn("gpu: the driver lacks the virtual memory calls; VMM GPU registration "
+			 "answers ENODEV");
+}
+
+static const char *cu_err(CUresult r)
+{
+	const char *s = NULL;
+
+	if (!vmm.err_name || vmm.err_name(r, &s) != CUDA_SUCCESS || !s)
+		return "CUDA driver error";
+	return s;
+}
+
+/* The driver's calls need the device's primary context current: the
+ * runtime makes it so (and creates it) in cudaSetDevice. Returns the
+ * device to restore with dev_leave. */
+static int ctx_enter(int dev)
+{
+	int prev = -1;
+
+	if (cudaGetDevice(&prev) != cudaSuccess)
+		prev = -1;
+	cudaSetDevice(dev);
+	return prev;
+}
+
+/* Access for @dev, and for every device that can reach it as a peer
+ * (copies between GPUs run on the destination's streams; cuMemMap'ed
+ * memory does not follow cudaDeviceEnablePeerAccess). */
+static CUresult vmm_set_access(int dev, CUdeviceptr va, size_t len)
+{
+	CUmemAccessDesc a = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev},
+			     .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	CUresult cr = vmm.set_access(va, len, &a, 1);
+
+	for (int i = 0; cr == CUDA_SUCCESS && i < ndev; i++) {
+		int can = 0;
+		CUresult pr;
+
+		if (i == dev || cudaDeviceCanAccessPeer(&can, i, dev) != cudaSuccess || !can)
+			continue;
+		a.location.id = i;
+		pr = vmm.set_access(va, len, &a, 1);
+		if (pr != CUDA_SUCCESS)
+			log_warn("gpu: VMM region of device %d: no access for peer %d: %s", dev, i,
+				 cu_err(pr));
+	}
+	cudaGetLastError();
+	return cr;
+}
+
+/* Unmaps the first @mapped pieces of @m at @va, frees the range (when
+ * reserved) and releases the first @imported handles. */
+static void vmm_undo(struct gpu_mem *m, CUdeviceptr va, unsigned mapped, unsigned imported)
+{
+	const struct dp_msg_region_register_cuda_vmm *d = &m->desc;
+	const struct dp_cuda_vmm_piece *last = &d->piece[d->npieces - 1];
+
+	for (unsigned i = 0; i < mapped; i++)
+		vmm.unmap(va + d->piece[i].offset, d->piece[i].size);
+	if (va)
+		vmm.addr_free(va, last->offset + last->size);
+	for (unsigned i = 0; i < imported; i++)
+		vmm.release(m->h[i]);
+}
+
+int gpu_region_open_vmm(struct region *reg, const struct dp_msg_region_register_cuda_vmm *req,
+			int *fds)
+{
+	const struct dp_cuda_vmm_piece *last = &req->piece[req->npieces - 1];
+	const size_t total = last->offset + last->size;
+	unsigned imported = 0, mapped = 0;
+	const char *what = NULL;
+	CUresult cr = CUDA_SUCCESS;
+	CUdeviceptr va = 0;
+	struct gpu_mem *m;
+	int dev, prev, rc = 0;
+
+	dev = ndev && vmm.ok ? device_by_uuid(req->uuid) : -1;
+	if (dev < 0) {
+		if (ndev && vmm.ok)
+			log_warn("gpu: VMM registration names a device this service does not see "
+				 "(client's ordinal %d)",
+				 req->device);
+		rc = -ENODEV;
+		goto out_fds;
+	}
+	m = calloc(1, sizeof(*m));
+	if (!m) {
+		rc = -ENOMEM;
+		goto out_fds;
+	}
+	m->vmm = true;
+	m->desc = *req;
+	prev = ctx_enter(dev);
+	/* The driver checks each fd and, at cuMemMap, that the client's size
+	 * of a piece lies within its allocation: nothing the client says is
+	 * mapped beyond what it shared. */
+	for (; imported < req->npieces; imported++) {
+		cr = vmm.import(&m->h[imported], (void *)(uintptr_t)fds[imported],
+				CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+		if (cr != CUDA_SUCCESS) {
+			what = "cuMemImportFromShareableHandle";
+			goto undo;
+		}
+	}
+	cr = vmm.reserve(&va, total, 0, 0, 0);
+	if (cr != CUDA_SUCCESS) {
+		va = 0;
+		what = "cuMemAddressReserve";
+		goto undo;
+	}
+	for (; mapped < req->npieces; mapped++) {
+		cr = vmm.map(va + req->piece[mapped].offset, req->piece[mapped].size, 0,
+			     m->h[mapped], 0);
+		if (cr != CUDA_SUCCESS) {
+			what = "cuMemMap";
+			goto undo;
+		}
+	}
+	cr = vmm_set_access(dev, va, total);
+	if (cr != CUDA_SUCCESS) {
+		what = "cuMemSetAccess";
+		goto undo;
+	}
+	dev_leave(prev, dev);
+	reg->eng[ENGINE_gpu] = m;
+	reg->kind = REGION_CUDA;
+	reg->device = dev;
+	reg->fd = -1;
+	reg->map = (void *)(uintptr_t)va;
+	reg->map_len = total;
+	reg->base = (uint8_t *)reg->map + req->offset;
+	reg->len = req->len;
+	log_debug("gpu: mapped %u VMM pieces, %zu bytes, on device %d", req->npieces, total, dev);
+	goto out_fds;
+undo:
+	log_warn("gpu: VMM registration of %u pieces (%zu bytes) on device %d: %s (%u pieces "
+		 "imported, %u mapped): %s",
+		 req->npieces, total, dev, what, imported, mapped, cu_err(cr));
+	vmm_undo(m, va, mapped, imported);
+	dev_leave(prev, dev);
+	free(m);
+	rc = cr == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EINVAL;
+out_fds:
+	/* The imported handles hold the allocations; the fds are done. */
+	for (uint32_t i = 0; i < req->npieces; i++)
+		close(fds[i]);
+	return rc;
+}
+
+int gpu_region_vmm(const struct region *reg, struct dp_msg_region_register_cuda_vmm *out, int *fds)
+{
+	const struct gpu_mem *m = reg->kind == REGION_CUDA ? reg->eng[ENGINE_gpu] : NULL;
+	CUresult cr = CUDA_SUCCESS;
+	unsigned n = 0;
+	int prev;
+
+	if (!m || !m->vmm)
+		return -ENOTSUP;
+	prev = ctx_enter(reg->device);
+	for (; n < m->desc.npieces; n++) {
+		int fd = -1;
+
+		cr = vmm.export_fd(&fd, m->h[n], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+		if (cr != CUDA_SUCCESS)
+			break;
+		fds[n] = fd;
+	}
+	dev_leave(prev, reg->device);
+	if (cr != CUDA_SUCCESS) {
+		log_warn("gpu: cuMemExportToShareableHandle of piece %u of a VMM region: %s", n,
+			 cu_err(cr));
+		while (n)
+			close(fds[--n]);
+		return -ENOTSUP;
+	}
+	*out = m->desc;
+	return 0;
+}
+
 int gpu_region_open(struct region *reg, const struct dp_msg_region_register_cuda *req)
 {
+	struct gpu_mem *m;
 	cudaIpcMemHandle_t h;
 	CUdeviceptr base = 0;
 	size_t size = 0;
@@ -312,13 +586,14 @@ int gpu_region_open(struct region *reg, const struct dp_msg_region_register_cuda
 		goto out;
 	}
 	/* Kept for services of this host that map it too (samehost.c). */
-	reg->eng[ENGINE_gpu] = malloc(sizeof(*req));
-	if (!reg->eng[ENGINE_gpu]) {
+	m = calloc(1, sizeof(*m));
+	if (!m) {
 		cudaIpcCloseMemHandle(ptr);
 		rc = -ENOMEM;
 		goto out;
 	}
-	memcpy(reg->eng[ENGINE_gpu], req, sizeof(*req));
+	m->ipc = *req;
+	reg->eng[ENGINE_gpu] = m;
 	reg->kind = REGION_CUDA;
 	reg->device = dev;
 	reg->fd = -1;
@@ -333,10 +608,24 @@ out:
 
 int gpu_region_ipc(const struct region *reg, struct dp_msg_region_register_cuda *out)
 {
-	if (reg->kind != REGION_CUDA || !reg->eng[ENGINE_gpu])
+	const struct gpu_mem *m = reg->kind == REGION_CUDA ? reg->eng[ENGINE_gpu] : NULL;
+
+	if (!m || m->vmm)
 		return -ENOTSUP;
-	memcpy(out, reg->eng[ENGINE_gpu], sizeof(*out));
+	*out = m->ipc;
 	return 0;
+}
+
+/* A VMM region's pieces unmapped, its range freed, its handles released
+ * (the memory goes back to the device once its owner released it too). */
+static void gpu_vmm_close(struct region *reg, struct gpu_mem *m)
+{
+	int prev = ctx_enter(reg->device);
+
+	vmm_undo(m, (CUdeviceptr)(uintptr_t)reg->map, m->desc.npieces, m->desc.npieces);
+	log_debug("gpu: unmapped the %u VMM pieces of %zu bytes on device %d", m->desc.npieces,
+		  reg->map_len, reg->device);
+	dev_leave(prev, reg->device);
 }
 
 static void gpu_ipc_close(struct region *reg)
@@ -543,15 +832,20 @@ static int gpu_region_pin(struct region *reg)
 
 /* Host regions: the windows that were pinned, unpinned (no copy and no
  * queued pin is left: each holds a reference). GPU regions: the IPC
- * mapping, which is the region itself, closed after the fabric dropped its
- * registration. */
+ * mapping, or the VMM pieces' mapping, which is the region itself, closed
+ * after the fabric dropped its registration. */
 static void gpu_region_release(struct region *reg)
 {
 	struct gpu_pins *pins = reg->eng[ENGINE_gpu];
 
 	if (reg->kind == REGION_CUDA) {
-		gpu_ipc_close(reg);
-		free(reg->eng[ENGINE_gpu]);
+		struct gpu_mem *m = reg->eng[ENGINE_gpu];
+
+		if (m && m->vmm)
+			gpu_vmm_close(reg, m);
+		else
+			gpu_ipc_close(reg);
+		free(m);
 		reg->eng[ENGINE_gpu] = NULL;
 		return;
 	}

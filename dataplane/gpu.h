@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * gpu.h - everything of the service that touches CUDA: device discovery,
- * GPU regions opened from CUDA IPC handles, pinning of host regions, and the
- * gpu engine (engine.h: gpu_engine).
+ * GPU regions opened from CUDA IPC handles or from the shareable fds of
+ * cuMemMap'ed pieces (VMM), pinning of host regions, and the gpu engine
+ * (engine.h: gpu_engine).
  *
  * The copy path: any local copy that touches a REGION_CUDA region is one
  * cudaMemcpyAsync(cudaMemcpyDefault) on a non-blocking stream the poller owns
@@ -40,6 +41,19 @@ int gpu_region_open(struct region *reg, const struct dp_msg_region_register_cuda
  * UUID, offset and length), for a service of this host that maps it too
  * (samehost.c): 0 or -ENOTSUP. */
 int gpu_region_ipc(const struct region *reg, struct dp_msg_region_register_cuda *out);
+/* Imports the @req->npieces allocations whose POSIX fds are @fds (always
+ * closed here), maps them side by side in a range reserved for them on the
+ * device whose UUID @req names, with access for it and its peers, and fills
+ * @reg: a REGION_CUDA whose base is the mapping + @req->offset. 0, -ENODEV
+ * (no such device here, or a driver without the VMM calls), -EINVAL (the
+ * driver refused an fd or a piece's size), -ENOMEM. */
+int gpu_region_open_vmm(struct region *reg, const struct dp_msg_region_register_cuda_vmm *req,
+			int *fds);
+/* A VMM region's description as registered and a fresh POSIX fd per piece
+ * (cuMemExportToShareableHandle of the handles imported here) in @fds,
+ * for a service of this host that maps it too: 0, or -ENOTSUP (not a VMM
+ * region, or the driver would not export; no fd is left open). */
+int gpu_region_vmm(const struct region *reg, struct dp_msg_region_register_cuda_vmm *out, int *fds);
 /*
  * The file engine's staging (fileio.c): pinned host buffers, and copies
  * between them and a GPU that the engine polls itself. A staging copy goes

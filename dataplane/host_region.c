@@ -43,8 +43,11 @@ static int host_seal(const struct client *c, int fd)
 	return -EPERM;
 }
 
-static int host_region_open(struct region *reg, struct client *c, const void *payload, int fd)
+static int host_region_open(struct region *reg, struct client *c, const void *payload, int *fds,
+			    unsigned nfds)
 {
+	int fd = fds[0]; /* the memfd: ctlmsg.c saw exactly one come */
+
 	const struct dp_msg_region_register *req = payload;
 	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
 	uint64_t aligned = req->offset & ~(page - 1);
@@ -53,6 +56,7 @@ static int host_region_open(struct region *reg, struct client *c, const void *pa
 	void *map;
 	int rc = -EINVAL;
 
+	(void)nfds;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
 		goto out_fd;
 	if (req->offset > (uint64_t)st.st_size || req->len > (uint64_t)st.st_size - req->offset)

@@ -225,12 +225,38 @@ static void samehost_unexport(struct segment *s)
 	s->eng[ENGINE_samehost] = NULL;
 }
 
+/* A memfd holding @v: the description of a VMM region (fds[2]), or -1. */
+static int vmm_desc_fd(const struct dp_msg_region_register_cuda_vmm *v)
+{
+	int fd = memfd_create("dataplane-vmm", MFD_CLOEXEC);
+
+	if (fd >= 0 && pwrite(fd, v, sizeof(*v), 0) != (ssize_t)sizeof(*v)) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
+/* The description a same-host exporter put in a memfd (vmm_desc_fd),
+ * checked as a client's would be: 0 or -EBADMSG. */
+static int vmm_desc_read(int fd, struct dp_msg_region_register_cuda_vmm *v)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) < 0 || st.st_size != (off_t)sizeof(*v) ||
+	    pread(fd, v, sizeof(*v), 0) != (ssize_t)sizeof(*v) || !dp_proto_cuda_vmm_ok(v))
+		return -EBADMSG;
+	return 0;
+}
+
 int samehost_describe(const struct segment *s, struct dp_samehost_desc *d, int *fds, unsigned *nfds)
 {
 	uintptr_t slot = (uintptr_t)s->eng[ENGINE_samehost];
 	const struct region *r = s->region;
 	long page = sysconf(_SC_PAGESIZE);
-	int rc, extra = -1;
+	struct dp_msg_region_register_cuda_vmm v;
+	unsigned n = 2;
+	int rc;
 
 	if (!sh.on || !slot)
 		return -ENOTSUP;
@@ -243,29 +269,35 @@ int samehost_describe(const struct segment *s, struct dp_samehost_desc *d, int *
 		d->map_off = r->file_off & ~(uint64_t)(page - 1);
 		d->base_off = r->file_off - d->map_off;
 		d->map_len = r->len + d->base_off;
-		extra = r->fd;
-	} else if (r->kind == REGION_CUDA) {
+		fds[n++] = fcntl(r->fd, F_DUPFD_CLOEXEC, 0);
+	} else if (r->kind == REGION_CUDA && !gpu_region_ipc(r, &d->cuda)) {
 		d->kind = SAMEHOST_CUDA;
-		rc = gpu_region_ipc(r, &d->cuda);
+	} else if (r->kind == REGION_CUDA) {
+		/* Fresh fds of the pieces this service imported. */
+		rc = gpu_region_vmm(r, &v, fds + 3);
 		if (rc)
 			return rc;
+		d->kind = SAMEHOST_CUDA_VMM;
+		fds[n++] = vmm_desc_fd(&v);
+		n += v.npieces;
 	} else if (r->kind == REGION_VM) {
 		/* The client's pidfd: the asker reads and writes that process
 		 * itself, if the kernel lets it (vm.h). */
-		d->kind = SAMEHOST_VM;
-		extra = vm_region_pidfd(r, &d->map_off);
-		if (extra < 0)
+		int pidfd = vm_region_pidfd(r, &d->map_off);
+
+		if (pidfd < 0)
 			return -ENOTSUP;
+		d->kind = SAMEHOST_VM;
+		fds[n++] = fcntl(pidfd, F_DUPFD_CLOEXEC, 0);
 	} else {
 		return -ENOTSUP;
 	}
 	fds[0] = fcntl(sh.pidfd, F_DUPFD_CLOEXEC, 0);
 	fds[1] = fcntl(sh.table_fd, F_DUPFD_CLOEXEC, 0);
-	fds[2] = extra >= 0 ? fcntl(extra, F_DUPFD_CLOEXEC, 0) : -1;
-	*nfds = extra >= 0 ? 3 : 2;
-	for (unsigned i = 0; i < *nfds; i++)
+	*nfds = n;
+	for (unsigned i = 0; i < n; i++)
 		if (fds[i] < 0) {
-			for (unsigned j = 0; j < *nfds; j++)
+			for (unsigned j = 0; j < n; j++)
 				if (fds[j] >= 0)
 					close(fds[j]);
 			*nfds = 0;
@@ -384,36 +416,55 @@ bad:
 	return NULL;
 }
 
-/* The region a same-host reply describes, mapped here (for a client's
- * process memory: reached through its pidfd, @memfd then). */
-static int region_import(const struct dp_rpc_lookup_reply *r, int memfd, struct region **out)
+/* The region a same-host reply describes, mapped here: @fds as
+ * samehost_describe made them; a VMM region's pieces' fds (fds[3 ..]) are
+ * taken, the others left to the caller. */
+static int region_import(const struct dp_rpc_lookup_reply *r, int *fds,
+			 const struct dp_msg_region_register_cuda_vmm *v, struct region **out)
 {
 	const struct dp_samehost_desc *d = &r->same;
 	struct region *reg = calloc(1, sizeof(*reg));
+	int memfd = d->kind == SAMEHOST_HOST ? fds[2] : -1;
 	struct stat st;
 	int rc;
 
+	if (v && (!reg || v->len != r->len)) {
+		for (uint32_t i = 0; i < v->npieces; i++)
+			close(fds[3 + i]);
+		free(reg);
+		return reg ? -EBADMSG : -ENOMEM;
+	}
 	if (!reg)
 		return -ENOMEM;
 	atomic_init(&reg->refs, 1);
 	reg->fd = -1;
 	reg->owner_pid = 0;
+	if (d->kind == SAMEHOST_VM) {
+		/* A client's process memory, reached through its pidfd (fds[2]). */
+		rc = d->map_len || d->base_off
+			     ? -EBADMSG
+			     : vm_region_import(reg, fds[2], pidfd_pid(fds[2]), d->map_off, r->len);
+		if (rc) {
+			free(reg);
+			return rc;
+		}
+		*out = reg;
+		return 0;
+	}
+	if (v) {
+		rc = gpu_region_open_vmm(reg, v, fds + 3);
+		if (rc) {
+			free(reg);
+			return rc;
+		}
+		*out = reg;
+		return 0;
+	}
 	if (d->kind == SAMEHOST_CUDA) {
 		rc = gpu_region_open(reg, &d->cuda);
 		if (rc || reg->len != r->len) {
 			free(reg);
 			return rc ? rc : -EBADMSG;
-		}
-		*out = reg;
-		return 0;
-	}
-	if (d->kind == SAMEHOST_VM) {
-		rc = d->map_len || d->base_off || memfd < 0
-			     ? -EBADMSG
-			     : vm_region_import(reg, memfd, pidfd_pid(memfd), d->map_off, r->len);
-		if (rc) {
-			free(reg);
-			return rc;
 		}
 		*out = reg;
 		return 0;
@@ -448,16 +499,24 @@ int samehost_import(const char *peer, const char *name, const struct dp_rpc_look
 {
 	const struct dp_samehost_desc *d = &r->same;
 	struct samehost_peer *p = NULL;
+	struct dp_msg_region_register_cuda_vmm v;
 	struct samehost_seg *ss;
 	struct region *reg = NULL;
 	struct segment *s;
+	unsigned want = 0;
 	int rc = -EBADMSG;
 
-	if (nfds != (d->kind == SAMEHOST_CUDA ? 2u : 3u) ||
-	    (d->kind != SAMEHOST_HOST && d->kind != SAMEHOST_CUDA && d->kind != SAMEHOST_VM) ||
-	    d->slot >= SAMEHOST_SLOTS || !(d->gen & 1))
+	if (d->kind == SAMEHOST_HOST || d->kind == SAMEHOST_VM)
+		want = 3;
+	else if (d->kind == SAMEHOST_CUDA)
+		want = 2;
+	else if (d->kind == SAMEHOST_CUDA_VMM && nfds >= 3 && !vmm_desc_read(fds[2], &v))
+		want = 3 + v.npieces;
+	if (!want || nfds != want || d->slot >= SAMEHOST_SLOTS || !(d->gen & 1))
 		goto out_fds;
-	rc = region_import(r, nfds > 2 ? fds[2] : -1, &reg);
+	rc = region_import(r, fds, d->kind == SAMEHOST_CUDA_VMM ? &v : NULL, &reg);
+	if (d->kind == SAMEHOST_CUDA_VMM)
+		nfds = 3; /* the pieces' fds were taken */
 	if (rc)
 		goto out_fds;
 	if (nfds > 2)
@@ -481,13 +540,13 @@ int samehost_import(const char *peer, const char *name, const struct dp_rpc_look
 	s->same = ss;
 	snprintf(s->name, sizeof(s->name), "%s", name);
 	snprintf(s->owner_name, sizeof(s->owner_name), "%s", peer);
-	log_info("segment '%s' on %s (%s): %llu bytes of %s, %s, %s (same host)", name, peer,
-		 r->server_name, (unsigned long long)r->len,
-		 d->kind == SAMEHOST_CUDA ? "GPU memory"
-		 : d->kind == SAMEHOST_VM ? "its client's process memory"
-					  : "host memory",
-		 r->access == DP_ACCESS_RW ? "rw" : "ro",
-		 d->kind == SAMEHOST_VM ? "reached through the process's pidfd" : "mapped");
+	log_info("segment '%s' on %s (%s): %llu bytes of %s memory, %s, mapped (same host)", name,
+		 peer, r->server_name, (unsigned long long)r->len,
+		 d->kind == SAMEHOST_CUDA	? "GPU"
+		 : d->kind == SAMEHOST_CUDA_VMM ? "GPU (VMM)"
+		 : d->kind == SAMEHOST_VM	? "client process (through its pidfd)"
+						: "host",
+		 r->access == DP_ACCESS_RW ? "rw" : "ro");
 	*out = s;
 	return 0;
 out_fds:

@@ -8,7 +8,8 @@
  * the path of its local peer socket. An asker with the same boot id asks
  * again on that Unix socket, authenticated with the fleet key like any
  * lookup, and is given the memory itself: the export's memfd (host memory)
- * or the CUDA IPC handle of its allocation (GPU memory), with the
+ * or the CUDA IPC handle of its allocation (GPU memory; the shareable fds
+ * of its pieces for memory mapped with cuMemMap), with the
  * exporter's pidfd and its export table, through SCM_RIGHTS. The asker maps
  * it once per export and from then on its pollers copy into it like into a
  * local segment (memcpy, cudaMemcpyAsync): completions carry
@@ -43,12 +44,20 @@
 /* SAMEHOST_VM: memory of the exporter's client process (dp_register_mem,
  * REGION_VM), which the asker reads and writes itself with
  * process_vm_readv/writev (vm.h). */
-enum samehost_kind { SAMEHOST_HOST = 1, SAMEHOST_CUDA = 2, SAMEHOST_VM = 3 };
+enum samehost_kind {
+	SAMEHOST_HOST = 1,
+	SAMEHOST_CUDA = 2,
+	SAMEHOST_VM = 3,
+	SAMEHOST_CUDA_VMM = 4,
+};
 
 /* What the exporter sends with a same-host reply. fds: [0] its pidfd, [1]
- * the export table, [2] the region's memfd (SAMEHOST_HOST) or the pidfd of
- * the client process whose memory it is (SAMEHOST_VM). */
-#define SAMEHOST_FDS 3
+ * the export table, [2] the region's memfd (SAMEHOST_HOST), the pidfd of
+ * the client process whose memory it is (SAMEHOST_VM), or a memfd
+ * holding the region's struct dp_msg_region_register_cuda_vmm
+ * (SAMEHOST_CUDA_VMM: it does not fit the reply, whose size every peer of
+ * the fleet checks), [3 ..] then one fd per VMM piece, in order. */
+#define SAMEHOST_FDS (3 + (int)DP_CUDA_VMM_MAX_PIECES)
 struct dp_samehost_desc {
 	uint32_t kind; /* enum samehost_kind */
 	uint32_t slot; /* the export's word in the table */

@@ -403,14 +403,16 @@ static int vm_region_set(struct region *reg, int fd, pid_t pid, uint64_t addr, u
  * / -ENOMEM. Its own, since the process is the one that connected, never
  * one a message names. Not mapped here, so not charged.
  */
-static int vm_region_open(struct region *reg, struct client *c, const void *payload, int no_fd)
+static int vm_region_open(struct region *reg, struct client *c, const void *payload, int *no_fds,
+			  unsigned nfds)
 {
 	const struct dp_msg_region_register_mem *req = payload;
 	uint64_t addr = req->addr, len = req->len;
 	pid_t pid;
 	int fd, rc;
 
-	(void)no_fd;
+	(void)no_fds;
+	(void)nfds;
 	fd = vm_pidfd(c);
 	if (fd < 0)
 		return fd;

@@ -232,7 +232,8 @@ static const struct {
 	{C_REGISTER_MEM, -ESRCH, "the service cannot find this process (another pid namespace)"},
 	{C_REGISTER_MEM, -ENOSPC, "the client's region table is full (1024 regions)"},
 	{C_REGISTER_CUDA, -EINVAL,
-	 "not cudaMalloc device memory, or the range leaves the allocation"},
+	 "neither cudaMalloc device memory nor memory mapped with cuMemMap, or the range leaves "
+	 "the allocation (or the pieces mapped side by side there)"},
 	{C_REGISTER_FILE, -EPERM,
 	 "the fd's open mode does not allow the access (a read-only fd for DP_ACCESS_RW, or a "
 	 "write-only fd)"},
@@ -328,7 +329,7 @@ static const struct {
 	{C_ANY, -EINVAL, "bad argument (a NULL pointer, a negative id, a length of 0)"},
 };
 
-static _Thread_local char last_error[320];
+static _Thread_local char last_error[512];
 
 /* Records why @call failed with @err (< 0) for dp_last_error(): @text, or
  * dp_strerror's when NULL; returns @err. */
@@ -405,15 +406,25 @@ static bool seq_stale(const struct dp_client *c, uint32_t seq)
 	return seq && back && back < (1u << 31);
 }
 
+/* Whether one of the @n fds is not open. */
+static bool fds_bad(const int *fds, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (fcntl(fds[i], F_GETFD) < 0)
+			return true;
+	return false;
+}
+
 /* Sends one request before the deadline: 0, -ETIMEDOUT (the service does
- * not read: its socket's queue is full), -EBADF (fd_in is not open: nothing
- * was sent, the connection is fine), or -ECONNRESET (it is gone). */
-static int rpc_send(struct dp_client *c, struct iovec *iov, int fd_in, uint64_t deadline)
+ * not read: its socket's queue is full), -EBADF (one of fds_in is not open:
+ * nothing was sent, the connection is fine), or -ECONNRESET (it is gone). */
+static int rpc_send(struct dp_client *c, struct iovec *iov, const int *fds_in, int nfds_in,
+		    uint64_t deadline)
 {
 	for (;;) {
-		int rc = dp_net_send_fds(c->fd, iov, 2, &fd_in, fd_in >= 0, MSG_DONTWAIT);
+		int rc = dp_net_send_fds(c->fd, iov, 2, fds_in, nfds_in, MSG_DONTWAIT);
 
-		if (rc == -EBADF && fd_in >= 0 && fcntl(fd_in, F_GETFD) < 0)
+		if (rc == -EBADF && fds_bad(fds_in, nfds_in))
 			return -EBADF;
 		if (rc != -EAGAIN)
 			return rc ? -ECONNRESET : 0;
@@ -437,8 +448,9 @@ static int rpc_send(struct dp_client *c, struct iovec *iov, int fd_in, uint64_t 
  * service answers pending calls out of order: seq_stale). Only EOF, a
  * reset or a failed send mark the connection dead.
  */
-static int rpc(struct dp_client *c, uint16_t type, const void *req, size_t len, int fd_in,
-	       void *reply, size_t rlen, int *fds_out, int nfds_out)
+static int rpc_fds(struct dp_client *c, uint16_t type, const void *req, size_t len,
+		   const int *fds_in, int nfds_in, void *reply, size_t rlen, int *fds_out,
+		   int nfds_out)
 {
 	struct dp_msg_hdr hdr = {.magic = DP_PROTO_MAGIC,
 				 .version = DP_PROTO_VERSION,
@@ -455,7 +467,7 @@ static int rpc(struct dp_client *c, uint16_t type, const void *req, size_t len, 
 	if (!++c->seq)
 		c->seq = 1;
 	hdr.seq = c->seq;
-	rc = rpc_send(c, iov, fd_in, deadline);
+	rc = rpc_send(c, iov, fds_in, nfds_in, deadline);
 	/* The caller's fd went between its check and the send (another
 	 * thread closed it): a bad argument, not a dead service. */
 	if (rc == -EBADF)
@@ -511,15 +523,30 @@ out:
 	return rc;
 }
 
-static int rpc_locked(struct dp_client *c, uint16_t type, const void *req, size_t len, int fd_in,
-		      void *reply, size_t rlen, int *fds_out, int nfds_out)
+/* rpc_fds with one fd to send (none when fd_in < 0). */
+static int rpc(struct dp_client *c, uint16_t type, const void *req, size_t len, int fd_in,
+	       void *reply, size_t rlen, int *fds_out, int nfds_out)
+{
+	return rpc_fds(c, type, req, len, &fd_in, fd_in >= 0, reply, rlen, fds_out, nfds_out);
+}
+
+static int rpc_locked_fds(struct dp_client *c, uint16_t type, const void *req, size_t len,
+			  const int *fds_in, int nfds_in, void *reply, size_t rlen, int *fds_out,
+			  int nfds_out)
 {
 	int rc;
 
 	pthread_mutex_lock(&c->lock);
-	rc = rpc(c, type, req, len, fd_in, reply, rlen, fds_out, nfds_out);
+	rc = rpc_fds(c, type, req, len, fds_in, nfds_in, reply, rlen, fds_out, nfds_out);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
+}
+
+static int rpc_locked(struct dp_client *c, uint16_t type, const void *req, size_t len, int fd_in,
+		      void *reply, size_t rlen, int *fds_out, int nfds_out)
+{
+	return rpc_locked_fds(c, type, req, len, &fd_in, fd_in >= 0, reply, rlen, fds_out,
+			      nfds_out);
 }
 
 /* Region `region` is at `addr` here: remembered, and told to the session
@@ -792,7 +819,7 @@ int dp_register_fd(struct dp_client *c, int fd, uint64_t off, uint64_t len)
 
 int dp_register_cuda(struct dp_client *c, void *ptr, size_t len)
 {
-	struct dp_msg_region_register_cuda req;
+	struct dp_cuda_reg req;
 	struct dp_msg_id_reply r;
 	int rc;
 
@@ -802,9 +829,12 @@ int dp_register_cuda(struct dp_client *c, void *ptr, size_t len)
 		return fail(C_REGISTER_CUDA, -EINVAL);
 	rc = dp_cuda_export(ptr, len, &req);
 	if (rc)
-		return fail(C_REGISTER_CUDA, rc);
-	rc = rpc_locked(c, DP_MSG_REGION_REGISTER_CUDA, &req, sizeof(req), -1, &r, sizeof(r), NULL,
-			0);
+		return req.why ? fail_text(C_REGISTER_CUDA, rc, req.why)
+			       : fail(C_REGISTER_CUDA, rc);
+	rc = rpc_locked_fds(c, req.type, &req.msg, req.len, req.fds, (int)req.nfds, &r, sizeof(r),
+			    NULL, 0);
+	/* The service imported what it maps: the fds are done here. */
+	dp_cuda_reg_close(&req);
 	return fail(C_REGISTER_CUDA, rc ? rc : registered(c, (int)r.id, ptr));
 }
 

@@ -262,14 +262,22 @@ int dp_register_mem(struct dp_client *c, void *addr, size_t len);
 
 /**
  * Registers GPU memory: bytes [@p ptr, @p ptr + @p len) of an allocation
- * from cudaMalloc (any pointer inside it). The service opens the
- * allocation's CUDA IPC handle; copies that touch the region run as
- * cudaMemcpyAsync on the service's streams (DP_CQE_F_GPU in completions).
- * Returns the region id; dp_free() deregisters it (the memory stays the
- * caller's: deregister before cudaFree). -ENOTSUP built without CUDA,
- * -ENODEV no GPU here or the service does not see the device, -EINVAL not
- * cudaMalloc device memory (host, managed, pool or VMM memory) or the range
- * leaves the allocation.
+ * from cudaMalloc (any pointer inside it; the service opens the
+ * allocation's CUDA IPC handle), or of memory mapped with the driver's
+ * cuMemCreate + cuMemMap: up to 32 physical allocations mapped side by side
+ * (PyTorch's expandable segments), each created with
+ * CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR in requestedHandleTypes (the
+ * service imports each one's shareable fd and maps them the same way).
+ * Copies that touch the region run as cudaMemcpyAsync on the service's
+ * streams (DP_CQE_F_GPU in completions). Returns the region id; dp_free()
+ * deregisters it (the memory stays the caller's: deregister before
+ * cudaFree, cuMemUnmap or cuMemRelease). -ENOTSUP built without CUDA,
+ * -ENODEV no GPU here or the service does not see the device, -EINVAL
+ * neither kind of device memory (host, managed or pool memory), the range
+ * leaves the allocation or the mapped pieces, or a piece that cannot be
+ * shared (no POSIX fd handle type, another device, a 33rd piece):
+ * dp_last_error() says which and, for the handle type, the allocator
+ * setting.
  *
  * Ordering: the service copies in its own process, on its own streams. GPU
  * work of the caller that writes a descriptor's source, or touches its

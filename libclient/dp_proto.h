@@ -10,8 +10,9 @@
  * an int32 status (0 or -errno). File descriptors travel with SCM_RIGHTS:
  * QUEUE_CREATE replies carry three (ring memfd, SQ doorbell, CQ doorbell:
  * the client's ends of two SOCK_DGRAM socketpairs, docs/ring.md),
- * REGION_REGISTER requests carry one (the memfd), NOTIFY_OPEN replies two
- * (ring memfd, notification doorbell). Layout: docs/api.md.
+ * REGION_REGISTER requests carry one (the memfd), REGION_REGISTER_CUDA_VMM
+ * requests one per piece (1 .. DP_CUDA_VMM_MAX_PIECES), NOTIFY_OPEN replies
+ * two (ring memfd, notification doorbell). Layout: docs/api.md.
  */
 #ifndef DP_PROTO_H
 #define DP_PROTO_H
@@ -23,8 +24,8 @@
 /* 2: the doorbells are the client's ends of socketpairs (docs/ring.md)
  * 3: the queue rings carry sequence words (DP_SQ_SEQ_OFF, DP_CQ_SEQ_OFF) */
 #define DP_PROTO_VERSION 3u
-#define DP_MSG_MAX 512u
-#define DP_NAME_MAX 64u /* segment names and peers, NUL included */
+#define DP_MSG_MAX 1024u /* 512 before REGION_REGISTER_CUDA_VMM */
+#define DP_NAME_MAX 64u	 /* segment names and peers, NUL included */
 #define DP_MSG_REPLY 0x8000u
 
 /*
@@ -88,6 +89,7 @@ enum dp_msg_type {
 	DP_MSG_SESSION_CREATE = 17,	  /* session.c: the client's engine session */
 	DP_MSG_SESSION_ADD = 18,	  /* session.c: a region at its address, in the session */
 	DP_MSG_SESSION_OPEN = 19,	  /* session.c: a handle on another engine's session */
+	DP_MSG_REGION_REGISTER_CUDA_VMM = 16, /* gpu.c: cuMemMap'ed pieces, one fd each */
 };
 
 struct dp_msg_hdr {
@@ -225,6 +227,58 @@ struct dp_msg_region_register_cuda {
 	int32_t device;	   /* the client's ordinal, for logs only */
 	uint32_t reserved; /* must be 0 */
 };
+
+/*
+ * REGION_REGISTER_CUDA_VMM: bytes [offset, offset + len) of a range of GPU
+ * memory mapped with the driver's virtual memory calls (cuMemCreate +
+ * cuMemMap), made of `npieces` physical allocations mapped side by side:
+ * piece i covers [piece[i].offset, piece[i].offset + piece[i].size) of the
+ * range, and its allocation travels as the i-th fd (SCM_RIGHTS, from
+ * cuMemExportToShareableHandle(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)).
+ * The pieces tile the range from 0 without a gap (dp_proto_cuda_vmm_ok).
+ * The service imports them, maps them side by side in a range of its own
+ * and makes one GPU region of it. Reply: dp_msg_id_reply.
+ */
+#define DP_CUDA_VMM_MAX_PIECES 32u
+struct dp_cuda_vmm_piece {
+	uint64_t offset; /* in the range: the sum of the sizes before it */
+	uint64_t size;	 /* bytes of the piece's mapping (from its allocation's start) */
+};
+struct dp_msg_region_register_cuda_vmm {
+	uint8_t uuid[16]; /* cudaDeviceProp.uuid of the pieces' device */
+	uint64_t offset;  /* of the first byte in the range (in piece 0) */
+	uint64_t len;
+	int32_t device;	  /* the client's ordinal, for logs only */
+	uint32_t npieces; /* 1 .. DP_CUDA_VMM_MAX_PIECES, as many fds */
+	struct dp_cuda_vmm_piece piece[DP_CUDA_VMM_MAX_PIECES]; /* unused ones 0 */
+};
+
+/* The fields of a REGION_REGISTER_CUDA_VMM description (the service checks
+ * them in ctlmsg.c, and again on one that comes from a service of this
+ * host): 1 .. DP_CUDA_VMM_MAX_PIECES pieces of nonzero size tiling the range
+ * from 0, unused slots 0, a nonzero len that ends inside the last piece and
+ * begins in the first. */
+static inline int dp_proto_cuda_vmm_ok(const struct dp_msg_region_register_cuda_vmm *m)
+{
+	uint64_t end = 0;
+
+	if (!m->npieces || m->npieces > DP_CUDA_VMM_MAX_PIECES || !m->len)
+		return 0;
+	for (uint32_t i = 0; i < DP_CUDA_VMM_MAX_PIECES; i++) {
+		const struct dp_cuda_vmm_piece *p = &m->piece[i];
+
+		if (i >= m->npieces) {
+			if (p->offset || p->size)
+				return 0;
+			continue;
+		}
+		if (p->offset != end || !p->size || end + p->size < end)
+			return 0;
+		end += p->size;
+	}
+	return m->offset < m->piece[0].size && m->len <= end - m->offset &&
+	       m->offset + m->len > end - m->piece[m->npieces - 1].size;
+}
 
 /*
  * REGION_REGISTER_FILE (one fd travels: the file) and REGION_OPEN_PATH (no

@@ -404,7 +404,7 @@ Test(service_control, region_register_needs_one_sealable_memfd, .timeout = 20)
 	char path[160];
 	struct probe b;
 	int fd, base, m1, m2, pfd[2], sv[2], devnull, file, shm = -1, unsealable;
-	int five[5];
+	int many[DP_CUDA_VMM_MAX_PIECES + 1];
 
 	start_svc(&svc, local_only);
 	probe_start(&b, &svc, 65536);
@@ -447,17 +447,18 @@ Test(service_control, region_register_needs_one_sealable_memfd, .timeout = 20)
 	send_msg(fd, DP_MSG_SEGMENT_CLOSE, 32, &(struct dp_msg_id){.id = 5},
 		 sizeof(struct dp_msg_id), (int[]){m1, m2, devnull}, 3);
 	expect_reply(fd, DP_MSG_SEGMENT_CLOSE, 32, -EBADF, "SEGMENT_CLOSE with fds");
-	/* More fds than any message carries: truncated, hence malformed. */
-	for (int i = 0; i < 5; i++)
-		five[i] = m1;
+	/* More fds than any message carries (a VMM registration's one per
+	 * piece): truncated, hence malformed. */
+	for (unsigned i = 0; i < DP_CUDA_VMM_MAX_PIECES + 1; i++)
+		many[i] = m1;
 	send_msg(fd, DP_MSG_REGION_REGISTER, 33,
 		 &(struct dp_msg_region_register){.offset = 0, .len = 4096},
-		 sizeof(struct dp_msg_region_register), five, 5);
+		 sizeof(struct dp_msg_region_register), many, DP_CUDA_VMM_MAX_PIECES + 1);
 	{
 		struct reply r;
 
 		cr_assert_gt(raw_recv(fd, &r), 0);
-		cr_assert_eq(r.status, -EMSGSIZE, "five fds: %s", strerror(-r.status));
+		cr_assert_eq(r.status, -EMSGSIZE, "33 fds: %s", strerror(-r.status));
 		cr_assert(r.hdr.type & DP_MSG_REPLY);
 	}
 	/* And the real thing works on the same connection. */

@@ -31,6 +31,7 @@ static void accepted(const struct dp_msg_hdr *h, const uint8_t *payload, size_t 
 		struct dp_msg_region_path rp;
 		struct dp_msg_region_register_mem rm;
 		struct dp_msg_notify_open no;
+		struct dp_msg_region_register_cuda_vmm vm;
 		uint8_t raw[DP_MSG_MAX];
 	} p;
 
@@ -104,6 +105,24 @@ static void accepted(const struct dp_msg_hdr *h, const uint8_t *payload, size_t 
 		if (plen != sizeof(p.no) || p.no.reserved || (p.no.entries & (p.no.entries - 1)))
 			abort();
 		break;
+	case DP_MSG_REGION_REGISTER_CUDA_VMM: {
+		/* What gpu.c maps: pieces side by side, the range inside them. */
+		uint64_t end = 0;
+
+		if (plen != sizeof(p.vm) || !p.vm.npieces ||
+		    p.vm.npieces > DP_CUDA_VMM_MAX_PIECES || nfds != p.vm.npieces || !p.vm.len)
+			abort();
+		for (uint32_t i = 0; i < p.vm.npieces; i++) {
+			if (p.vm.piece[i].offset != end || !p.vm.piece[i].size)
+				abort();
+			end += p.vm.piece[i].size;
+			if (end < p.vm.piece[i].size)
+				abort();
+		}
+		if (p.vm.offset >= p.vm.piece[0].size || p.vm.len > end - p.vm.offset)
+			abort();
+		break;
+	}
 	default:
 		abort(); /* a type ctlmsg.c knows and this target does not */
 	}
