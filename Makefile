@@ -16,6 +16,7 @@
 #   make python          the Python package (dataplane, libclient/python) into $(B)/python
 #   make bench-python    Python vs C: batch of 32 64 B WRITEs, single 64 B WRITE p50
 #   make bench-vm        WRITEs from dp_register_mem memory vs dp_alloc regions, 64 KiB..256 MiB, 64 B
+#   make bench-session   first contact with an engine session (open + first 4 KiB WRITE)
 #   make bench-vmtarget  another service's export of dp_register_mem memory vs of a dp_alloc
 #                        region, 1..64 MiB: same host, and tcp between namespaces (as root)
 #   make bench-scale     N pollers x N clients (rate, p99 vs N), 1000 idle queues, idle CPU,
@@ -125,7 +126,7 @@ HAVE_PY := $(if $(wildcard $(PY_INCLUDE)/Python.h),1,0)
 
 .SECONDARY:
 .PHONY: python bench-python test-python stress all deps deps-bench run test test-ring asan tsan \
-	bench-ring bench-local bench-gpu bench-file bench-fabric bench-instr bench-vm bench-vmtarget bench-scale format \
+	bench-ring bench-local bench-gpu bench-file bench-fabric bench-instr bench-vm bench-vmtarget bench-session bench-scale format \
 	format-check gpu-tests clean deps-fuzz fuzz fuzz-regress stress faults install uninstall \
 	check-package
 all: $(LIBRING) $(LIBCLIENT_A) $(LIBCLIENT_SO) $(if $(SERVICE_SRCS),$(SERVICE)) \
@@ -394,6 +395,13 @@ bench-vm: deps
 bench-vmtarget: deps
 	@$(MAKE) --no-print-directory all
 	tools/bench-vmtarget.sh $(B) $(BENCH_ARGS)
+
+# First contact with an engine session (dp-bench session): one service, two
+# of this host, then tcp between two network namespaces when run as root
+# (BENCH_ARGS: e.g. --json; QUICK=1 for a short run).
+bench-session: deps
+	@$(MAKE) --no-print-directory all
+	tools/bench-session.sh $(B) $(BENCH_ARGS)
 
 # Scaling with pollers and clients, and the cost of idle queues (issue 18):
 # dp-bench scale then idle-queues, services of its own (BENCH_ARGS: e.g.

@@ -454,6 +454,7 @@ static int session_grant(struct client *c, struct session_cli *sess, unsigned ac
 	}
 	h->sess = sess;
 	h->access = access;
+	stats_session(0, 0, 1);
 	/* Release: pairs with the acquire in desc_resolve(). */
 	atomic_store_explicit(&c->segs[slot], h, memory_order_release);
 	r.id = slot;
@@ -464,9 +465,10 @@ static int session_grant(struct client *c, struct session_cli *sess, unsigned ac
 /* Drops a handle unpublished a grace period ago. */
 static void handle_free(struct seg_handle *h)
 {
-	if (h->sess)
+	if (h->sess) {
 		session_close(h->sess);
-	else
+		stats_session(0, 0, -1);
+	} else
 		segment_put(h->seg);
 	free(h);
 }
@@ -751,15 +753,19 @@ static void on_session_opened(void *arg, int rc, struct session_cli *sess)
 static int on_session_open(struct client *c, struct msg_in *m, struct msg_out *o)
 {
 	const struct dp_msg_session_open *req = m->payload;
+	struct session_cli *sess;
 	struct ctl_wait *w;
 	int rc;
 
-	(void)o;
 	w = wait_new(c, m, req->access, &rc);
 	if (!w)
 		return rc;
-	/* Answered by on_session_opened() once its port said it is one. */
-	return wait_pending(w, session_open(req->session, on_session_opened, w));
+	/* Answered by on_session_opened() once its port said it is one, or
+	 * now for a session of this service. */
+	rc = wait_pending(w, session_open(req->session, &sess, on_session_opened, w));
+	if (rc)
+		return rc;
+	return session_grant(c, sess, req->access, o);
 }
 
 /* A notification alone (dp_notify_send): delivered or handed over now

@@ -679,6 +679,24 @@ static bool addr_is_ours(const struct sockaddr *sa)
 	return ours;
 }
 
+int rpc_self_port(const char *peer)
+{
+	char host[DP_NAME_MAX], port[16];
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	long p;
+
+	if (split_peer(peer, host, sizeof(host), port, sizeof(port)))
+		return -1;
+	p = strtol(port, NULL, 10);
+	if (p <= 0 || p > 65535)
+		return -1;
+	if (!strcmp(host, cfg.server_host))
+		return (int)p;
+	if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
+		return -1;
+	return addr_is_ours((const struct sockaddr *)&sa) ? (int)p : -1;
+}
+
 bool rpc_is_self(const char *peer)
 {
 	char host[DP_NAME_MAX], port[16], self[DP_NAME_MAX + 16];

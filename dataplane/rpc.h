@@ -258,5 +258,9 @@ int rpc_notify_start(const char *peer, const void *data, uint32_t bytes, unsigne
  * literal IPv4 address (a host name is never resolved here: see
  * RPC_LOOKUP_SELF). */
 bool rpc_is_self(const char *peer);
+/* The port of `peer` ("host:port") when its host is this one (the server
+ * name's host, or a literal IPv4 address of this host or loopback), else
+ * -1; a host name is not resolved. */
+int rpc_self_port(const char *peer);
 
 #endif /* DP_RPC_H */

@@ -21,6 +21,7 @@
 #include "samehost.h"
 #include "segments.h"
 #include "session.h"
+#include "stats.h"
 
 /* Questions one session's handle keeps before they are taken (a batch that
  * first touches every registration of a big engine fits), and lookups one
@@ -119,6 +120,7 @@ int session_create(struct client *c, unsigned port, struct dp_msg_session_reply 
 	r->port = ss->port;
 	memcpy(r->name, c->session, sizeof(r->name));
 	log_info("client %u: session %s", c->id, c->session);
+	stats_session(1, 0, 0);
 	return 0;
 }
 
@@ -176,6 +178,7 @@ int session_add(struct client *c, uint32_t region, uint64_t addr)
 	ss->m[i + 1] = (struct srv_member){.va = addr, .len = reg->len, .region = region};
 	memcpy(ss->m[i + 1].name, name, sizeof(name));
 	ss->n++;
+	stats_session(0, 1, 0);
 	log_debug("session %s: region %u at 0x%" PRIx64 ", %" PRIu64 " bytes", c->session, region,
 		  addr, reg->len);
 	return 0;
@@ -191,6 +194,7 @@ void session_region_gone(struct client *c, const struct region *reg)
 		if (ss->m[k].region == reg->id) {
 			memmove(&ss->m[k], &ss->m[k + 1], sizeof(ss->m[0]) * (ss->n - k - 1));
 			ss->n--;
+			stats_session(0, -1, 0);
 			return;
 		}
 }
@@ -206,6 +210,7 @@ void session_client_gone(struct client *c)
 		ev_del(sess_epfd, &ss->ev, "a session's port");
 		close(ss->ev.fd);
 		log_info("client %u: session %s ends", c->id, c->session);
+		stats_session(-1, -(int)ss->n, 0);
 		free(ss);
 		return;
 	}
@@ -304,7 +309,9 @@ struct session_cli {
 	struct session_cli *ask_next;
 	struct ask asks[SESSION_ASKS];
 	/* Control thread: */
-	int refs; /* the handle, the open, every lookup in flight */
+	uint16_t local_port;   /* a session of this service's: its port and */
+	uint32_t local_client; /* its client's id; 0: another service's */
+	int refs;	       /* the handle, the open, every lookup in flight */
 	bool closed;
 	uint32_t batch; /* the ticket a batch in flight answers; 0: none */
 	struct ask *work;
@@ -461,6 +468,7 @@ static void ask_done(struct ask_ctx *x, int rc, struct segment *seg, bool from_p
 	if (rc)
 		log_debug("session %s: [0x%" PRIx64 ", +%" PRIu64 "): %s", s->name, x->va, x->len,
 			  strerror(-rc));
+	stats_session_question(rc != 0);
 	free(x);
 	s->running--;
 	batch_issue(s);
@@ -495,8 +503,33 @@ static void on_ask_reply(void *arg, int rc, const struct dp_rpc_lookup_reply *r,
 	ask_done(x, rc, NULL, true);
 }
 
+/* A session of this service's: the member that holds a's range, found
+ * here and installed at once. */
+static void ask_local(struct session_cli *s, const struct ask *a)
+{
+	struct session_srv *ss = srv_by_port(s->local_port);
+	const struct srv_member *m;
+	struct segment *seg;
+	int i, rc = -EFAULT;
+
+	if (!ss || ss->c->id != s->local_client) {
+		atomic_store(&s->gone, -ECONNRESET);
+		return;
+	}
+	i = srv_find(ss, a->va);
+	m = i >= 0 ? &ss->m[i] : NULL;
+	if (m && a->va - m->va <= m->len && a->len <= m->len - (a->va - m->va) &&
+	    (seg = export_find(m->name)))
+		rc = map_insert(s, m->va, m->len, seg);
+	if (rc && rc != -EFAULT)
+		atomic_store(&s->miss_err, rc);
+	stats_session_question(rc != 0);
+}
+
 static void batch_issue(struct session_cli *s)
 {
+	while (s->local_port && s->next_work < s->nwork)
+		ask_local(s, &s->work[s->next_work++]);
 	while (s->running < SESSION_LOOKUPS && s->next_work < s->nwork) {
 		const struct ask *a = &s->work[s->next_work++];
 		struct ask_ctx *x = malloc(sizeof(*x));
@@ -601,11 +634,13 @@ struct segment *session_any_member(struct session_cli *s)
 	return NULL;
 }
 
-int session_open(const char *name, session_opened_fn fn, void *arg)
+int session_open(const char *name, struct session_cli **out, session_opened_fn fn, void *arg)
 {
 	const char *colon = strrchr(name, ':');
+	struct session_srv *ss;
 	struct session_cli *s;
 	struct open_ctx *o;
+	int local;
 	unsigned long port;
 	char *end;
 	int rc;
@@ -626,6 +661,23 @@ int session_open(const char *name, session_opened_fn fn, void *arg)
 	pthread_mutex_init(&s->lock, NULL);
 	atomic_init(&s->miss_err, -EFAULT);
 	s->refs = 1;
+	/* A session of this service's: no question on the network, now or
+	 * at a miss (ask_local). */
+	local = rpc_self_port(name);
+	ss = local > 0 ? srv_by_port((uint16_t)local) : NULL;
+	if (ss) {
+		struct segment *first = ss->n ? export_find(ss->m[0].name) : NULL;
+
+		free(o);
+		s->local_port = ss->port;
+		s->local_client = ss->c->id;
+		if (first && map_insert(s, ss->m[0].va, ss->m[0].len, first)) {
+			sess_put(s);
+			return -ENOMEM;
+		}
+		*out = s;
+		return 0;
+	}
 	*o = (struct open_ctx){.s = s, .fn = fn, .arg = arg};
 	rc = rpc_lookup_start(name, "@", on_ping, o);
 	if (rc) {

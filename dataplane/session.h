@@ -75,13 +75,15 @@ static inline bool session_member_name(const char *name)
 
 /* ---- initiator side ---- */
 
-/* Asks `name` ("host:port") whether it is a session, without waiting:
- * SEGMENT_PENDING (segments.h), and fn(arg, rc, s) is called once from the
- * loop: 0 and a new session_cli (the caller's reference), or -ENOENT (the
- * port is not a session's), -EHOSTUNREACH, -ETIMEDOUT, -EACCES, ... Or at
- * once: -EINVAL (not host:port), -EAGAIN, -ENOMEM. */
+/* A handle's session `name` ("host:port"): 0 with a new session_cli in
+ * *out (the caller's reference) for a session of this service (nothing
+ * asked on the network, now or later); else `name`'s port is asked whether
+ * it is a session, without waiting: SEGMENT_PENDING (segments.h), and
+ * fn(arg, rc, s) is called once from the loop: 0 and a new session_cli,
+ * or -ENOENT (the port is not a session's), -EHOSTUNREACH, -ETIMEDOUT,
+ * -EACCES, ... Or at once: -EINVAL (not host:port), -EAGAIN, -ENOMEM. */
 typedef void (*session_opened_fn)(void *arg, int rc, struct session_cli *s);
-int session_open(const char *name, session_opened_fn fn, void *arg);
+int session_open(const char *name, struct session_cli **out, session_opened_fn fn, void *arg);
 /* Control thread: a live member of s (the first the map holds), or NULL
  * (none known, or the session is gone): where a notification sent alone
  * to the session goes. */

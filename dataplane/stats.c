@@ -639,6 +639,24 @@ void stats_segment_removed(void)
 		svc_add(&hdr->svc.segments, -1);
 }
 
+void stats_session(int sessions, int members, int handles)
+{
+	if (!hdr)
+		return;
+	svc_add(&hdr->svc.sessions, sessions);
+	svc_add(&hdr->svc.session_members, members);
+	svc_add(&hdr->svc.session_handles, handles);
+}
+
+void stats_session_question(bool failed)
+{
+	if (!hdr)
+		return;
+	svc_add(&hdr->svc.session_questions, 1);
+	if (failed)
+		svc_add(&hdr->svc.session_question_errors, 1);
+}
+
 void stats_peer_known(void)
 {
 	if (hdr)

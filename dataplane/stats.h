@@ -103,6 +103,10 @@ void stats_region_removed(uint64_t len);
 void stats_segment_added(void);
 void stats_segment_removed(void);
 void stats_peer_known(void);
+/* Engine sessions (session.c): deltas of the gauges; a question asked of a
+ * session's port (or of this service's own table), and whether it failed. */
+void stats_session(int sessions, int members, int handles);
+void stats_session_question(bool failed);
 /* Notifications of other services (notif_remote.c), control thread. */
 void stats_notify_remote(uint64_t sent, uint64_t lost, uint64_t received, uint64_t dropped);
 

@@ -56,8 +56,9 @@
 
 #define DP_STATS_MAGIC 0x54535044u /* "DPST" */
 /* 2: the poller block gained the file I/O slice counters; 3: the samehost
- * path, peers_known; 4: the notification counters; 5: the stripe counters, parked_queues. */
-#define DP_STATS_ABI_VERSION 5u
+ * path, peers_known; 4: the notification counters; 5: the stripe counters, parked_queues;
+ * 6: the engine session counters. */
+#define DP_STATS_ABI_VERSION 6u
 #define DP_STATS_NAME_MAX 64 /* shm_open name, NUL included, no '/' */
 #define DP_STATS_PREFIX "dataplane-"
 
@@ -128,6 +129,13 @@ struct dp_stats_service {
 	 * sent for exports here: put on the owner's ring, or dropped. */
 	uint64_t notify_sent, notify_lost;
 	uint64_t notify_received, notify_received_dropped;
+	/* Engine sessions (docs/api.md): clients with a session port now, and
+	 * the registrations in them; handles open now on sessions (of this
+	 * service or others); questions this service asked of sessions' ports
+	 * about addresses its handles had not seen (one per registration
+	 * first touched), and those answered with an error. */
+	uint64_t sessions, session_members, session_handles;
+	uint64_t session_questions, session_question_errors;
 };
 
 struct dp_stats_header {

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "dp_stats.h"
 #include "helpers.h"
 
 TestSuite(session, .fini = svc_teardown, .timeout = 120);
@@ -152,6 +153,19 @@ Test(session, same_service_by_address_local_path)
 	seg = dp_session_open(a, o.name, DP_ACCESS_RW);
 	cr_assert_geq(seg, 0, "dp_session_open(%s): %s", o.name, dp_last_error());
 	move_both(q, lreg, loc, 64 * MiB + 4096, seg, &o, DP_CQE_F_LOCAL);
+	/* The stats region: one session, its two registrations, one handle;
+	 * the second registration was first touched once (one question). */
+	{
+		const struct dp_stats_header *h = stats_map(&svc);
+
+		cr_assert_eq(h->svc.sessions, 1);
+		cr_assert_eq(h->svc.session_members, 2);
+		cr_assert_eq(h->svc.session_handles, 1);
+		cr_assert_eq(h->svc.session_questions, 1, "questions: %llu",
+			     (unsigned long long)h->svc.session_questions);
+		cr_assert_eq(h->svc.session_question_errors, 0);
+		stats_unmap(h);
+	}
 	notify_through(a, q, lreg, loc, seg, &o, DP_NOTIFY_F_LOCAL);
 	/* The owner's own session, from the owner: the local engine too. */
 	qb = make_queue(b, 8);

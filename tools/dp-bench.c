@@ -31,13 +31,17 @@
  * vm-target (--peer, --peer-socket): WRITEs into another service's export
  * of dp_register_mem memory vs of a dp_alloc region, 1 .. 64 MiB, and the
  * ratio (tools/bench-vmtarget.sh: same host, and tcp between namespaces).
+ * session ([--peer, --peer-socket]): first contact with a fresh engine
+ * session (dp_session_open + the first 4 KiB WRITE) vs the same memory's
+ * named export (dp_segment_open + first WRITE), and a warm WRITE
+ * (tools/bench-session.sh: one service, two of one host, two namespaces).
  *
  * usage: dp-bench [--socket PATH | --dataplaned PATH] [--cpu N] [--service-cpu N]
  *                 [--quick] [--max-size BYTES] [--no-peers] [--json]
  *                 [--plot FILE.png] [--rounds N] [--depth N]
  *                 [--peer HOST:PORT --peer-socket PATH]
- *                 [latency|rate|bandwidth|overhead|notify|fabric|bypass|vm|vm-target|scale|
- *                  idle-queues|stripe|placement|check|all]
+ *                 [latency|rate|bandwidth|overhead|notify|fabric|bypass|vm|vm-target|session|
+ *                  scale|idle-queues|stripe|placement|check|all]
  * Long runs show a progress line on stderr; --json prints the results as one
  * JSON document on stdout (the text goes to stderr); --no-peers runs and
  * prints nothing of the peers; --plot draws the latency CDF and throughput
@@ -1172,6 +1176,154 @@ static void bench_bypass(void)
 	report_end();
 }
 
+/* ---- session: first contact with an engine session ---- */
+
+/* One 4 KiB WRITE through handle `seg` at address `va`, submit to
+ * completion (busy-polled), in ns; its completion's flags in *flags. */
+static uint64_t session_write_ns(struct dp_queue *q, int src, int seg, uint64_t va, uint32_t *flags)
+{
+	struct dp_desc d;
+	struct dp_cqe c;
+	uint64_t t0;
+	int rc;
+
+	dp_prep_write(&d, src, 0, seg, va, 4096, 1);
+	t0 = dp_now_ns();
+	while ((rc = dp_submit(q, &d, 1)) == 0)
+		;
+	if (rc < 0)
+		die("submit", rc);
+	while ((rc = dp_poll(q, &c, 1)) == 0)
+		;
+	t0 = dp_now_ns() - t0;
+	if (rc < 0)
+		die("poll", rc);
+	if (c.status)
+		die("session WRITE", c.status);
+	*flags = c.flags;
+	return t0;
+}
+
+/*
+ * First contact (issue 33): a client of --peer-socket's service (or of
+ * --socket's, without a peer) makes a fresh session with 1 MiB of its own
+ * memory; a client of --socket's service opens it (dp_session_open: one
+ * question to the session's port) and writes 4 KiB into it (the first
+ * WRITE to a registration). Side by side, the same through a named export
+ * (dp_segment_open of the peer's server name + the first WRITE), and a
+ * WRITE once warm. Medians and maxima of REPS fresh sessions.
+ */
+static void bench_session(void)
+{
+	enum {
+		REPS = 21,
+		OPEN = 0,
+		FIRST = 1,
+		TOTAL = 2,
+		WARM = 3,
+		NAMED = 4,
+		NAMED_FIRST = 5,
+		N = 6
+	};
+	const char *tsock = peer_sock ? peer_sock : sock_path;
+	const char *names[N] = {"session open", "first WRITE",	      "open + first WRITE",
+				"warm WRITE",	"named open + first", "named first WRITE"};
+	double v[N][REPS];
+	struct dp_client *c;
+	struct dp_queue *q;
+	uint32_t flags = 0, nflags = 0;
+	uint8_t *srcp;
+	int src, rc;
+
+	if ((rc = dp_connect(sock_path, "dp-bench", &c)) < 0)
+		die_connect(sock_path, rc);
+	if ((rc = dp_queue_create(c, 64, &q)) < 0)
+		die("queue", rc);
+	if ((src = dp_alloc(c, 4096, 0, (void **)&srcp)) < 0)
+		die("alloc", src);
+	memset(srcp, 0x5a, 4096);
+	for (unsigned r = 0; r < REPS; r++) {
+		struct dp_client *t;
+		uint8_t *mem;
+		uint64_t t0, warm = ~0ull;
+		const char *exp = segment_name("dp-bench-first");
+		int reg, seg, nseg;
+
+		if ((rc = dp_connect(tsock, "dp-bench-session", &t)) < 0)
+			die_connect(tsock, rc);
+		mem = aligned_alloc(4096, MiB);
+		if (!mem)
+			die("malloc", -ENOMEM);
+		memset(mem, 0, MiB);
+		if ((rc = dp_session_create(t, 0)) < 0)
+			die("dp_session_create", rc);
+		if ((reg = dp_register_mem(t, mem, MiB)) < 0)
+			die("dp_register_mem", reg);
+		if ((rc = dp_segment_export(t, reg, exp, DP_ACCESS_RW)) < 0)
+			die("export", rc);
+		t0 = dp_now_ns();
+		seg = dp_session_open(c, dp_session_name(t), DP_ACCESS_RW);
+		if (seg < 0) {
+			fprintf(stderr, "dp-bench: %s\n", dp_last_error());
+			exit(1);
+		}
+		v[OPEN][r] = (double)(dp_now_ns() - t0);
+		v[FIRST][r] = (double)session_write_ns(q, src, seg, (uintptr_t)mem + 8192, &flags);
+		v[TOTAL][r] = v[OPEN][r] + v[FIRST][r];
+		for (unsigned k = 0; k < 32; k++) {
+			uint64_t ns = session_write_ns(q, src, seg,
+						       (uintptr_t)mem + 4096 * (k % 200), &flags);
+
+			warm = ns < warm ? ns : warm;
+		}
+		v[WARM][r] = (double)warm;
+		/* The named path: the same memory, exported by name. */
+		t0 = dp_now_ns();
+		nseg = dp_segment_open(c, peer_sock ? peer_addr : NULL, exp, DP_ACCESS_RW);
+		if (nseg < 0) {
+			fprintf(stderr, "dp-bench: open by name: %s\n", dp_last_error());
+			exit(1);
+		}
+		v[NAMED][r] = (double)(dp_now_ns() - t0);
+		v[NAMED_FIRST][r] = (double)session_write_ns(q, src, nseg, 0, &nflags);
+		v[NAMED][r] += v[NAMED_FIRST][r];
+		if (mem[8192] != 0x5a || mem[0] != 0x5a)
+			die("session: DATA MISMATCH", -EBADMSG);
+		dp_segment_close(c, seg);
+		dp_segment_close(c, nseg);
+		dp_close(t);
+		free(mem);
+	}
+	dp_close(c);
+	printf("session: first contact with a fresh engine session (%s), 4 KiB WRITEs, "
+	       "busy-polled, %u sessions (us)\n",
+	       peer_sock ? peer_addr : "this service", REPS);
+	printf("  paths: session %s, named export %s; CPUs: client %d\n",
+	       flags & DP_CQE_F_SAME_HOST ? "same host" : path_name(flags),
+	       nflags & DP_CQE_F_SAME_HOST ? "same host" : path_name(nflags), client_cpu);
+	report_obj("session");
+	report_str("target", peer_sock ? peer_addr : "this service");
+	report_str("path", flags & DP_CQE_F_SAME_HOST ? "same host" : path_name(flags));
+	report_num("client_cpu", client_cpu);
+	printf("  %-22s %10s %10s\n", "", "p50", "max");
+	for (unsigned k = 0; k < N; k++) {
+		char key[64];
+
+		qsort(v[k], REPS, sizeof(double), cmp_dbl);
+		printf("  %-22s %10.1f %10.1f\n", names[k], v[k][REPS / 2] / 1e3,
+		       v[k][REPS - 1] / 1e3);
+		snprintf(key, sizeof(key), "%s_p50_us", names[k]);
+		for (char *p = key; *p; p++)
+			if (*p == ' ' || *p == '+')
+				*p = '_';
+		report_num(key, v[k][REPS / 2] / 1e3);
+	}
+	printf("  first contact (open + first WRITE) / named open + first: %.2fx\n",
+	       v[TOTAL][REPS / 2] / v[NAMED][REPS / 2]);
+	report_num("ratio_to_named", v[TOTAL][REPS / 2] / v[NAMED][REPS / 2]);
+	report_end();
+}
+
 /* ---- vm-target: another service's export of dp_register_mem memory vs
  * of a dp_alloc region ---- */
 
@@ -2229,7 +2381,7 @@ static void usage(void)
 	       "                [--depth N] [--peer HOST:PORT --peer-socket PATH [--busy-poll]] "
 	       "[--help] [--version]\n"
 	       "                "
-	       "[latency|rate|bandwidth|overhead|notify|fabric|bypass|vm|vm-target|scale|\n"
+	       "[latency|rate|bandwidth|overhead|notify|fabric|bypass|vm|vm-target|session|scale|\n"
 	       "                 idle-queues|stripe|placement|check|all]\n"
 	       "                scale, idle-queues, stripe: [--pollers LIST] [--service-cpus "
 	       "LIST]\n"
@@ -2261,6 +2413,10 @@ static void usage(void)
 	       "  vm-target --peer HOST:PORT --peer-socket PATH: WRITEs of 1 .. 64 MiB into\n"
 	       "    another service's export of dp_register_mem memory vs of a dp_alloc region\n"
 	       "    (same host, or over the fabric), both GB/s and the ratio (target >= 0.8x).\n"
+	       "  session [--peer HOST:PORT --peer-socket PATH]: first contact with a fresh "
+	       "engine\n"
+	       "    session (dp_session_open + first 4 KiB WRITE; targets <= 1 ms on one host,\n"
+	       "    <= 5 ms over tcp) beside the named export's, and a warm WRITE, in us.\n"
 	       "  scale (--dataplaned): for N in --pollers (default 1,2,4,.. while the CPU lists\n"
 	       "    allow; 2 on shared CPUs where only 1 fits) a dataplaned with N pollers on\n"
 	       "    --service-cpus (default the upper half of the CPUs) and N client processes\n"
@@ -2290,7 +2446,7 @@ static bool known_benchmark(const char *what)
 	static const char *const names[] = {"latency",	   "rate",   "bandwidth", "overhead",
 					    "all",	   "fabric", "bypass",	  "placement",
 					    "check",	   "vm",     "notify",	  "scale",
-					    "idle-queues", "stripe", "vm-target"};
+					    "idle-queues", "stripe", "vm-target", "session"};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (!strcmp(what, names[i]))
@@ -2478,6 +2634,8 @@ static void run_benches(const char *what)
 		bench_vm();
 	if (!strcmp(what, "vm-target"))
 		bench_vm_target();
+	if (!strcmp(what, "session"))
+		bench_session();
 	if (!strcmp(what, "scale"))
 		bench_scale();
 	if (!strcmp(what, "idle-queues"))

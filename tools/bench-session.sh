@@ -1,0 +1,84 @@
+#!/bin/sh
+# bench-session.sh BUILD [dp-bench options] - first contact with an engine
+# session (dp-bench session: dp_session_open + the first 4 KiB WRITE, beside
+# a named export's open + first WRITE): a session of a client of the same
+# service (a), of another service of this host (b), then, as root with
+# iproute2, of a service in another network namespace over a veth pair
+# (tcp, --no-same-host). a's poller on A_CPU, b's on B_CPU, dp-bench on
+# C_CPU (defaults: 1, 1, 0: the client busy-polls on a CPU of its own). QUICK=1: a short run.
+set -eu
+B=${1:-build}
+shift || true
+A_CPU=${A_CPU:-1}
+B_CPU=${B_CPU:-1}
+C_CPU=${C_CPU:-0}
+q=${QUICK:+--quick}
+id=$$
+dir=$(mktemp -d /tmp/dp-bench-session-XXXXXX)
+pids=""
+nsA="" nsB=""
+stop_services() {
+	for p in $pids; do kill "$p" 2>/dev/null || true; done
+	for p in $pids; do wait "$p" 2>/dev/null || true; done
+	pids=""
+	rm -f "$dir"/*.sock "$dir"/*.peer
+}
+cleanup() {
+	stop_services
+	[ -z "$nsA" ] || ip netns del "$nsA" 2>/dev/null || true
+	[ -z "$nsB" ] || ip netns del "$nsB" 2>/dev/null || true
+	rm -rf "$dir"
+}
+trap cleanup EXIT INT TERM
+svc() { # NAME CPU PORT NS(or "") -- options...
+	name=$1 cpu=$2 port=$3 ns=$4
+	shift 5
+	if [ -n "$ns" ]; then set -- ip netns exec "$ns" "$B/dataplaned" "$@"; else set -- "$B/dataplaned" "$@"; fi
+	"$@" --socket "$dir/$name.sock" --provider tcp --rpc-port "$port" --cpus "$cpu" \
+		--log-level warn 2>"$dir/$name.log" &
+	pids="$pids $!"
+	for _ in $(seq 200); do [ -S "$dir/$name.sock" ] && return 0; sleep 0.05; done
+	echo "bench-session: dataplaned $name did not start:" >&2
+	cat "$dir/$name.log" >&2
+	exit 1
+}
+echo "bench-session: $(nproc) CPUs, $(uname -r); CPUs: client $C_CPU, a's poller $A_CPU, b's poller $B_CPU"
+"$B/dp-bench" --cpu "$C_CPU" --service-cpu "$B_CPU" placement
+
+echo "== one service"
+svc a "$A_CPU" 18625 "" -- --server-name 127.0.0.1
+"$B/dp-bench" --socket "$dir/a.sock" --cpu "$C_CPU" --service-cpu "$A_CPU" $q "$@" session
+stop_services
+
+echo "== two services of this host"
+svc a "$A_CPU" 18625 "" -- --server-name 127.0.0.1 --same-host-socket "$dir/a.peer"
+svc b "$B_CPU" 18626 "" -- --server-name 127.0.0.1 --same-host-socket "$dir/b.peer"
+"$B/dp-bench" --socket "$dir/a.sock" --peer 127.0.0.1:18626 --peer-socket "$dir/b.sock" \
+	--cpu "$C_CPU" --service-cpu "$B_CPU" $q "$@" session
+stop_services
+
+if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null 2>&1; then
+	echo "== tcp between namespaces: skipped (needs root and iproute2)"
+	exit 0
+fi
+nsA=dpsA-$id nsB=dpsB-$id
+vA=dpsa-$id vB=dpsb-$id
+net=10.82.$((id % 250 + 1))
+if ! ip netns add "$nsA" || ! ip netns add "$nsB" ||
+	! ip link add "$vA" type veth peer name "$vB"; then
+	echo "== tcp between namespaces: skipped (no network namespaces or veth here)"
+	exit 0
+fi
+ip link set "$vA" netns "$nsA"
+ip link set "$vB" netns "$nsB"
+ip -n "$nsA" addr add "$net.1/24" dev "$vA"
+ip -n "$nsB" addr add "$net.2/24" dev "$vB"
+for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up; done
+ip -n "$nsA" link set "$vA" up
+ip -n "$nsB" link set "$vB" up
+echo "== tcp between namespaces $nsA and $nsB over veth (--no-same-host)"
+svc a "$A_CPU" 18625 "$nsA" -- --server-name "$net.1" --nics "$vA" --no-same-host
+svc b "$B_CPU" 18625 "$nsB" -- --server-name "$net.2" --nics "$vB" --no-same-host
+"$B/dp-bench" --socket "$dir/a.sock" --peer "$net.2:18625" --peer-socket "$dir/b.sock" \
+	--cpu "$C_CPU" --service-cpu "$B_CPU" $q "$@" session
+stop_services
