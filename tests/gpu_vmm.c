@@ -491,4 +491,85 @@ Test(gpu_vmm, VmmAcrossServicesSameHost)
 	vmm_free(&b);
 }
 
+/*
+ * Engine sessions with GPU memory: B's client registers a cudaMalloc buffer
+ * and a VMM range (three pieces) in its session; A's client opens the
+ * session by name and moves bytes by B's device addresses, both ways, from
+ * host and GPU memory (DP_CQE_F_SAME_HOST | DP_CQE_F_GPU); A's own
+ * cudaMalloc buffer in A's session, opened by A itself, is the local
+ * engine (the seed's self-loopback: DP_CQE_F_LOCAL | DP_CQE_F_GPU).
+ */
+Test(gpu_vmm, SessionsWithGpuMemory)
+{
+	static char sa[96], sb[96];
+	const char *a[] = {"--provider", "tcp", "--server-name", "127.0.0.1", "--same-host-socket",
+			   sa,		 NULL};
+	const char *bargs[] = {
+		"--provider", "tcp", "--server-name", "127.0.0.1", "--same-host-socket", sb, NULL};
+	const size_t sizes[3] = {24 * MiB, 40 * MiB, 32 * MiB};
+	const uint32_t same = DP_CQE_F_SAME_HOST | DP_CQE_F_GPU;
+	struct dp_client *ca, *cb;
+	struct dp_queue *q;
+	struct vmm_buf b;
+	uint8_t *vp, *host, *bg;
+	void *dg, *mine;
+	int rv, rbg, rg, rh, rm, seg, self;
+
+	GPU_REQUIRE();
+	snprintf(sa, sizeof(sa), "/tmp/dp-gpu-ses-a-%d.peer", (int)getpid());
+	snprintf(sb, sizeof(sb), "/tmp/dp-gpu-ses-b-%d.peer", (int)getpid());
+	start_svc(&fab_svc[1], bargs);
+	start_svc(&fab_svc[0], a);
+	ca = connect_client(&fab_svc[0], "ses-initiator");
+	cb = connect_client(&fab_svc[1], "ses-owner");
+	cr_assert_gt(dp_session_create(cb, 0), 0, "%s", dp_last_error());
+	vp = vmm_alloc(&b, 3, sizes, 3, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	rv = dp_register_cuda(cb, vp, b.len);
+	cr_assert_geq(rv, 0, "dp_register_cuda (VMM): %s", dp_last_error());
+	rbg = gpu_region(cb, 64 * MiB, -1, &bg);
+	cr_assert_geq(rbg, 0);
+	rg = gpu_region(ca, 64 * MiB, -1, &dg);
+	rh = alloc_region(ca, 64 * MiB, &host);
+	q = make_queue(ca, 64);
+	seg = dp_session_open(ca, dp_session_name(cb), DP_ACCESS_RW);
+	cr_assert_geq(seg, 0, "dp_session_open(%s): %s", dp_session_name(cb), dp_last_error());
+	for (unsigned i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		uint64_t n = lens[i];
+		uint8_t *vt = vp + 20 * MiB + 3, *gt = bg + 5; /* the VMM range across a seam */
+
+		/* A's GPU -> B's VMM and B's cudaMalloc, by B's addresses. */
+		gpu_fill(dg, n, 70 + i);
+		gpu_memset(vp, 0, b.len);
+		gpu_memset(bg, 0, 64 * MiB);
+		expect_gpu_cqe(run1(q, true, rg, 0, seg, (uintptr_t)vt, n, 1, 60000), n, same,
+			       "WRITE GPU -> session VMM");
+		gpu_expect(vt, n, 70 + i, 0, "GPU -> session VMM");
+		expect_gpu_cqe(run1(q, true, rg, 0, seg, (uintptr_t)gt, n, 2, 60000), n, same,
+			       "WRITE GPU -> session cudaMalloc");
+		gpu_expect(gt, n, 70 + i, 0, "GPU -> session cudaMalloc");
+		/* And back into A's host memory. */
+		memset(host, 0, 64 * MiB);
+		expect_gpu_cqe(run1(q, false, rh, 0, seg, (uintptr_t)vt, n, 3, 60000), n, same,
+			       "READ host <- session VMM");
+		cr_assert_eq(pattern_check(host, n, 70 + i), -1, "session VMM -> host");
+	}
+	/* A's own GPU memory in A's own session: the local engine. */
+	cr_assert_gt(dp_session_create(ca, 0), 0);
+	rm = gpu_region(ca, MiB, -1, &mine);
+	self = dp_session_open(ca, dp_session_name(ca), DP_ACCESS_RW);
+	cr_assert_geq(self, 0, "self open: %s", dp_last_error());
+	pattern_fill(host, MiB, 90);
+	expect_gpu_cqe(run1(q, true, rh, 0, self, (uintptr_t)mine, MiB, 4, 60000), MiB, GPU_FLAGS,
+		       "WRITE host -> own session GPU");
+	gpu_expect(mine, MiB, 90, 0, "host -> own session GPU");
+	(void)rm;
+	dp_queue_destroy(q);
+	dp_close(ca);
+	dp_close(cb);
+	CK(cudaFree(dg));
+	CK(cudaFree(bg));
+	CK(cudaFree(mine));
+	vmm_free(&b);
+}
+
 #endif /* DP_HAVE_CUDA */

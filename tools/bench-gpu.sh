@@ -17,6 +17,11 @@
 # memory, both columns and the ratio. Without a GPU the host column alone
 # runs. CPUs: gpu-bench on 0, the initiator's poller on 1, the target's on 2
 # (1 on a 2-CPU machine, shared).
+#
+# bench-gpu.sh BIN vmm [gpu-bench args] - issue 33: a client of a second
+# service of this host registers a cudaMalloc buffer and a VMM range (four
+# cuMemMap pieces) in its engine session; WRITEs from this side's GPU
+# memory into each by address, GB/s side by side, and raw cudaMemcpyAsync.
 set -eu
 B=${1:-build}
 shift || true
@@ -62,6 +67,18 @@ if [ "${1:-}" = p13 ]; then
 	"$B/gpu-bench" --socket "$dir/a.sock" --cpu 0 --service-cpu $pcpu \
 		--peer 127.0.0.1:$port --peer-socket "$dir/b.sock" "$@" p13 || rc=$?
 	[ $rc -eq 77 ] && echo "bench-gpu: skipped (no CUDA build)" && rc=0
+	exit $rc
+fi
+if [ "${1:-}" = vmm ]; then
+	shift
+	port=$((20000 + $$ % 20000))
+	svc b $tcpu tcp --rpc-port $port
+	svc a $pcpu tcp
+	echo "dataplaned: initiator poller on CPU $pcpu, the session owner's on CPU $tcpu;" \
+		"gpu-bench on CPU 0; same host; $cpus CPUs, $(uname -r)"
+	"$B/gpu-bench" --socket "$dir/a.sock" --cpu 0 --service-cpu $pcpu \
+		--peer 127.0.0.1:$port --peer-socket "$dir/b.sock" "$@" vmm || rc=$?
+	[ $rc -eq 77 ] && echo "bench-gpu: skipped (no CUDA device or no CUDA build)" && rc=0
 	exit $rc
 fi
 if ! $p12; then

@@ -33,7 +33,7 @@
  * usage: gpu-bench [--socket PATH] [--cpu N] [--service-cpu N] [--device N]
  *                  [--quick] [--file PATH] [--no-peers] [--json]
  *                  [--peer-socket PATH --peer HOST:PORT]
- *                  [p8|p9|p10|p12|p13|file|all|probe]
+ *                  [p8|p9|p10|p12|p13|vmm|file|all|probe]
  * Before the results: the placement (tools/bench-report.h), a cache-line
  * ping-pong between --cpu and --service-cpu (the service's poller).
  * --no-peers runs and prints nothing of the raw CUDA side (the file run's
@@ -70,7 +70,7 @@ static void usage(void)
 	       "[--quick]\n"
 	       "                 [--file PATH] [--no-peers] [--json] "
 	       "[--peer-socket PATH --peer HOST:PORT]\n"
-	       "                 [p8|p9|p10|p12|p13|file|all|probe]\n"
+	       "                 [p8|p9|p10|p12|p13|vmm|file|all|probe]\n"
 	       "GPU copies through dataplaned against the raw CUDA runtime on the same GPU\n"
 	       "(P8-P10, file -> GPU; default all).\n"
 	       "  --socket PATH   dataplaned's control socket (default $DP_SOCKET, else\n"
@@ -166,12 +166,14 @@ static const char *parse_args(int argc, char **argv)
 	if (argc - optind > 1 ||
 	    (strcmp(what, "p8") && strcmp(what, "p9") && strcmp(what, "p10") &&
 	     strcmp(what, "p12") && strcmp(what, "p13") && strcmp(what, "file") &&
+	     strcmp(what, "vmm") &&
 	     strcmp(what, "all") && strcmp(what, "probe"))) {
 		fprintf(stderr, "gpu-bench: unknown benchmark '%s'\nTry 'gpu-bench --help'.\n",
 			argv[argc - 1]);
 		exit(2);
 	}
-	if ((!strcmp(what, "p12") || !strcmp(what, "p13")) && (!target_sock || !target_peer)) {
+	if ((!strcmp(what, "p12") || !strcmp(what, "p13") || !strcmp(what, "vmm")) &&
+	    (!target_sock || !target_peer)) {
 		fprintf(stderr, "gpu-bench: %s needs --peer-socket and --peer\n", what);
 		exit(2);
 	}
@@ -204,6 +206,7 @@ int main(int argc, char **argv)
 
 #else
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #define MiB (1ull << 20)
@@ -901,6 +904,136 @@ static void bench_p12(void)
 }
 
 /*
+ * vmm (issue 33): GPU memory from a virtual-memory allocator (cuMemCreate +
+ * cuMemMap in pieces side by side, as PyTorch's expandable segments grow)
+ * vs cudaMalloc memory, both registered by a client of another service of
+ * this host in its engine session and written there by address through
+ * dp_session_open: device -> device WRITEs, 4 MiB .. 256 MiB, GB/s, the
+ * ratio, and raw cudaMemcpyAsync of the same bytes.
+ */
+typedef CUresult (*cu_fn)();
+static cu_fn cu(const char *name)
+{
+	enum cudaDriverEntryPointQueryResult qr;
+	void *fn = NULL;
+
+	if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &qr) ||
+	    qr != cudaDriverEntryPointSuccess) {
+		fprintf(stderr, "gpu-bench: no driver entry point %s\n", name);
+		exit(1);
+	}
+	return (cu_fn)fn;
+}
+
+static void *vmm_map(size_t piece, unsigned n)
+{
+	CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				    .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+				    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device}};
+	CUmemAccessDesc a = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device},
+			     .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	CUdeviceptr va;
+	CUmemGenericAllocationHandle h;
+
+	if (((CUresult(*)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))cu(
+		    "cuMemAddressReserve"))(&va, piece * n, 0, 0, 0))
+		die("cuMemAddressReserve", -ENOMEM);
+	for (unsigned i = 0; i < n; i++) {
+		if (((CUresult(*)(CUmemGenericAllocationHandle *, size_t,
+				  const CUmemAllocationProp *, unsigned long long))cu("cuMemCreate"))(
+			    &h, piece, &prop, 0) ||
+		    ((CUresult(*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+				  unsigned long long))cu("cuMemMap"))(va + i * piece, piece, 0, h, 0))
+			die("cuMemCreate/cuMemMap", -ENOMEM);
+	}
+	if (((CUresult(*)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))cu(
+		    "cuMemSetAccess"))(va, piece * n, &a, 1))
+		die("cuMemSetAccess", -EINVAL);
+	return (void *)(uintptr_t)va;
+}
+
+static void bench_vmm(void)
+{
+	const size_t piece = 64 * MiB;
+	const uint64_t max = 4 * piece;
+	unsigned reps = quick ? 3 : 10;
+	uint64_t t[2][16], t_raw[16];
+	struct dp_client *tc;
+	void *src, *dst[2];
+	int rs, seg, rc;
+	const char *names[2] = {"cudaMalloc", "VMM (4 pieces)"};
+
+	if ((rc = dp_connect(target_sock, "gpu-bench-session", &tc)) < 0) {
+		dp_tool_connect_error("gpu-bench", target_sock, rc);
+		exit(1);
+	}
+	if ((rc = dp_session_create(tc, 0)) < 0)
+		die("dp_session_create", rc);
+	src = gpu_random(max, 33);
+	rs = reg_gpu(src, max);
+	ck(cudaMalloc(&dst[0], max), "cudaMalloc");
+	dst[1] = vmm_map(piece, 4);
+	for (int k = 0; k < 2; k++) {
+		zero(dst[k], max);
+		if ((rc = dp_register_cuda(tc, dst[k], max)) < 0) {
+			fprintf(stderr, "gpu-bench: dp_register_cuda (%s): %s\n", names[k],
+				dp_last_error());
+			exit(1);
+		}
+	}
+	seg = dp_session_open(cl, dp_session_name(tc), DP_ACCESS_RW);
+	if (seg < 0) {
+		fprintf(stderr, "gpu-bench: dp_session_open: %s\n", dp_last_error());
+		exit(1);
+	}
+	ours_any(rs, 0, seg, (uintptr_t)dst[0], 4096);
+	ours_any(rs, 0, seg, (uintptr_t)dst[1], 4096);
+	printf("vmm: GPU -> GPU WRITEs into another service's client's session (%s): cudaMalloc "
+	       "vs VMM memory, GB/s (median of %u), raw cudaMemcpyAsync D2D beside\n",
+	       path_name(last_flags), reps);
+	printf("  %9s %10s %10s %7s %10s\n", "size", "cudaMalloc", "VMM", "ratio", "raw");
+	report_obj("vmm");
+	report_str("path", path_name(last_flags));
+	report_arr("sizes");
+	for (uint64_t len = 4 * MiB; len <= max; len *= 4) {
+		double g[2], r;
+
+		for (unsigned i = 0; i < reps; i++)
+			for (int k = 0; k < 2; k++) {
+				int w = (i + (unsigned)k) % 2;
+				uint64_t off = (i * 4099 * 4096) % (max - len + 1) & ~4095ull;
+
+				t[w][i] = ours_any(rs, off, seg, (uintptr_t)dst[w] + off, len);
+			}
+		for (unsigned i = 0; i < reps; i++)
+			t_raw[i] = raw(dst[0], src, len);
+		for (int k = 0; k < 2; k++) {
+			zero(dst[k], len);
+			ours_any(rs, 0, seg, (uintptr_t)dst[k], len);
+			verify_gpu(dst[k], src, len, names[k]);
+			g[k] = median_gbs(t[k], reps, len);
+		}
+		r = median_gbs(t_raw, reps, len);
+		printf("  %5llu MiB %10.1f %10.1f %6.3fx %10.1f\n", (unsigned long long)(len / MiB),
+		       g[0], g[1], g[1] / g[0], r);
+		report_obj(NULL);
+		report_u64("size", len);
+		report_num("cudamalloc_gb_per_s", g[0]);
+		report_num("vmm_gb_per_s", g[1]);
+		report_num("ratio", g[1] / g[0]);
+		report_num("raw_gb_per_s", r);
+		report_end();
+	}
+	report_end();
+	report_end();
+	dp_segment_close(cl, seg);
+	dp_free(cl, rs);
+	dp_close(tc);
+	ck(cudaFree(src), "cudaFree");
+	ck(cudaFree(dst[0]), "cudaFree");
+}
+
+/*
  * Not a target, a probe of the hardware under the engine's design: how long
  * a 4 KiB device -> device cudaMemcpyAsync takes alone, and issued 50 us
  * after a 1 GiB copy on another stream (greatest or least priority) or on
@@ -1236,6 +1369,8 @@ int main(int argc, char **argv)
 		bench_probe();
 	if (!strcmp(what, "p13"))
 		bench_p13(true);
+	if (!strcmp(what, "vmm"))
+		bench_vmm();
 	dp_close(cl);
 	report_close();
 	return 0;
