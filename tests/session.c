@@ -1,5 +1,8 @@
 /* session.c - engine sessions: a client's own memory by its virtual addresses under "host:port", opened from a client of the same service (and the client itself: DP_CQE_F_LOCAL), from another service of this host (DP_CQE_F_SAME_HOST) and through the fabric (DP_CQE_F_FABRIC); translation at the edges of registrations; a session whose client left fails at once; names that are not sessions are refused with the name in the error. */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +13,7 @@
 #include "dp_stats.h"
 #include "helpers.h"
 
-TestSuite(session, .fini = svc_teardown, .timeout = 120);
+TestSuite(service_session, .fini = svc_teardown, .timeout = 120);
 
 #define GUARD 0x5a
 
@@ -136,7 +139,7 @@ static void notify_through(struct dp_client *a, struct dp_queue *q, int lreg, ui
 	cr_assert_eq(pattern_check(o->shm + 4096, 4096, 60), -1, "the WRITE's bytes");
 }
 
-Test(session, same_service_by_address_local_path)
+Test(service_session, same_service_by_address_local_path)
 {
 	struct dp_client *a, *b;
 	struct dp_queue *q, *qb;
@@ -182,7 +185,7 @@ Test(session, same_service_by_address_local_path)
 	stop_svc(&svc);
 }
 
-Test(session, translation_at_the_edges)
+Test(service_session, translation_at_the_edges)
 {
 	struct dp_client *a, *b;
 	struct dp_queue *q;
@@ -259,7 +262,7 @@ Test(session, translation_at_the_edges)
 	stop_svc(&svc);
 }
 
-Test(session, names_that_are_not_sessions)
+Test(service_session, names_that_are_not_sessions)
 {
 	char name[64];
 	struct dp_client *a;
@@ -288,7 +291,7 @@ Test(session, names_that_are_not_sessions)
 	stop_svc(&svc);
 }
 
-Test(session, owner_gone_fails_at_once)
+Test(service_session, owner_gone_fails_at_once)
 {
 	struct dp_client *a, *b;
 	struct dp_queue *q;
@@ -381,4 +384,58 @@ Test(fabric_session, another_service_of_this_host)
 Test(fabric_session, another_service_through_the_fabric)
 {
 	two_services(0, NULL, DP_CQE_F_FABRIC);
+}
+
+/* A session's port flooded with connections that say nothing, and with
+ * garbage: a bystander's WRITEs keep moving verified bytes throughout, the
+ * session still answers its peers afterwards, and the service lives. */
+Test(service_session, port_flood_and_garbage_stall_no_bystander)
+{
+	struct dp_client *a, *b;
+	struct dp_queue *q;
+	struct bystander by;
+	struct owner o;
+	uint8_t *loc, junk[1500];
+	int lreg, seg, port, fds[300];
+	uint64_t t0;
+
+	start_svc(&svc, local_only);
+	b = connect_client(&svc, "owner");
+	a = connect_client(&svc, "initiator");
+	owner_make(&o, b, 65536, 65536);
+	port = atoi(strrchr(o.name, ':') + 1);
+	bystander_start(&by);
+	pattern_fill(junk, sizeof(junk), 5);
+	t0 = now_ns();
+	for (unsigned round = 0; round < 10; round++)
+		for (unsigned i = 0; i < sizeof(fds) / sizeof(fds[0]); i++) {
+			struct sockaddr_in sa = {.sin_family = AF_INET,
+						 .sin_port = htons((uint16_t)port),
+						 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+
+			if (round)
+				close(fds[i]);
+			fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+			cr_assert_geq(fds[i], 0);
+			if (connect(fds[i], (struct sockaddr *)&sa, sizeof(sa)) == 0 && i % 3 == 0)
+				(void)!send(fds[i], junk, sizeof(junk), MSG_NOSIGNAL | MSG_DONTWAIT);
+		}
+	cr_log_info("session port flood: 3000 connections in %.0f ms",
+		    (double)(now_ns() - t0) / 1e6);
+	for (unsigned i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+		close(fds[i]);
+	bystander_finish(&by);
+	/* The session still answers. */
+	lreg = alloc_region(a, 65536, &loc);
+	q = make_queue(a, 8);
+	seg = dp_session_open(a, o.name, DP_ACCESS_RW);
+	cr_assert_geq(seg, 0, "open after the flood: %s", dp_last_error());
+	pattern_fill(loc, 4096, 3);
+	expect_ok(run_va(q, true, lreg, 0, seg, o.own + 4096, 4096, 1), 4096, DP_CQE_F_LOCAL,
+		  "WRITE after the flood");
+	cr_assert_eq(pattern_check(o.own + 4096, 4096, 3), -1);
+	dp_queue_destroy(q);
+	dp_close(a);
+	dp_close(b);
+	service_still_serves();
 }
