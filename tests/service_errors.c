@@ -133,8 +133,16 @@ Test(service_errors, nonzero_flags_or_reserved_is_einval, .timeout = 20)
 		d.flags = DP_DESC_F_NOTIFY;
 		if (op != DP_OP_WRITE)
 			expect(&e, d, -EINVAL, 0, "DP_DESC_F_NOTIFY on a READ or NOP");
-		d.flags = 2;
-		expect(&e, d, -EINVAL, 0, "flags 2");
+		/* DP_DESC_F_NOTIFY_MSG: a WRITE's or a READ's, never with
+		 * DP_DESC_F_NOTIFY. */
+		d.flags = DP_DESC_F_NOTIFY | DP_DESC_F_NOTIFY_MSG;
+		expect(&e, d, -EINVAL, 0, "both notification flags");
+		if (op == DP_OP_NOP) {
+			d.flags = DP_DESC_F_NOTIFY_MSG;
+			expect(&e, d, -EINVAL, 0, "DP_DESC_F_NOTIFY_MSG on a NOP");
+		}
+		d.flags = 4; /* the first flag no descriptor has */
+		expect(&e, d, -EINVAL, 0, "flags 4");
 		d.flags = 0x80;
 		expect(&e, d, -EINVAL, 0, "flags 0x80");
 		d.flags = 0;
@@ -369,7 +377,7 @@ Test(service_errors, check_order, .timeout = 20)
 
 	/* EINVAL before EBADF. */
 	d = desc(DP_OP_WRITE, 9999, 0, 9999, 0, 64);
-	d.flags = 2;
+	d.flags = 4;
 	expect(&e, d, -EINVAL, 0, "flags + unknown handles");
 	d = desc(0, 9999, 0, 9999, 0, 64);
 	expect(&e, d, -EINVAL, 0, "opcode + unknown handles");
