@@ -2141,6 +2141,74 @@ static PyObject *client_open(PyObject *self, PyObject *args, PyObject *kw)
 	return (PyObject *)s;
 }
 
+static PyObject *client_session_create(PyObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"port", NULL};
+	Client *c = (Client *)self;
+	unsigned port = 0;
+	int rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|I:session_create", kwlist, &port) ||
+	    client_check(c))
+		return NULL;
+	rc = CONTROL(c, dp_session_create(c->c, port));
+	if (rc < 0)
+		return raise_dp(rc);
+	return PyLong_FromLong(rc);
+}
+
+/* A Segment for handle h of client c, named `namo` on `peero`. */
+static PyObject *segment_wrap(Client *c, int h, PyObject *namo, PyObject *peero)
+{
+	Segment *s = PyObject_New(Segment, segment_type);
+
+	if (!s) {
+		dp_segment_close(c->c, h);
+		return NULL;
+	}
+	s->client = c;
+	Py_INCREF((PyObject *)c);
+	s->handle = h;
+	s->name = namo;
+	Py_INCREF(namo);
+	s->peer = peero;
+	Py_INCREF(peero);
+	s->weaklist = NULL;
+	link_add(&c->segments, &s->link);
+	return (PyObject *)s;
+}
+
+static PyObject *client_open_session(PyObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"session", "access", NULL};
+	Client *c = (Client *)self;
+	PyObject *namo, *acc = NULL;
+	const char *name;
+	unsigned a;
+	int h;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "U|O:open_session", kwlist, &namo, &acc) ||
+	    client_check(c) || get_access(acc, &a))
+		return NULL;
+	name = PyUnicode_AsUTF8AndSize(namo, NULL);
+	if (!name)
+		return NULL;
+	h = CONTROL(c, dp_session_open(c->c, name, a));
+	if (h < 0)
+		return raise_dp(h);
+	return segment_wrap(c, h, namo, namo);
+}
+
+static PyObject *client_get_session_name(PyObject *self, void *p)
+{
+	Client *c = (Client *)self;
+
+	(void)p;
+	if (client_check(c))
+		return NULL;
+	return PyUnicode_FromString(dp_session_name(c->c));
+}
+
 static PyObject *client_get_server_name(PyObject *self, void *p)
 {
 	Client *c = (Client *)self;
@@ -2388,6 +2456,17 @@ static PyMethodDef client_methods[] = {
 	 "(\"host:port\"; "
 	 "None: this service, or the cluster directory) for access 'r', 'w' or 'rw' "
 	 "(dp_segment_open): a Segment."},
+	{"session_create", (PyCFunction)(void (*)(void))client_session_create,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "session_create($self, port=0)\n--\n\nMakes this client an engine session "
+	 "(dp_session_create): the service listens on TCP port (0: any) for peers asking about "
+	 "this client's registered memory, which they address by this process's addresses. "
+	 "Returns the port; session_name is \"host:port\"."},
+	{"open_session", (PyCFunction)(void (*)(void))client_open_session,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "open_session($self, session, access='rw')\n--\n\nOpens engine session \"host:port\" "
+	 "(dp_session_open): a Segment whose target offsets are addresses of the session's "
+	 "process."},
 	{"regions", client_regions, METH_NOARGS,
 	 "regions($self)\n--\n\nThe client's open regions, oldest first."},
 	{"close", client_close, METH_NOARGS,
@@ -2405,6 +2484,8 @@ static PyGetSetDef client_getset[] = {
 	 "peer)",
 	 NULL},
 	{"closed", client_get_closed, NULL, "whether close() ran", NULL},
+	{"session_name", client_get_session_name, NULL,
+	 "the client's engine session, \"host:port\" (\"\" before session_create())", NULL},
 	{NULL, NULL, NULL, NULL, NULL}};
 
 static PyMemberDef client_members[] = {
