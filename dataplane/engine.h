@@ -97,6 +97,11 @@ struct engine {
 	void (*submit)(struct poller *p, const struct xfer *x);
 	int (*progress)(struct poller *p);
 	bool (*busy)(const struct poller *p);
+	/* Busy, but only waiting for another thread's answer, which kicks
+	 * the poller (poller_kick) when it comes: the poller may sleep
+	 * meanwhile (a busy engine otherwise keeps it spinning), and progress
+	 * runs again after the wake-up. NULL: never. */
+	bool (*waits)(const struct poller *p);
 	/* progress runs only while the engine is busy after an engine_kick;
 	 * with poll_always, every loop on pollers where the engine has state
 	 * (p->eng[id] set by init). */

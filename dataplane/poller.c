@@ -888,7 +888,8 @@ static void poller_flush(struct poller *p)
 static bool engines_busy(struct poller *p)
 {
 	for (unsigned i = 0; i < DP_ENGINES; i++)
-		if (engines[i]->busy && engines[i]->busy(p))
+		if (engines[i]->busy && engines[i]->busy(p) &&
+		    !(engines[i]->waits && engines[i]->waits(p)))
 			return true;
 	for (unsigned i = 0; i < DP_ENGINES; i++)
 		if (engines[i]->trywait && engines[i]->trywait(p))

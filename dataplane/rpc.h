@@ -50,8 +50,9 @@
  * which a request must carry. Without this flag, -ENOTSUP as above. */
 #define DP_RPC_F_OWNER_STAGES 8u
 /* An engine session's port answered (session.h): `va` and `member` are
- * set when the answer describes one of its registrations; a session's
- * answer to "@" (is this a session?) describes none. */
+ * set when the answer describes one of its registrations; its answer to
+ * "@" (is this a session?) describes the first, if any, and says in
+ * `members` how many there are ("@#<i>" asks for the i-th). */
 #define DP_RPC_F_SESSION 16u
 #define DP_RPC_F_ALL                                                                               \
 	(DP_RPC_F_VIRT_ADDR | DP_RPC_F_SAME_HOST | DP_RPC_F_GPU_UNREGISTERED |                     \
@@ -151,6 +152,8 @@ struct dp_rpc_lookup_reply {
 	 * stands for it. */
 	uint64_t va;
 	char member[DP_NAME_MAX];
+	uint32_t members; /* the answer to "@": how many registrations */
+	uint32_t reserved3;
 };
 
 /*

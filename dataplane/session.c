@@ -248,9 +248,18 @@ void session_fill_reply(uint16_t port, const char *name, struct dp_rpc_lookup_re
 		 * the opener knows one member before its first transfer (and
 		 * one to send notifications alone through). */
 		r->flags = DP_RPC_F_SESSION;
+		r->members = ss->n;
 		if (!ss->n || !(s = export_find(ss->m[0].name)))
 			return;
 		m = &ss->m[0];
+	} else if (name[1] == '#') {
+		unsigned long k = strtoul(name + 2, NULL, 10);
+
+		if (k >= ss->n || !(s = export_find(ss->m[k].name))) {
+			r->status = -EFAULT;
+			return;
+		}
+		m = &ss->m[k];
 	} else {
 		if (parse_range(name, &va, &len)) {
 			r->status = -EINVAL;
@@ -286,6 +295,7 @@ struct sess_map {
 
 struct ask {
 	uint64_t va, len;
+	uint32_t idx; /* 0: the range [va, va + len); i + 1: the i-th registration */
 };
 
 /* A map a batch replaced (with its references), freed after one grace
@@ -313,7 +323,8 @@ struct session_cli {
 	uint32_t local_client; /* its client's id; 0: another service's */
 	int refs;	       /* the handle, the open, every lookup in flight */
 	bool closed;
-	uint32_t batch; /* the ticket a batch in flight answers; 0: none */
+	uint32_t batch;		  /* the ticket a batch in flight answers; 0: none */
+	struct open_ctx *opening; /* an open waiting for its batch (prefetch) */
 	struct ask *work;
 	unsigned nwork, next_work, running;
 	struct retired *retired;
@@ -321,6 +332,16 @@ struct session_cli {
 
 static pthread_mutex_t ask_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct session_cli *asking;
+/* Pollers holding descriptors (a bit each): kicked when answers come. */
+static atomic_ullong holding;
+
+static void holders_kick(void)
+{
+	unsigned long long m = atomic_exchange(&holding, 0);
+
+	for (; m; m &= m - 1)
+		poller_kick(&pollers[__builtin_ctzll(m)]);
+}
 
 static void map_free(struct sess_map *m)
 {
@@ -412,6 +433,8 @@ static int map_insert(struct session_cli *s, uint64_t va, uint64_t len, struct s
 }
 
 static void batch_issue(struct session_cli *s);
+struct open_ctx;
+static void open_end(struct open_ctx *o, int rc);
 
 static void batch_start(struct session_cli *s)
 {
@@ -440,9 +463,17 @@ static void batch_start(struct session_cli *s)
 static void batch_end(struct session_cli *s)
 {
 	retired_free(s);
-	/* Release: the map published before is seen by whoever sees this. */
-	atomic_store_explicit(&s->answered, s->batch, memory_order_release);
+	/* The map published before is seen by whoever sees this; sequentially
+	 * consistent with holders_kick's exchange (session_waits). */
+	atomic_store(&s->answered, s->batch);
 	s->batch = 0;
+	holders_kick();
+	if (s->opening) {
+		struct open_ctx *o = s->opening;
+
+		s->opening = NULL;
+		open_end(o, 0);
+	}
 	batch_start(s);
 }
 
@@ -541,7 +572,10 @@ static void batch_issue(struct session_cli *s)
 			continue;
 		}
 		*x = (struct ask_ctx){.s = s, .va = a->va, .len = a->len};
-		snprintf(q, sizeof(q), "@%" PRIx64 "+%" PRIx64, a->va, a->len);
+		if (a->idx)
+			snprintf(q, sizeof(q), "@#%u", a->idx - 1);
+		else
+			snprintf(q, sizeof(q), "@%" PRIx64 "+%" PRIx64, a->va, a->len);
 		rc = rpc_lookup_start(s->name, q, on_ask_reply, x);
 		if (rc) {
 			free(x);
@@ -578,6 +612,7 @@ struct open_ctx {
 	session_opened_fn fn;
 	void *arg;
 	uint64_t va, len; /* the first member the port described, if any */
+	uint32_t members; /* how many the session has */
 };
 
 static void open_end(struct open_ctx *o, int rc)
@@ -592,15 +627,36 @@ static void open_end(struct open_ctx *o, int rc)
 	free(o);
 }
 
-/* The first member, resolved: in the map before the handle exists (a
- * member that cannot be reached is asked about again at its first use). */
+/* The open's answer: the session's other registrations are asked for
+ * now, and the handle is granted once they are in (a registration made
+ * later, or one that cannot be reached now, is asked about at its first
+ * use). */
+static void open_prefetch(struct open_ctx *o)
+{
+	struct session_cli *s = o->s;
+	unsigned n = o->members < SESSION_ASKS ? o->members : SESSION_ASKS;
+
+	if (n <= 1) {
+		open_end(o, 0);
+		return;
+	}
+	pthread_mutex_lock(&s->lock);
+	for (unsigned i = 1; i < n && s->nask < SESSION_ASKS; i++)
+		s->asks[s->nask++] = (struct ask){.idx = i + 1};
+	atomic_fetch_add(&s->asked, 1);
+	pthread_mutex_unlock(&s->lock);
+	s->opening = o;
+	batch_start(s);
+}
+
+/* The first member, resolved: in the map before the handle exists. */
 static void on_first_member(void *arg, int rc, struct segment *seg)
 {
 	struct open_ctx *o = arg;
 
 	if (!rc)
 		map_insert(o->s, o->va, o->len, seg);
-	open_end(o, 0);
+	open_prefetch(o);
 }
 
 static void on_ping(void *arg, int rc, const struct dp_rpc_lookup_reply *r, int *fds, unsigned nfds)
@@ -614,11 +670,34 @@ static void on_ping(void *arg, int rc, const struct dp_rpc_lookup_reply *r, int 
 	if (!rc && r->member[0]) {
 		o->va = r->va;
 		o->len = r->len;
+		o->members = r->members;
 		if (segment_resolve_reply(r->server_name, r->member, r, on_first_member, o) ==
 		    SEGMENT_PENDING)
 			return;
 	}
 	open_end(o, rc);
+}
+
+/* A new handle's map of a session of this service: every registration it
+ * has now, at once. */
+static int map_all(struct session_cli *s, const struct session_srv *ss)
+{
+	struct sess_map *m = malloc(sizeof(*m) + sizeof(m->m[0]) * (ss->n ? ss->n : 1));
+	unsigned k = 0;
+
+	if (!m)
+		return -ENOMEM;
+	for (unsigned i = 0; i < ss->n; i++) {
+		struct segment *seg = export_find(ss->m[i].name);
+
+		if (!seg)
+			continue;
+		atomic_fetch_add(&seg->refs, 1);
+		m->m[k++] = (struct sess_member){ss->m[i].va, ss->m[i].len, seg};
+	}
+	m->n = k;
+	atomic_store_explicit(&s->map, m, memory_order_release);
+	return 0;
 }
 
 struct segment *session_any_member(struct session_cli *s)
@@ -666,12 +745,10 @@ int session_open(const char *name, struct session_cli **out, session_opened_fn f
 	local = rpc_self_port(name);
 	ss = local > 0 ? srv_by_port((uint16_t)local) : NULL;
 	if (ss) {
-		struct segment *first = ss->n ? export_find(ss->m[0].name) : NULL;
-
 		free(o);
 		s->local_port = ss->port;
 		s->local_client = ss->c->id;
-		if (first && map_insert(s, ss->m[0].va, ss->m[0].len, first)) {
+		if (map_all(s, ss)) {
 			sess_put(s);
 			return -ENOMEM;
 		}
@@ -750,10 +827,11 @@ static uint32_t session_ask(struct session_cli *s, uint64_t va, uint64_t len)
 
 	pthread_mutex_lock(&s->lock);
 	for (unsigned i = 0; i < s->nask && !known; i++)
-		known = s->asks[i].va <= va && va - s->asks[i].va <= s->asks[i].len &&
+		known = !s->asks[i].idx && s->asks[i].va <= va &&
+			va - s->asks[i].va <= s->asks[i].len &&
 			len <= s->asks[i].len - (va - s->asks[i].va);
 	if (!known && s->nask < SESSION_ASKS)
-		s->asks[s->nask++] = (struct ask){va, len};
+		s->asks[s->nask++] = (struct ask){.va = va, .len = len};
 	t = atomic_fetch_add(&s->asked, 1) + 1;
 	if (!s->listed) {
 		s->listed = wake = true;
@@ -815,6 +893,7 @@ void session_hold(struct poller *p, struct queue *q, const struct dp_desc *d, st
 	sp->tail = &h->next;
 	q->inflight++;
 	engine_kick(p, ENGINE_session);
+	atomic_fetch_or(&holding, 1ull << p->idx);
 }
 
 /* Is h's answer in (or will it never come)? */
@@ -870,6 +949,23 @@ static bool session_busy(const struct poller *p)
 	return sp && sp->head;
 }
 
+/* Nothing held is ready: the answers come with a kick (holders_kick), a
+ * timeout within the poller's sleep cap. */
+static bool session_waits(const struct poller *p)
+{
+	const struct sess_poller *sp = p->eng[ENGINE_session];
+	uint64_t now = dp_now_ns();
+
+	/* The bit first, then the answers (both sequentially consistent, as
+	 * the answer's store and holders_kick's exchange are): an answer
+	 * this misses finds the bit and kicks. */
+	atomic_fetch_or(&holding, 1ull << p->idx);
+	for (const struct held *h = sp->head; h; h = h->next)
+		if (held_ready(h, now))
+			return false;
+	return true;
+}
+
 static void session_cancel_all(struct poller *p)
 {
 	struct sess_poller *sp = p->eng[ENGINE_session];
@@ -907,6 +1003,7 @@ const struct engine session_engine = {
 	.name = "session",
 	.progress = session_progress,
 	.busy = session_busy,
+	.waits = session_waits,
 	.cancel_all = session_cancel_all,
 	.poller_free = session_poller_free,
 };

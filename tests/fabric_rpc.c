@@ -71,6 +71,8 @@ struct rpc_reply {
 	uint8_t same[144]; /* the same-host description */
 	uint64_t va;	   /* an engine session's answer: where the registration starts */
 	char member[64];   /* and the export that stands for it */
+	uint32_t members;  /* its answer to "@": how many registrations */
+	uint32_t reserved3;
 };
 
 struct rpc_req_msg {
@@ -85,7 +87,7 @@ struct rpc_reply_msg {
 };
 
 _Static_assert(sizeof(struct rpc_hdr) == 16, "header");
-_Static_assert(sizeof(struct rpc_reply) == 1592, "reply");
+_Static_assert(sizeof(struct rpc_reply) == 1600, "reply");
 _Static_assert(sizeof(struct rpc_lookup) == 1376, "lookup");
 
 /* The fleet key the services of these tests use (their user's default,

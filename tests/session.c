@@ -156,14 +156,24 @@ Test(service_session, same_service_by_address_local_path)
 	seg = dp_session_open(a, o.name, DP_ACCESS_RW);
 	cr_assert_geq(seg, 0, "dp_session_open(%s): %s", o.name, dp_last_error());
 	move_both(q, lreg, loc, 64 * MiB + 4096, seg, &o, DP_CQE_F_LOCAL);
-	/* The stats region: one session, its two registrations, one handle;
-	 * the second registration was first touched once (one question). */
+	/* The stats region: one session, its two registrations, one handle,
+	 * and no question: the open knew both registrations. One made after
+	 * the open is asked about at its first use, once. */
 	{
 		const struct dp_stats_header *h = stats_map(&svc);
+		uint8_t *late = mmap(NULL, 8192, PROT_READ | PROT_WRITE,
+				     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
 		cr_assert_eq(h->svc.sessions, 1);
 		cr_assert_eq(h->svc.session_members, 2);
 		cr_assert_eq(h->svc.session_handles, 1);
+		cr_assert_eq(h->svc.session_questions, 0, "questions: %llu",
+			     (unsigned long long)h->svc.session_questions);
+		cr_assert_geq(dp_register_mem(b, late, 8192), 0);
+		for (unsigned i = 0; i < 3; i++)
+			expect_ok(run_va(q, true, lreg, 0, seg, late + 100 * i, 64, 40 + i), 64,
+				  DP_CQE_F_LOCAL, "a registration made after the open");
+		cr_assert_eq(h->svc.session_members, 3);
 		cr_assert_eq(h->svc.session_questions, 1, "questions: %llu",
 			     (unsigned long long)h->svc.session_questions);
 		cr_assert_eq(h->svc.session_question_errors, 0);
@@ -418,7 +428,8 @@ Test(service_session, port_flood_and_garbage_stall_no_bystander)
 			fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 			cr_assert_geq(fds[i], 0);
 			if (connect(fds[i], (struct sockaddr *)&sa, sizeof(sa)) == 0 && i % 3 == 0)
-				(void)!send(fds[i], junk, sizeof(junk), MSG_NOSIGNAL | MSG_DONTWAIT);
+				(void)!send(fds[i], junk, sizeof(junk),
+					    MSG_NOSIGNAL | MSG_DONTWAIT);
 		}
 	cr_log_info("session port flood: 3000 connections in %.0f ms",
 		    (double)(now_ns() - t0) / 1e6);
