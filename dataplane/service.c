@@ -594,9 +594,8 @@ static void finish_args(void)
 	if (!cfg.max_clients_per_process) {
 		unsigned least = cfg.max_clients_per_uid < 4 ? cfg.max_clients_per_uid : 4;
 
-		cfg.max_clients_per_process = cfg.max_clients_per_uid / 8 > least
-						      ? cfg.max_clients_per_uid / 8
-						      : least;
+		cfg.max_clients_per_process =
+			cfg.max_clients_per_uid / 8 > least ? cfg.max_clients_per_uid / 8 : least;
 	}
 	if (!cfg.max_mapped_per_process)
 		cfg.max_mapped_per_process = cfg.max_mapped_per_uid / 4;
