@@ -66,6 +66,9 @@ LDLIBS += $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null)
 endif
 # What libclient itself needs at link time (the service and tools need more).
 CLIENT_LIBS := -pthread
+# The service alone (and the tests and fuzz target that link its auth.c):
+# HMAC-SHA256 of the peer RPC from OpenSSL's libcrypto.
+CRYPTO_LIBS := $(shell $(PKG_CONFIG) --libs libcrypto 2>/dev/null)
 ifeq ($(CUDA),1)
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
 CFLAGS += -DDP_HAVE_CUDA -I$(CUDA_HOME)/include
@@ -137,7 +140,7 @@ deps:
 	@PYTHON=$(PYTHON) tools/deps.sh bin:pkg-config=pkg-config bin:gcc=gcc bin:make=make \
 		pc:libfabric=libfabric-dev pc:liburing=liburing-dev \
 		pc:criterion=libcriterion-dev pc:numa=libnuma-dev \
-		pc:hiredis=libhiredis-dev bin:redis-server=redis-server bin:ip=iproute2 \
+		pc:hiredis=libhiredis-dev pc:libcrypto=libssl-dev bin:redis-server=redis-server bin:ip=iproute2 \
 		bin:$(PYTHON)=python3 file:$(or $(PY_INCLUDE),/usr/include/python3)/Python.h=python3-dev \
 		py:numpy=python3-numpy py:pytest=python3-pytest py:setuptools=python3-setuptools py:wheel=python3-wheel \
 		py:pip=python3-pip
@@ -164,7 +167,7 @@ $(LIBCLIENT_SO): $(call obj,$(CLIENT_SRCS) $(RING_SRCS)) libclient/libdataplane.
 	ln -sf $(SONAME) $(B)/libdataplane.so
 
 $(SERVICE): $(call obj,$(SERVICE_SRCS)) $(LIBRING)
-	$(CC) -o $@ $^ $(LDLIBS)
+	$(CC) -o $@ $^ $(LDLIBS) $(CRYPTO_LIBS)
 
 # Tools link libclient statically so they run from the build tree as is.
 $(B)/ring-bench: $(call obj,tools/ring-bench.c tools/bench-report.c) $(LIBRING)
@@ -196,7 +199,7 @@ $(B)/python/dataplane/%: $(PY_SRC)/%
 # fabric_rpc speaks the peer protocol itself: it links the service's HMAC.
 $(B)/tests/dp-tests: $(call obj,$(TEST_SRCS) tests/helpers.c dataplane/auth.c) $(LIBCLIENT_A)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $^ $(LDLIBS) $(TEST_LIBS)
+	$(CC) -o $@ $^ $(LDLIBS) $(TEST_LIBS) $(CRYPTO_LIBS)
 $(B)/tests/ring-tests: $(call obj,$(RING_TEST_SRCS) tests/helpers.c) $(LIBCLIENT_A)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDLIBS) $(TEST_LIBS)
@@ -297,7 +300,7 @@ deps-fuzz: deps
 $(B)/fuzz/%: tests/fuzz/%.c $(wildcard ring/*.[ch] libclient/*.h dataplane/*.[ch])
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(shell $(PKG_CONFIG) --cflags libfabric liburing 2>/dev/null) \
-		$< $(FUZZ_LINK_$*) -o $@
+		$< $(FUZZ_LINK_$*) $(if $(filter dataplane/auth.c,$(FUZZ_LINK_$*)),$(CRYPTO_LIBS)) -o $@
 # Each target for FUZZ_SECONDS from its seeds; what it finds stays in
 # $(B)/fuzz/corpus/, a crash in $(B)/fuzz/<target>-crash-* (make fails).
 fuzz: deps-fuzz

@@ -51,7 +51,8 @@
 /* The most a request carries: one per piece of REGION_REGISTER_CUDA_VMM. */
 #define MAX_FDS DP_CUDA_VMM_MAX_PIECES
 /* Refused connections that wait for their HELLO, to be told why (at most
- * --hello-timeout-ms each); beyond this many the service hangs up at once. */
+ * --hello-timeout-ms each); beyond this many, the oldest silent one of the
+ * process that holds most of them is hung up on (evict_silent). */
 #define MAX_REFUSING 64
 /* A handler's return for "the reply comes later" (struct ctl_wait). */
 #define CTL_PENDING 1
@@ -84,7 +85,11 @@ static uint32_t next_client_id = 1;
  * and the bytes of its clients' memory the service has mapped
  * (--max-mapped-gb-per-uid). The resource the second guards is the
  * service's address space, not RAM: a sparse memfd maps without a page of
- * it, and one client mapping 128 TiB left no room for anyone's 1 MiB. */
+ * it, and one client mapping 128 TiB left no room for anyone's 1 MiB.
+ *
+ * What one process holds, the same within its uid's (struct proc_acct):
+ * engines of one host usually run as one uid, and a limit per uid alone
+ * let one engine lock its siblings out. */
 struct uid_acct {
 	uid_t uid;
 	unsigned conns;
@@ -133,21 +138,100 @@ static void uid_put(struct uid_acct *a)
 	free(a);
 }
 
-int client_map_quota(const struct client *c, uint64_t len)
+/*
+ * What one process holds (SO_PEERCRED pid at accept): its admitted
+ * connections (--max-clients-per-process), its connections without HELLO,
+ * refused ones included (--max-connecting-per-process), its refused ones
+ * waiting to be told, and the bytes mapped for its clients
+ * (--max-mapped-gb-per-process). An account lives exactly as long as a
+ * connection of its pid, admitted or refused: a pid reused after the last
+ * one is gone starts afresh. Pid 0 (a peer in a pid namespace the service
+ * cannot see into) has an account but no per-process limit: every such
+ * peer reads as pid 0, and its uid's limits hold.
+ */
+struct proc_acct {
+	pid_t pid;
+	unsigned refs; /* its connections, admitted or refused */
+	unsigned conns, connecting, refusing;
+	unsigned evicted; /* silent connections hung up on (logged when it goes) */
+	uint64_t mapped;
+	struct proc_acct *next;
+};
+
+static struct proc_acct *proc_accts;
+
+/* The account of `pid`, made when it has none (not referenced yet), or
+ * NULL (out of memory). */
+static struct proc_acct *proc_get(pid_t pid)
 {
-	if (len <= cfg.max_mapped_per_uid && c->acct->mapped <= cfg.max_mapped_per_uid - len)
-		return 0;
-	log_warn("client %u (pid %d uid %d '%s'): region of %llu bytes refused: uid has %llu of "
-		 "%llu bytes mapped (--max-mapped-gb-per-uid)",
-		 c->id, (int)c->pid, (int)c->uid, c->name, (unsigned long long)len,
-		 (unsigned long long)c->acct->mapped, (unsigned long long)cfg.max_mapped_per_uid);
-	return -EDQUOT;
+	struct proc_acct *p;
+
+	for (p = proc_accts; p; p = p->next)
+		if (p->pid == pid)
+			return p;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return NULL;
+	p->pid = pid;
+	p->next = proc_accts;
+	proc_accts = p;
+	return p;
 }
 
-/* A region leaves the client's table: its uid gets its bytes back. */
+/* Frees the account once no connection of its pid is left. */
+static void proc_put(struct proc_acct *p)
+{
+	if (p->refs)
+		return;
+	if (p->evicted > 1)
+		log_warn("pid %d: %u connections without HELLO hung up on in all "
+			 "(--max-connecting-per-process, or the refused ones' budget)",
+			 (int)p->pid, p->evicted);
+	for (struct proc_acct **pp = &proc_accts; *pp; pp = &(*pp)->next)
+		if (*pp == p) {
+			*pp = p->next;
+			break;
+		}
+	free(p);
+}
+
+/* Whether per-process limits apply to `p` (its pid is known). */
+static bool proc_limited(const struct proc_acct *p)
+{
+	return p->pid > 0;
+}
+
+/* The uid's limit first, as at accept (accept_refusal). */
+int client_map_quota(const struct client *c, uint64_t len)
+{
+	const struct proc_acct *p = c->proc;
+
+	if (len > cfg.max_mapped_per_uid || c->acct->mapped > cfg.max_mapped_per_uid - len) {
+		log_warn("client %u (pid %d uid %d '%s'): region of %llu bytes refused: uid has "
+			 "%llu of %llu bytes mapped (--max-mapped-gb-per-uid)",
+			 c->id, (int)c->pid, (int)c->uid, c->name, (unsigned long long)len,
+			 (unsigned long long)c->acct->mapped,
+			 (unsigned long long)cfg.max_mapped_per_uid);
+		return -EDQUOT;
+	}
+	if (proc_limited(p) &&
+	    (len > cfg.max_mapped_per_process || p->mapped > cfg.max_mapped_per_process - len)) {
+		log_warn("client %u (pid %d uid %d '%s'): region of %llu bytes refused: the "
+			 "process has %llu of %llu bytes mapped (--max-mapped-gb-per-process)",
+			 c->id, (int)c->pid, (int)c->uid, c->name, (unsigned long long)len,
+			 (unsigned long long)p->mapped,
+			 (unsigned long long)cfg.max_mapped_per_process);
+		return -EFBIG;
+	}
+	return 0;
+}
+
+/* A region leaves the client's table: its uid and process get its bytes
+ * back. */
 static void region_uncharge(struct client *c, struct region *reg)
 {
 	c->acct->mapped -= reg->charged;
+	c->proc->mapped -= reg->charged;
 	reg->charged = 0;
 }
 
@@ -255,6 +339,7 @@ static int on_hello(struct client *c, struct msg_in *m, struct msg_out *o)
 		if (*p < 0x20 || *p > 0x7e)
 			*p = '?';
 	c->hello = true;
+	c->proc->connecting--;
 	memcpy(r.server_name, cfg.server_name, sizeof(r.server_name));
 	log_info("client %u: hello from '%s' (pid %d uid %d)", c->id, c->name, (int)c->pid,
 		 (int)c->uid);
@@ -430,6 +515,7 @@ static int on_region_new(struct client *c, struct msg_in *m, struct msg_out *o)
 	if (rc)
 		return rc;
 	c->acct->mapped += reg->charged;
+	c->proc->mapped += reg->charged;
 	log_debug("client %u: %s region %u, %llu bytes", c->id, rm->what, slot,
 		  (unsigned long long)reg->len);
 	return 0;
@@ -893,9 +979,11 @@ static void client_drop(struct conn *k)
 			break;
 		}
 	if (c->acct)
-		nclients--, stats_client_removed();
+		nclients--, c->proc->conns--, stats_client_removed();
 	else
-		nrefusing--;
+		nrefusing--, c->proc->refusing--;
+	if (!c->hello)
+		c->proc->connecting--;
 	/* Closing the fd would take it out of the set anyway. */
 	ev_del(ctl.epfd, &k->ev, "a client socket");
 	close(c->fd);
@@ -932,6 +1020,9 @@ static void client_drop(struct conn *k)
 	if (c->acct)
 		uid_put(c->acct);
 	c->acct = NULL;
+	c->proc->refs--;
+	proc_put(c->proc);
+	c->proc = NULL;
 	client_put(c);
 }
 
@@ -963,37 +1054,122 @@ static void hello_timer_arm(uint64_t deadline_ns)
 	ctl.hello_armed_ns = deadline_ns;
 }
 
+/* The oldest connection of `p` without HELLO and not yet marked to go
+ * (refused ones alone when `refused`), or NULL. The list is newest first. */
+static struct conn *oldest_silent(const struct proc_acct *p, bool refused)
+{
+	struct conn *found = NULL;
+
+	for (struct conn *k = conns; k; k = k->next)
+		if (k->c->proc == p && !k->c->hello && !k->c->evict && (!refused || k->c->refuse))
+			found = k;
+	return found;
+}
+
+/*
+ * Makes room among `p`'s connections without HELLO (refused ones alone
+ * when `refused`): its oldest silent one is marked to go after the batch
+ * (reap_broken; a connection may still have an event of its own in this
+ * batch). Each candidate is read first, as the loop would: one whose HELLO
+ * is waiting is served, and is not silent. So a flood without HELLO cycles
+ * through its own connections, and a newcomer, of this process or any
+ * other, is never the one hung up on. Returns whether one was marked.
+ */
+static bool evict_silent(struct proc_acct *p, bool refused, const char *why)
+{
+	struct conn *k;
+
+	while ((k = oldest_silent(p, refused))) {
+		struct client *c = k->c;
+		bool keep = client_read(c);
+
+		if (keep && c->hello)
+			continue;
+		c->evict = true;
+		ctl.reap_broken = true;
+		if (!p->evicted++)
+			log_warn("pid %d uid %d: a connection without HELLO hung up on (%s); "
+				 "further ones of this process are counted, not logged",
+				 (int)c->pid, (int)c->uid, why);
+		return true;
+	}
+	return false;
+}
+
+/* The process whose refused connections fill most of the refusing budget. */
+static struct proc_acct *top_refuser(void)
+{
+	struct proc_acct *top = NULL;
+
+	for (struct proc_acct *p = proc_accts; p; p = p->next)
+		if (p->refusing && (!top || p->refusing > top->refusing))
+			top = p;
+	return top;
+}
+
+/* Over a limit, a connection stays until its HELLO (or its HELLO
+ * deadline) only to be told why: dp_connect returns the errno. The
+ * broadest limit first: the service's, the uid's (which refuses every
+ * process of the uid), then the process's (which refuses it alone). */
+static int accept_refusal(const struct ucred *cred, const struct proc_acct *p,
+			  const struct uid_acct *a)
+{
+	if (nclients >= cfg.max_clients) {
+		log_warn("refusing pid %d uid %d: %u clients already (--max-clients)",
+			 (int)cred->pid, (int)cred->uid, nclients);
+		return -EUSERS;
+	}
+	if (a && a->conns >= cfg.max_clients_per_uid) {
+		log_warn("refusing pid %d uid %d: the uid holds %u connections already "
+			 "(--max-clients-per-uid)",
+			 (int)cred->pid, (int)cred->uid, a->conns);
+		return -EDQUOT;
+	}
+	if (proc_limited(p) && p->conns >= cfg.max_clients_per_process) {
+		log_warn("refusing pid %d uid %d: the process holds %u connections already "
+			 "(--max-clients-per-process)",
+			 (int)cred->pid, (int)cred->uid, p->conns);
+		return -EMFILE;
+	}
+	return 0;
+}
+
 static void client_accept(int lfd)
 {
 	struct ucred cred;
 	socklen_t clen = sizeof(cred);
 	struct uid_acct *a = NULL;
+	struct proc_acct *p;
 	struct client *c;
 	struct conn *k;
-	int fd, refuse = 0;
+	int fd, refuse;
 
 	fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 	if (fd < 0)
 		return;
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0) {
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 ||
+	    !(p = proc_get(cred.pid))) {
 		close(fd);
 		return;
 	}
-	/* Over a limit, the connection stays until its HELLO (or its HELLO
-	 * deadline) only to be told why: dp_connect returns the errno. */
-	if (nclients >= cfg.max_clients) {
-		refuse = -EUSERS;
-		log_warn("refusing pid %d uid %d: %u clients already (--max-clients)",
-			 (int)cred.pid, (int)cred.uid, nclients);
-	} else if ((a = uid_find(cred.uid)) && a->conns >= cfg.max_clients_per_uid) {
-		refuse = -EDQUOT;
-		log_warn("refusing pid %d uid %d: the uid holds %u connections already "
-			 "(--max-clients-per-uid)",
-			 (int)cred.pid, (int)cred.uid, a->conns);
-	}
+	/* One process's connections without HELLO: its oldest silent one
+	 * makes room for this one. The loop accepts one connection a batch
+	 * and drops the marked ones after it, so the count is back within
+	 * the limit before the next accept. */
+	if (proc_limited(p) && p->connecting >= cfg.max_connecting_per_process)
+		evict_silent(p, false, "--max-connecting-per-process");
+	refuse = accept_refusal(&cred, p, uid_find(cred.uid));
 	if (refuse && nrefusing >= MAX_REFUSING) {
-		close(fd);
-		return;
+		/* The refused ones waiting to be told are full: the process
+		 * that holds most of them gives up its oldest silent one,
+		 * rather than this newcomer being hung up on unanswered. */
+		struct proc_acct *top = top_refuser();
+
+		if (!top || !evict_silent(top, true, "the refused connections' budget is full")) {
+			close(fd);
+			proc_put(p);
+			return;
+		}
 	}
 	c = calloc(1, sizeof(*c));
 	k = calloc(1, sizeof(*k));
@@ -1001,6 +1177,7 @@ static void client_accept(int lfd)
 		free(c);
 		free(k);
 		close(fd);
+		proc_put(p);
 		return;
 	}
 	atomic_init(&c->refs, 1);
@@ -1011,6 +1188,7 @@ static void client_accept(int lfd)
 	c->gid = cred.gid;
 	c->refuse = refuse;
 	c->acct = refuse ? NULL : a;
+	c->proc = p;
 	c->accepted_ns = dp_now_ns();
 	k->c = c;
 	k->ev = (struct ev_handler){.fd = fd, .on_event = on_client_event};
@@ -1020,16 +1198,21 @@ static void client_accept(int lfd)
 		close(fd);
 		free(k);
 		free(c);
+		proc_put(p);
 		return;
 	}
 	k->next = conns;
 	conns = k;
+	p->refs++;
+	p->connecting++;
 	hello_timer_arm(c->accepted_ns + (uint64_t)cfg.hello_timeout_ms * 1000000u);
 	if (refuse) {
 		nrefusing++;
+		p->refusing++;
 		return;
 	}
 	nclients++;
+	p->conns++;
 	stats_client_added();
 	log_info("client %u: connected, pid %d uid %d gid %d", c->id, (int)cred.pid, (int)cred.uid,
 		 (int)cred.gid);
@@ -1051,7 +1234,7 @@ static void reap_broken(void)
 		struct client *c = k->c;
 
 		next = k->next;
-		if (atomic_load(&c->broken)) {
+		if (atomic_load(&c->broken) || (c->evict && !c->hello)) {
 			client_drop(k);
 		} else if (!c->hello && now - c->accepted_ns >= timeout) {
 			log_warn("client %u (pid %d uid %d): no HELLO within %u ms "

@@ -54,6 +54,12 @@ struct dp_config {
 	 * connection may take to say HELLO before it is dropped. */
 	unsigned max_clients_per_uid;
 	uint64_t max_mapped_per_uid;
+	/* The same per process (SO_PEERCRED pid), within its uid's: admitted
+	 * connections (-EMFILE beyond), connections without HELLO (beyond:
+	 * its oldest silent one is hung up on), bytes mapped (-EFBIG beyond). */
+	unsigned max_clients_per_process;
+	unsigned max_connecting_per_process;
+	uint64_t max_mapped_per_process;
 	unsigned hello_timeout_ms;
 	unsigned max_queues; /* per client */
 	unsigned queue_depth;
@@ -76,6 +82,7 @@ extern struct dp_config cfg;
 
 struct client;
 struct uid_acct;     /* control.c: what one uid holds */
+struct proc_acct;    /* control.c: what one process (SO_PEERCRED pid) holds */
 struct samehost_seg; /* samehost.h */
 struct notif_ring;   /* notif.h */
 
@@ -226,11 +233,16 @@ struct client {
 	char session[DP_NAME_MAX]; /* "host:port" of its session, "" when none */
 	bool hello;
 	/* control.c: when the connection was accepted (the HELLO deadline
-	 * counts from it); its uid's account (NULL for a refused one); the
-	 * refusal (-EUSERS, -EDQUOT) its HELLO is answered with, or 0. */
+	 * counts from it); its uid's account (NULL for a refused one); its
+	 * process's account (refused ones too); the refusal (-EUSERS,
+	 * -EMFILE, -EDQUOT) its HELLO is answered with, or 0; whether it is
+	 * to be hung up on after the batch unless it has said HELLO by then
+	 * (a silent connection evicted for a newcomer). */
 	uint64_t accepted_ns;
 	struct uid_acct *acct;
+	struct proc_acct *proc;
 	int refuse;
+	bool evict;
 	unsigned strikes;  /* malformed messages so far */
 	atomic_int broken; /* a poller found a queue corrupt */
 	_Atomic(struct region *) regions[DP_MAX_REGIONS];
@@ -243,8 +255,9 @@ struct client {
 	struct client *next;
 };
 
-/* 0 when @len more bytes mapped here fit client @c's uid quota
- * (--max-mapped-gb-per-uid; control.c), else -EDQUOT, logged. Control
+/* 0 when @len more bytes mapped here fit client @c's process quota
+ * (--max-mapped-gb-per-process: else -EFBIG) and its uid's
+ * (--max-mapped-gb-per-uid: else -EDQUOT), logged; control.c. Control
  * thread. */
 int client_map_quota(const struct client *c, uint64_t len);
 

@@ -195,6 +195,23 @@ static void set_max_clients_per_uid(const char *a)
 	cfg.max_clients_per_uid = (unsigned)parse_num("--max-clients-per-uid", a, 1, 65536);
 }
 
+static void set_max_clients_per_process(const char *a)
+{
+	cfg.max_clients_per_process = (unsigned)parse_num("--max-clients-per-process", a, 1, 65536);
+}
+
+static void set_max_connecting_per_process(const char *a)
+{
+	cfg.max_connecting_per_process =
+		(unsigned)parse_num("--max-connecting-per-process", a, 1, 65536);
+}
+
+static void set_max_mapped_per_process(const char *a)
+{
+	cfg.max_mapped_per_process =
+		(uint64_t)parse_num("--max-mapped-gb-per-process", a, 1, 131072) << 30;
+}
+
 static void set_max_mapped(const char *a)
 {
 	cfg.max_mapped_per_uid = (uint64_t)parse_num("--max-mapped-gb-per-uid", a, 1, 131072) << 30;
@@ -434,6 +451,19 @@ static const struct flag {
 	 "maps for one uid's clients together (dp_alloc, dp_register_fd);\n"
 	 "beyond, EDQUOT (default 16384 = 16 TiB, 1/8 of a 47-bit address\n"
 	 "space; at most 131072)"},
+	{"max-clients-per-process", required_argument, set_max_clients_per_process, "N",
+	 "connections one process (SO_PEERCRED pid) may\n"
+	 "hold, HELLO or not; beyond, dp_connect fails with EMFILE; no other\n"
+	 "process is refused for it (default: an eighth of\n"
+	 "--max-clients-per-uid, at least 4)"},
+	{"max-connecting-per-process", required_argument, set_max_connecting_per_process, "N",
+	 "connections one process may\n"
+	 "have open without HELLO; one more hangs up on its oldest silent one\n"
+	 "(default 8)"},
+	{"max-mapped-gb-per-process", required_argument, set_max_mapped_per_process, "N",
+	 "GiB of client memory the service\n"
+	 "maps for one process's clients together; beyond, EFBIG (default: a\n"
+	 "quarter of --max-mapped-gb-per-uid, 4096 = 4 TiB by default)"},
 	{"hello-timeout-ms", required_argument, set_hello_timeout, "N",
 	 "a connection without HELLO after\n"
 	 "N ms is dropped (default 2000)"},
@@ -557,6 +587,18 @@ static void finish_args(void)
 	 * fewer than one). */
 	if (!cfg.max_clients_per_uid)
 		cfg.max_clients_per_uid = cfg.max_clients > 1 ? cfg.max_clients / 2 : 1;
+	/* One process gets an eighth of its uid's connections (at least 4,
+	 * at most all of them) and a quarter of its mapping quota unless told
+	 * otherwise: one process at its limits leaves its uid's other
+	 * processes most of theirs (docs/reliability.md, "Limits"). */
+	if (!cfg.max_clients_per_process) {
+		unsigned least = cfg.max_clients_per_uid < 4 ? cfg.max_clients_per_uid : 4;
+
+		cfg.max_clients_per_process =
+			cfg.max_clients_per_uid / 8 > least ? cfg.max_clients_per_uid / 8 : least;
+	}
+	if (!cfg.max_mapped_per_process)
+		cfg.max_mapped_per_process = cfg.max_mapped_per_uid / 4;
 
 	if (sched_getaffinity(0, sizeof(allowed), &allowed))
 		CPU_ZERO(&allowed);
@@ -601,6 +643,7 @@ static void parse_args(int argc, char **argv)
 	cfg.spin_us = 50;
 	cfg.max_clients = 256;
 	cfg.max_mapped_per_uid = 16384ull << 30;
+	cfg.max_connecting_per_process = 8;
 	cfg.hello_timeout_ms = 2000;
 	cfg.max_queues = DP_MAX_QUEUES;
 	cfg.queue_depth = 256;

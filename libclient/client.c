@@ -204,11 +204,15 @@ static const struct {
 	{C_CONNECT, -EUSERS, "the service serves its --max-clients clients already"},
 	{C_CONNECT, -EDQUOT,
 	 "this uid holds the service's --max-clients-per-uid connections already"},
+	{C_CONNECT, -EMFILE,
+	 "this process holds the service's --max-clients-per-process connections already "
+	 "(other processes, of this uid too, still connect)"},
 	{C_QUEUE_CREATE, -EINVAL, "depth not a power of two, or above the service's --max-depth"},
 	{C_QUEUE_CREATE, -EMFILE, "the service's --max-queues queues are open already"},
 	{C_ALLOC, -EINVAL, "length 0 or unknown flags"},
 	{C_ALLOC, -ENOSPC, "the client's region table is full (1024 regions)"},
 	{C_ALLOC, -EDQUOT, "this uid's --max-mapped-gb-per-uid of the service is used up"},
+	{C_ALLOC, -EFBIG, "this process's --max-mapped-gb-per-process of the service is used up"},
 	{C_REGISTER_FD, -EINVAL,
 	 "the fd is not open or not a memfd, or offset + length lies beyond its size"},
 	{C_REGISTER_FD, -EPERM,
@@ -217,6 +221,8 @@ static const struct {
 	 "F_SEAL_SEAL set, or is open read-only; or register its mapping with dp_register_mem()"},
 	{C_REGISTER_FD, -ENOSPC, "the client's region table is full (1024 regions)"},
 	{C_REGISTER_FD, -EDQUOT, "this uid's --max-mapped-gb-per-uid of the service is used up"},
+	{C_REGISTER_FD, -EFBIG,
+	 "this process's --max-mapped-gb-per-process of the service is used up"},
 	{C_REGISTER_FD, -EACCES,
 	 "the service may not map the memfd read-write (a read-only fd of a memfd already "
 	 "sealed against shrinking)"},
@@ -607,7 +613,10 @@ static uint64_t ctl_timeout_ms(void)
 	return ms;
 }
 
-static int connect_(const char *socket_path, const char *name, struct dp_client **out)
+/* dp_connect; *local says why when the failure is this process's own
+ * (out of fds), not the service's answer, whose errno may be the same. */
+static int connect_(const char *socket_path, const char *name, struct dp_client **out,
+		    const char **local)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	struct dp_msg_hello h = {.abi_version = DP_ABI_VERSION, .pid = (uint32_t)getpid()};
@@ -631,6 +640,8 @@ static int connect_(const char *socket_path, const char *name, struct dp_client 
 	c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (c->fd < 0) {
 		rc = -errno;
+		if (rc == -EMFILE || rc == -ENFILE)
+			*local = "this process (or the system) is out of file descriptors";
 		goto err;
 	}
 	c->timeout_ns = ctl_timeout_ms() * 1000000ull;
@@ -658,7 +669,10 @@ err:
 
 int dp_connect(const char *socket_path, const char *name, struct dp_client **out)
 {
-	return fail(C_CONNECT, connect_(socket_path, name, out));
+	const char *local = NULL;
+	int rc = connect_(socket_path, name, out, &local);
+
+	return local ? fail_text(C_CONNECT, rc, local) : fail(C_CONNECT, rc);
 }
 
 const char *dp_server_name(const struct dp_client *c)

@@ -286,6 +286,90 @@ static void still_serving(const struct svc *s, struct target *t)
 	dp_queue_destroy(q);
 }
 
+/* ---- the MAC ---- */
+
+static void hex_to(const char *hex, uint8_t *out)
+{
+	for (unsigned i = 0; hex[2 * i]; i++)
+		cr_assert_eq(sscanf(hex + 2 * i, "%2hhx", &out[i]), 1);
+}
+
+/* The service's HMAC-SHA256 (OpenSSL's libcrypto under auth.c) gives the
+ * RFC 4231 answers (test cases 1-4, 6 and 7; 5 is a truncated MAC), also
+ * with the message in pieces, and its start-up self-test passes. */
+Test(fabric_rpc, hmac_sha256_meets_rfc_4231)
+{
+	static const char msg6[] = "Test Using Larger Than Block-Size Key - Hash Key First";
+	static const char msg7[] =
+		"This is a test using a larger than block-size key and a larger than block-size "
+		"data. The key needs to be hashed before being used by the HMAC algorithm.";
+	uint8_t k1[20], k3[20], k4[25], d3[50], d4[50], k6[131], got[32], want[32];
+	struct {
+		const void *key;
+		size_t klen;
+		const void *data;
+		size_t dlen;
+		const char *mac;
+	} tc[] = {
+		{k1, 20, "Hi There", 8,
+		 "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"},
+		{"Jefe", 4, "what do ya want for nothing?", 28,
+		 "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"},
+		{k3, 20, d3, 50,
+		 "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe"},
+		{k4, 25, d4, 50,
+		 "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b"},
+		{k6, 131, msg6, sizeof(msg6) - 1,
+		 "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"},
+		{k6, 131, msg7, sizeof(msg7) - 1,
+		 "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2"},
+	};
+
+	memset(k1, 0x0b, sizeof(k1));
+	memset(k3, 0xaa, sizeof(k3));
+	memset(d3, 0xdd, sizeof(d3));
+	for (unsigned i = 0; i < sizeof(k4); i++)
+		k4[i] = (uint8_t)(i + 1);
+	memset(d4, 0xcd, sizeof(d4));
+	memset(k6, 0xaa, sizeof(k6));
+	for (unsigned i = 0; i < sizeof(tc) / sizeof(tc[0]); i++) {
+		/* Whole, then cut in three (one piece empty). */
+		struct auth_part one = {tc[i].data, tc[i].dlen};
+		struct auth_part three[3] = {{tc[i].data, 3},
+					     {(const char *)tc[i].data + 3, 0},
+					     {(const char *)tc[i].data + 3, tc[i].dlen - 3}};
+
+		hex_to(tc[i].mac, want);
+		hmac_sha256(tc[i].key, tc[i].klen, &one, 1, got);
+		cr_assert_arr_eq(got, want, 32, "RFC 4231 case %u", i < 4 ? i + 1 : i + 2);
+		hmac_sha256(tc[i].key, tc[i].klen, three, 3, got);
+		cr_assert_arr_eq(got, want, 32, "RFC 4231 case %u in pieces",
+				 i < 4 ? i + 1 : i + 2);
+	}
+	cr_assert(auth_selftest());
+}
+
+/* auth_check takes the MAC of its input and nothing else: one flipped bit
+ * anywhere, in the MAC, the input or the label, fails. */
+Test(fabric_rpc, auth_check_refuses_any_other_mac)
+{
+	uint8_t nonce[32], mac[DP_AUTH_MAC];
+	struct auth_part part = {nonce, sizeof(nonce)};
+
+	key_load();
+	auth_nonce(nonce);
+	auth_mac("dp-test", &part, 1, mac);
+	cr_assert(auth_check("dp-test", &part, 1, mac));
+	cr_assert_not(auth_check("dp-tesT", &part, 1, mac));
+	for (unsigned bit = 0; bit < 8 * DP_AUTH_MAC; bit += 37) {
+		mac[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+		cr_assert_not(auth_check("dp-test", &part, 1, mac), "bit %u of the MAC", bit);
+		mac[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+	}
+	nonce[31] ^= 1;
+	cr_assert_not(auth_check("dp-test", &part, 1, mac));
+}
+
 /* ---- requests ---- */
 
 Test(fabric_rpc, well_formed_lookup_describes_the_export)

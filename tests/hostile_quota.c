@@ -119,9 +119,12 @@ static struct nobody_result as_nobody(size_t alloc_len)
  * -ENOMEM, as did another client's 1 MiB dp_alloc. Now its uid stops at
  * --max-mapped-gb-per-uid (16 TiB by default) with -EDQUOT, what it has
  * keeps working, what it frees it may map again, and another uid's
- * dp_alloc is untouched. */
+ * dp_alloc is untouched. The process's own limit is lifted to the uid's
+ * here (hostile_isolation.c has the default, 4 TiB, with siblings). */
 Test(hostile_quota, sparse_memfd_hog_hits_the_uid_quota, .timeout = 60)
 {
+	const char *const args[] = {"--provider", "none", "--max-mapped-gb-per-process", "16384",
+				    NULL};
 	static int regs[256];
 	struct dp_client *hog, *same_uid;
 	struct dp_queue *q;
@@ -130,7 +133,7 @@ Test(hostile_quota, sparse_memfd_hog_hits_the_uid_quota, .timeout = 60)
 	uint8_t *src;
 	int n = 0, rc, seg, rs;
 
-	start_svc(&svc, local_only);
+	start_svc(&svc, args);
 	open_socket_to_nobody();
 	hog = connect_client(&svc, "hog");
 	/* A small region first: the hog's own work must go on. */
@@ -179,10 +182,13 @@ Test(hostile_quota, sparse_memfd_hog_hits_the_uid_quota, .timeout = 60)
 }
 
 /* The quota is the sum over the uid's clients, counted in the whole pages
- * each mapping takes, and a client's exit gives its share back. */
+ * each mapping takes, and a client's exit gives its share back. (All
+ * clients here are one process: its own limit is the uid's.) */
 Test(hostile_quota, mapped_quota_is_per_uid_and_returned, .timeout = 30)
 {
-	const char *const args[] = {"--provider", "none", "--max-mapped-gb-per-uid", "1", NULL};
+	const char *const args[] = {
+		"--provider", "none", "--max-mapped-gb-per-uid", "1", "--max-mapped-gb-per-process",
+		"1",	      NULL};
 	struct dp_client *x, *y, *z;
 	uint8_t *p;
 	int rx, rc;
