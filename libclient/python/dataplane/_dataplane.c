@@ -2314,15 +2314,20 @@ static PyObject *client_notify_take(PyObject *self, PyObject *args)
  * dropped, sender id, segment). */
 static PyObject *client_notify_recv(PyObject *self, PyObject *args)
 {
-	static uint8_t buf[DP_NOTIFY_MSG_MAX]; /* under the GIL but the first wait */
 	Client *c = (Client *)self;
 	unsigned max = 64;
 	int timeout_ms = 0;
 	unsigned got = 0;
 	PyObject *list;
+	uint8_t *buf;
 
 	if (!PyArg_ParseTuple(args, "|Ii:_notify_recv", &max, &timeout_ms) || client_check(c))
 		return NULL;
+	/* The call's own: the first wait releases the GIL, and another
+	 * client's call may run meanwhile. */
+	buf = PyMem_Malloc(DP_NOTIFY_MSG_MAX);
+	if (!buf)
+		return PyErr_NoMemory();
 	list = PyList_New(0);
 	for (; list && got < max; got++) {
 		char sender[DP_NOTIFY_SENDER_MAX];
@@ -2333,13 +2338,14 @@ static PyObject *client_notify_recv(PyObject *self, PyObject *args)
 		if (timeout_ms && !got) {
 			PyThreadState *ts = PyEval_SaveThread();
 
-			k = dp_notify_recv(c->c, &n, sender, buf, sizeof(buf), timeout_ms);
+			k = dp_notify_recv(c->c, &n, sender, buf, DP_NOTIFY_MSG_MAX, timeout_ms);
 			PyEval_RestoreThread(ts);
 		} else {
-			k = dp_notify_recv(c->c, &n, sender, buf, sizeof(buf), 0);
+			k = dp_notify_recv(c->c, &n, sender, buf, DP_NOTIFY_MSG_MAX, 0);
 		}
 		if (k < 0) {
 			Py_DECREF(list);
+			PyMem_Free(buf);
 			return raise_dp(k);
 		}
 		if (!k)
@@ -2351,10 +2357,12 @@ static PyObject *client_notify_recv(PyObject *self, PyObject *args)
 		if (!t || PyList_Append(list, t)) {
 			Py_XDECREF(t);
 			Py_DECREF(list);
+			PyMem_Free(buf);
 			return NULL;
 		}
 		Py_DECREF(t);
 	}
+	PyMem_Free(buf);
 	return list;
 }
 
