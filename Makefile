@@ -3,6 +3,9 @@
 #   make                 build the service, library and tools into build/
 #   make install         PREFIX=/usr/local DESTDIR=: binaries, library, header, pkg-config,
 #                        systemd unit, man pages (make uninstall removes them)
+#   make install-shim-mooncake  the opt-in `mooncake` import shim (dataplane's TransferEngine
+#                        as mooncake.engine) into SHIM_TARGET= (default: the user site);
+#                        refuses where a real mooncake is importable (docs/python.md)
 #   make run             start dataplaned and run the demo client against it
 #   make test            run every Criterion suite
 #   make asan | tsan     the suites under ASan+UBSan / TSan (build/asan, build/tsan)
@@ -131,6 +134,7 @@ HAVE_PY := $(if $(wildcard $(PY_INCLUDE)/Python.h),1,0)
 .PHONY: python bench-python test-python stress all deps deps-bench run test test-ring asan tsan \
 	bench-ring bench-local bench-gpu bench-file bench-fabric bench-instr bench-vm bench-vmtarget bench-session bench-scale format \
 	format-check gpu-tests clean deps-fuzz fuzz fuzz-regress stress faults install uninstall \
+	install-shim-mooncake uninstall-shim-mooncake \
 	check-package
 all: $(LIBRING) $(LIBCLIENT_A) $(LIBCLIENT_SO) $(if $(SERVICE_SRCS),$(SERVICE)) \
 	$(foreach t,$(TOOLS),$(if $(wildcard tools/$(notdir $(t)).c examples/$(notdir $(t)).c),$(t)))
@@ -350,6 +354,11 @@ ifeq ($(HAVE_PY),1)
 else
 	@echo "make install: no Python.h for $(PYTHON): the Python package is not installed" >&2
 endif
+# The shim needs the dataplane package importable by $(PYTHON) (make install,
+# or PYTHONPATH=build/python).
+install-shim-mooncake uninstall-shim-mooncake: python
+	PYTHONPATH=$(abspath $(B))/python$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) -m dataplane.shims \
+		$(if $(filter un%,$@),uninstall,install) mooncake $(if $(SHIM_TARGET),--target $(SHIM_TARGET))
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(INSTALL_BINS)) \
 		$(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libdataplane.so \

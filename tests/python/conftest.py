@@ -132,3 +132,44 @@ def run_python(code, env_extra=None, timeout=60):
     env.update(env_extra or {})
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, timeout=timeout)
+
+
+# ---- two services, and the Mooncake shim (tests/python/test_mooncake_*.py) ----
+
+@pytest.fixture(params=["same-host", "fabric"])
+def service_pair(request, tmp_path):
+    """Two dataplaned speaking tcp as peers: with same-host sockets (their
+    clients' sessions are mapped across), or --no-same-host (the fabric, as
+    between hosts)."""
+    made = []
+    try:
+        for side in ("a", "b"):
+            path = (["--same-host-socket", str(tmp_path / f"{side}.peer")]
+                    if request.param == "same-host" else ["--no-same-host"])
+            made.append(Service("--provider", "tcp", "--server-name", "127.0.0.1", *path))
+        yield tuple(made)
+    finally:
+        for s in made:
+            if s.alive():
+                assert s.stop() == 0, "dataplaned did not exit cleanly"
+            else:
+                s.kill()
+
+
+@pytest.fixture(scope="session")
+def mooncake_shim(tmp_path_factory):
+    """A directory with the mooncake shim installed by its one command."""
+    target = str(tmp_path_factory.mktemp("shim"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    p = subprocess.run([sys.executable, "-m", "dataplane.shims", "install", "mooncake",
+                        "--target", target], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return target
+
+
+@pytest.fixture(params=["dataplane.mooncake", "mooncake.engine"])
+def mooncake_import(request, mooncake_shim):
+    """How role processes import TransferEngine: dataplane.mooncake, or
+    Mooncake's own path through the shim. Returns (module, extra PYTHONPATH)."""
+    return request.param, mooncake_shim if request.param == "mooncake.engine" else None

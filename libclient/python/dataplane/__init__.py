@@ -27,8 +27,9 @@ Lifetime: a region's memory is only reachable through the buffer protocol
 Region, and the Region its Client, alive, and Region.close()/Client.close()
 refuse (RegionInUseError) while views exist, so no view can outlive the
 memory. Errors raise DataplaneError subclasses carrying errno and
-libclient's dp_last_error() text. dataplane.mooncake has a Mooncake-shaped
-layer (transfer_sync_write/read by address).
+libclient's dp_last_error() text. dataplane.mooncake is Mooncake's
+TransferEngine on engine sessions (dataplane.shims installs it as
+mooncake.engine, opt-in).
 """
 
 import asyncio as _asyncio
