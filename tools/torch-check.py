@@ -51,7 +51,8 @@ lib = C.CDLL(os.path.join(BUILD, "libdataplane.so.1"))
 lib.dp_last_error.restype = C.c_char_p
 lib.dp_session_name.restype = C.c_char_p
 lib.dp_session_name.argtypes = [C.c_void_p]
-for f in ("dp_register_cuda", "dp_session_create", "dp_session_open", "dp_queue_create",
+lib.dp_register_mem.argtypes = [C.c_void_p, C.c_void_p, C.c_size_t]
+for f in ("dp_register_cuda", "dp_register_mem", "dp_session_create", "dp_session_open", "dp_queue_create",
           "dp_submit", "dp_wait", "dp_alloc", "dp_close", "dp_free"):
     getattr(lib, f).restype = C.c_int
 lib.dp_register_cuda.argtypes = [C.c_void_p, C.c_void_p, C.c_size_t]
@@ -176,6 +177,17 @@ def checks(socks):
     check(c.status == 0 and c.flags & LOCAL and c.flags & GPU,
           "the owner writes its own session's tensor: the local engine (flags %#x)" % c.flags)
     check(torch.equal(dst, src), "its bytes")
+    # A pinned host tensor of the owner's (cudaHostAlloc), registered as memory
+    # the process already has: written by address from the other service.
+    pinned = torch.zeros(1 << 20, dtype=torch.uint8, pin_memory=True)
+    rp = lib.dp_register_mem(b, C.c_void_p(pinned.data_ptr()), 1 << 20)
+    check(rp >= 0, "dp_register_mem of a pinned tensor (%s)" % (
+        "ok" if rp >= 0 else lib.dp_last_error().decode()))
+    torch.cuda.synchronize()
+    c, _ = run(q, True, rs, seg, pinned.data_ptr() + 64, 4096)
+    check(c.status == 0 and torch.equal(pinned[64:64 + 4096], src[:4096].cpu()),
+          "WRITE GPU -> the other service's client's pinned tensor by address (status %d, "
+          "flags %#x)" % (c.status, c.flags))
     print("  64 MiB WRITE GPU -> GPU across services by session, %s allocator: %.1f GB/s "
           "(median of 10)" % (MODE, bw))
     lib.dp_close(a)
