@@ -52,6 +52,7 @@ lib.dp_last_error.restype = C.c_char_p
 lib.dp_session_name.restype = C.c_char_p
 lib.dp_session_name.argtypes = [C.c_void_p]
 lib.dp_register_mem.argtypes = [C.c_void_p, C.c_void_p, C.c_size_t]
+lib.dp_alloc.argtypes = [C.c_void_p, C.c_size_t, C.c_uint, C.POINTER(C.c_void_p)]
 for f in ("dp_register_cuda", "dp_register_mem", "dp_session_create", "dp_session_open", "dp_queue_create",
           "dp_submit", "dp_wait", "dp_alloc", "dp_close", "dp_free"):
     getattr(lib, f).restype = C.c_int
@@ -183,10 +184,12 @@ def checks(socks):
     rp = lib.dp_register_mem(b, C.c_void_p(pinned.data_ptr()), 1 << 20)
     check(rp >= 0, "dp_register_mem of a pinned tensor (%s)" % (
         "ok" if rp >= 0 else lib.dp_last_error().decode()))
-    torch.cuda.synchronize()
-    c, _ = run(q, True, rs, seg, pinned.data_ptr() + 64, 4096)
-    check(c.status == 0 and torch.equal(pinned[64:64 + 4096], src[:4096].cpu()),
-          "WRITE GPU -> the other service's client's pinned tensor by address (status %d, "
+    hp = C.c_void_p()
+    rh = lib.dp_alloc(a, 4096, 0, C.byref(hp))
+    C.memset(hp, 0x77, 4096)
+    c, _ = run(q, True, rh, seg, pinned.data_ptr() + 64, 4096)
+    check(c.status == 0 and bool((pinned[64:64 + 4096] == 0x77).all()),
+          "WRITE host -> the other service's client's pinned tensor by address (status %d, "
           "flags %#x)" % (c.status, c.flags))
     print("  64 MiB WRITE GPU -> GPU across services by session, %s allocator: %.1f GB/s "
           "(median of 10)" % (MODE, bw))
