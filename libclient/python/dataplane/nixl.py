@@ -438,6 +438,7 @@ class nixl_agent:
         self._pending = collections.deque()
         self._self_segment = None
         self._listener = None
+        self._exchanges = []
         self._closed = False
         try:
             self._client = _dp.Client(socket, name=agent_name[:60])
@@ -697,8 +698,10 @@ class nixl_agent:
     def _peer_call(self, ip, port, op, payload):
         if not ip:
             raise nixlNotSupportedError("no central metadata server: give ip_addr and port")
-        threading.Thread(target=_peer_exchange, args=(self, ip, port, op, payload),
-                         daemon=True, name="nixl-md-" + op.decode()).start()
+        t = threading.Thread(target=_peer_exchange, args=(self, ip, port, op, payload),
+                             daemon=True, name="nixl-md-" + op.decode())
+        t.start()
+        self._exchanges = [x for x in self._exchanges if x.is_alive()] + [t]
 
     # -- preparing transfers --
 
@@ -981,6 +984,8 @@ class nixl_agent:
         if self._closed:
             return
         self._closed = True
+        for t in self._exchanges:
+            t.join(5)
         if self._listener is not None:
             self._listener.stop()
         for h in list(self._inflight.values()):
