@@ -448,6 +448,11 @@ class nixl_agent:
                     break
                 except _dp.InvalidArgumentError:
                     continue
+            # A session with no registration when a peer opens it cannot be
+            # sent notifications through that handle (ENOENT, even after
+            # registrations came): a page of the agent's own keeps it from
+            # ever being empty.
+            self._anchor = self._client.alloc(4096)
             self._client.session_create(0)
             try:
                 self._q = self._client.queue(4096)
