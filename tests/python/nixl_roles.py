@@ -188,6 +188,7 @@ def example_target():
     tensor = np.ones((ROWS, ROW // 4), np.float32)
     reg_descs = agent.register_memory(tensor)
     assert reg_descs
+    put("target.ready", b"")  # the example's target starts first
     base = tensor.ctypes.data
     rows = np.array([[base + i * ROW, ROW, 0] for i in range(ROWS)], np.uint64)
     target_descs = agent.get_xfer_descs(rows, "DRAM")
@@ -221,6 +222,7 @@ def example_target():
 
 def example_initiator():
     port = int(get("port"))
+    get("target.ready")
     agent = nixl_agent("initiator", nixl_agent_config(True, True, 0))
     tensor = np.zeros((ROWS, ROW // 4), np.float32)
     reg_descs = agent.register_memory(tensor)

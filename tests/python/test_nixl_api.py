@@ -195,6 +195,15 @@ def test_notifs_from_plain_clients_and_unknown_agents(agents, service):
     while not got and time.time() < deadline:
         got = b.get_new_notifs()
     assert got == {"a": [b"text is encoded"]}
+    most = 4090 - len(b"a")
+    a.send_notif("b", b"m" * most)
+    with pytest.raises(N.nixlInvalidParamError):
+        a.send_notif("b", b"m" * (most + 1))
+    deadline = time.time() + 5
+    got = {}
+    while not got and time.time() < deadline:
+        got = b.get_new_notifs()
+    assert got == {"a": [b"m" * most]}
     # A plain dataplane client's message is keyed by its session name.
     with dp.Client(service.sock, name="plain") as c:
         seg = c.open_session(b.session_name)

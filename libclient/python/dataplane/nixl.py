@@ -393,8 +393,11 @@ _NOTIF_MAGIC = b"\xffdpnx"
 def _frame(name, msg):
     if isinstance(msg, str):
         msg = msg.encode()
-    msg = bytes(msg)
-    return _NOTIF_MAGIC + bytes([len(name)]) + name + msg
+    out = _NOTIF_MAGIC + bytes([len(name)]) + name + bytes(msg)
+    if len(out) > _dp.NOTIFY_MSG_MAX:
+        raise nixlInvalidParamError("a notification of %d bytes: at most %d with this agent's "
+                                    "name" % (len(msg), _dp.NOTIFY_MSG_MAX + len(msg) - len(out)))
+    return out
 
 
 def _unframe(msg):
@@ -781,6 +784,7 @@ class nixl_agent:
                 batch = _dp.Batch(op=op, region=loc._region[li], local_off=loc._off[li],
                                   segment=seg, target_off=rem._addr[ri], length=length,
                                   user_data=ud)
+            _frame(self._bname, _as_bytes(notif_msg))
             return nixl_xfer_handle(self, xid, batch, len(li), int(length.sum()), seg,
                                     rem._remote, _as_bytes(notif_msg))
 
@@ -808,6 +812,7 @@ class nixl_agent:
             if handle._state == "PROC":
                 raise nixlRepostActiveError("the transfer is still in progress")
             if notif_msg:
+                _frame(self._bname, notif_msg)
                 handle._notif = _as_bytes(notif_msg)
             handle._state = "PROC"
             handle._submitted, handle._left = 0, handle._n
@@ -964,10 +969,11 @@ class nixl_agent:
         return False
 
     def send_notif(self, remote_agent_name, notif_msg, backend=None):
+        msg = _frame(self._bname, notif_msg)
         with self._lock:
             seg = self._segment_of(remote_agent_name)
             try:
-                self._client.notify_send(seg, _frame(self._bname, notif_msg))
+                self._client.notify_send(seg, msg)
             except _dp.DataplaneError as e:
                 raise _nixl_error(e) from e
 
