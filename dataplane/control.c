@@ -600,8 +600,9 @@ static int segment_grant(struct client *c, struct segment *s, unsigned access, s
  */
 struct ctl_wait {
 	struct client *c;
-	struct dp_msg_hdr hdr; /* the request's, for the reply's type and seq */
-	unsigned access;       /* SEGMENT_OPEN's */
+	struct dp_msg_hdr hdr;		/* the request's, for the reply's type and seq */
+	unsigned access;		/* SEGMENT_OPEN's */
+	struct dp_msg_notify_send send; /* NOTIFY_SEND's, sent once its session answered */
 	struct ctl_wait *next;
 };
 
@@ -856,11 +857,55 @@ static int on_session_open(struct client *c, struct msg_in *m, struct msg_out *o
 
 /* A notification alone (dp_notify_send): delivered or handed over now
  * (notif.c), the reply its status. */
+static void on_notify_asked(void *arg)
+{
+	struct ctl_wait *w = arg;
+	struct dp_msg_status r = {0};
+	struct msg_out o = {0};
+	int rc;
+
+	wait_unlist(w);
+	if (client_connected(w->c)) {
+		rc = notif_send(w->c, &w->send);
+		if (rc == NOTIF_SEND_ASK)
+			rc = -ENOENT; /* still no registration to send through */
+		if (!rc)
+			rc = reply_with(&o, &r, sizeof(r), 0);
+		reply(w->c, &w->hdr, rc, &o);
+	}
+	client_put(w->c);
+	free(w);
+}
+
 static int on_notify_send(struct client *c, struct msg_in *m, struct msg_out *o)
 {
+	const struct dp_msg_notify_send *req = m->payload;
 	struct dp_msg_status r = {0};
-	int rc = notif_send(c, m->payload);
+	const struct seg_handle *h;
+	struct ctl_wait *w;
+	int rc = notif_send(c, req);
 
+	if (rc == NOTIF_SEND_ASK) {
+		/* An engine session opened before it had a registration:
+		 * asked again, answered by on_notify_asked(). */
+		h = atomic_load_explicit(&c->segs[req->segment], memory_order_relaxed);
+		w = wait_new(c, m, 0, &rc);
+		if (!w)
+			return rc;
+		w->send = *req;
+		/* Listed first: the answer may come from inside the call. */
+		wait_pending(w, SEGMENT_PENDING);
+		rc = session_refresh(h->sess, on_notify_asked, w);
+		if (rc == SEGMENT_PENDING)
+			return CTL_PENDING;
+		wait_unlist(w);
+		client_put(w->c);
+		free(w);
+		if (!rc)
+			rc = notif_send(c, req);
+		if (rc == NOTIF_SEND_ASK)
+			rc = -ENOENT;
+	}
 	if (rc)
 		return rc;
 	return reply_with(o, &r, sizeof(r), 0);

@@ -234,10 +234,11 @@ int notif_send(struct client *c, const struct dp_msg_notify_send *req)
 		h = atomic_load_explicit(&c->segs[req->segment], memory_order_acquire);
 	if (!h)
 		return -EBADF;
-	/* A session's: through any of its members, to its client. */
+	/* A session's: through any of its members, to its client; with none
+	 * known, the session is asked again first (control.c). */
 	seg = h->sess ? session_any_member(h->sess) : h->seg;
 	if (!seg)
-		return -ENOENT;
+		return NOTIF_SEND_ASK;
 	if (atomic_load_explicit(&seg->dead, memory_order_acquire) ||
 	    (seg->same && !samehost_alive(seg->same)))
 		return -ECONNRESET;

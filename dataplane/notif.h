@@ -96,7 +96,10 @@ void notif_deliver(struct poller *p, struct segment *seg, struct notif_req *n);
  * else dropped (a transfer that failed notifies nobody); consumed. */
 void notif_finish(struct poller *p, struct segment *seg, struct notif_req *n, int status);
 /* Control thread: a notification alone (NOTIFY_SEND) from client `c`;
- * 0 or the -errno of its reply. */
+ * 0 or the -errno of its reply, or NOTIF_SEND_ASK: the handle is an engine
+ * session's of which no registration is known (opened before it had any):
+ * ask it again (session_refresh) and call this once more. */
+#define NOTIF_SEND_ASK 1
 int notif_send(struct client *c, const struct dp_msg_notify_send *req);
 
 /* ---- other services' exports: notif_remote.c ---- */

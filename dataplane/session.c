@@ -323,8 +323,10 @@ struct session_cli {
 	uint32_t local_client; /* its client's id; 0: another service's */
 	int refs;	       /* the handle, the open, every lookup in flight */
 	bool closed;
-	uint32_t batch;		  /* the ticket a batch in flight answers; 0: none */
-	struct open_ctx *opening; /* an open waiting for its batch (prefetch) */
+	uint32_t batch;		      /* the ticket a batch in flight answers; 0: none */
+	struct open_ctx *opening;     /* an open waiting for its batch (prefetch) */
+	void (*refreshed)(void *arg); /* session_refresh's, called at the batch's end */
+	void *refreshed_arg;
 	struct ask *work;
 	unsigned nwork, next_work, running;
 	struct retired *retired;
@@ -473,6 +475,15 @@ static void batch_end(struct session_cli *s)
 
 		s->opening = NULL;
 		open_end(o, 0);
+	}
+	if (s->refreshed) {
+		void (*fn)(void *) = s->refreshed;
+
+		s->refreshed = NULL;
+		fn(s->refreshed_arg);
+		batch_start(s);
+		sess_put(s); /* session_refresh's */
+		return;
 	}
 	batch_start(s);
 }
@@ -698,6 +709,49 @@ static int map_all(struct session_cli *s, const struct session_srv *ss)
 	m->n = k;
 	atomic_store_explicit(&s->map, m, memory_order_release);
 	return 0;
+}
+
+int session_refresh(struct session_cli *s, void (*fn)(void *arg), void *arg)
+{
+	struct session_srv *ss;
+
+	if (atomic_load(&s->gone))
+		return atomic_load(&s->gone);
+	if (s->local_port) {
+		struct sess_map *old = atomic_load_explicit(&s->map, memory_order_relaxed);
+		struct retired *rt = malloc(sizeof(*rt));
+
+		ss = srv_by_port(s->local_port);
+		if (!ss || ss->c->id != s->local_client) {
+			free(rt);
+			atomic_store(&s->gone, -ECONNRESET);
+			return -ECONNRESET;
+		}
+		if (!rt || map_all(s, ss)) {
+			free(rt);
+			return -ENOMEM;
+		}
+		if (old) {
+			*rt = (struct retired){.map = old, .next = s->retired};
+			s->retired = rt;
+			retired_free(s);
+		} else {
+			free(rt);
+		}
+		return 0;
+	}
+	if (s->refreshed || s->opening)
+		return -EBUSY;
+	pthread_mutex_lock(&s->lock);
+	if (s->nask < SESSION_ASKS)
+		s->asks[s->nask++] = (struct ask){.idx = 1};
+	atomic_fetch_add(&s->asked, 1);
+	pthread_mutex_unlock(&s->lock);
+	s->refreshed = fn;
+	s->refreshed_arg = arg;
+	s->refs++;
+	batch_start(s);
+	return SEGMENT_PENDING;
 }
 
 struct segment *session_any_member(struct session_cli *s)

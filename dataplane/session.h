@@ -88,6 +88,13 @@ int session_open(const char *name, struct session_cli **out, session_opened_fn f
  * (none known, or the session is gone): where a notification sent alone
  * to the session goes. */
 struct segment *session_any_member(struct session_cli *s);
+/* Control thread: asks the session again for its first registration
+ * (a handle opened before the session had any): 0 at once for a session
+ * of this service (its whole table read again), else SEGMENT_PENDING and
+ * fn(arg) from the loop once the answer is in (or not: ask
+ * session_any_member()); -ECONNRESET (gone), -EBUSY (one already
+ * waits), -ENOMEM. */
+int session_refresh(struct session_cli *s, void (*fn)(void *arg), void *arg);
 /* The handle that held the reference closed (after its grace period). */
 void session_close(struct session_cli *s);
 /* Control thread: takes the pollers' questions (control_wake_efd). */

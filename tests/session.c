@@ -450,3 +450,46 @@ Test(service_session, port_flood_and_garbage_stall_no_bystander)
 	dp_close(b);
 	service_still_serves();
 }
+
+/* A notification alone to a session opened before its owner registered
+ * anything: the session is asked again, and the owner hears it (this
+ * service's session, and another service's of this host). */
+static void notify_before_registrations(struct dp_client *a, struct dp_client *b)
+{
+	char sender[DP_NOTIFY_SENDER_MAX], buf[64];
+	struct dp_notification n;
+	uint8_t *mem;
+	int seg;
+
+	cr_assert_gt(dp_session_create(b, 0), 0);
+	cr_assert_eq(dp_notify_open(b, 0), 0);
+	seg = dp_session_open(a, dp_session_name(b), DP_ACCESS_RW);
+	cr_assert_geq(seg, 0, "open: %s", dp_last_error());
+	alloc_region(b, 4096, &mem);
+	cr_assert_eq(dp_notify_send(a, seg, "hello", 5), 0, "send: %s", dp_last_error());
+	cr_assert_eq(dp_notify_recv(b, &n, sender, buf, sizeof(buf), 10000), 1);
+	cr_assert_eq(n.msg_len, 5);
+	cr_assert(!memcmp(buf, "hello", 5));
+}
+
+Test(service_session, notify_alone_to_a_session_that_had_no_registration)
+{
+	struct dp_client *a, *b;
+
+	start_svc(&svc, local_only);
+	a = connect_client(&svc, "initiator");
+	b = connect_client(&svc, "owner");
+	notify_before_registrations(a, b);
+	dp_close(a);
+	dp_close(b);
+	stop_svc(&svc);
+}
+
+Test(fabric_session, notify_alone_to_a_session_that_had_no_registration)
+{
+	struct fab_pair p;
+
+	fab_pair_start(&p, "tcp", FAB_PAIR_SAME_A | FAB_PAIR_SAME_B, NULL, NULL);
+	notify_before_registrations(p.ca, p.cb);
+	fab_pair_stop(&p);
+}

@@ -1227,8 +1227,8 @@ static void bench_session(void)
 		N = 7
 	};
 	const char *tsock = peer_sock ? peer_sock : sock_path;
-	const char *names[N] = {"session open",	      "first WRITE",	    "open + first WRITE",
-				"warm WRITE",	      "warm WRITE, mem",    "named open + first",
+	const char *names[N] = {"session open",	    "first WRITE",     "open + first WRITE",
+				"warm WRITE",	    "warm WRITE, mem", "named open + first",
 				"named first WRITE"};
 	double v[N][REPS];
 	struct dp_client *c;
@@ -1333,6 +1333,170 @@ static void bench_session(void)
 	       v[TOTAL][REPS / 2] / v[NAMED][REPS / 2]);
 	report_num("ratio_to_named", v[TOTAL][REPS / 2] / v[NAMED][REPS / 2]);
 	report_end();
+}
+
+/* ---- serving: KV pages the way serving engines move them ---- */
+
+/*
+ * An SGLang-shaped transfer: LAYERS x (K, V) x PAGES pages of PAGE bytes,
+ * from a prefill's KV buffers (one registration per layer and K/V) to a
+ * decode's, at scattered page indices (a fixed permutation), by the
+ * decode's addresses through its engine session (--peer-socket: the decode
+ * is a client of that service, else of this one), all pages in one batch of
+ * descriptors kept within the queue's depth; beside it, the same pages
+ * memcpy'd in this process. Prints the time, GB/s, and ns per descriptor
+ * (--json for tools/bench-serving.py).
+ */
+static bool serving_alloc; /* --serving-alloc */
+#define SRV_LAYERS 32
+#define SRV_PAGES 512
+#define SRV_PAGE (16 * 1024)
+
+static void bench_serving(void)
+{
+	enum { REPS = 5, NBUF = 2 * SRV_LAYERS };
+	const char *tsock = peer_sock ? peer_sock : sock_path;
+	const uint64_t blen = (uint64_t)SRV_PAGES * SRV_PAGE;
+	const unsigned n = NBUF * SRV_PAGES;
+	struct dp_desc *d = malloc(sizeof(*d) * n);
+	struct dp_cqe cqe[256];
+	uint8_t *src[NBUF], *dst[NBUF];
+	unsigned *perm = malloc(sizeof(unsigned) * SRV_PAGES);
+	double ours[REPS], peer[REPS];
+	struct dp_client *c, *t;
+	struct dp_queue *q;
+	uint32_t flags = 0;
+	int reg[NBUF], seg, rc;
+	uint64_t seed = 42;
+
+	if (!d || !perm)
+		die("malloc", -ENOMEM);
+	if ((rc = dp_connect(sock_path, "dp-bench-prefill", &c)) < 0)
+		die_connect(sock_path, rc);
+	if ((rc = dp_connect(tsock, "dp-bench-decode", &t)) < 0)
+		die_connect(tsock, rc);
+	if ((rc = dp_session_create(t, 0)) < 0)
+		die("dp_session_create", rc);
+	if ((rc = dp_queue_create(c, 256, &q)) < 0)
+		die("queue", rc);
+	for (unsigned b = 0; b < NBUF; b++) {
+		/* The engines' own memory (as serving engines register their
+		 * KV buffers), or shared regions with --serving-alloc. */
+		if (serving_alloc) {
+			void *p;
+
+			if ((reg[b] = dp_alloc(c, blen, 0, (void **)&src[b])) < 0)
+				die("alloc (prefill)", reg[b]);
+			if ((rc = dp_alloc(t, blen, 0, &p)) < 0)
+				die("alloc (decode)", rc);
+			dst[b] = p;
+		} else {
+			if (posix_memalign((void **)&src[b], 4096, blen) ||
+			    posix_memalign((void **)&dst[b], 4096, blen))
+				die("malloc", -ENOMEM);
+			if ((reg[b] = dp_register_mem(c, src[b], blen)) < 0)
+				die("dp_register_mem (prefill)", reg[b]);
+			if ((rc = dp_register_mem(t, dst[b], blen)) < 0)
+				die("dp_register_mem (decode)", rc);
+		}
+		for (uint64_t i = 0; i < blen; i += 4096)
+			src[b][i] = (uint8_t)(b * 7 + i / 4096);
+		memset(dst[b], 0, blen);
+	}
+	for (unsigned i = 0; i < SRV_PAGES; i++)
+		perm[i] = i;
+	for (unsigned i = SRV_PAGES - 1; i > 0; i--) {
+		unsigned j;
+
+		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+		j = (unsigned)(seed >> 33) % (i + 1);
+		unsigned x = perm[i];
+		perm[i] = perm[j];
+		perm[j] = x;
+	}
+	seg = dp_session_open(c, dp_session_name(t), DP_ACCESS_RW);
+	if (seg < 0) {
+		fprintf(stderr, "dp-bench: dp_session_open: %s\n", dp_last_error());
+		exit(1);
+	}
+	/* Page i of buffer b goes to page perm[i] of the decode's buffer b. */
+	for (unsigned b = 0, k = 0; b < NBUF; b++)
+		for (unsigned i = 0; i < SRV_PAGES; i++, k++)
+			dp_prep_write(&d[k], reg[b], (uint64_t)i * SRV_PAGE, seg,
+				      (uint64_t)(uintptr_t)dst[b] + (uint64_t)perm[i] * SRV_PAGE,
+				      SRV_PAGE, k);
+	for (unsigned r = 0; r <= REPS; r++) {
+		unsigned sent = 0, done = 0;
+		uint64_t t0 = dp_now_ns();
+
+		while (done < n) {
+			int k;
+
+			if (sent < n) {
+				k = dp_submit(q, d + sent, n - sent);
+				if (k < 0)
+					die("submit", k);
+				sent += (unsigned)k;
+			}
+			k = dp_poll(q, cqe, 256);
+			if (k < 0)
+				die("poll", k);
+			for (int i = 0; i < k; i++) {
+				if (cqe[i].status)
+					die("serving WRITE", cqe[i].status);
+				flags = cqe[i].flags;
+			}
+			done += (unsigned)k;
+		}
+		/* The first pass finds the session's registrations: not timed. */
+		if (r)
+			ours[r - 1] = (double)(dp_now_ns() - t0);
+	}
+	for (unsigned b = 0; b < NBUF; b++)
+		for (unsigned i = 0; i < SRV_PAGES; i++)
+			if (dst[b][(uint64_t)perm[i] * SRV_PAGE] != src[b][(uint64_t)i * SRV_PAGE])
+				die("serving: DATA MISMATCH", -EBADMSG);
+	for (unsigned r = 0; r < REPS; r++) {
+		uint64_t t0 = dp_now_ns();
+
+		for (unsigned b = 0; b < NBUF; b++)
+			for (unsigned i = 0; i < SRV_PAGES; i++)
+				memcpy(dst[b] + (uint64_t)perm[i] * SRV_PAGE,
+				       src[b] + (uint64_t)i * SRV_PAGE, SRV_PAGE);
+		peer[r] = (double)(dp_now_ns() - t0);
+	}
+	qsort(ours, REPS, sizeof(double), cmp_dbl);
+	qsort(peer, REPS, sizeof(double), cmp_dbl);
+	printf("serving: %u layers x K,V x %u pages of %u KiB at scattered indices (%u "
+	       "descriptors, "
+	       "%llu MiB), one batch by the decode's addresses (%s; %s; %s), median of %u\n",
+	       SRV_LAYERS, SRV_PAGES, SRV_PAGE / 1024, n,
+	       (unsigned long long)(n * (uint64_t)SRV_PAGE >> 20),
+	       peer_sock ? peer_addr : "this service",
+	       flags & DP_CQE_F_SAME_HOST ? "same host" : path_name(flags),
+	       serving_alloc ? "dp_alloc regions" : "memory of the engines' own, dp_register_mem",
+	       REPS);
+	printf("  C API %.2f ms (%.2f GB/s, %.0f ns/descriptor); memcpy in one process %.2f ms "
+	       "(%.2f GB/s): %.2fx; CPU %d\n",
+	       ours[REPS / 2] / 1e6, n * (double)SRV_PAGE / ours[REPS / 2], ours[REPS / 2] / n,
+	       peer[REPS / 2] / 1e6, n * (double)SRV_PAGE / peer[REPS / 2],
+	       peer[REPS / 2] / ours[REPS / 2], client_cpu);
+	report_obj("serving");
+	report_num("descriptors", n);
+	report_num("page_bytes", SRV_PAGE);
+	report_num("c_api_ms", ours[REPS / 2] / 1e6);
+	report_num("memcpy_ms", peer[REPS / 2] / 1e6);
+	report_str("path", flags & DP_CQE_F_SAME_HOST ? "same host" : path_name(flags));
+	report_end();
+	dp_close(c);
+	dp_close(t);
+	if (!serving_alloc)
+		for (unsigned b = 0; b < NBUF; b++) {
+			free(src[b]);
+			free(dst[b]);
+		}
+	free(d);
+	free(perm);
 }
 
 /* ---- vm-target: another service's export of dp_register_mem memory vs
@@ -2454,10 +2618,10 @@ static void usage(void)
 
 static bool known_benchmark(const char *what)
 {
-	static const char *const names[] = {"latency",	   "rate",   "bandwidth", "overhead",
-					    "all",	   "fabric", "bypass",	  "placement",
-					    "check",	   "vm",     "notify",	  "scale",
-					    "idle-queues", "stripe", "vm-target", "session"};
+	static const char *const names[] = {
+		"latency",     "rate",	    "bandwidth", "overhead", "all",    "fabric",
+		"bypass",      "placement", "check",	 "vm",	     "notify", "scale",
+		"idle-queues", "stripe",    "vm-target", "session",  "serving"};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (!strcmp(what, names[i]))
@@ -2491,6 +2655,7 @@ static const char *parse_args(int argc, char **argv)
 					     {"spin-us", required_argument, 0, 'U'},
 					     {"depth", required_argument, 0, 'Q'},
 					     {"busy-poll", no_argument, 0, 'B'},
+					     {"serving-alloc", no_argument, 0, 'A'},
 					     {0, 0, 0, 0}};
 	const char *what = "all";
 	int o;
@@ -2508,6 +2673,9 @@ static const char *parse_args(int argc, char **argv)
 			break;
 		case 'B':
 			fabric_busy = true;
+			break;
+		case 'A':
+			serving_alloc = true;
 			break;
 		case 'm':
 			max_size = strtoull(optarg, NULL, 0);
@@ -2647,6 +2815,8 @@ static void run_benches(const char *what)
 		bench_vm_target();
 	if (!strcmp(what, "session"))
 		bench_session();
+	if (!strcmp(what, "serving"))
+		bench_serving();
 	if (!strcmp(what, "scale"))
 		bench_scale();
 	if (!strcmp(what, "idle-queues"))
