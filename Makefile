@@ -72,11 +72,22 @@ CLIENT_LIBS := -pthread
 # The service alone (and the tests and fuzz target that link its auth.c):
 # HMAC-SHA256 of the peer RPC from OpenSSL's libcrypto.
 CRYPTO_LIBS := $(shell $(PKG_CONFIG) --libs libcrypto 2>/dev/null)
+# Device code (dataplane/*.cu: the page-batch kernel) is built by nvcc in
+# CUDA builds only: SASS for sm_80 (A100) and sm_90 (H100, H200), PTX of
+# sm_90 for the devices after them (the driver compiles it at load).
+NVCC ?= $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) nvcc)
+NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+	-gencode arch=compute_90,code=compute_90
+# No libstdc++ at link time: no exceptions, no guarded statics in host code.
+NVCCFLAGS := -O3 -std=c++17 $(NVCC_ARCH) -Idataplane \
+	-Xcompiler -fPIC,-Wall,-Wextra,-Werror,-fno-exceptions,-fno-threadsafe-statics
+GPU_OBJS :=
 ifeq ($(CUDA),1)
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
 CFLAGS += -DDP_HAVE_CUDA -I$(CUDA_HOME)/include
 LDLIBS += $(CUDA_LIBS)
 CLIENT_LIBS += $(CUDA_LIBS)
+GPU_OBJS := $(patsubst %.cu,$(B)/obj/%.o,$(wildcard dataplane/*.cu))
 endif
 ifeq ($(SAN),asan)
 CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -170,7 +181,11 @@ $(LIBCLIENT_SO): $(call obj,$(CLIENT_SRCS) $(RING_SRCS)) libclient/libdataplane.
 		-Wl,--no-undefined -o $@ $(filter %.o,$^) $(CLIENT_LIBS)
 	ln -sf $(SONAME) $(B)/libdataplane.so
 
-$(SERVICE): $(call obj,$(SERVICE_SRCS)) $(LIBRING)
+$(B)/obj/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+$(SERVICE): $(call obj,$(SERVICE_SRCS)) $(GPU_OBJS) $(LIBRING)
 	$(CC) -o $@ $^ $(LDLIBS) $(CRYPTO_LIBS)
 
 # Tools link libclient statically so they run from the build tree as is.
@@ -182,7 +197,7 @@ $(B)/%: $(B)/obj/tools/%.o $(LIBCLIENT_A)
 	$(CC) -o $@ $^ $(LDLIBS)
 $(B)/dp-bench: $(B)/obj/tools/bench-report.o
 $(B)/file-bench: $(B)/obj/tools/bench-report.o
-$(B)/gpu-bench: $(B)/obj/tools/bench-report.o
+$(B)/gpu-bench: $(B)/obj/tools/bench-report.o $(GPU_OBJS)
 $(B)/%: $(B)/obj/examples/%.o $(LIBCLIENT_A)
 	$(CC) -o $@ $^ $(LDLIBS)
 

@@ -277,8 +277,11 @@ struct poller {
 	struct queue *parked; /* owned, idle: their clients ring (poller.c) */
 	unsigned nparked;
 	uint64_t loops, busy_loops, sleeps;
-	uint64_t barrier_ns;	    /* the clock at its last membarrier (poller_arm) */
-	int sleep_cap_ms;	    /* the longest sleep the engines allow */
+	uint64_t barrier_ns; /* the clock at its last membarrier (poller_arm) */
+	int sleep_cap_ms;    /* the longest sleep the engines allow */
+	/* The last sleep ended by its cap, not by an fd: set by poller_sleep,
+	 * cleared by the fabric engine's next progress (fabric.c). */
+	bool timed_wake;
 	uint32_t active;	    /* engines with work, bit = enum engine_id (engine.h) */
 	uint32_t always;	    /* engines whose progress runs every loop */
 	void *eng[DP_ENGINES];	    /* each engine's per-poller state (engine.h) */

@@ -741,12 +741,37 @@ static bool wait_fds_ready(const struct fab_poller *fp)
 	return n && poll(pfd, n, 0) > 0;
 }
 
+/*
+ * Whether peers' RMA into @fp's endpoints (poller 0's) was carried out since
+ * the last look, by the provider counters of rails without wait fds (shm:
+ * its progress runs inside our fi_cq_read, and nothing else tells us that
+ * a read served a peer). Poller thread.
+ */
+static bool target_moved(struct fab_poller *fp)
+{
+	bool moved = false;
+
+	for (unsigned r = 0; r < nrails; r++) {
+		struct rail_ep *e = &fp->ep[r];
+		uint64_t v;
+
+		if (!e->rma_cntr)
+			continue;
+		v = fi_cntr_read(e->rma_cntr);
+		if (v != e->rma_seen) {
+			e->rma_seen = v;
+			moved = true;
+		}
+	}
+	return moved;
+}
+
 static int fabric_progress(struct poller *p)
 {
 	struct fab_poller *fp = p->eng[ENGINE_fabric];
 	struct fab_op **pp, *prev = NULL;
 	uint64_t t = 0;
-	bool target;
+	bool idle, target, woke;
 	int work;
 
 	if (!fp)
@@ -766,11 +791,28 @@ static int fabric_progress(struct poller *p)
 	 * anyway): the loop stays a few hundred nanoseconds for the poller's
 	 * local queues, and 16 loops are far inside --spin-us.
 	 */
-	target = p->idx == 0 && !fp->head && !(p->active & ~(1u << ENGINE_fabric)) &&
-		 !(++fp->idle_ticks & 15) && wait_fds_ready(fp);
+	woke = p->timed_wake;
+	p->timed_wake = false;
+	idle = p->idx == 0 && !fp->head && !(p->active & ~(1u << ENGINE_fabric)) &&
+	       (!(++fp->idle_ticks & 15) || woke);
+	target = idle && wait_fds_ready(fp);
 	work = reap(p, fp);
-	if (target && !work && !wait_fds_ready(fp))
+	target = target && !work && !wait_fds_ready(fp);
+	/*
+	 * shm has no wait fd that a peer's RMA makes readable: its target side
+	 * moves only inside our fi_cq_read (reap), and its counters say when
+	 * it did. Counted as work, so that poller 0 keeps spinning while a
+	 * peer writes into it; before, it slept through each of a peer's
+	 * WRITEs until its 1 ms cap (fabric_sleep_cap_ms): every 64 B WRITE
+	 * over shm took a millisecond.
+	 */
+	if (idle && !work && !target)
+		target = target_moved(fp);
+	if (target) {
+		/* After a sleep the cap ended: a peer waited for our timer. */
+		stats_fabric_target(p, woke);
 		work = 1;
+	}
 	if (!fp->head)
 		return work;
 	/* Timeouts are checked once a millisecond, not per loop. */

@@ -57,6 +57,12 @@ struct rail_ep {
 	struct fid_cq *cq;
 	int wait_fd;
 	size_t inflight;
+	/* Poller 0 on a rail without wait fds (shm): peers' RMA into this
+	 * endpoint, counted by the provider (FI_RMA_EVENT), and the count
+	 * last seen; NULL where the provider has no such counter. */
+	struct fid_cntr *rma_cntr;
+	uint64_t rma_seen;
+	bool bind_cntr;
 };
 
 struct fab_op;	  /* a descriptor's transfer (fabric.c) */

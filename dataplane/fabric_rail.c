@@ -61,7 +61,7 @@ static const char *mr_mode_str(uint64_t m, char *buf, size_t len)
 	return buf;
 }
 
-static struct fi_info *rail_hints(const char *prov, bool hmem, bool delivery)
+static struct fi_info *rail_hints(const char *prov, bool hmem, bool delivery, bool rma_event)
 {
 	struct fi_info *h = fi_allocinfo();
 
@@ -72,6 +72,11 @@ static struct fi_info *rail_hints(const char *prov, bool hmem, bool delivery)
 		  FI_SEND | FI_RECV;
 	if (hmem)
 		h->caps |= FI_HMEM;
+	/* Counters of peers' RMA into our endpoints (fabric.c, target_moved):
+	 * how poller 0 of a provider without usable wait fds (shm) learns
+	 * that reading its CQs served a peer. */
+	if (rma_event)
+		h->caps |= FI_RMA_EVENT;
 	h->ep_attr->type = FI_EP_RDM;
 	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
 				  (hmem ? FI_MR_HMEM : 0);
@@ -158,9 +163,14 @@ static int get_infos(struct fi_info **out)
 		/* FI_HMEM first where GPU memory can exist; a provider without
 		 * it still serves host memory. Delivery-complete writes first;
 		 * a provider that lacks them is logged (rail_open). */
-		for (int h = hmem; h >= 0; h--) {
-			for (int dc = 1; dc >= 0; dc--) {
-				struct fi_info *hints = rail_hints(c[i].name, h, dc);
+		for (int h = hmem, ev = !strcmp(c[i].name, "shm"); h >= 0; h--) {
+			for (int k = 3; k >= 0; k--) {
+				int dc = k >> 1, re = k & ev;
+				struct fi_info *hints;
+
+				if ((k & 1) && !ev)
+					continue;
+				hints = rail_hints(c[i].name, h, dc, re);
 
 				rc = fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, out);
 				fi_freeinfo(hints);
@@ -266,11 +276,37 @@ static int ep_open(struct rail *r, struct rail_ep *e)
 		return rc;
 	if ((rc = fi_endpoint(r->domain, r->info, &e->ep, NULL)) ||
 	    (rc = fi_ep_bind(e->ep, &r->av->fid, 0)) ||
-	    (rc = fi_ep_bind(e->ep, &e->cq->fid, FI_TRANSMIT | FI_RECV)) || (rc = fi_enable(e->ep)))
+	    (rc = fi_ep_bind(e->ep, &e->cq->fid, FI_TRANSMIT | FI_RECV)) ||
+	    (e->bind_cntr &&
+	     (rc = fi_ep_bind(e->ep, &e->rma_cntr->fid, FI_REMOTE_WRITE | FI_REMOTE_READ))) ||
+	    (rc = fi_enable(e->ep)))
 		return rc;
 	if (r->wait_fd && fi_control(&e->cq->fid, FI_GETWAIT, &e->wait_fd))
 		e->wait_fd = -1;
 	return 0;
+}
+
+/* Poller 0's endpoint on a rail without wait fds (shm): a counter of the
+ * peers' RMA that its CQ reads carried out (fabric.c, target_moved). A
+ * provider that refuses it leaves the poller to its sleep cap (logged). */
+static int ep_open_target(struct rail *r, struct rail_ep *e)
+{
+	struct fi_cntr_attr attr = {.events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_NONE};
+	int rc;
+
+	if (!r->poke || !(r->info->caps & FI_RMA_EVENT)) {
+		if (r->poke)
+			log_warn("rail %ld: provider %s has no FI_RMA_EVENT: peers' WRITEs into "
+				 "this "
+				 "service may wait for its poller's sleep cap (1 ms)",
+				 (long)(r - rails), r->info->fabric_attr->prov_name);
+		return ep_open(r, e);
+	}
+	rc = fi_cntr_open(r->domain, &attr, &e->rma_cntr, NULL);
+	if (rc)
+		return rc;
+	e->bind_cntr = true;
+	return ep_open(r, e);
 }
 
 static int fabric_start(void)
@@ -325,7 +361,9 @@ static int fabric_start(void)
 		pollers[p].idx = p;
 		for (unsigned r = 0; r < nrails; r++) {
 			fp->ep[r].st = stats_rail(r, &pollers[p]);
-			rc = ep_open(&rails[r], &fp->ep[r]);
+			/* Peers target poller 0's endpoints (fabric.h). */
+			rc = p ? ep_open(&rails[r], &fp->ep[r])
+			       : ep_open_target(&rails[r], &fp->ep[r]);
 			if (rc) {
 				log_err("fabric: endpoint on rail %u: %s", r, fi_strerror(-rc));
 				return -EIO;
@@ -360,6 +398,8 @@ void fabric_fini(void)
 				fi_close(&fp->ep[r].ep->fid);
 			if (fp->ep[r].cq)
 				fi_close(&fp->ep[r].cq->fid);
+			if (fp->ep[r].rma_cntr)
+				fi_close(&fp->ep[r].rma_cntr->fid);
 		}
 		fabric_pools_fini(fp);
 		free(fp);

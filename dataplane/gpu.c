@@ -151,6 +151,8 @@ const struct engine gpu_engine = {
 #include <cuda.h> /* types of the driver entry points we look up */
 #include <cuda_runtime_api.h>
 
+#include "gpu_pages.h"
+
 #define GPU_MAX_DEVICES 16
 enum { LANE_BULK, LANE_SMALL, GPU_LANES };
 
@@ -158,7 +160,26 @@ _Static_assert(sizeof(cudaIpcMemHandle_t) ==
 		       sizeof(((struct dp_msg_region_register_cuda *)0)->handle),
 	       "the protocol carries a whole cudaIpcMemHandle_t");
 
-/* A copy on its way: the event recorded after it on its lane's stream. */
+/*
+ * Batches of pages (docs/gpu.md "Batched pages"): GPU -> GPU copies of one
+ * device up to GPU_SMALL_MAX wait on their lane's pending list instead of
+ * going out one cudaMemcpyAsync each. The lane flushes it from
+ * gpu_progress, which runs right after the poller's drain in the same loop:
+ * one page is a cudaMemcpyAsync as before; more are one launch of the page
+ * kernel (gpu_pages.cu) over a table in pinned host memory, and one event
+ * for all. While GPU_BATCH_INFLIGHT flushes of the lane are running, the
+ * list keeps growing (a lone copy on an idle lane goes at once: P10), up to
+ * GPU_BATCH_MAX pages or GPU_BATCH_BYTES: a flush's kernel stays short, so
+ * another queue's copy on the lane waits for at most two of them.
+ */
+#define GPU_BATCH_MAX 1024u
+#define GPU_BATCH_BYTES (16ull << 20)
+#define GPU_BATCH_INFLIGHT 2u
+#define GPU_BATCH_TABS 8u /* page tables per lane, each reused once its launch is done */
+
+/* A copy on its way: the event recorded after it on its lane's stream.
+ * Copies of one flush share the event; the last of them (ev_owner) gives
+ * it back and frees the flush's page table. */
 struct gpu_op {
 	struct queue *q;
 	uint64_t user_data;
@@ -170,6 +191,11 @@ struct gpu_op {
 	struct notif_req notify;
 	cudaEvent_t ev;
 	int dev;
+	uint8_t lane;
+	bool ev_owner; /* the flush's last op: puts ev, ends the launch */
+	int8_t tab;    /* with ev_owner: the page table it used, or -1 */
+	void *dst;     /* pending pages: where from and to */
+	const void *src;
 	struct gpu_op *next;
 };
 
@@ -177,6 +203,13 @@ struct gpu_op {
 struct gpu_lane {
 	cudaStream_t stream; /* created on first use, recreated after an error */
 	struct gpu_op *head, *tail;
+	/* Pages waiting for the lane's next flush, oldest first. */
+	struct gpu_op *pend, *pend_tail;
+	unsigned npend;
+	uint64_t pend_bytes;
+	unsigned launches;		      /* flushes whose event has not fired */
+	struct gpu_page *tab[GPU_BATCH_TABS]; /* pinned, mapped; made on first use */
+	bool tab_busy[GPU_BATCH_TABS];
 };
 
 struct gpu_dev {
@@ -939,6 +972,7 @@ static void lane_reset(struct gpu_lane *l)
 static void op_finish(struct poller *p, struct gpu_poller *g, struct gpu_op *op, int status)
 {
 	struct queue *q = op->q;
+	struct gpu_dev *d = &g->dev[op->dev];
 
 	q->inflight--;
 	/* The event fired: the bytes are in place for any stream and for the
@@ -950,10 +984,179 @@ static void op_finish(struct poller *p, struct gpu_poller *g, struct gpu_op *op,
 	queue_complete_ns(q, op->user_data, op->submit_ns, status, status ? 0 : op->len, op->flags);
 	region_put(op->ra);
 	region_put(op->rb);
-	event_put(&g->dev[op->dev], op->ev);
+	if (op->ev_owner) {
+		struct gpu_lane *l = &d->lane[op->lane];
+
+		if (op->ev)
+			event_put(d, op->ev);
+		if (op->tab >= 0)
+			l->tab_busy[op->tab] = false;
+		l->launches--;
+	}
 	op->next = g->free_ops;
 	g->free_ops = op;
 	g->pending--;
+}
+
+/* Fills @op for @req, takes its references (its regions and, with a
+ * notification, its segment: alive in this loop by QSBR, kept until the op
+ * finishes) and counts it in flight. */
+static void op_init(struct gpu_op *op, const struct xfer *req, int dev, uint32_t flags)
+{
+	atomic_fetch_add(&req->ra->refs, 1);
+	atomic_fetch_add(&req->rb->refs, 1);
+	*op = (struct gpu_op){.q = req->q,
+			      .user_data = req->user_data,
+			      .submit_ns = req->submit_ns,
+			      .len = req->len,
+			      .flags = flags,
+			      .ra = req->ra,
+			      .rb = req->rb,
+			      .dev = dev,
+			      .tab = -1,
+			      .dst = req->dst,
+			      .src = req->src};
+	if (req->notify) {
+		atomic_fetch_add(&req->seg->refs, 1);
+		op->nseg = req->seg;
+		notif_req_move(&op->notify, req->notify);
+	}
+	req->q->inflight++;
+}
+
+/* A GPU -> GPU page of one device joins its lane's pending list; the lane
+ * flushes it from gpu_progress (lane_flush). */
+static void page_queue(struct poller *p, struct gpu_poller *g, struct gpu_lane *l,
+		       struct gpu_op *op, const struct xfer *req, int dev, uint32_t flags)
+{
+	op_init(op, req, dev, flags);
+	op->lane = LANE_SMALL;
+	g->pending++;
+	if (l->pend_tail)
+		l->pend_tail->next = op;
+	else
+		l->pend = op;
+	l->pend_tail = op;
+	l->npend++;
+	l->pend_bytes += req->len;
+	engine_kick(p, ENGINE_gpu);
+}
+
+/* A free page table of @l (made on first use: pinned, mapped, portable),
+ * or -1: none free, or pinned memory refused. */
+static int tab_get(struct gpu_lane *l)
+{
+	for (unsigned i = 0; i < GPU_BATCH_TABS; i++) {
+		if (l->tab_busy[i])
+			continue;
+		if (!l->tab[i] &&
+		    cudaHostAlloc((void **)&l->tab[i], GPU_BATCH_MAX * sizeof(struct gpu_page),
+				  cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
+			l->tab[i] = NULL;
+			cudaGetLastError();
+			return -1;
+		}
+		return (int)i;
+	}
+	return -1;
+}
+
+/*
+ * Sends the lane's pending pages (up to GPU_BATCH_MAX of them) to its
+ * stream: one cudaMemcpyAsync for one page or when no page table is free,
+ * else one launch of the page kernel; then one event that completes them all
+ * (the last op owns it). A failure fails every op of the flush with -EIO and
+ * resets the lane, as a failed copy does. Returns the ops flushed.
+ */
+static int lane_flush(struct poller *p, struct gpu_poller *g, int dev, struct gpu_lane *l)
+{
+	struct gpu_dev *d = &g->dev[dev];
+	struct gpu_op *first = l->pend, *last = first, *op;
+	unsigned n = 1;
+	uint64_t bytes = first->len;
+	cudaError_t err = cudaSuccess;
+	cudaEvent_t ev = NULL;
+	int tab = -1, prev;
+
+	while (n < GPU_BATCH_MAX && last->next) {
+		last = last->next;
+		bytes += last->len;
+		n++;
+	}
+	l->pend = last->next;
+	if (!l->pend)
+		l->pend_tail = NULL;
+	last->next = NULL;
+	l->npend -= n;
+	l->pend_bytes -= bytes;
+
+	prev = dev_enter(dev);
+	if (!l->stream)
+		err = cudaStreamCreateWithPriority(&l->stream, cudaStreamNonBlocking, prio_small);
+	if (err == cudaSuccess && !(ev = event_get(d)))
+		err = cudaErrorMemoryAllocation;
+	if (err == cudaSuccess && n > 1)
+		tab = tab_get(l);
+	if (err == cudaSuccess && tab >= 0) {
+		struct gpu_page *t = l->tab[tab];
+		unsigned i = 0;
+
+		for (op = first; op; op = op->next, i++)
+			t[i] = (struct gpu_page){.src = (uintptr_t)op->src,
+						 .dst = (uintptr_t)op->dst,
+						 .len = op->len};
+		/* The kernel reads the table through its mapping (UVA: the
+		 * same address); the launch is ordered after these stores. */
+		err = DP_FAULT_CUDA(gpu_pages_launch(t, n, l->stream));
+	} else if (err == cudaSuccess) {
+		for (op = first; op && err == cudaSuccess; op = op->next)
+			err = DP_FAULT_CUDA(cudaMemcpyAsync(op->dst, op->src, op->len,
+							    cudaMemcpyDefault, l->stream));
+	}
+	if (err == cudaSuccess && (err = cudaEventRecord(ev, l->stream)) != cudaSuccess)
+		/* Queued but untracked: no copy may outlive the references. */
+		cudaStreamSynchronize(l->stream);
+	if (err != cudaSuccess) {
+		log_err("gpu: batch of %u pages (%llu bytes) on device %d (gpu -> gpu): %s", n,
+			(unsigned long long)bytes, dev, cudaGetErrorString(err));
+		if (ev)
+			event_put(d, ev);
+		lane_reset(l);
+		dev_leave(prev, dev);
+		while ((op = first)) {
+			first = op->next;
+			op_finish(p, g, op, -EIO);
+		}
+		return (int)n;
+	}
+	dev_leave(prev, dev);
+	for (op = first; op; op = op->next)
+		op->ev = ev;
+	last->ev_owner = true;
+	last->tab = (int8_t)tab;
+	l->launches++;
+	if (l->tail)
+		l->tail->next = first;
+	else
+		l->head = first;
+	l->tail = last;
+	return (int)n;
+}
+
+/* Flushes the lanes whose pages may go: a lane with fewer than
+ * GPU_BATCH_INFLIGHT flushes running, or a full batch waiting. */
+static int pages_flush(struct poller *p, struct gpu_poller *g)
+{
+	int n = 0;
+
+	for (int dev = 0; dev < ndev; dev++) {
+		struct gpu_lane *l = &g->dev[dev].lane[LANE_SMALL];
+
+		while (l->npend && (l->launches < GPU_BATCH_INFLIGHT || l->npend >= GPU_BATCH_MAX ||
+				    l->pend_bytes >= GPU_BATCH_BYTES))
+			n += lane_flush(p, g, dev, l);
+	}
+	return n;
 }
 
 /* Issues a routed copy on its lane's stream (its host windows pinned, or
@@ -991,6 +1194,11 @@ static void gpu_issue(struct poller *p, const struct xfer *req)
 	dev = rdst->kind == REGION_CUDA ? rdst->device : rsrc->device;
 	d = &g->dev[dev];
 	l = &d->lane[req->len <= GPU_SMALL_MAX ? LANE_SMALL : LANE_BULK];
+	if (l == &d->lane[LANE_SMALL] && rdst->kind == REGION_CUDA && rsrc->kind == REGION_CUDA &&
+	    rdst->device == rsrc->device) {
+		page_queue(p, g, l, op, req, dev, flags);
+		return;
+	}
 
 	prev = dev_enter(dev);
 	err = cudaSuccess;
@@ -1034,32 +1242,17 @@ static void gpu_issue(struct poller *p, const struct xfer *req)
 	}
 	dev_leave(prev, dev);
 
-	/* The regions were found in this loop, so they are alive (QSBR); the
-	 * references keep them open until the event fires. */
-	atomic_fetch_add(&req->ra->refs, 1);
-	atomic_fetch_add(&req->rb->refs, 1);
-	*op = (struct gpu_op){.q = req->q,
-			      .user_data = req->user_data,
-			      .submit_ns = req->submit_ns,
-			      .len = req->len,
-			      .flags = flags,
-			      .ra = req->ra,
-			      .rb = req->rb,
-			      .ev = ev,
-			      .dev = dev};
-	if (req->notify) {
-		/* Alive in this loop (QSBR); the reference keeps it so. */
-		atomic_fetch_add(&req->seg->refs, 1);
-		op->nseg = req->seg;
-		notif_req_move(&op->notify, req->notify);
-	}
-	req->q->inflight++;
+	op_init(op, req, dev, flags);
+	g->pending++;
+	op->ev = ev;
+	op->lane = (uint8_t)(l - d->lane);
+	op->ev_owner = true;
+	l->launches++;
 	if (l->tail)
 		l->tail->next = op;
 	else
 		l->head = op;
 	l->tail = op;
-	g->pending++;
 	engine_kick(p, ENGINE_gpu);
 }
 
@@ -1149,6 +1342,7 @@ static int gpu_progress(struct poller *p)
 		return 0;
 	if (g->wait)
 		done += gpu_issue_waiting(p, g);
+	pages_flush(p, g);
 	for (int dev = 0; dev < ndev; dev++) {
 		for (int i = 0; i < GPU_LANES; i++) {
 			struct gpu_lane *l = &g->dev[dev].lane[i];
@@ -1173,6 +1367,8 @@ static int gpu_progress(struct poller *p)
 			}
 		}
 	}
+	/* Flushes that ended free their lanes for the pages waiting. */
+	pages_flush(p, g);
 	return done;
 }
 
@@ -1200,9 +1396,13 @@ static void gpu_poller_free(struct poller *p)
 	for (int dev = 0; dev < ndev; dev++) {
 		struct gpu_dev *d = &g->dev[dev];
 
-		for (int i = 0; i < GPU_LANES; i++)
+		for (int i = 0; i < GPU_LANES; i++) {
 			if (d->lane[i].stream)
 				cudaStreamDestroy(d->lane[i].stream);
+			for (unsigned t = 0; t < GPU_BATCH_TABS; t++)
+				if (d->lane[i].tab[t])
+					cudaFreeHost(d->lane[i].tab[t]);
+		}
 		if (d->stage)
 			cudaStreamDestroy(d->stage);
 		for (unsigned i = 0; i < d->npool; i++)

@@ -923,6 +923,7 @@ static void poller_sleep(struct poller *p)
 			    ? 0
 			    : epoll_wait(p->epfd, evs, 32, p->sleep_cap_ms);
 		atomic_store(&p->sleeping, 0);
+		p->timed_wake = n == 0;
 		stats_poller_woke(p, n);
 		for (int i = 0; i < n; i++) {
 			if (evs[i].data.fd == p->wake_efd)

@@ -523,6 +523,8 @@ void stats_publish_poller(struct stats_poller *sp)
 	stats_set(&sh->stripes_helped, sp->stripes_helped);
 	stats_set(&sh->stripe_bytes_helped, sp->stripe_bytes_helped);
 	stats_set(&sh->parked_queues, sp->parked_queues);
+	stats_set(&sh->fabric_target_passes, sp->fabric_target_passes);
+	stats_set(&sh->fabric_target_late, sp->fabric_target_late);
 	{
 		uint64_t ops[DP_STATS_NPATH] = {0}, bytes[DP_STATS_NPATH] = {0};
 

@@ -66,6 +66,8 @@ struct stats_poller {
 	/* Stripes taken from another poller's copy (stats_stripe_helped). */
 	uint64_t stripes_helped, stripe_bytes_helped;
 	uint64_t parked_queues; /* the poller's count (stats_parked) */
+	/* Fabric target side (stats_fabric_target), published as is. */
+	uint64_t fabric_target_passes, fabric_target_late;
 	/* Runs of this loop waiting for its clock reading, which is taken
 	 * once the loop has published its completions. */
 	unsigned npend;
@@ -307,6 +309,20 @@ static inline void stats_stripe_helped(struct poller *p, uint64_t bytes)
 		return;
 	sp->stripes_helped++;
 	sp->stripe_bytes_helped += bytes;
+	sp->dirty = true;
+}
+
+/* Poller 0's fabric progress served peers' RMA into its endpoints; @late:
+ * in the first pass after a sleep that its cap ended (a peer waited for the
+ * poller's timer instead of being served at once). */
+static inline void stats_fabric_target(struct poller *p, bool late)
+{
+	struct stats_poller *sp = p->stats;
+
+	if (!sp)
+		return;
+	sp->fabric_target_passes++;
+	sp->fabric_target_late += late;
 	sp->dirty = true;
 }
 

@@ -57,8 +57,8 @@
 #define DP_STATS_MAGIC 0x54535044u /* "DPST" */
 /* 2: the poller block gained the file I/O slice counters; 3: the samehost
  * path, peers_known; 4: the notification counters; 5: the stripe counters, parked_queues;
- * 6: the engine session counters. */
-#define DP_STATS_ABI_VERSION 6u
+ * 6: the engine session counters; 7: fabric_target_passes, fabric_target_late. */
+#define DP_STATS_ABI_VERSION 7u
 #define DP_STATS_NAME_MAX 64 /* shm_open name, NUL included, no '/' */
 #define DP_STATS_PREFIX "dataplane-"
 
@@ -228,6 +228,13 @@ struct dp_stats_poller {
 	/* Queues of this poller parked now: idle long enough that it no longer
 	 * polls them; their clients ring to be polled again (a gauge). */
 	uint64_t parked_queues;
+	/* Poller 0 (the one peers target): fabric progress passes that served
+	 * other services' RMA into its endpoints (a provider whose target side
+	 * moves only when its CQs are read: tcp, shm), and of those, the ones
+	 * right after a sleep that its cap ended, where a peer's operation
+	 * waited for the poller's timer. docs/architecture.md, the fabric
+	 * engine. */
+	uint64_t fabric_target_passes, fabric_target_late;
 	/* Sums over the queues this poller retired. */
 	uint64_t retired_queues;
 	uint64_t retired_submitted, retired_completed, retired_failed, retired_bytes;

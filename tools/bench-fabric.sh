@@ -16,8 +16,73 @@
 # CPU of its own it busy-polls, as fi_pingpong's client does), SPIN (their
 # --spin-us; default 50; fi_pingpong never sleeps, so SPIN=1000000 with C_CPU
 # set is the like-for-like run on a machine with the CPUs for it).
+#
+# bench-fabric.sh BUILD shm runs only the last part, which needs no root: two
+# services in this namespace over the shm provider (--provider shm
+# --no-same-host), dp-bench's 64 B WRITE p50 beside fi_pingpong -p shm's
+# round trip in the same run (issue 35: a millisecond per WRITE before the
+# target's poller counted peers' RMA as work).
 set -eu
 B=${1:-build}
+mode=${2:-all}
+
+# shm: services a and b on this host, their pollers on A_CPU and B_CPU,
+# dp-bench 64 B WRITEs from a's client into b's export; rounds alternate
+# with fi_pingpong -p shm (server B_CPU, client A_CPU).
+shm_rounds() { # ROUNDS QUICK
+	sdir=$(mktemp -d /tmp/dp-bench-shm-XXXXXX)
+	spids=""
+	sq=${2:+--quick}
+	sbusy=""
+	if [ "${C_CPU:-${A_CPU:-0}}" != "${A_CPU:-0}" ]; then sbusy=--busy-poll; fi
+	echo "== shm: two services on this host (--provider shm --no-same-host); a (poller ${A_CPU:-0}) WRITEs 64 B to b (poller ${B_CPU:-1}), client ${C_CPU:-${A_CPU:-0}}; --spin-us ${SPIN:-50}; peer fi_pingpong -p shm -e rdm -S 64 (server ${B_CPU:-1}, client ${A_CPU:-0})"
+	: >"$sdir/rounds"
+	for r in $(seq "$1"); do
+		for s in b:18615:${B_CPU:-1} a:18616:${A_CPU:-0}; do
+			n=${s%%:*} rest=${s#*:}
+			"$B/dataplaned" --socket "$sdir/$n.sock" --provider shm --no-same-host \
+				--server-name 127.0.0.1 --rpc-port "${rest%%:*}" --cpus "${rest#*:}" \
+				--spin-us "${SPIN:-50}" --log-level warn 2>"$sdir/$n.log" &
+			spids="$spids $!"
+			for _ in $(seq 200); do [ -S "$sdir/$n.sock" ] && break; sleep 0.05; done
+		done
+		out=$("$B/dp-bench" --socket "$sdir/a.sock" --peer 127.0.0.1:18615 \
+			--peer-socket "$sdir/b.sock" --cpu "${C_CPU:-${A_CPU:-0}}" \
+			--service-cpu "${B_CPU:-1}" $sbusy $sq fabric) || { cat "$sdir"/*.log >&2; exit 1; }
+		for p in $spids; do kill "$p" 2>/dev/null || true; done
+		for p in $spids; do wait "$p" 2>/dev/null || true; done
+		spids=""
+		rm -f "$sdir"/*.sock
+		p50=$(echo "$out" | sed -n 's/^P7 .* p50 \([0-9.]*\) us.*/\1/p')
+		p99=$(echo "$out" | sed -n 's/^P7 .* p99 \([0-9.]*\) us.*/\1/p')
+		taskset -c "${B_CPU:-1}" fi_pingpong -p shm -e rdm -S 64 -I 20000 >/dev/null 2>&1 &
+		srv=$!
+		sleep 0.3
+		fp=$(taskset -c "${A_CPU:-0}" fi_pingpong -p shm -e rdm -S 64 -I 20000 127.0.0.1 \
+			2>/dev/null | awk 'NF == 8 && $1 !~ /bytes/ {print $7}')
+		wait "$srv" 2>/dev/null || true
+		echo "$p50 $p99 ${fp:-0}" | tee -a "$sdir/rounds" |
+			awk -v r="$r" '{printf "  round %d: dataplane 64 B WRITE p50 %.2f us, p99 %.2f us; fi_pingpong -p shm %.2f usec/xfer (round trip %.2f us)\n", r, $1, $2, $3, 2 * $3}'
+	done
+	awk '
+	function med(a, n,   i, j, t) {
+		for (i = 2; i <= n; i++)
+			for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+	}
+	{ n++; p[n] = $1; f[n] = $3; rr[n] = $3 > 0 ? $1 / (2 * $3) : 0 }
+	END {
+		printf "shm, 64 B WRITE across two services of one host, one outstanding (us, median of %d rounds)\n", n
+		printf "  dataplane p50 (a full round trip)        %7.2f\n", med(p, n)
+		printf "  fi_pingpong -p shm round trip (2 x usec/xfer) %7.2f   ratio %.2fx (median of per-round ratios)   target <= 3x   %s\n",
+			2 * med(f, n), med(rr, n), (med(rr, n) > 0 && med(rr, n) <= 3) ? "PASS" : "MISS"
+	}' "$sdir/rounds"
+	rm -rf "$sdir"
+}
+if [ "$mode" = shm ]; then
+	if [ -n "${QUICK:-}" ]; then shm_rounds "${ROUNDS:-2}" 1; else shm_rounds "${ROUNDS:-5}" ""; fi
+	exit 0
+fi
 if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null 2>&1; then
 	echo "bench-fabric: needs root and iproute2 (it creates network namespaces)" >&2
 	exit 1
@@ -178,3 +243,5 @@ svc "$nsA" c "$ipA" "$vA" 18516 "$B_CPU" # a second service beside a
 "$B/dp-bench" --socket "$dir/a.sock" --peer "$ipA:18516" --peer-socket "$dir/c.sock" \
 	--cpu "$C_CPU" --service-cpu "$B_CPU" $busy $q bypass
 stop_services
+
+if [ -n "$q" ]; then shm_rounds "$rounds" 1; else shm_rounds "$rounds" ""; fi

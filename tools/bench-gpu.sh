@@ -22,6 +22,12 @@
 # service of this host registers a cudaMalloc buffer and a VMM range (four
 # cuMemMap pieces) in its engine session; WRITEs from this side's GPU
 # memory into each by address, GB/s side by side, and raw cudaMemcpyAsync.
+#
+# bench-gpu.sh BIN pages [gpu-bench args] - issue 35: batches of scattered GPU
+# pages (4/16/64/256 KiB), one service and a second service of this host (its
+# export, the same-host path); raw per-page cudaMemcpyAsync,
+# cudaMemcpyBatchAsync, the page kernel in-process and one contiguous copy
+# beside them; host <-> GPU pinned pages.
 set -eu
 B=${1:-build}
 shift || true
@@ -78,6 +84,18 @@ if [ "${1:-}" = vmm ]; then
 		"gpu-bench on CPU 0; same host; $cpus CPUs, $(uname -r)"
 	"$B/gpu-bench" --socket "$dir/a.sock" --cpu 0 --service-cpu $pcpu \
 		--peer 127.0.0.1:$port --peer-socket "$dir/b.sock" "$@" vmm || rc=$?
+	[ $rc -eq 77 ] && echo "bench-gpu: skipped (no CUDA device or no CUDA build)" && rc=0
+	exit $rc
+fi
+if [ "${1:-}" = pages ]; then
+	shift
+	port=$((20000 + $$ % 20000))
+	svc b $tcpu tcp --rpc-port $port
+	svc a $pcpu tcp
+	echo "dataplaned: a (poller on CPU $pcpu) and b (CPU $tcpu, the second service's" \
+		"export), same host; gpu-bench on CPU 0; $cpus CPUs, $(uname -r)"
+	"$B/gpu-bench" --socket "$dir/a.sock" --cpu 0 --service-cpu $pcpu \
+		--peer 127.0.0.1:$port --peer-socket "$dir/b.sock" "$@" pages || rc=$?
 	[ $rc -eq 77 ] && echo "bench-gpu: skipped (no CUDA device or no CUDA build)" && rc=0
 	exit $rc
 fi

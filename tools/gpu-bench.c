@@ -23,6 +23,14 @@
  * completion seen by this thread. GB/s counts bytes copied (1 GB = 1e9 B).
  * Buffers hold non-zero data; every timed run's bytes are checked after.
  *
+ * pages (issue 35): a batch of N GPU pages (4/16/64/256 KiB x 4096/4096/2048/
+ *       1024) at scattered indices, queue depth 256, through one service and
+ *       (with --peer-socket and --peer) into another service's export of this
+ *       host, against raw per-page cudaMemcpyAsync, cudaMemcpyBatchAsync, the
+ *       service's page kernel launched here, and one contiguous copy of the
+ *       same bytes (the ratio); host <-> GPU pinned pages beside their raw
+ *       per-page peer. Targets: 16 KiB >= 0.5x, 4 KiB >= 0.25x contiguous.
+ *
  * P13 (issue 16): GPU -> a host segment of another service over tcp through
  *       host staging (the stage engine; the service runs with --no-hmem),
  *       against the same WRITEs from host memory (pinned by the service when
@@ -33,7 +41,7 @@
  * usage: gpu-bench [--socket PATH] [--cpu N] [--service-cpu N] [--device N]
  *                  [--quick] [--file PATH] [--no-peers] [--json]
  *                  [--peer-socket PATH --peer HOST:PORT]
- *                  [p8|p9|p10|p12|p13|vmm|file|all|probe]
+ *                  [p8|p9|p10|p12|p13|vmm|pages|file|all|probe]
  * Before the results: the placement (tools/bench-report.h), a cache-line
  * ping-pong between --cpu and --service-cpu (the service's poller).
  * --no-peers runs and prints nothing of the raw CUDA side (the file run's
@@ -70,7 +78,7 @@ static void usage(void)
 	       "[--quick]\n"
 	       "                 [--file PATH] [--no-peers] [--json] "
 	       "[--peer-socket PATH --peer HOST:PORT]\n"
-	       "                 [p8|p9|p10|p12|p13|vmm|file|all|probe]\n"
+	       "                 [p8|p9|p10|p12|p13|vmm|pages|file|all|probe]\n"
 	       "GPU copies through dataplaned against the raw CUDA runtime on the same GPU\n"
 	       "(P8-P10, file -> GPU; default all).\n"
 	       "  --socket PATH   dataplaned's control socket (default $DP_SOCKET, else\n"
@@ -166,8 +174,8 @@ static const char *parse_args(int argc, char **argv)
 	if (argc - optind > 1 ||
 	    (strcmp(what, "p8") && strcmp(what, "p9") && strcmp(what, "p10") &&
 	     strcmp(what, "p12") && strcmp(what, "p13") && strcmp(what, "file") &&
-	     strcmp(what, "vmm") &&
-	     strcmp(what, "all") && strcmp(what, "probe"))) {
+	     strcmp(what, "vmm") && strcmp(what, "pages") && strcmp(what, "all") &&
+	     strcmp(what, "probe"))) {
 		fprintf(stderr, "gpu-bench: unknown benchmark '%s'\nTry 'gpu-bench --help'.\n",
 			argv[argc - 1]);
 		exit(2);
@@ -208,6 +216,8 @@ int main(int argc, char **argv)
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+
+#include "../dataplane/gpu_pages.h"
 
 #define MiB (1ull << 20)
 
@@ -927,9 +937,10 @@ static cu_fn cu(const char *name)
 
 static void *vmm_map(size_t piece, unsigned n)
 {
-	CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
-				    .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-				    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device}};
+	CUmemAllocationProp prop = {
+		.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+		.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+		.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device}};
 	CUmemAccessDesc a = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device},
 			     .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
 	CUdeviceptr va;
@@ -940,10 +951,11 @@ static void *vmm_map(size_t piece, unsigned n)
 		die("cuMemAddressReserve", -ENOMEM);
 	for (unsigned i = 0; i < n; i++) {
 		if (((CUresult(*)(CUmemGenericAllocationHandle *, size_t,
-				  const CUmemAllocationProp *, unsigned long long))cu("cuMemCreate"))(
-			    &h, piece, &prop, 0) ||
+				  const CUmemAllocationProp *,
+				  unsigned long long))cu("cuMemCreate"))(&h, piece, &prop, 0) ||
 		    ((CUresult(*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
-				  unsigned long long))cu("cuMemMap"))(va + i * piece, piece, 0, h, 0))
+				  unsigned long long))cu("cuMemMap"))(va + i * piece, piece, 0, h,
+								      0))
 			die("cuMemCreate/cuMemMap", -ENOMEM);
 	}
 	if (((CUresult(*)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))cu(
@@ -1315,6 +1327,368 @@ static int p13_host_only(void)
 	return 0;
 }
 
+/* ---- pages (issue 35): a batch of N scattered pages, queue depth 256 ---- */
+
+#define PAGES_DEPTH 256
+
+/* A fixed permutation of [0, n): page i of the batch goes from source page
+ * i to destination page perm[i]. */
+static unsigned *pages_perm(unsigned n)
+{
+	unsigned *p = malloc(n * sizeof(*p));
+	uint64_t x = 0x2545f4914f6cdd1dull;
+
+	if (!p)
+		die("malloc", -ENOMEM);
+	for (unsigned i = 0; i < n; i++)
+		p[i] = i;
+	for (unsigned i = n - 1; i > 0; i--) {
+		unsigned j, t;
+
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		j = (unsigned)(x % (i + 1));
+		t = p[i];
+		p[i] = p[j];
+		p[j] = t;
+	}
+	return p;
+}
+
+/* The batch through the service: N WRITEs (READs with @read: the segment's
+ * page perm[i] -> our page i) of @size, up to PAGES_DEPTH in flight; ns. */
+static uint64_t pages_ours(struct dp_queue *pq, int rs, int seg, uint64_t size, unsigned n,
+			   const unsigned *perm, bool read, uint32_t *flags)
+{
+	struct dp_cqe cqe[64];
+	unsigned sent = 0, done = 0;
+	uint64_t t0 = dp_now_ns();
+
+	while (done < n) {
+		while (sent < n && sent - done < PAGES_DEPTH) {
+			struct dp_desc d[32];
+			unsigned k = 0;
+			int rc;
+
+			for (; k < 32 && sent + k < n && sent + k - done < PAGES_DEPTH; k++) {
+				unsigned i = sent + k;
+
+				if (read)
+					dp_prep_read(&d[k], rs, (uint64_t)i * size, seg,
+						     (uint64_t)perm[i] * size, size, i);
+				else
+					dp_prep_write(&d[k], rs, (uint64_t)i * size, seg,
+						      (uint64_t)perm[i] * size, size, i);
+			}
+			rc = dp_submit(pq, d, k);
+			if (rc < 0)
+				die("dp_submit", rc);
+			sent += (unsigned)rc;
+			if ((unsigned)rc < k)
+				break;
+		}
+		int k = dp_poll(pq, cqe, 64);
+
+		if (k < 0)
+			die("dp_poll", k);
+		for (int i = 0; i < k; i++) {
+			if (cqe[i].status)
+				die("page WRITE", cqe[i].status);
+			*flags = cqe[i].flags;
+		}
+		done += (unsigned)k;
+	}
+	return dp_now_ns() - t0;
+}
+
+/* Destination page perm[i] holds source page i, every byte. */
+static void pages_verify(const void *src, const void *dst, uint64_t size, unsigned n,
+			 const unsigned *perm, const char *what)
+{
+	uint64_t len = size * n;
+	uint8_t *hs = malloc(len), *hd = malloc(len);
+
+	if (!hs || !hd)
+		die("malloc", -ENOMEM);
+	ck(cudaMemcpy(hs, src, len, cudaMemcpyDefault), "verify copy");
+	ck(cudaMemcpy(hd, dst, len, cudaMemcpyDefault), "verify copy");
+	for (unsigned i = 0; i < n; i++)
+		if (memcmp(hs + (uint64_t)i * size, hd + (uint64_t)perm[i] * size, size)) {
+			fprintf(stderr, "gpu-bench: DATA MISMATCH after %s (page %u)\n", what, i);
+			exit(1);
+		}
+	free(hs);
+	free(hd);
+}
+
+enum { PG_RAW, PG_BATCH, PG_KERNEL, PG_CONTIG };
+
+/* One in-process peer run of the batch on raw_stream; ns (0: not here). */
+static uint64_t pages_raw(int how, uint8_t *src, uint8_t *dst, uint64_t size, unsigned n,
+			  const unsigned *perm, struct gpu_page *tab, void **dsts, void **srcs,
+			  size_t *sizes)
+{
+	uint64_t t0 = dp_now_ns();
+
+	switch (how) {
+	case PG_RAW:
+		for (unsigned i = 0; i < n; i++)
+			ck(cudaMemcpyAsync(dst + (uint64_t)perm[i] * size, src + (uint64_t)i * size,
+					   size, cudaMemcpyDefault, raw_stream),
+			   "cudaMemcpyAsync");
+		break;
+	case PG_BATCH: {
+#if CUDART_VERSION >= 12080
+		struct cudaMemcpyAttributes attr = {.srcAccessOrder =
+							    cudaMemcpySrcAccessOrderStream};
+		size_t idx = 0;
+
+		for (unsigned i = 0; i < n; i++) {
+			dsts[i] = dst + (uint64_t)perm[i] * size;
+			srcs[i] = src + (uint64_t)i * size;
+			sizes[i] = size;
+		}
+		t0 = dp_now_ns();
+		if (cudaMemcpyBatchAsync(dsts, (const void *const *)srcs, sizes, n, &attr, &idx, 1,
+					 raw_stream) != cudaSuccess) {
+			cudaGetLastError();
+			return 0;
+		}
+#else
+		(void)dsts;
+		(void)srcs;
+		(void)sizes;
+		return 0;
+#endif
+		break;
+	}
+	case PG_KERNEL:
+		for (unsigned i = 0; i < n; i++)
+			tab[i] = (struct gpu_page){
+				.src = (uintptr_t)(src + (uint64_t)i * size),
+				.dst = (uintptr_t)(dst + (uint64_t)perm[i] * size),
+				.len = size};
+		ck(gpu_pages_launch(tab, n, raw_stream), "gpu_pages_launch");
+		break;
+	default:
+		ck(cudaMemcpyAsync(dst, src, size * n, cudaMemcpyDefault, raw_stream),
+		   "cudaMemcpyAsync");
+	}
+	ck(cudaEventRecord(raw_ev, raw_stream), "cudaEventRecord");
+	ck(cudaEventSynchronize(raw_ev), "cudaEventSynchronize");
+	return dp_now_ns() - t0;
+}
+
+static double pages_median(uint64_t *ns, unsigned reps, uint64_t bytes)
+{
+	return ns[0] ? median_gbs(ns, reps, bytes) : 0.0;
+}
+
+static void pages_row(const char *what, double gbs, double contig, const char *key)
+{
+	if (gbs > 0)
+		printf("    %-44s %9.1f GB/s   %.3fx contiguous\n", what, gbs, gbs / contig);
+	else
+		printf("    %-44s       n/a\n", what);
+	report_num(key, gbs);
+}
+
+static void bench_pages(void)
+{
+	static const uint64_t sizes[] = {4096, 16384, 65536, 262144};
+	static const unsigned counts[] = {4096, 4096, 2048, 1024};
+	const unsigned reps = quick ? 3 : 5;
+	struct dp_client *tc = NULL;
+	struct gpu_page *tab;
+	void **dsts, **srcs;
+	size_t *szs;
+	int rc;
+
+	if (target_sock && target_peer &&
+	    (rc = dp_connect(target_sock, "gpu-bench-pages", &tc)) < 0)
+		die("dp_connect (the other service)", rc);
+	ck(cudaHostAlloc((void **)&tab, 4096 * sizeof(*tab), cudaHostAllocMapped), "cudaHostAlloc");
+	dsts = malloc(4096 * sizeof(*dsts));
+	srcs = malloc(4096 * sizeof(*srcs));
+	szs = malloc(4096 * sizeof(*szs));
+	if (!dsts || !srcs || !szs)
+		die("malloc", -ENOMEM);
+	printf("pages: a batch of N pages at scattered indices (a fixed permutation), queue depth "
+	       "%d, GB/s median of %u, every run's bytes checked\n",
+	       PAGES_DEPTH, reps);
+	report_arr("pages");
+	for (unsigned s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+		const uint64_t size = sizes[s], len = size * counts[s];
+		const unsigned n = counts[s];
+		unsigned *perm = pages_perm(n);
+		uint64_t t[7][8] = {{0}};
+		uint8_t *src = gpu_random(len, 35 + s), *dst, *hsrc, *hdst;
+		int rs, rd, seg, rhs, rhd, hseg, tseg = -1, trd = -1;
+		uint32_t fl = 0, tfl = 0;
+		char name[32];
+		double contig;
+
+		ck(cudaMalloc((void **)&dst, len), "cudaMalloc");
+		zero(dst, len);
+		rs = reg_gpu(src, len);
+		rd = reg_gpu(dst, len);
+		snprintf(name, sizeof(name), "pages-%u", s);
+		seg = segment(rd, name);
+		if (tc) {
+			trd = dp_register_cuda(tc, dst, len);
+			if (trd < 0)
+				die("dp_register_cuda (the other service)", trd);
+			snprintf(name, sizeof(name), "pages-t-%u", s);
+			if ((rc = dp_segment_export(tc, trd, name, DP_ACCESS_RW)))
+				die("dp_segment_export (the other service)", rc);
+			tseg = dp_segment_open(cl, target_peer, name, DP_ACCESS_RW);
+			if (tseg < 0)
+				die("dp_segment_open (the other service's export)", tseg);
+		}
+		/* Host pages: a region of ours (pinned by the service) and a
+		 * cudaHostAlloc buffer for the raw peer. */
+		rhs = dp_alloc(cl, len, 0, (void **)&hsrc);
+		if (rhs < 0)
+			die("dp_alloc", rhs);
+		fill_random(hsrc, len, 77 + s);
+		rhd = dp_alloc(cl, len, 0, (void **)&hdst);
+		if (rhd < 0)
+			die("dp_alloc", rhd);
+		snprintf(name, sizeof(name), "pages-h-%u", s);
+		hseg = segment(rhd, name);
+		for (unsigned r = 0; r < reps + 1; r++) {
+			/* One warm-up round, then reps timed ones, each column
+			 * in a block of its own (no context switch per copy). */
+			unsigned k = r ? r - 1 : 7;
+			uint64_t ns;
+
+			zero(dst, len);
+			ns = pages_ours(q, rs, seg, size, n, perm, false, &fl);
+			pages_verify(src, dst, size, n, perm, "dataplane pages");
+			if (k < 8)
+				t[0][k] = ns;
+			if (tc) {
+				zero(dst, len);
+				ns = pages_ours(q, rs, tseg, size, n, perm, false, &tfl);
+				pages_verify(src, dst, size, n, perm,
+					     "dataplane pages, two services");
+				if (k < 8)
+					t[1][k] = ns;
+			}
+			for (int how = PG_RAW; how <= PG_CONTIG; how++) {
+				zero(dst, len);
+				ns = pages_raw(how, src, dst, size, n, perm, tab, dsts, srcs, szs);
+				if (how != PG_CONTIG && ns)
+					pages_verify(src, dst, size, n, perm, "raw pages");
+				if (k < 8)
+					t[2 + how][k] = ns;
+			}
+			/* host -> GPU: our host region's pages into the GPU
+			 * segment; GPU -> host: READs of them back into the
+			 * host segment's region, checked against the source. */
+			zero(dst, len);
+			ns = pages_ours(q, rhs, seg, size, n, perm, false, &fl);
+			pages_verify(hsrc, dst, size, n, perm, "host -> GPU pages");
+			if (k < 8)
+				t[6][k] = ns;
+		}
+		contig = pages_median(t[5], reps, len);
+		printf("  %llu KiB x %u (%llu MiB), GPU -> GPU:\n", (unsigned long long)size >> 10,
+		       n, (unsigned long long)len >> 20);
+		report_obj(NULL);
+		report_num("page_bytes", (double)size);
+		report_num("pages", n);
+		pages_row("dataplane, one service", pages_median(t[0], reps, len), contig,
+			  "dataplane_gb_s");
+		if (tc) {
+			char w[64];
+
+			snprintf(w, sizeof(w), "dataplane, two services (%s)", path_name(tfl));
+			pages_row(w, pages_median(t[1], reps, len), contig, "two_services_gb_s");
+		} else {
+			pages_row("dataplane, two services (no --peer-socket)", 0, contig,
+				  "two_services_gb_s");
+		}
+		pages_row("raw cudaMemcpyAsync per page", pages_median(t[2], reps, len), contig,
+			  "raw_per_page_gb_s");
+		pages_row("cudaMemcpyBatchAsync", pages_median(t[3], reps, len), contig,
+			  "memcpy_batch_gb_s");
+		pages_row("gather kernel in-process (gpu_pages.cu)", pages_median(t[4], reps, len),
+			  contig, "kernel_gb_s");
+		pages_row("one contiguous cudaMemcpyAsync", contig, contig, "contiguous_gb_s");
+		printf("    targets: 16 KiB >= 0.5x, 4 KiB >= 0.25x contiguous: %s\n",
+		       size == 16384  ? verdict(pages_median(t[0], reps, len) >= 0.5 * contig)
+		       : size == 4096 ? verdict(pages_median(t[0], reps, len) >= 0.25 * contig)
+				      : "(no target at this size)");
+		/* Host pages, pinned: ours, and the raw per-page peer from
+		 * cudaHostAlloc memory, both directions. */
+		{
+			uint8_t *pin;
+			uint64_t th[4][8] = {{0}};
+
+			ck(cudaHostAlloc((void **)&pin, len, cudaHostAllocPortable),
+			   "cudaHostAlloc");
+			memcpy(pin, hsrc, len);
+			for (unsigned r = 0; r < reps + 1; r++) {
+				unsigned k = r ? r - 1 : 7;
+				uint64_t ns;
+
+				memset(hdst, 0, len);
+				/* GPU -> host: READs of the GPU segment's page
+				 * perm[i] into our host page i = WRITEs of it
+				 * from the GPU source: the source is the GPU
+				 * region, the target the host segment. */
+				ns = pages_ours(q, rs, hseg, size, n, perm, false, &fl);
+				pages_verify(src, hdst, size, n, perm, "GPU -> host pages");
+				if (k < 8)
+					th[1][k] = ns;
+				zero(dst, len);
+				ns = pages_raw(PG_RAW, pin, dst, size, n, perm, tab, dsts, srcs,
+					       szs);
+				pages_verify(pin, dst, size, n, perm, "raw host -> GPU pages");
+				if (k < 8)
+					th[2][k] = ns;
+				memset(pin, 0, len);
+				ns = pages_raw(PG_RAW, src, pin, size, n, perm, tab, dsts, srcs,
+					       szs);
+				pages_verify(src, pin, size, n, perm, "raw GPU -> host pages");
+				if (k < 8)
+					th[3][k] = ns;
+				memcpy(pin, hsrc, len);
+			}
+			printf("  %llu KiB x %u, host memory (pinned) <-> GPU:\n",
+			       (unsigned long long)size >> 10, n);
+			pages_row("dataplane host -> GPU", pages_median(t[6], reps, len), contig,
+				  "h2d_dataplane_gb_s");
+			pages_row("raw cudaMemcpyAsync per page host -> GPU",
+				  pages_median(th[2], reps, len), contig, "h2d_raw_per_page_gb_s");
+			pages_row("dataplane GPU -> host", pages_median(th[1], reps, len), contig,
+				  "d2h_dataplane_gb_s");
+			pages_row("raw cudaMemcpyAsync per page GPU -> host",
+				  pages_median(th[3], reps, len), contig, "d2h_raw_per_page_gb_s");
+			cudaFreeHost(pin);
+		}
+		report_end();
+		dp_free(cl, rhd);
+		dp_free(cl, rhs);
+		dp_free(cl, rd);
+		dp_free(cl, rs);
+		if (tc)
+			dp_free(tc, trd);
+		ck(cudaFree(src), "cudaFree");
+		ck(cudaFree(dst), "cudaFree");
+		free(perm);
+	}
+	report_end();
+	cudaFreeHost(tab);
+	free(dsts);
+	free(srcs);
+	free(szs);
+	if (tc)
+		dp_close(tc);
+}
+
 int main(int argc, char **argv)
 {
 	const char *what = parse_args(argc, argv);
@@ -1371,6 +1745,8 @@ int main(int argc, char **argv)
 		bench_p13(true);
 	if (!strcmp(what, "vmm"))
 		bench_vmm();
+	if (!strcmp(what, "pages"))
+		bench_pages();
 	dp_close(cl);
 	report_close();
 	return 0;

@@ -1437,6 +1437,13 @@ static const struct metric metrics[] = {
 	{POL(parked_queues), J("parked_queues"),
 	 GAUGE("dataplane_poller_parked_queues",
 	       "Queues the poller no longer polls (idle; their clients ring to wake them).")},
+	{POL(fabric_target_passes), J("fabric.target_passes"),
+	 COUNTER("dataplane_poller_fabric_target_passes_total",
+		 "Fabric progress passes of the poller peers target that served their RMA.")},
+	{POL(fabric_target_late), J("fabric.target_late"),
+	 COUNTER("dataplane_poller_fabric_target_late_total",
+		 "Of those, passes right after a sleep its cap ended (a peer waited for a "
+		 "timer).")},
 	{POL(retired_queues), J("retired.queues")},
 	{POL(retired_submitted), J("retired.submitted")},
 	{POL(retired_completed), J("retired.completed")},
