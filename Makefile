@@ -20,6 +20,7 @@
 #   make bench-python    Python vs C: batch of 32 64 B WRITEs, single 64 B WRITE p50
 #   make bench-vm        WRITEs from dp_register_mem memory vs dp_alloc regions, 64 KiB..256 MiB, 64 B
 #   make bench-session   first contact with an engine session (open + first 4 KiB WRITE)
+#   make bench-serving   KV pages through the C API, dataplane.mooncake and dataplane.nixl
 #   make bench-vmtarget  another service's export of dp_register_mem memory vs of a dp_alloc
 #                        region, 1..64 MiB: same host, and tcp between namespaces (as root)
 #   make bench-scale     N pollers x N clients (rate, p99 vs N), 1000 idle queues, idle CPU,
@@ -143,7 +144,7 @@ HAVE_PY := $(if $(wildcard $(PY_INCLUDE)/Python.h),1,0)
 
 .SECONDARY:
 .PHONY: python bench-python test-python stress all deps deps-bench run test test-ring asan tsan \
-	bench-ring bench-local bench-gpu bench-file bench-fabric bench-instr bench-vm bench-vmtarget bench-session bench-scale format \
+	bench-ring bench-local bench-gpu bench-file bench-fabric bench-instr bench-vm bench-vmtarget bench-session bench-serving bench-scale format \
 	format-check gpu-tests clean deps-fuzz fuzz fuzz-regress stress faults install uninstall \
 	install-shim-mooncake uninstall-shim-mooncake \
 	check-package
@@ -422,6 +423,13 @@ bench-vm: deps
 bench-vmtarget: deps
 	@$(MAKE) --no-print-directory all
 	tools/bench-vmtarget.sh $(B) $(BENCH_ARGS)
+
+# KV pages the way serving engines move them (tools/bench-serving.py): the
+# C API (dp-bench serving), dataplane.mooncake and dataplane.nixl side by
+# side, and the Python-side cost of posting 100 000 descriptors at once.
+bench-serving: deps
+	@$(MAKE) --no-print-directory all python
+	$(PYTHON) tools/bench-serving.py $(B)
 
 # First contact with an engine session (dp-bench session): one service, two
 # of this host, then tcp between two network namespaces when run as root
