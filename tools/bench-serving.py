@@ -124,8 +124,8 @@ def nixl(sock_pre, sock_dec):
     n = 2 * LAYERS
     src = [np.full(PAGES * PAGE, i + 1, dtype=np.uint8) for i in range(n)]
     dst = [np.zeros(PAGES * PAGE, dtype=np.uint8) for _ in range(n)]
-    pre.register_memory(src)
-    dec.register_memory(dst)
+    pre.register_memory([(a.ctypes.data, a.nbytes, 0, "") for a in src], "DRAM")
+    dec.register_memory([(a.ctypes.data, a.nbytes, 0, "") for a in dst], "DRAM")
     name = pre.add_remote_agent(dec.get_agent_metadata())
     p = perm()
     local = np.stack([np.concatenate([a.ctypes.data + np.arange(PAGES, dtype=np.uint64) * PAGE
