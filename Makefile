@@ -30,8 +30,8 @@
 #   PYTHON=python3.12    the interpreter of `make python`, its tests and install (default:
 #                        Debian's /usr/bin/python3); PYTHONDIR= where install puts the package
 #   FAULTS=1             compile in fault injection (DP_FAULTS; docs/reliability.md)
-#   LIBFABRIC=PREFIX     build against the libfabric installed in PREFIX (e.g. 2.6 from
-#                        ../shared/libfabric/build.sh) instead of Debian's; binaries get an rpath
+#   LIBFABRIC=PREFIX     build against the libfabric installed in PREFIX (e.g. 2.6 built by
+#                        tools/build-libfabric.sh) instead of Debian's; binaries get an rpath
 
 CC ?= gcc
 B ?= build
