@@ -24,14 +24,14 @@
 #   make bench-vmtarget  another service's export of dp_register_mem memory vs of a dp_alloc
 #                        region, 1..64 MiB: same host, and tcp between namespaces (as root)
 #   make bench-scale     N pollers x N clients (rate, p99 vs N), 1000 idle queues, idle CPU,
-#                        1 GiB WRITE striped over 1/2/4 pollers vs memcpy (issue 18)
+#                        1 GiB WRITE striped over 1/2/4 pollers vs memcpy (S1-S5)
 #   make format-check    clang-format --dry-run over the sources
 #   CUDA=0|1             force CUDA off/on (default: detected)
 #   PYTHON=python3.12    the interpreter of `make python`, its tests and install (default:
 #                        Debian's /usr/bin/python3); PYTHONDIR= where install puts the package
 #   FAULTS=1             compile in fault injection (DP_FAULTS; docs/reliability.md)
-#   LIBFABRIC=PREFIX     build against the libfabric installed in PREFIX (e.g. 2.6 from
-#                        ../shared/libfabric/build.sh) instead of Debian's; binaries get an rpath
+#   LIBFABRIC=PREFIX     build against the libfabric installed in PREFIX (e.g. 2.6 built by
+#                        tools/build-libfabric.sh) instead of Debian's; binaries get an rpath
 
 CC ?= gcc
 B ?= build
@@ -438,7 +438,7 @@ bench-session: deps
 	@$(MAKE) --no-print-directory all
 	tools/bench-session.sh $(B) $(BENCH_ARGS)
 
-# Scaling with pollers and clients, and the cost of idle queues (issue 18):
+# Scaling with pollers and clients, and the cost of idle queues (S1-S5):
 # dp-bench scale then idle-queues, services of its own (BENCH_ARGS: e.g.
 # --quick, --pollers 1,2,4,8, --service-cpus 8-15 --client-cpus 0-7,
 # --plot scale.png; docs/benchmarks.md, "Scaling").

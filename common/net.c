@@ -109,7 +109,7 @@ ssize_t dp_net_recv_fds(int fd, void *buf, size_t len, int *fds, int max_fds, in
 		return -EMSGSIZE;
 	}
 	/* A 0-byte packet reads like EOF, and callers take it as one: the
-	 * fds it carried must not outlive it (issue 15). */
+	 * fds it carried must not outlive it (docs/reliability.md). */
 	if (n == 0 && *nfds) {
 		close_all(fds, *nfds);
 		*nfds = 0;

@@ -365,7 +365,7 @@ static struct queue *queue_new(uint32_t depth, int *rc)
 	}
 	/* Socketpairs, not eventfds: an fd passed with SCM_RIGHTS shares its
 	 * file description, and a client that cleared O_NONBLOCK on a shared
-	 * eventfd could block a poller in write(2) or read(2) (issue 15). */
+	 * eventfd could block a poller in write(2) or read(2) (docs/ring.md). */
 	if ((*rc = dp_doorbell_pair(sq)) || (*rc = dp_doorbell_pair(cq))) {
 		if (sq[0] >= 0) {
 			close(sq[0]);

@@ -107,7 +107,7 @@ struct host_poller {
  * a few lines of each in turn, with a prefetch of each page's next lines:
  * the L2 streamer follows a stream only within its 4 KiB page, and one
  * page after another kept too few lines in flight for one core to reach
- * memcpy's rate (0.8x of it, issue 18's P5; 1.0x with four pages). Eight
+ * memcpy's rate (0.8x of it in P5; 1.0x with four pages). Eight
  * pages, and whole-line stores where the CPU has AVX-512, gained 5-10%
  * more on the reference host (docs/benchmarks.md).
  */

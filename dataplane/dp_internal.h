@@ -94,9 +94,8 @@ enum engine_id {
 };
 #undef ENGINE
 
-/* Host memory the service mapped from a client's memfd. */
-/* What backs a region; the copy engine picks its path from the kinds of
- * the two regions of a transfer. */
+/* What backs a region; route() (poller.c) picks the engine of a transfer
+ * from the kinds of its two regions. */
 enum region_kind {
 	REGION_HOST, /* a client's memfd, mapped here */
 	REGION_CUDA, /* GPU memory opened from a CUDA IPC handle (gpu.c) */

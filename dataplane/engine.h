@@ -11,9 +11,11 @@
  * Adding an engine: one new file defining `const struct engine NAME_engine`
  * and one line in engines.def. Its per-region and per-segment state lives
  * in the slot `eng[ENGINE_NAME]` of struct region / struct segment, which no
- * other engine touches. Descriptors reach it through route() (poller.c), or
- * from another engine that hands work over (e.g. a staging engine fed by the
- * fabric engine). docs/architecture.md, "Engines".
+ * other engine touches. Descriptors reach it through route() (poller.c)
+ * alone, a descriptor an engine session held too (desc_process_held, once
+ * answered); an engine may use another's machinery underneath (the stage
+ * engine posts its slices with the fabric's fabric_post). docs/architecture.md,
+ * "Engines".
  *
  * Threads: submit/progress/busy/trywait/cancel_all/poller_free run on the
  * poller that owns `p` (no locks: per-poller state lives in p->eng[]);
@@ -41,7 +43,7 @@ struct xfer {
 	uint64_t submit_ns; /* the descriptor's stamp, for queue_complete_ns() */
 	/* Between two memory regions, which path this is: DP_CQE_F_LOCAL
 	 * (this service's) or DP_CQE_F_SAME_HOST (another service's, mapped
-	 * here); the host and gpu engines complete with it. */
+	 * here); the host, vm and gpu engines complete with it. */
 	uint32_t path;
 	/* Between two memory regions of this service (host and gpu engines):
 	 * the bytes to move, WRITE local -> target, READ target -> local. */

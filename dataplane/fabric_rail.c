@@ -427,7 +427,7 @@ int fabric_rail_addr(unsigned rail, void *buf, size_t *len)
 
 /* Regions a rail can register: host memory always; GPU memory only where
  * the provider took FI_HMEM (without it a provider would treat a device
- * pointer as host memory: the crash of libfabric issue 12328). Memory a
+ * pointer as host memory: the crash of ofiwg/libfabric issue 12328). Memory a
  * rail does not take goes through host staging (stage.c). --stage-host
  * (tests): host memory is treated as such GPU memory. */
 static bool rail_takes(const struct rail *r, const struct region *reg)

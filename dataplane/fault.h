@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fault.h - fault injection inside the service, for tests (issue 8): fabric
+ * fault.h - fault injection inside the service, for tests (docs/reliability.md): fabric
  * posts that return -FI_EAGAIN or fail, fabric CQ entries read back as
  * errors, io_uring submissions that consume nothing, io_uring completions
  * that carry -EIO or -EAGAIN, CUDA calls that fail. Each site fails at the

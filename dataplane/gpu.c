@@ -680,7 +680,7 @@ static void gpu_ipc_close(struct region *reg)
  * cudaMemcpyAsync runs asynchronously, but only where copies touch it, a
  * 64 MiB window at a time, and never on the control thread or a poller:
  * pinning 4 GiB at registration took seconds during which every client's
- * control calls waited (issue 15). A GPU copy that meets a window not yet
+ * control calls waited. A GPU copy that meets a window not yet
  * pinned queues it for the pinner thread and runs pageable meanwhile;
  * copies are split at window boundaries so that CUDA never sees a range
  * that is half registered. At most PIN_MAX_FRACTION of the machine's

@@ -14,7 +14,7 @@ int dp_log_level = DP_LOG_INFO;
  * escape. Messages carry strings from clients and peers (names, paths,
  * directory records): escaped here, whatever the call site, none of them
  * can end a log line, forge one or reach a terminal as a control sequence
- * (issue 15).
+ * (docs/reliability.md).
  */
 static void log_escape(char *out, size_t cap, const char *in)
 {

@@ -313,18 +313,22 @@ void desc_process_held(struct poller *p, struct queue *q, const struct dp_desc *
 }
 
 /*
- * The burst fast path (issue 18): runs of descriptors that are plain WRITEs
- * or READs between two host regions of this service, up to --inline-max
- * bytes, the shape of P4. It does what desc_process -> desc_resolve ->
- * host_submit -> queue_complete_ns do for them, with less work per
- * descriptor:
+ * The burst fast path: runs of descriptors that are plain WRITEs or READs
+ * between two host regions of this service, up to --inline-max bytes, the
+ * shape of P4 (docs/benchmarks.md). It does what desc_process ->
+ * desc_resolve -> host_submit -> queue_complete_ns do for them, with less
+ * work per descriptor:
  *   - the region and segment tables are looked up once per run of
  *     descriptors naming the same (opcode, region, segment), not per
  *     descriptor: within one loop the objects stay alive (QSBR), and the
  *     completions of the whole burst become visible only at the loop's
- *     flush, so no client can tell the lookups apart. What can change
- *     while the loop runs is still checked per descriptor: the segment's
- *     dead flag and, for another service's export, samehost_alive();
+ *     flush, so no client can tell the lookups apart;
+ *   - what can change while the loop runs, the segment's dead flag and,
+ *     for another service's export, samehost_alive(), is checked once per
+ *     run too, before its first descriptor (fast_run), not per descriptor
+ *     (fast_loop): a run that started on a live segment copies to the end,
+ *     which no client can tell from a death seen just after it, for the
+ *     same two reasons; the next run, or the general path, sees the death;
  *   - a run also has one length: its range checks are two compares
  *     against offsets computed once (fast_len), and a descriptor of
  *     another length starts another run of the same lookup;

@@ -446,7 +446,7 @@ static int rpc_send(struct dp_client *c, struct iovec *iov, const int *fds_in, i
  * -ECONNRESET when the service is gone, -ETIMEDOUT when it did not answer
  * within c->timeout_ns.
  *
- * A timeout is not a death (issue 15): the service may be stopped, swapped
+ * A timeout is not a death: the service may be stopped, swapped
  * out or busy. The call gives up, the client stays usable, and the reply
  * that comes late is recognised by its seq (seq_stale) and dropped by the
  * next call, the fds it carries (QUEUE_CREATE's ring and doorbells) closed.
@@ -1198,7 +1198,7 @@ int dp_session_open(struct dp_client *c, const char *session, unsigned access)
  * another making control calls). The old check peeked at the socket when it
  * was readable, taking "readable" for EOF; a reply to the other thread's
  * call is readable too, and when that thread took it first the peek's
- * EAGAIN read as death (issue 15). A SEQPACKET socket whose peer closed (the
+ * EAGAIN read as death. A SEQPACKET socket whose peer closed (the
  * service exited, was killed, or dropped us) reports POLLHUP (and POLLRDHUP)
  * whatever is still queued; POLLERR comes with a reset. The doorbells would
  * not do: a SOCK_DGRAM socketpair reports nothing when its other end closes.

@@ -1,4 +1,4 @@
-/* client_threads.c - libclient under the documented threading pattern (one thread in dp_wait, another making control calls): no false death; a control call that times out leaves the client usable (late replies dropped, their fds closed); a killed service is still reported dead at once (issue 15, item 5). */
+/* client_threads.c - libclient under the documented threading pattern (one thread in dp_wait, another making control calls): no false death; a control call that times out leaves the client usable (late replies dropped, their fds closed); a killed service is still reported dead at once. */
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
 #include <errno.h>

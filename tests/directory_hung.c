@@ -1,4 +1,4 @@
-/* directory_hung.c - the control thread never waits on Redis (issue 15): while Redis hangs (SIGSTOP, after it was up) or a silent listener stands in for it (accepts, never answers), a bystander's local control calls (dp_connect, dp_alloc, dp_free, an open and close of a local export) stay fast, while exports and lookups that need the directory get -ETIMEDOUT / -EHOSTUNREACH within the documented time; and the directory works again when Redis answers; an export whose client dies while Redis is slow to answer is withdrawn once published. */
+/* directory_hung.c - the control thread never waits on Redis: while Redis hangs (SIGSTOP, after it was up) or a silent listener stands in for it (accepts, never answers), a bystander's local control calls (dp_connect, dp_alloc, dp_free, an open and close of a local export) stay fast, while exports and lookups that need the directory get -ETIMEDOUT / -EHOSTUNREACH within the documented time; and the directory works again when Redis answers; an export whose client dies while Redis is slow to answer is withdrawn once published. */
 #include <criterion/criterion.h>
 #include <netinet/in.h>
 #include <pthread.h>

@@ -1,4 +1,4 @@
-/* fabric_async.c - the control plane never waits on the network (issue 15, item 2): two services in two network namespaces open each other's segments at the same moment, 20 rounds, without a timeout; a stopped peer delays neither opens to a healthy peer nor a new client's dp_connect, and a client that leaves while its open waits is no harm; 80 silent TCP connections to the RPC port leave local control calls fast and real lookups answered; a service opens its own export through its own address (0.0.0.0, 127.0.0.1, localhost). */
+/* fabric_async.c - the control plane never waits on the network (nothing on the control thread waits on a peer): two services in two network namespaces open each other's segments at the same moment, 20 rounds, without a timeout; a stopped peer delays neither opens to a healthy peer nor a new client's dp_connect, and a client that leaves while its open waits is no harm; 80 silent TCP connections to the RPC port leave local control calls fast and real lookups answered; a service opens its own export through its own address (0.0.0.0, 127.0.0.1, localhost). */
 #include <criterion/criterion.h>
 #include <poll.h>
 #include <pthread.h>

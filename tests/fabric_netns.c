@@ -351,7 +351,7 @@ Test(fabric_netns, tcp_owner_staged_two_rails)
 	ends_close(&e);
 }
 
-/* ---- the fabric timeout follows progress, not size (issue 15, item 7) ---- */
+/* ---- the fabric timeout follows progress, not size ---- */
 
 #define SLOW_TIMEOUT_MS 2000
 #define SLOW_LEN (64 * MiB)

@@ -1,4 +1,4 @@
-/* fabric_resolve.c - a peer given by host name is resolved without the control thread waiting (issue 15): in a network namespace whose resolver (a resolv.conf bound over /etc/resolv.conf for the service alone) is a UDP port that never answers, opens of such a peer end -ETIMEDOUT at the lookup's 2 s deadline while a bystander's local control calls stay fast; a host name that resolves (localhost) reaches its peer. */
+/* fabric_resolve.c - a peer given by host name is resolved without the control thread waiting: in a network namespace whose resolver (a resolv.conf bound over /etc/resolv.conf for the service alone) is a UDP port that never answers, opens of such a peer end -ETIMEDOUT at the lookup's 2 s deadline while a bystander's local control calls stay fast; a host name that resolves (localhost) reaches its peer. */
 #include <criterion/criterion.h>
 #include <netinet/in.h>
 #include <pthread.h>

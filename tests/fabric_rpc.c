@@ -461,8 +461,8 @@ Test(fabric_rpc, malformed_requests_get_an_error_reply)
 
 /* Trust: a lookup is answered only to a holder of the fleet key, for the
  * challenge of its own connection; a service with another key is a
- * stranger both ways (issue 15, item 6: another local user's service read
- * root's export through 127.0.0.1). */
+ * stranger both ways (without the key check, another local user's service
+ * read root's export through 127.0.0.1). */
 Test(fabric_rpc, lookups_need_the_fleet_key)
 {
 	static const char *const other_key_args[] = {

@@ -1,4 +1,4 @@
-/* fabric_shm_wakeup.c - two services over shm (one host, --no-same-host): the target's poller 0 serves each of a peer's WRITEs and READs in its progress, never after a sleep its cap ended (issue 35: every 64 B WRITE over shm took a millisecond); told by the stats region, not by a clock. */
+/* fabric_shm_wakeup.c - two services over shm (one host, --no-same-host): the target's poller 0 serves each of a peer's WRITEs and READs in its progress, never after a sleep its cap ended (before, every 64 B WRITE over shm took a millisecond); told by the stats region, not by a clock. */
 #include <criterion/criterion.h>
 #include <stdbool.h>
 #include <stdlib.h>

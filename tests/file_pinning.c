@@ -1,4 +1,4 @@
-/* file_pinning.c - file I/O pins only the host memory it touches (issue 15, item 4): a 4 KiB read into a 4 GiB region pins one bounded window (16 MiB), not the region, while a bystander's control calls and transfers go on; --max-pinned-mb caps a client's fixed buffers, beyond it slices go by address, and freeing a region gives its share back. */
+/* file_pinning.c - file I/O pins only the host memory it touches: a 4 KiB read into a 4 GiB region pins one bounded window (16 MiB), not the region, while a bystander's control calls and transfers go on; --max-pinned-mb caps a client's fixed buffers, beyond it slices go by address, and freeing a region gives its share back. */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 
@@ -117,7 +117,7 @@ static void watcher_stop(struct watcher *w)
 }
 
 /*
- * The issue's case: a 4 KiB read into a 4 GiB region (memfd, never touched:
+ * The hostile case: a 4 KiB read into a 4 GiB region (memfd, never touched:
  * it costs nothing until pinned) near its end. Before the fix the service
  * registered the whole region as fixed buffers at its first file I/O:
  * VmPin 4 GiB, and seconds during which every other client stalled (the

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* gpu_pages.c - batches of small GPU -> GPU copies (the gpu engine's page
- * kernel, issue 35): 1, 2, 33 and 256 pages of 1 B .. 256 KiB at scattered,
+ * kernel): 1, 2, 33 and 256 pages of 1 B .. 256 KiB at scattered,
  * unaligned offsets, WRITE and READ, inside one service and into another
  * service's export of this host, every byte checked; a batch that mixes GPU
  * pages with a host page and a notification; a 4 KiB copy on another queue

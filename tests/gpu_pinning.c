@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* gpu_pinning.c - host memory that GPU copies touch is pinned a 64 MiB window
- * at a time (64 MiB), off the control thread and the pollers (issue 15, item 4, for
- * GPU copies): registering a 4 GiB host region costs no pinning, a 4 KiB GPU
+ * at a time (64 MiB), off the control thread and the pollers (as file I/O
+ * pins, tests/file_pinning.c): registering a 4 GiB host region costs no pinning, a 4 KiB GPU
  * copy into it pins one window, and copies that cross windows, pinned or
  * not yet, move every byte. */
 #include <criterion/logging.h>

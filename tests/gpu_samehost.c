@@ -1,12 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* gpu_samehost.c - GPU memory between two services of one host, both ways
- * the issue's seed scenario asks for: without the fabric (the exporter's
- * CUDA IPC handle goes to the importer over the same-host socket, copies are
- * cudaMemcpyAsync: DP_CQE_F_SAME_HOST | DP_CQE_F_GPU), and with
- * --no-same-host through the shm provider with FI_HMEM (DP_CQE_F_FABRIC |
- * DP_CQE_F_GPU; skipped where libfabric cannot register CUDA memory). GPU
- * <-> GPU and host <-> GPU, WRITE and READ, 1 B to 1 GiB, 64 in flight,
- * byte-accurate. */
+ * it can go: without the fabric (the exporter's CUDA IPC handle goes to the
+ * importer over the same-host socket, copies are cudaMemcpyAsync:
+ * DP_CQE_F_SAME_HOST | DP_CQE_F_GPU), and with --no-same-host through the
+ * shm provider with FI_HMEM (DP_CQE_F_FABRIC | DP_CQE_F_GPU; skipped where
+ * libfabric cannot register CUDA memory). GPU <-> GPU and host <-> GPU,
+ * WRITE and READ, 1 B to 1 GiB, 64 in flight, byte-accurate. */
 #include "helpers.h"
 
 #ifdef DP_HAVE_CUDA

@@ -341,7 +341,7 @@ struct bystander {
 void bystander_start(struct bystander *b);
 /* Stops it; it must have kept moving verified bytes the whole time. */
 void bystander_finish(struct bystander *b);
-/* A bystander of the control plane (issue 15): a client of its own in a
+/* A bystander of the control plane (docs/reliability.md): a client of its own in a
  * thread that makes local control calls, one round every 2 ms: dp_alloc and
  * dp_free of 64 KiB, an open and a close of `name` (a segment exported on
  * that service, opened through `peer`: its server name, or NULL; no open

@@ -260,7 +260,7 @@ Test(hostile_access, another_uid_cannot_attach, .timeout = 30)
 	stop_svc(&svc);
 }
 
-/* Issue 15: a 0-byte packet reads like EOF, and the service dropped the
+/* A 0-byte packet reads like EOF, and the service used to drop the
  * connection keeping the fds the packet carried (up to 4 each: 4994
  * connections took it to 19994 fds). Every fd received is closed or owned,
  * whatever the packet. */
@@ -328,7 +328,7 @@ Test(hostile_access, empty_packets_with_fds_leak_nothing, .timeout = 30)
 	service_still_serves();
 }
 
-/* Issue 15: strings from clients and peers (segment and peer names, paths)
+/* Strings from clients and peers (segment and peer names, paths)
  * reach the log only escaped: a newline or an ESC sequence in one cannot
  * forge a log line or drive the operator's terminal. This is a test of the
  * log itself, so it reads the log. */

@@ -1,4 +1,4 @@
-/* hostile_isolation.c - limits per process (issue 36): an engine process that floods the control socket with silent connections, opens connections without end or maps sparse memory without end stops at its own limits (--max-connecting-per-process, --max-clients-per-process -EMFILE, --max-mapped-gb-per-process -EFBIG), and another process, of the same uid or another, is neither locked out nor refused, its control calls within the bystander bounds of docs/reliability.md; what a process held comes back when it goes. */
+/* hostile_isolation.c - limits per process: an engine process that floods the control socket with silent connections, opens connections without end or maps sparse memory without end stops at its own limits (--max-connecting-per-process, --max-clients-per-process -EMFILE, --max-mapped-gb-per-process -EFBIG), and another process, of the same uid or another, is neither locked out nor refused, its control calls within the bystander bounds of docs/reliability.md; what a process held comes back when it goes. */
 #include <criterion/criterion.h>
 #include <grp.h>
 #include <poll.h>
@@ -169,7 +169,7 @@ static void silent_flood_child(enum who who, int up, int down)
 	_exit(0);
 }
 
-/* The issue's case (a): one process opens 5 000 connections without
+/* Attack (a): one process opens 5 000 connections without
  * HELLO. Before, the service accepted them all and closed most, and a new
  * client of the same uid failed its HELLO while the flood lasted. Now the
  * flooding process keeps at most --max-connecting-per-process of them (its
@@ -356,7 +356,7 @@ static void hog_child(enum who who, int up, int down)
 	_exit(0);
 }
 
-/* The issue's case (b): a client registers sparse memfds until the service
+/* Attack (b): a client registers sparse memfds until the service
  * says no. Before, that was the uid's 16 TiB, and another client of the
  * uid got -EDQUOT for 1 MiB until the hog left. Now the hog's process
  * stops at --max-mapped-gb-per-process (4 TiB by default) with -EFBIG, for

@@ -1,4 +1,4 @@
-/* hostile_quota.c - quotas (issue 15, item 8): a client mapping sparse memfds hits its uid's --max-mapped-gb-per-uid with -EDQUOT while another uid still gets memory; one uid cannot take every client slot (--max-clients-per-uid, -EDQUOT); connections that never say HELLO are dropped after --hello-timeout-ms; a --max-clients refusal reaches dp_connect as -EUSERS. */
+/* hostile_quota.c - quotas per uid: a client mapping sparse memfds hits its uid's --max-mapped-gb-per-uid with -EDQUOT while another uid still gets memory; one uid cannot take every client slot (--max-clients-per-uid, -EDQUOT); connections that never say HELLO are dropped after --hello-timeout-ms; a --max-clients refusal reaches dp_connect as -EUSERS. */
 #include <criterion/criterion.h>
 #include <grp.h>
 #include <stdbool.h>
@@ -113,8 +113,8 @@ static struct nobody_result as_nobody(size_t alloc_len)
 	return res;
 }
 
-/* The issue's case, with the default quota: one client registers 1 TiB
- * sparse memfds until the service says no. Before issue 15 it mapped
+/* The hostile case, with the default quota: one client registers 1 TiB
+ * sparse memfds until the service says no. Without the quota it mapped
  * ~127 TiB, the service's whole address space, and then failed with
  * -ENOMEM, as did another client's 1 MiB dp_alloc. Now its uid stops at
  * --max-mapped-gb-per-uid (16 TiB by default) with -EDQUOT, what it has
@@ -230,7 +230,7 @@ Test(hostile_quota, mapped_quota_is_per_uid_and_returned, .timeout = 30)
 
 /* One uid cannot take every slot: with --max-clients 8 a uid gets half
  * (the default --max-clients-per-uid) and its next dp_connect -EDQUOT,
- * while uid 65534 still attaches. Before issue 15 the first uid took all
+ * while uid 65534 still attaches. Without the limit the first uid took all
  * 8 and the other's dp_connect failed with -ECONNRESET. */
 Test(hostile_quota, one_uid_cannot_take_every_slot, .timeout = 30)
 {
@@ -275,7 +275,7 @@ Test(hostile_quota, one_uid_cannot_take_every_slot, .timeout = 30)
  * with every slot taken by silent ones, dp_connect is refused at once
  * with -EUSERS; after --hello-timeout-ms the service has hung up on each
  * of them, a client that did say HELLO is still served, and new clients
- * get the slots. Before issue 15 the silent connections kept their slots
+ * get the slots. Without the deadline the silent connections kept their slots
  * for good. */
 Test(hostile_quota, silent_connections_are_dropped_after_the_deadline, .timeout = 30)
 {
@@ -337,7 +337,7 @@ Test(hostile_quota, silent_connections_are_dropped_after_the_deadline, .timeout 
 }
 
 /* A --max-clients refusal is an answer, not a hang-up: dp_connect returns
- * -EUSERS (before issue 15 the service closed the connection unanswered:
+ * -EUSERS (the service used to close the connection unanswered:
  * -ECONNRESET, which reads like a crash), the refused connection holds
  * no slot, and the served clients go on. */
 Test(hostile_quota, max_clients_refusal_is_eusers, .timeout = 30)

@@ -513,7 +513,7 @@ Test(hostile_ring, doorbell_flood_is_harmless, .timeout = 60)
 }
 
 /*
- * Issue 15: a client must not freeze the service through its own doorbells.
+ * A client must not freeze the service through its own doorbells.
  * With eventfd doorbells the client's fd shared its file description with
  * the service: a client that cleared O_NONBLOCK, filled its CQ eventfd's
  * counter to 0xfffffffffffffffe and asked for a CQ wake-up made the poller

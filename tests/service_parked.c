@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* service_parked.c - idle queues are parked (issue 18: a thousand open idle queues must not slow the poller): a queue idle long enough leaves the polled list (parked_queues in the stats region counts it); a descriptor submitted on a parked queue completes (its client rings, the poller takes it back), every byte in place; destroying a parked queue, or closing its client, retires it; threads that submit with pauses around the parking time, on many queues at once, lose no descriptor and get each completion once. */
+/* service_parked.c - idle queues are parked (S2: a thousand open idle queues must not slow the poller): a queue idle long enough leaves the polled list (parked_queues in the stats region counts it); a descriptor submitted on a parked queue completes (its client rings, the poller takes it back), every byte in place; destroying a parked queue, or closing its client, retires it; threads that submit with pauses around the parking time, on many queues at once, lose no descriptor and get each completion once. */
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdlib.h>

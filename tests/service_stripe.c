@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* service_stripe.c - large host copies shared out among pollers (--stripe-min, issue 18): a WRITE or READ of --stripe-min bytes or more on a service with several pollers is copied in part by pollers that are idle (their stripe counters in the stats region grow), every byte lands exactly once where it should and nothing outside the range moves; a copy within one region whose ends overlap is still a memmove; --stripe-min 0 shares nothing; a small WRITE on another queue completes while a striped copy runs. */
+/* service_stripe.c - large host copies shared out among pollers (--stripe-min; S4, S5): a WRITE or READ of --stripe-min bytes or more on a service with several pollers is copied in part by pollers that are idle (their stripe counters in the stats region grow), every byte lands exactly once where it should and nothing outside the range moves; a copy within one region whose ends overlap is still a memmove; --stripe-min 0 shares nothing; a small WRITE on another queue completes while a striped copy runs. */
 #include <criterion/criterion.h>
 #include <stdbool.h>
 #include <stdlib.h>

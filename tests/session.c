@@ -60,8 +60,8 @@ static void owner_make(struct owner *o, struct dp_client *c, uint64_t shm_len, u
 		  o->name);
 	/* A page no registration holds after it (kept mapped, inaccessible,
 	 * so that nothing else lands there): one byte past is outside. */
-	o->own = mmap(NULL, own_len + 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-		      -1, 0);
+	o->own = mmap(NULL, own_len + 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+		      0);
 	cr_assert_neq(o->own, MAP_FAILED);
 	cr_assert_eq(mprotect(o->own + own_len, 4096, PROT_NONE), 0);
 	o->own_reg = dp_register_mem(c, o->own, own_len);

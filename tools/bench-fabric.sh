@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench-fabric.sh BUILD - P6, P7 (../shared/PERF.md): two dataplaned in two
+# bench-fabric.sh BUILD - P6, P7 (docs/benchmarks.md, "Targets"): two dataplaned in two
 # network namespaces joined by a veth pair, tcp provider; dp-bench's fabric
 # mode side by side with fi_pingpong and ucx_perftest between the same
 # namespaces. Then the self-loopback bypass: the same transfers to a segment
@@ -20,7 +20,7 @@
 # bench-fabric.sh BUILD shm runs only the last part, which needs no root: two
 # services in this namespace over the shm provider (--provider shm
 # --no-same-host), dp-bench's 64 B WRITE p50 beside fi_pingpong -p shm's
-# round trip in the same run (issue 35: a millisecond per WRITE before the
+# round trip in the same run (a millisecond per WRITE before the
 # target's poller counted peers' RMA as work).
 set -eu
 B=${1:-build}

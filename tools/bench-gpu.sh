@@ -18,12 +18,12 @@
 # runs. CPUs: gpu-bench on 0, the initiator's poller on 1, the target's on 2
 # (1 on a 2-CPU machine, shared).
 #
-# bench-gpu.sh BIN vmm [gpu-bench args] - issue 33: a client of a second
+# bench-gpu.sh BIN vmm [gpu-bench args] - engine sessions: a client of a second
 # service of this host registers a cudaMalloc buffer and a VMM range (four
 # cuMemMap pieces) in its engine session; WRITEs from this side's GPU
 # memory into each by address, GB/s side by side, and raw cudaMemcpyAsync.
 #
-# bench-gpu.sh BIN pages [gpu-bench args] - issue 35: batches of scattered GPU
+# bench-gpu.sh BIN pages [gpu-bench args] - batches of scattered GPU
 # pages (4/16/64/256 KiB), one service and a second service of this host (its
 # export, the same-host path); raw per-page cudaMemcpyAsync,
 # cudaMemcpyBatchAsync, the page kernel in-process and one contiguous copy

@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench-instr.sh BUILD - the deterministic cost figures (issue 18, I1 in
+# bench-instr.sh BUILD - the deterministic cost figures (I1 in
 # docs/benchmarks.md): instructions per 64 B local WRITE at batch 32, counted
 # by callgrind, which do not move with the machine's noise. Every change to
 # the hot path reports them.

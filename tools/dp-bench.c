@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * dp-bench - load generator for a running dataplaned, measured side by side
- * with its peers in the same run (../shared/PERF.md):
+ * with its peers in the same run (docs/benchmarks.md, "Targets"):
  *   P3 latency of one 64 B local WRITE, one outstanding  vs fi_pingpong -p shm
  *   P4 rate of 64 B local WRITEs in batches of 32        vs io_uring NOP, batch 32
  *   P5 bandwidth of 1 MiB .. 1 GiB local WRITEs           vs single-thread memcpy
@@ -1205,7 +1205,7 @@ static uint64_t session_write_ns(struct dp_queue *q, int src, int seg, uint64_t 
 }
 
 /*
- * First contact (issue 33): a client of --peer-socket's service (or of
+ * First contact with an engine session: a client of --peer-socket's service (or of
  * --socket's, without a peer) makes a fresh session with 1 MiB of its own
  * memory; a client of --socket's service opens it (dp_session_open: one
  * question to the session's port) and writes 4 KiB into it (the first
@@ -2338,7 +2338,7 @@ static void bench_idle_queues(void)
 }
 
 /*
- * P5 beyond one thread (issue 18): a 1 GiB local WRITE on services with N
+ * P5 beyond one thread (S4, S5): a 1 GiB local WRITE on services with N
  * pollers (--pollers, default 1,2,4 as --service-cpus allows), shared out
  * in stripes with the pollers that have nothing of their own (dataplaned
  * --stripe-min), against one thread's memcpy run after every service has

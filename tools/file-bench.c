@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * file-bench - P11 (../shared/PERF.md): a file read into host memory
+ * file-bench - P11 (docs/benchmarks.md, "Targets"): a file read into host memory
  * through a running dataplaned, side by side with fio on the same file in
  * the same run:
  *   direct    READ descriptors of --bs bytes, --qd in flight, the service's

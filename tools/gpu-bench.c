@@ -2,7 +2,7 @@
 /*
  * gpu-bench - GPU copies through a running dataplaned, side by side with the
  * raw CUDA runtime doing the same copy on the same GPU in this process
- * (../shared/PERF.md):
+ * (docs/benchmarks.md, "Targets"):
  *   P8  device -> device WRITE, 64 MiB .. 1 GiB   vs cudaMemcpyAsync D2D  (>= 0.95x)
  *   P9  host <-> device WRITE, pinned, 64 MiB    vs cudaMemcpyAsync H2D/D2H (>= 0.95x)
  *   P10 4 KiB device -> device, submit to completion seen, one outstanding
@@ -17,13 +17,13 @@
  *       (io_uring into pinned buffers, cudaMemcpyAsync out of them) vs the
  *       same pipeline written in-process: pread() into one of 4 pinned 1 MiB
  *       buffers while cudaMemcpyAsync drains the others. O_DIRECT for both
- *       where the file system takes it. No target in PERF.md; >= 0.9x is
+ *       where the file system takes it. No target in docs/benchmarks.md; >= 0.9x is
  *       the bar we hold it to (as P11's against fio).
  * Both sides are timed the same way: wall clock from the call to the
  * completion seen by this thread. GB/s counts bytes copied (1 GB = 1e9 B).
  * Buffers hold non-zero data; every timed run's bytes are checked after.
  *
- * pages (issue 35): a batch of N GPU pages (4/16/64/256 KiB x 4096/4096/2048/
+ * pages: a batch of N GPU pages (4/16/64/256 KiB x 4096/4096/2048/
  *       1024) at scattered indices, queue depth 256, through one service and
  *       (with --peer-socket and --peer) into another service's export of this
  *       host, against raw per-page cudaMemcpyAsync, cudaMemcpyBatchAsync, the
@@ -31,7 +31,7 @@
  *       same bytes (the ratio); host <-> GPU pinned pages beside their raw
  *       per-page peer. Targets: 16 KiB >= 0.5x, 4 KiB >= 0.25x contiguous.
  *
- * P13 (issue 16): GPU -> a host segment of another service over tcp through
+ * P13: GPU -> a host segment of another service over tcp through
  *       host staging (the stage engine; the service runs with --no-hmem),
  *       against the same WRITEs from host memory (pinned by the service when
  *       it has a GPU); target >= 0.9x. Needs --peer HOST:PORT and
@@ -914,7 +914,7 @@ static void bench_p12(void)
 }
 
 /*
- * vmm (issue 33): GPU memory from a virtual-memory allocator (cuMemCreate +
+ * vmm: GPU memory from a virtual-memory allocator (cuMemCreate +
  * cuMemMap in pieces side by side, as PyTorch's expandable segments grow)
  * vs cudaMalloc memory, both registered by a client of another service of
  * this host in its engine session and written there by address through
@@ -1327,7 +1327,7 @@ static int p13_host_only(void)
 	return 0;
 }
 
-/* ---- pages (issue 35): a batch of N scattered pages, queue depth 256 ---- */
+/* ---- pages: a batch of N scattered pages, queue depth 256 ---- */
 
 #define PAGES_DEPTH 256
 

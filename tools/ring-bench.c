@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ring-bench - the project's SPSC ring against DPDK's rte_ring, in one run,
- * on the same two pinned CPUs, with the same 64-byte entries (PERF.md P1, P2).
+ * on the same two pinned CPUs, with the same 64-byte entries (P1, P2: docs/benchmarks.md, "Targets").
  *
  *   P1  throughput: a producer streams entries to a consumer, burst 1 and 32.
  *   P2  round trip: A enqueues one entry on an SQ, echo thread B moves it to

@@ -7,7 +7,7 @@
  * the module needs nothing else at run time (but the CUDA runtime on a CUDA
  * build).
  *
- * What a ctypes binding gets wrong, and this module guards (issue 17):
+ * What a ctypes binding gets wrong, and this module guards:
  * dp_prep_write/read are filled here in C; every object checks that it and
  * its client are open before any call (a closed one raises ClosedError, no
  * NULL reaches libclient); offsets and lengths are 64-bit, converted with
