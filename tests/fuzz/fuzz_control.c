@@ -32,6 +32,10 @@ static void accepted(const struct dp_msg_hdr *h, const uint8_t *payload, size_t 
 		struct dp_msg_region_register_mem rm;
 		struct dp_msg_notify_open no;
 		struct dp_msg_region_register_cuda_vmm vm;
+		struct dp_msg_notify_send ns;
+		struct dp_msg_session_create sc;
+		struct dp_msg_session_add sa;
+		struct dp_msg_session_open sop;
 		uint8_t raw[DP_MSG_MAX];
 	} p;
 
@@ -123,6 +127,25 @@ static void accepted(const struct dp_msg_hdr *h, const uint8_t *payload, size_t 
 			abort();
 		break;
 	}
+	case DP_MSG_NOTIFY_SEND:
+		/* The length beyond DP_NOTIFY_MSG_MAX is the handler's -EMSGSIZE. */
+		if (plen != sizeof(p.ns))
+			abort();
+		break;
+	case DP_MSG_SESSION_CREATE:
+		if (plen != sizeof(p.sc) || p.sc.port > 65535 || p.sc.reserved)
+			abort();
+		break;
+	case DP_MSG_SESSION_ADD:
+		if (plen != sizeof(p.sa) || p.sa.reserved || p.sa.region >= DP_MAX_REGIONS)
+			abort();
+		break;
+	case DP_MSG_SESSION_OPEN:
+		if (plen != sizeof(p.sop) || !p.sop.access || p.sop.access & ~DP_ACCESS_RW ||
+		    p.sop.reserved || !strchr(p.sop.session, ':'))
+			abort();
+		str_ok(p.sop.session, sizeof(p.sop.session), 0);
+		break;
 	default:
 		abort(); /* a type ctlmsg.c knows and this target does not */
 	}
