@@ -1256,83 +1256,76 @@ static inline void slot_write(struct dp_desc *slot, const struct dp_desc *d, uin
 
 /* n descriptors into consecutive SQ slots from index idx, each written
  * and then published by its sequence word (dp_ring_commit_tail moves the
- * tail after). */
-static inline void slots_write(struct dp_desc *slot, const struct dp_desc *d, uint32_t n,
-			       uint64_t now, uint32_t idx)
+ * tail after). Returns their flags, ORed: whether any carries a message
+ * (submit_msgs), at the cost of one OR per descriptor, no pass of its own. */
+static inline uint8_t slots_write(struct dp_desc *slot, const struct dp_desc *d, uint32_t n,
+				  uint64_t now, uint32_t idx)
 {
 	uint32_t v = dp_ring_seq_value(idx);
+	uint8_t flags = 0;
 
 	for (const struct dp_desc *end = d + n; d < end; d++, slot++, v += 2) {
 		slot_write(slot, d, now);
+		flags |= d->flags;
 		__atomic_store_n(&slot->reserved1, v, __ATOMIC_RELEASE);
 	}
+	return flags;
 }
 
 /*
- * dp_submit for a run that holds descriptors with DP_DESC_F_NOTIFY_MSG:
- * their lengths are checked first (a length beyond the most ends the run
- * there, -EMSGSIZE when it is the first), the queue's message buffer is
- * made at the first, and each message's bytes go into the slot of its SQ
- * index before the descriptor is published, which names them by region,
- * offset and length (dp_proto.h). The caller's notify and submit_ns (the
- * address and length) never reach the ring.
+ * dp_submit, once its k slots from idx are written (all but the first
+ * published by their words, which the first's gates: the service reads
+ * none of them yet) and some carry DP_DESC_F_NOTIFY_MSG: each message's
+ * bytes go into the queue's message buffer, at its SQ index's place (made
+ * at the first message), and its slot names them by region, offset and
+ * length (dp_proto.h); the caller's notify and submit_ns (the address and
+ * length) never reach the service. A length beyond the most ends the run
+ * there: the words of that slot and those after it are taken back (0 is
+ * no slot's value). Returns how many stay (-EMSGSIZE, -EINVAL or the
+ * buffer's error when none).
  */
-static int submit_msgs(struct dp_queue *q, const struct dp_desc *descs, unsigned n)
+/* The words of slots [from, k) of a run from idx taken back (the first's,
+ * never stored, needs none): the run ends before `from`. */
+static void slots_take_back(struct dp_queue *q, uint32_t idx, int from, int k)
 {
-	struct dp_desc *first = NULL;
-	uint32_t idx;
-	uint64_t now;
-	int k;
+	for (int j = from > 0 ? from : 1; j < k; j++) {
+		struct dp_desc *s = dp_ring_slot(&q->pair.sq, idx + (uint32_t)j);
 
-	for (unsigned i = 0; i < n; i++)
-		if (descs[i].flags & DP_DESC_F_NOTIFY_MSG &&
-		    (descs[i].submit_ns > DP_NOTIFY_MSG_MAX ||
-		     (!descs[i].notify && descs[i].submit_ns))) {
-			if (!i)
-				return descs[0].submit_ns > DP_NOTIFY_MSG_MAX ? -EMSGSIZE : -EINVAL;
-			n = i;
-			break;
-		}
-	if (q->msg_region < 0) {
-		void *buf;
-		int rc = alloc_(q->c, (size_t)q->depth * DP_NOTIFY_MSG_MAX, 0, &buf);
-
-		if (rc < 0)
-			return rc;
-		q->msg_region = rc;
-		q->msg_buf = buf;
+		__atomic_store_n(&s->reserved1, 0, __ATOMIC_RELAXED);
 	}
-	k = dp_ring_reserve(&q->pair.sq, n, &idx);
-	if (k <= 0)
-		return k < 0 ? k : idle_check(q);
-	now = dp_now_ns();
-	for (uint32_t i = 0; i < (uint32_t)k; i++) {
-		struct dp_desc *slot = dp_ring_slot(&q->pair.sq, idx + i);
+}
+
+static int submit_msgs(struct dp_queue *q, const struct dp_desc *descs, uint32_t idx, int k)
+{
+	for (int i = 0; i < k; i++) {
 		const struct dp_desc *d = &descs[i];
+		struct dp_desc *slot = dp_ring_slot(&q->pair.sq, idx + (uint32_t)i);
+		uint32_t off;
 
-		slot_write(slot, d, now);
-		if (d->flags & DP_DESC_F_NOTIFY_MSG) {
-			uint32_t off = ((idx + i) & (q->depth - 1)) * DP_NOTIFY_MSG_MAX;
-
-			if (d->submit_ns)
-				memcpy(q->msg_buf + off, (const void *)(uintptr_t)d->notify,
-				       d->submit_ns);
-			slot->notify = DP_NOTIFY_MSG_REF(q->msg_region, off, d->submit_ns);
+		if (!(d->flags & DP_DESC_F_NOTIFY_MSG))
+			continue;
+		if (d->submit_ns > DP_NOTIFY_MSG_MAX || (!d->notify && d->submit_ns)) {
+			slots_take_back(q, idx, i, k);
+			if (i)
+				return i;
+			return d->submit_ns > DP_NOTIFY_MSG_MAX ? -EMSGSIZE : -EINVAL;
 		}
-		/* Each word after its slot's bytes; the first one's last
-		 * (dp_ring__publish says why). */
-		if (i)
-			__atomic_store_n(&slot->reserved1, dp_ring_seq_value(idx + i),
-					 __ATOMIC_RELEASE);
-		else
-			first = slot;
+		if (q->msg_region < 0) {
+			void *buf;
+			int rc = alloc_(q->c, (size_t)q->depth * DP_NOTIFY_MSG_MAX, 0, &buf);
+
+			if (rc < 0) {
+				slots_take_back(q, idx, i, k);
+				return i ? i : rc;
+			}
+			q->msg_region = rc;
+			q->msg_buf = buf;
+		}
+		off = ((idx + (uint32_t)i) & (q->depth - 1)) * DP_NOTIFY_MSG_MAX;
+		if (d->submit_ns)
+			memcpy(q->msg_buf + off, (const void *)(uintptr_t)d->notify, d->submit_ns);
+		slot->notify = DP_NOTIFY_MSG_REF(q->msg_region, off, d->submit_ns);
 	}
-	__atomic_store_n(&first->reserved1, dp_ring_seq_value(idx), __ATOMIC_RELEASE);
-	dp_ring_commit_tail(&q->pair.sq, (uint32_t)k);
-	if (dp_ring_needs_wakeup(&q->pair.sq))
-		dp_doorbell_ring(q->sq_efd);
-	q->in_flight += (uint32_t)k;
-	q->st.submitted += (uint64_t)k;
 	return k;
 }
 
@@ -1353,10 +1346,6 @@ int dp_submit(struct dp_queue *q, const struct dp_desc *descs, unsigned n)
 		n = credit;
 	if (!n)
 		return 0;
-	for (unsigned i = 0; i < n; i++)
-		flags |= descs[i].flags;
-	if (flags & DP_DESC_F_NOTIFY_MSG)
-		return fail(C_SUBMIT, submit_msgs(q, descs, n));
 	k = dp_ring_reserve(&q->pair.sq, n, &idx);
 	if (k <= 0)
 		return fail(C_SUBMIT, k < 0 ? k : idle_check(q));
@@ -1368,9 +1357,14 @@ int dp_submit(struct dp_queue *q, const struct dp_desc *descs, unsigned n)
 		first = (uint32_t)k;
 	slot = dp_ring_slot(&q->pair.sq, idx);
 	slot_write(slot, descs, now);
-	slots_write(slot + 1, descs + 1, first - 1, now, idx + 1);
-	slots_write(dp_ring_slot(&q->pair.sq, idx + first), descs + first, (uint32_t)k - first, now,
-		    idx + first);
+	flags = descs->flags | slots_write(slot + 1, descs + 1, first - 1, now, idx + 1);
+	flags |= slots_write(dp_ring_slot(&q->pair.sq, idx + first), descs + first,
+			     (uint32_t)k - first, now, idx + first);
+	if (__builtin_expect(flags & DP_DESC_F_NOTIFY_MSG, 0)) {
+		k = submit_msgs(q, descs, idx, k);
+		if (k <= 0)
+			return fail(C_SUBMIT, k);
+	}
 	/* The first slot's word last (dp_ring__publish says why). */
 	__atomic_store_n(&slot->reserved1, dp_ring_seq_value(idx), __ATOMIC_RELEASE);
 	dp_ring_commit_tail(&q->pair.sq, (uint32_t)k);
