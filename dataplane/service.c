@@ -24,7 +24,7 @@
 #include "engine.h"
 #include "fabric.h"
 #include "fault.h"
-#include "fileio.h"
+#include "file.h"
 #include "rpc.h"
 #include "samehost.h"
 #include "stats.h"

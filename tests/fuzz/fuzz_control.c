@@ -1,4 +1,4 @@
-/* fuzz_control.c - libFuzzer target: a control packet as a hostile client sends it, through ctl_msg_check() (dataplane/ctlmsg.c), the decoder control.c runs before any handler. Input: byte 0 is the number of fds that came with it (mod 5: control.c keeps at most 4), the rest is the packet. It answers 0 or a documented errno, and whatever it accepts is what the handlers take for granted. */
+/* fuzz_control.c - libFuzzer target: a control packet as a hostile client sends it, through ctl_msg_check() (dataplane/control/ctlmsg.c), the decoder control.c runs before any handler. Input: byte 0 is the number of fds that came with it (mod 5: control.c keeps at most 4), the rest is the packet. It answers 0 or a documented errno, and whatever it accepts is what the handlers take for granted. */
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fileio.c - the io_uring file engine: one ring per poller, fixed buffers,
+ * file.c - the io_uring file engine: one ring per poller, fixed buffers,
  * slices, staging through the GPU, progress and cancel. File regions
- * themselves are file_region.c (fileio_internal.h). See fileio.h.
+ * themselves are file_region.c (file_internal.h). See file.h.
  */
 #include <errno.h>
 #include <liburing.h>
@@ -13,8 +13,8 @@
 #include "clock.h"
 #include "engine.h"
 #include "fault.h"
-#include "fileio.h"
-#include "fileio_internal.h"
+#include "file.h"
+#include "file_internal.h"
 #include "gpu.h"
 #include "stats.h"
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * copy.c - the host engine: memcpy between two host regions of this
+ * host.c - the host engine: memcpy between two host regions of this
  * service. Copies up to --inline-max run at once, in submit; larger ones
  * are queued and advanced round robin, one --chunk at a time, so one big
  * copy does not stall the other queues of the poller.

@@ -38,7 +38,7 @@
 #include "dp_internal.h"
 #include "engine.h"
 #include "event.h"
-#include "fileio.h"
+#include "file.h"
 #include "gpu.h"
 #include "net.h"
 #include "notif.h"
@@ -1483,7 +1483,7 @@ int control_run(int rpc_fd)
 
 	while (!atomic_load(&dp_stopping)) {
 		/* Woken for the next deadline of a peer RPC connection or
-		 * lookup, or of a quarantined mapping (copy.c), if none of
+		 * lookup, or of a quarantined mapping (host.c), if none of
 		 * its fds is ready before. */
 		int tq = host_quarantine_sweep(), t = rpc_timeout_ms();
 		int n = epoll_wait(ctl.epfd, evs, 64, tq >= 0 && (t < 0 || tq < t) ? tq : t);

@@ -123,12 +123,12 @@ struct region {
 	 * registrations, a file region's state, ...; NULL where it has none. */
 	void *eng[DP_ENGINES];
 	/* REGION_HOST that file I/O used: which io_uring fixed buffer of
-	 * which ring holds each window of it that was touched (fileio.c;
+	 * which ring holds each window of it that was touched (file.c;
 	 * NULL until its first file I/O). Inline, not behind eng[], for the
 	 * file engine's per-slice check. */
 	_Atomic(struct fbuf_map *) fbuf;
 	/* Registered for peers' RMA (an export on the fabric): its mapping is
-	 * quarantined, not unmapped, when it goes (copy.c). */
+	 * quarantined, not unmapped, when it goes (host.c). */
 	atomic_bool rma_target;
 };
 
@@ -310,7 +310,7 @@ static inline void wake_efd_drain(int efd)
 }
 void qsbr_synchronize(void);
 void region_put(struct region *r);
-/* copy.c: mappings of regions peers could RMA into, kept (as anonymous
+/* host.c: mappings of regions peers could RMA into, kept (as anonymous
  * memory) for a grace period after the region goes; the control thread
  * sweeps them: ms until the next is due, -1 when none is kept. */
 int host_quarantine_sweep(void);
@@ -341,7 +341,7 @@ static inline void queue_complete(struct queue *q, uint64_t user_data, int statu
 
 /* control.c */
 int control_run(int rpc_fd);
-/* notify.c: a state ("READY=1", "STOPPING=1") to systemd's $NOTIFY_SOCKET. */
+/* sd_notify.c: a state ("READY=1", "STOPPING=1") to systemd's $NOTIFY_SOCKET. */
 void service_notify(const char *state);
 
 #endif /* DP_INTERNAL_H */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fileio.h - file regions and the file engine: transfers between a file
+ * file.h - file regions and the file engine: transfers between a file
  * region and a host region, through one io_uring per poller.
  *
  * A file region is an fd the client passed (dp_register_file) or a path
@@ -18,8 +18,8 @@
  * region_put); fileio_submit/progress/busy/cancel_all on the poller that
  * owns the state.
  *
- * Code: file_region.c (file regions), fileio.c (the io_uring engine);
- * fileio_internal.h between them.
+ * Code: file_region.c (file regions), file.c (the io_uring engine);
+ * file_internal.h between them.
  */
 #ifndef DP_FILEIO_H
 #define DP_FILEIO_H

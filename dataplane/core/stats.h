@@ -266,7 +266,7 @@ static inline void stats_complete(struct queue *q, uint64_t submit_ns, uint32_t 
 }
 
 /*
- * A file I/O slice of poller p moved all its bytes (fileio.c), direct
+ * A file I/O slice of poller p moved all its bytes (file.c), direct
  * (O_DIRECT) or through the page cache. Private counters only: the region
  * gets them with the poller's other figures (stats_publish_poller).
  */

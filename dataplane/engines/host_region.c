@@ -2,7 +2,7 @@
 /*
  * host_region.c - the host engine's kind of memory: a client's memfd,
  * sealed against shrinking and mapped here (DP_MSG_REGION_REGISTER). The
- * copies themselves are copy.c's; the mapping goes in host_region_close
+ * copies themselves are host.c's; the mapping goes in host_region_close
  * there.
  */
 #include <errno.h>
@@ -80,7 +80,7 @@ static int host_region_open(struct region *reg, struct client *c, const void *pa
 		goto out_fd;
 	}
 	reg->kind = REGION_HOST;
-	/* Kept (closed with the mapping, copy.c): a service of this host that
+	/* Kept (closed with the mapping, host.c): a service of this host that
 	 * opens an export of it is given the memfd (samehost.c). */
 	reg->fd = fd;
 	reg->file_off = req->offset;

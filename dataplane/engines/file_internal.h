@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fileio_internal.h - what the file engine's two files share, and nothing
- * else includes (fileio.h is the public side).
+ * file_internal.h - what the file engine's two files share, and nothing
+ * else includes (file.h is the public side).
  *
  *   file_region.c  file regions: --file-root, opening and checking a file,
  *                  O_DIRECT probing, registered-file slots, the close
- *   fileio.c       the io_uring engine: one ring per poller, fixed buffers,
+ *   file.c       the io_uring engine: one ring per poller, fixed buffers,
  *                  slices, staging through the GPU, progress, cancel
  */
 #ifndef DP_FILEIO_INTERNAL_H
@@ -25,12 +25,12 @@
  * region that finds none left uses its plain fds. */
 #define FILE_SLOTS 1024
 
-/* Fixed-buffer slots per ring (fileio.c): one per registered window of a
+/* Fixed-buffer slots per ring (file.c): one per registered window of a
  * host region. */
 #define FBUF_SLOTS 1024
 
-struct file_op;	   /* a transfer (fileio.c) */
-struct file_slice; /* one read or write of it (fileio.c) */
+struct file_op;	   /* a transfer (file.c) */
+struct file_slice; /* one read or write of it (file.c) */
 
 /* A poller's ring and what goes through it (poller->eng[ENGINE_file]). */
 struct fileio_poller {
@@ -54,14 +54,14 @@ struct fileio_poller {
 	bool fbuf_used[FBUF_SLOTS];
 };
 
-/* fileio.c: the rings, one per poller (none: io_uring is unavailable and
+/* file.c: the rings, one per poller (none: io_uring is unavailable and
  * file regions are refused), set up before the pollers run. fixed_files:
  * every ring has a sparse table of FILE_SLOTS. */
 extern struct fileio_poller *rings[DP_MAX_POLLERS];
 extern unsigned nrings;
 extern bool fixed_files;
 
-/* file_region.c: guards the registered-file slots, and fileio.c's
+/* file_region.c: guards the registered-file slots, and file.c's
  * fixed-buffer slots (fbuf_used) and per-client pinned bytes too. */
 extern pthread_mutex_t slot_lock;
 

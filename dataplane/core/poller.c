@@ -23,7 +23,7 @@
 #include "dp_internal.h"
 #include "engine.h"
 #include "fabric.h"
-#include "fileio.h"
+#include "file.h"
 #include "notif.h"
 #include "rpc.h"
 #include "samehost.h"
@@ -364,7 +364,7 @@ struct fast_run {
 };
 
 #ifdef DP_TSAN
-/* copy.c's client_bytes_copy(): the client's bytes are out of TSan's sight. */
+/* host.c's client_bytes_copy(): the client's bytes are out of TSan's sight. */
 void __tsan_ignore_thread_begin(void);
 void __tsan_ignore_thread_end(void);
 #endif

@@ -15,7 +15,7 @@
 #include "directory.h"
 #include "engine.h"
 #include "fabric.h"
-#include "fileio.h"
+#include "file.h"
 #include "rpc.h"
 #include "samehost.h"
 #include "segments.h"

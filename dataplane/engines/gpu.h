@@ -55,7 +55,7 @@ int gpu_region_open_vmm(struct region *reg, const struct dp_msg_region_register_
  * region, or the driver would not export; no fd is left open). */
 int gpu_region_vmm(const struct region *reg, struct dp_msg_region_register_cuda_vmm *out, int *fds);
 /*
- * The file engine's staging (fileio.c): pinned host buffers, and copies
+ * The file engine's staging (file.c): pinned host buffers, and copies
  * between them and a GPU that the engine polls itself. A staging copy goes
  * on a stream of its own per device and poller, behind nothing of the copy
  * engine's.

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * file_region.c - file regions (fileio.h): a client's fd or a path opened
+ * file_region.c - file regions (file.h): a client's fd or a path opened
  * beneath --file-root, checked against the access asked for, a second fd
  * for direct I/O where the file takes it, registered-file slots in every
  * ring, and the close at the region's last reference. The io_uring engine
- * that moves their bytes is fileio.c.
+ * that moves their bytes is file.c.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,8 +18,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "fileio.h"
-#include "fileio_internal.h"
+#include "file.h"
+#include "file_internal.h"
 
 static int root_fd = -1;
 pthread_mutex_t slot_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -16,7 +16,7 @@
 #include "clock.h"
 #include "engine.h"
 #include "event.h"
-#include "fileio.h"
+#include "file.h"
 #include "rpc.h"
 #include "samehost.h"
 #include "segments.h"

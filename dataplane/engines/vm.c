@@ -27,7 +27,7 @@
  * region is staged (stage.c, with vm_region_copy): ours through our bounce
  * buffers, an export of ours by its owner's. Copies up to --inline-max run
  * in submit; larger ones go --copy-chunk at a time, round robin, as the
- * host engine's do (copy.c). docs/architecture.md, "Memory of a client
+ * host engine's do (host.c). docs/architecture.md, "Memory of a client
  * process".
  */
 #include <errno.h>
@@ -50,7 +50,7 @@
 #define SO_PEERPIDFD 77 /* Linux 6.5; Debian 12's headers predate it */
 #endif
 
-/* As copy.c: about 1 MiB per poller loop with the default chunk. */
+/* As host.c: about 1 MiB per poller loop with the default chunk. */
 #define STEPS_PER_LOOP 4
 /* Processes whose liveness one poller remembers, and for how long. */
 #define ALIVE_SLOTS 8
@@ -202,7 +202,7 @@ static void op_finish(struct poller *p, struct vm_poller *v, struct vm_op *op, i
 
 	q->inflight--;
 	/* The bytes are in place: the owner hears of them before the writer
-	 * sees its completion (as copy.c's). */
+	 * sees its completion (as host.c's). */
 	if (op->nseg) {
 		notif_finish(p, op->nseg, &op->notify, status);
 		segment_put(op->nseg);

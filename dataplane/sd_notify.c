@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * notify.c - readiness for systemd (Type=notify), without libsystemd.
+ * sd_notify.c - readiness for systemd (Type=notify), without libsystemd.
  *
  * The protocol is one datagram of "KEY=value" lines sent to the AF_UNIX
  * socket named by $NOTIFY_SOCKET (a path, or an abstract name written with
