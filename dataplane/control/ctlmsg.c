@@ -191,13 +191,3 @@ unsigned ctl_msg_fds(const struct dp_msg_hdr *hdr, const void *payload)
 	}
 	return hdr->type < CTL_MSG_NTYPES && shapes[hdr->type].fd ? 1 : 0;
 }
-
-int ctl_msg_check(const void *buf, size_t len, unsigned nfds)
-{
-	struct dp_msg_hdr hdr;
-	int rc = ctl_msg_check_hdr(buf, len, &hdr);
-
-	if (rc)
-		return rc;
-	return ctl_msg_check_payload(&hdr, (const uint8_t *)buf + sizeof(hdr), nfds);
-}

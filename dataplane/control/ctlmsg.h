@@ -53,9 +53,6 @@ int ctl_msg_check_payload(const struct dp_msg_hdr *hdr, const void *payload, uns
  * one per VMM piece): they came. */
 unsigned ctl_msg_fds(const struct dp_msg_hdr *hdr, const void *payload);
 
-/* Both, in that order, on a whole packet: 0 or the first error. */
-int ctl_msg_check(const void *buf, size_t len, unsigned nfds);
-
 /*
  * Whether an error of these checks makes the message malformed, a strike
  * (docs/api.md): -EBADMSG, -EOPNOTSUPP, -EPROTONOSUPPORT from the checks
