@@ -74,6 +74,8 @@ static struct {
 	uint64_t hello_armed_ns;
 } ctl = {.epfd = -1, .hello_timer.fd = -1};
 
+int control_wake_efd = -1; /* made by main before any thread starts */
+
 static struct conn *conns;
 static unsigned nclients;  /* admitted connections, HELLO or not */
 static unsigned nrefusing; /* refused ones waiting to be told */

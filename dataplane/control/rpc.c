@@ -209,9 +209,7 @@ int rpc_listen(void)
 		close(fd);
 		return rc;
 	}
-	cfg.rpc_port = ntohs(sa.sin_port);
-	snprintf(cfg.server_name, sizeof(cfg.server_name), "%.48s:%d", cfg.server_host,
-		 cfg.rpc_port);
+	config_set_rpc_port(ntohs(sa.sin_port));
 	log_info("peer RPC on TCP port %d; server name %s", cfg.rpc_port, cfg.server_name);
 	return fd;
 }

@@ -78,7 +78,10 @@ struct dp_config {
 	char server_name[DP_NAME_MAX]; /* "host:rpc-port", this service's identity */
 };
 
+/* config.c: the configuration, set by options.c before any thread starts. */
 extern struct dp_config cfg;
+/* The peer RPC port once it listens, and with it cfg.server_name. */
+void config_set_rpc_port(int port);
 
 struct client;
 struct uid_acct;     /* control.c: what one uid holds */
@@ -287,10 +290,9 @@ struct poller {
 	struct stats_poller *stats; /* stats.c; NULL without a stats region */
 };
 
-/* service.c */
-extern struct poller pollers[DP_MAX_POLLERS];
-extern atomic_int dp_stopping;
-extern int control_wake_efd; /* pollers -> control thread: a client broke */
+extern struct poller pollers[DP_MAX_POLLERS]; /* poller.c */
+extern atomic_int dp_stopping;		      /* lifetime.c: the service is stopping */
+extern int control_wake_efd; /* control.c: pollers -> control thread: a client broke */
 
 /* The service's own wake-ups (poller wake_efd, control_wake_efd): eventfds
  * no client ever holds, so their O_NONBLOCK is ours alone. Client doorbells
@@ -308,6 +310,7 @@ static inline void wake_efd_drain(int efd)
 
 	(void)!read(efd, &v, sizeof(v));
 }
+/* lifetime.c */
 void qsbr_synchronize(void);
 void region_put(struct region *r);
 /* host.c: mappings of regions peers could RMA into, kept (as anonymous

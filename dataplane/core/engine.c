@@ -82,3 +82,10 @@ void engines_segment_unexport(struct segment *s)
 		if (engines[i]->segment_unexport)
 			engines[i]->segment_unexport(s);
 }
+
+void engines_segment_free(struct segment *s)
+{
+	for (unsigned i = DP_ENGINES; i--;)
+		if (engines[i]->segment_free)
+			engines[i]->segment_free(s);
+}

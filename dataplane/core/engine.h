@@ -138,6 +138,10 @@ struct engine {
 	/* Exports (control thread): what other services need to reach s. */
 	int (*segment_export)(struct segment *s);
 	void (*segment_unexport)(struct segment *s);
+	/* The last reference to a segment (any thread: segment_put): drop
+	 * what this engine keeps on it (the samehost engine: the mapped
+	 * export of another service of this host). */
+	void (*segment_free)(struct segment *s);
 };
 
 /* The registered engines, in engines.def order (enum engine_id: dp_internal.h). */
@@ -179,5 +183,6 @@ const struct engine_region_msg *engines_region_msg(uint32_t type);
 void engines_region_close(struct region *r);
 int engines_segment_export(struct segment *s);
 void engines_segment_unexport(struct segment *s);
+void engines_segment_free(struct segment *s);
 
 #endif /* DP_ENGINE_H */

@@ -561,10 +561,15 @@ const char *samehost_seg_server(const struct samehost_seg *ss)
 	return ss->peer->name;
 }
 
-void samehost_seg_free(struct samehost_seg *ss)
+/* A segment of another service of this host holds the mapped region and
+ * its link to that service until its last reference (segment_put). */
+static void samehost_segment_free(struct segment *s)
 {
-	peer_unref(ss->peer);
-	free(ss);
+	if (s->same) {
+		region_put(s->region);
+		peer_unref(s->same->peer);
+		free(s->same);
+	}
 }
 
 const struct engine samehost_engine = {
@@ -573,4 +578,5 @@ const struct engine samehost_engine = {
 	.fini = samehost_fini,
 	.segment_export = samehost_export,
 	.segment_unexport = samehost_unexport,
+	.segment_free = samehost_segment_free,
 };

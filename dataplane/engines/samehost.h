@@ -120,7 +120,5 @@ bool samehost_same(const struct segment *s, const struct dp_rpc_lookup_reply *r)
  * access that process), -EFAULT, -ESRCH. */
 int samehost_import(const char *peer, const char *name, const struct dp_rpc_lookup_reply *r,
 		    int *fds, unsigned nfds, struct segment **out);
-/* The last reference to an imported segment went (segment_put). */
-void samehost_seg_free(struct samehost_seg *ss);
 
 #endif /* DP_SAMEHOST_H */
