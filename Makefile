@@ -315,7 +315,7 @@ FUZZ_CFLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=
 	-D_GNU_SOURCE -Iring -Ilibclient -Icommon $(DP_INC)
 FUZZ_LINK_fuzz_ring_attach := ring/ring.c
 FUZZ_LINK_fuzz_rpc_reply := dataplane/control/rpc.c dataplane/control/auth.c dataplane/core/event.c \
-	common/net.c
+	dataplane/core/config.c common/net.c
 FUZZ_LINK_fuzz_desc := ring/ring.c dataplane/core/poller.c dataplane/core/stats.c dataplane/core/log.c \
 	dataplane/control/notif.c
 FUZZ_LINK_fuzz_control := dataplane/control/ctlmsg.c
