@@ -4,13 +4,17 @@
  * it advances round robin, a step each, and a pool of spare entries so that
  * a poller in steady state allocates nothing. Intrusive and unlocked: one
  * per poller, touched by that poller only. An entry starts with its
- * struct op_node.
+ * struct op_node. Engines whose per-poller state (p->eng[id]) starts with
+ * their struct op_list (host, vm) take their progress, busy and shutdown
+ * from the op_engine_* calls at the end.
  */
 #ifndef DP_OPLIST_H
 #define DP_OPLIST_H
 
 #include <stdbool.h>
 #include <stdlib.h>
+
+#include "dp_internal.h"
 
 struct op_node {
 	struct op_node *next;
@@ -94,6 +98,47 @@ static inline void op_list_free(struct op_list *l)
 		l->spare = n->next;
 		free(n);
 	}
+}
+
+/* ---- engines whose p->eng[id] starts with their struct op_list ---- */
+
+/* progress: up to @max steps of op_list_round (@step gets the poller). */
+static inline int op_engine_progress(struct poller *p, enum engine_id id, int max,
+				     bool (*step)(struct op_node *, void *))
+{
+	struct op_list *l = p->eng[id];
+
+	return l ? op_list_round(l, max, step, p) : 0;
+}
+
+/* busy: an op is pending. */
+static inline bool op_engine_busy(const struct poller *p, enum engine_id id)
+{
+	const struct op_list *l = p->eng[id];
+
+	return l && op_list_busy(l);
+}
+
+/* cancel_all: every pending op is finished, not cancelled (they need
+ * nothing but this thread), @max steps at a time as in progress. */
+static inline void op_engine_finish_all(struct poller *p, enum engine_id id, int max,
+					bool (*step)(struct op_node *, void *))
+{
+	while (op_engine_busy(p, id))
+		op_engine_progress(p, id, max, step);
+}
+
+/* poller_free: the spare entries freed and p->eng[id] cleared; returns the
+ * state for the engine to free with what else it holds (NULL: none). */
+static inline void *op_engine_take(struct poller *p, enum engine_id id)
+{
+	struct op_list *l = p->eng[id];
+
+	if (l) {
+		op_list_free(l);
+		p->eng[id] = NULL;
+	}
+	return l;
 }
 
 #endif /* DP_OPLIST_H */

@@ -39,6 +39,7 @@
 #include "rpc.h"
 #include "segments.h"
 #include "stats.h"
+#include "xfer_op.h"
 
 struct fab_slice {
 	struct fab_ctx c; /* first: libfabric hands it back; kind FAB_CTX_SLICE */
@@ -52,20 +53,19 @@ struct fab_slice {
 /* One descriptor's transfer, or another engine's (fabric_post). Freed when
  * completed and no slice is out. */
 struct fab_op {
-	bool open;	 /* not completed yet */
-	struct queue *q; /* a descriptor's; NULL for fabric_post's */
-	uint64_t user_data;
-	uint64_t submit_ns;
+	bool open; /* not completed yet */
+	/* A descriptor's, with references on its local region (o.ra) and
+	 * the segment (o.seg); fabric_post's: o.seg (a reference), o.len and
+	 * o.user_data (a sequence number) only, o.q and o.ra NULL. */
+	struct xfer_op o;
 	uint8_t opcode;
-	struct region *local; /* a descriptor's (a reference); NULL for fabric_post's */
-	struct segment *seg;
 	uint8_t *buf;		/* the local side's byte 0 */
 	struct region_mrs *mrs; /* its registration on every rail */
 	fab_done_fn done;	/* fabric_post's callbacks, and their argument */
 	fab_done_fn release;
 	void *arg;
 	int done_status;
-	uint64_t tgt_off, len;
+	uint64_t tgt_off;
 	uint64_t next_off; /* bytes sliced so far */
 	unsigned out;	   /* slices posted, not yet returned */
 	unsigned next_rail;
@@ -80,8 +80,6 @@ struct fab_op {
 	unsigned probes; /* rounds held so far */
 	uint32_t probe;
 	uint64_t held_ns; /* when it was held */
-	bool notify;	  /* with a notification (nreq): tell its owner */
-	struct notif_req nreq;
 	struct fab_op *next;
 };
 
@@ -189,8 +187,6 @@ static void slice_put(struct fab_poller *fp, struct fab_slice *s)
 
 static void op_complete(struct fab_op *op, int status)
 {
-	struct queue *q = op->q;
-
 	if (!op->open)
 		return;
 	op->open = false;
@@ -199,16 +195,9 @@ static void op_complete(struct fab_op *op, int status)
 		op->done(op->arg, status);
 		return;
 	}
-	q->inflight--;
 	/* Every slice completed with FI_DELIVERY_COMPLETE: the bytes are
-	 * visible at the target; its owner hears of them now (notif.h). */
-	if (op->notify)
-		notif_finish(NULL, op->seg, &op->nreq, status);
-	/* GPU memory of ours moved by RMA (FI_HMEM): DP_CQE_F_GPU too, as
-	 * when the stage engine moves it. */
-	queue_complete_ns(q, op->user_data, op->submit_ns, status, status ? 0 : op->len,
-			  DP_CQE_F_FABRIC |
-				  (op->local && op->local->kind == REGION_CUDA ? DP_CQE_F_GPU : 0));
+	 * visible at the target, and its owner hears of them now. */
+	xfer_op_complete(NULL, &op->o, status);
 }
 
 /* Nothing of op is in the provider's hands any more: back to its pool. */
@@ -216,9 +205,7 @@ static void op_free(struct fab_poller *fp, struct fab_op *op)
 {
 	if (op->release)
 		op->release(op->arg, op->done_status);
-	if (op->local)
-		region_put(op->local);
-	segment_put(op->seg);
+	xfer_op_release(&op->o);
 	while (op->retry) {
 		struct fab_slice *s = op->retry;
 
@@ -260,9 +247,8 @@ int fabric_target_check(struct poller *p, struct segment *seg)
 /* Queues @op (filled in) on @p: slices go out from the next progress. */
 static void op_queue(struct poller *p, struct fab_poller *fp, struct fab_op *op)
 {
-	atomic_fetch_add(&op->seg->refs, 1);
 	op->open = true;
-	op->next_rail = (unsigned)(op->user_data % op->seg->remote->peer->nrails);
+	op->next_rail = (unsigned)(op->o.user_data % op->o.seg->remote->peer->nrails);
 	op->progress_ns = dp_now_ns();
 	if (fp->tail)
 		fp->tail->next = op;
@@ -305,22 +291,13 @@ static void fabric_submit(struct poller *p, const struct xfer *x)
 		queue_complete_ns(q, d->user_data, d->submit_ns, -ENOMEM, 0, 0);
 		return;
 	}
-	atomic_fetch_add(&local->refs, 1);
-	*op = (struct fab_op){.q = q,
-			      .user_data = d->user_data,
-			      .submit_ns = d->submit_ns,
-			      .opcode = d->opcode,
-			      .local = local,
-			      .seg = x->seg,
+	*op = (struct fab_op){.opcode = d->opcode,
 			      .buf = local->base + d->local_off,
 			      .mrs = local->eng[ENGINE_fabric],
-			      .tgt_off = d->target_off,
-			      .len = d->len};
-	if (x->notify) {
-		op->notify = true;
-		notif_req_move(&op->nreq, x->notify);
-	}
-	q->inflight++;
+			      .tgt_off = d->target_off};
+	/* GPU memory of ours moved by RMA (FI_HMEM) completes DP_CQE_F_GPU
+	 * too, as when the stage engine moves it. */
+	xfer_op_keep(&op->o, x, DP_CQE_F_FABRIC | (local->kind == REGION_CUDA ? DP_CQE_F_GPU : 0));
 	op_queue(p, fp, op);
 }
 
@@ -337,16 +314,16 @@ int fabric_post(struct poller *p, uint8_t opcode, struct segment *seg, uint64_t 
 	op = op_get(fp);
 	if (!op)
 		return -ENOMEM;
-	*op = (struct fab_op){.user_data = fp->nposted++,
+	/* Alive: the caller's reference, or found in this loop (QSBR). */
+	atomic_fetch_add(&seg->refs, 1);
+	*op = (struct fab_op){.o = {.user_data = fp->nposted++, .seg = seg, .len = len},
 			      .opcode = opcode,
-			      .seg = seg,
 			      .buf = buf,
 			      .mrs = mrs,
 			      .done = done,
 			      .release = release,
 			      .arg = arg,
-			      .tgt_off = tgt_off,
-			      .len = len};
+			      .tgt_off = tgt_off};
 	op_queue(p, fp, op);
 	return 0;
 }
@@ -397,7 +374,7 @@ static ssize_t write_inject(struct rail *rl, struct rail_ep *e, void *buf, size_
 static int slice_post(struct fab_poller *fp, struct fab_slice *s)
 {
 	struct fab_op *op = s->op;
-	struct remote_seg *rs = op->seg->remote;
+	struct remote_seg *rs = op->o.seg->remote;
 	struct rail_ep *e = &fp->ep[s->rail];
 	void *buf = op->buf + s->off;
 	void *desc = fi_mr_desc(op->mrs->mr[s->rail]);
@@ -412,7 +389,7 @@ static int slice_post(struct fab_poller *fp, struct fab_slice *s)
 	else if (DP_FAULT(FI_POST_FAIL))
 		rc = -FI_EIO;
 	else if (op->opcode == DP_OP_WRITE && s->len <= rails[s->rail].inject_size &&
-		 (!op->local || op->local->kind == REGION_HOST))
+		 (!op->o.ra || op->o.ra->kind == REGION_HOST))
 		rc = write_inject(&rails[s->rail], e, buf, s->len, desc, dest, raddr,
 				  rs->key[s->rail], &s->c.ctx);
 	else if (op->opcode == DP_OP_WRITE)
@@ -467,9 +444,9 @@ static void slice_retry(struct fab_op *op, struct fab_slice *s)
  */
 static void slice_failed(struct fab_poller *fp, struct fab_op *op, struct fab_slice *s, int err)
 {
-	struct peer *peer = op->seg->remote->peer;
+	struct peer *peer = op->o.seg->remote->peer;
 	unsigned n = peer->nrails;
-	bool dead = atomic_load(&op->seg->dead) || atomic_load(&peer->dead);
+	bool dead = atomic_load(&op->o.seg->dead) || atomic_load(&peer->dead);
 
 	if (op->open && s->tries < n && !dead) {
 		s->tries++;
@@ -484,7 +461,7 @@ static void slice_failed(struct fab_poller *fp, struct fab_op *op, struct fab_sl
 			op->held = true;
 			op->probes++;
 			op->held_ns = dp_now_ns();
-			op->probe = segment_probe_ask(op->seg);
+			op->probe = segment_probe_ask(op->o.seg);
 		}
 		return;
 	}
@@ -497,7 +474,7 @@ static void slice_failed(struct fab_poller *fp, struct fab_op *op, struct fab_sl
 	 * peer's fabric state may be what broke. */
 	if (atomic_load(&peer->dead))
 		err = -EHOSTUNREACH;
-	else if (atomic_load(&op->seg->dead))
+	else if (atomic_load(&op->o.seg->dead))
 		err = -ECONNRESET;
 	else if (op->open)
 		fabric_peer_lost(peer);
@@ -508,11 +485,11 @@ static void slice_failed(struct fab_poller *fp, struct fab_op *op, struct fab_sl
 /* A held op: the probe's answer, if it came (slice_failed). */
 static void op_probe_check(struct fab_op *op)
 {
-	if (atomic_load(&op->seg->remote->peer->dead))
+	if (atomic_load(&op->o.seg->remote->peer->dead))
 		op->status = -EHOSTUNREACH;
-	else if (atomic_load(&op->seg->dead))
+	else if (atomic_load(&op->o.seg->dead))
 		op->status = -ECONNRESET;
-	else if (!segment_probe_answered(op->seg, op->probe) ||
+	else if (!segment_probe_answered(op->o.seg, op->probe) ||
 		 dp_now_ns() - op->held_ns < probe_wait_ns(op->probes))
 		return;
 	op->held = false;
@@ -582,7 +559,7 @@ static int reap(struct poller *p, struct fab_poller *fp)
 				e->inflight--;
 				s->op->out--;
 				s->op->progress_ns = t;
-				fabric_peer_progress(s->op->seg->remote->peer, t);
+				fabric_peer_progress(s->op->o.seg->remote->peer, t);
 				if (e->st) {
 					stats_add(&e->st->completed, 1);
 					stats_add(&e->st->bytes, s->len);
@@ -611,15 +588,15 @@ static int reap(struct poller *p, struct fab_poller *fp)
 /* Slices what is left of op and posts while endpoints have room. */
 static int op_post(struct fab_poller *fp, struct fab_op *op)
 {
-	struct peer *peer = op->seg->remote->peer;
+	struct peer *peer = op->o.seg->remote->peer;
 	unsigned n = peer->nrails;
 	int posted = 0, rc;
 
-	if (!op->retry && op->next_off == op->len)
+	if (!op->retry && op->next_off == op->o.len)
 		return 0;
 	/* Found gone since it was queued (another transfer's failure, a
 	 * probe's answer): what is left never goes out. */
-	if (atomic_load(&peer->dead) || atomic_load(&op->seg->dead)) {
+	if (atomic_load(&peer->dead) || atomic_load(&op->o.seg->dead)) {
 		op->status = atomic_load(&peer->dead) ? -EHOSTUNREACH : -ECONNRESET;
 		return 0;
 	}
@@ -637,9 +614,9 @@ static int op_post(struct fab_poller *fp, struct fab_op *op)
 		}
 		posted++;
 	}
-	while (op->next_off < op->len && op->open && !op->status && !op->held) {
+	while (op->next_off < op->o.len && op->open && !op->status && !op->held) {
 		struct fab_slice *s = slice_get(fp);
-		uint64_t len = op->len - op->next_off;
+		uint64_t len = op->o.len - op->next_off;
 
 		if (!s) {
 			op->status = -ENOMEM;
@@ -674,7 +651,7 @@ static int op_post(struct fab_poller *fp, struct fab_op *op)
  * keep the op, and its completion, until the timeout, and after it forever. */
 static bool op_finished_posting(const struct fab_op *op)
 {
-	return op->status || !op->open || (!op->retry && op->next_off == op->len);
+	return op->status || !op->open || (!op->retry && op->next_off == op->o.len);
 }
 
 /* Since when op has made no progress: its submission or its last completed
@@ -698,7 +675,7 @@ static uint64_t op_stalled_since(const struct fab_op *op)
  */
 static void op_timed_out(struct fab_op *op, uint64_t t)
 {
-	struct peer *peer = op->seg->remote->peer;
+	struct peer *peer = op->o.seg->remote->peer;
 	bool stalled = fabric_peer_stalled(peer, t, timeout_ns());
 
 	if (op->out && stalled) {
@@ -715,7 +692,7 @@ static void op_timed_out(struct fab_op *op, uint64_t t)
 		 * answer takes the peer for lost. */
 		log_debug("fabric: transfer to %s sent nothing for %u ms; asking the peer",
 			  peer->name, fab_cfg.timeout_ms);
-		(void)segment_probe_ask(op->seg);
+		(void)segment_probe_ask(op->o.seg);
 	} else {
 		/* Slices to it completed meanwhile (other transfers, pollers
 		 * or rails). */

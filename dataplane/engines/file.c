@@ -17,24 +17,23 @@
 #include "file_internal.h"
 #include "gpu.h"
 #include "stats.h"
+#include "xfer_op.h"
 
 struct fileio_config fio_cfg = {
 	.depth = 32, .slice = 1u << 20, .staging = 64u << 20, .max_pinned = 1024u << 20};
 
 /* One transfer between a file region and a host or GPU region. */
 struct file_op {
-	struct queue *q;
-	uint64_t user_data, submit_ns;
-	struct region *file, *host; /* references held until it completes */
+	struct xfer_op o;	    /* the descriptor; references on both regions */
+	struct region *file, *host; /* o.ra and o.rb, by kind */
 	uint8_t *mem;		    /* address of the transfer's byte 0 (host or GPU) */
 	int dev;		    /* GPU of mem, or -1: host memory */
 	uint64_t pos;		    /* file offset of the transfer's byte 0 */
-	uint64_t len;
-	uint64_t issued;   /* bytes handed to slices so far */
-	uint32_t inflight; /* its slices not yet finished */
-	bool to_file;	   /* host -> file; else file -> host */
-	bool queued;	   /* on the poller's list of ops with bytes to issue */
-	int status;	   /* the first error; no slice is issued after one */
+	uint64_t issued;	    /* bytes handed to slices so far */
+	uint32_t inflight;	    /* its slices not yet finished */
+	bool to_file;		    /* host -> file; else file -> host */
+	bool queued;		    /* on the poller's list of ops with bytes to issue */
+	int status;		    /* the first error; no slice is issued after one */
 	struct file_op *next;
 };
 
@@ -434,13 +433,7 @@ static void fbuf_release(struct region *reg)
 
 static void op_finish(struct fileio_poller *fp, struct file_op *op)
 {
-	struct queue *q = op->q;
-
-	q->inflight--;
-	queue_complete_ns(q, op->user_data, op->submit_ns, op->status, op->status ? 0 : op->len,
-			  DP_CQE_F_FILE);
-	region_put(op->file);
-	region_put(op->host);
+	xfer_op_finish(fp->p, &op->o, op->status);
 	op->next = fp->ops_free;
 	fp->ops_free = op;
 }
@@ -485,23 +478,17 @@ static void fileio_submit(struct poller *p, const struct xfer *x)
 		queue_complete_ns(q, d->user_data, d->submit_ns, -ENOMEM, 0, 0);
 		return;
 	}
-	/* Alive for this loop (QSBR); the references keep them until the
-	 * kernel has given back every slice. */
-	atomic_fetch_add(&file->refs, 1);
-	atomic_fetch_add(&host->refs, 1);
 	*op = (struct file_op){
-		.q = q,
-		.user_data = d->user_data,
-		.submit_ns = d->submit_ns,
 		.file = file,
 		.host = host,
 		.mem = host->base + (local_file ? d->target_off : d->local_off),
 		.dev = host->kind == REGION_CUDA ? host->device : -1,
 		.pos = file->file_off + (local_file ? d->local_off : d->target_off),
-		.len = d->len,
 		.to_file = dst == file,
 	};
-	q->inflight++;
+	/* The references keep both regions until the kernel has given back
+	 * every slice. */
+	xfer_op_keep(&op->o, x, DP_CQE_F_FILE);
 	op_enqueue(fp, op);
 	engine_kick(p, ENGINE_file);
 }
@@ -516,7 +503,7 @@ static void fileio_submit(struct poller *p, const struct xfer *x)
 static uint32_t slice_len(const struct file_op *op, const struct file_region *f, uint64_t at,
 			  bool *direct)
 {
-	uint64_t left = op->len - at, n = left < fio_cfg.slice ? left : fio_cfg.slice;
+	uint64_t left = op->o.len - at, n = left < fio_cfg.slice ? left : fio_cfg.slice;
 	uint64_t pos = op->pos + at, a = f->off_align > page_size ? f->off_align : page_size;
 
 	*direct = false;
@@ -546,7 +533,7 @@ static void slice_prep(struct fileio_poller *fp, struct file_slice *s)
 
 	/* A fixed buffer when the slice's window is (or now becomes) one. */
 	if (!s->buf && h->kind == REGION_HOST)
-		buf = fbuf_index(fp, h, (uint64_t)(mem - (uint8_t *)h->map), n, op->q);
+		buf = fbuf_index(fp, h, (uint64_t)(mem - (uint8_t *)h->map), n, op->o.q);
 	s->fixed = buf >= 0;
 	/* Never NULL: the SQ has at least depth entries and at most depth
 	 * slices (each with at most one SQE) are in flight. */
@@ -593,7 +580,7 @@ static void slice_finish(struct fileio_poller *fp, struct file_slice *s)
 	s->next = fp->free;
 	fp->free = s;
 	fp->inflight--;
-	if (!--op->inflight && !op->queued && (op->status || op->issued == op->len))
+	if (!--op->inflight && !op->queued && (op->status || op->issued == op->o.len))
 		op_finish(fp, op);
 }
 
@@ -705,7 +692,7 @@ static int fill(struct fileio_poller *fp)
 		if (!fp->head)
 			fp->tail = NULL;
 		op->queued = false;
-		if (!op->status && atomic_load_explicit(&op->q->closing, memory_order_relaxed))
+		if (!op->status && atomic_load_explicit(&op->o.q->closing, memory_order_relaxed))
 			op->status = -ECANCELED;
 		if (op->status) {
 			if (!op->inflight)
@@ -748,7 +735,7 @@ static int fill(struct fileio_poller *fp)
 			gpu_stage(fp, s);
 		else
 			slice_prep(fp, s);
-		if (op->issued < op->len)
+		if (op->issued < op->o.len)
 			op_enqueue(fp, op);
 	}
 	return n;

@@ -152,6 +152,7 @@ const struct engine gpu_engine = {
 #include <cuda_runtime_api.h>
 
 #include "gpu_pages.h"
+#include "xfer_op.h"
 
 #define GPU_MAX_DEVICES 16
 enum { LANE_BULK, LANE_SMALL, GPU_LANES };
@@ -181,14 +182,9 @@ _Static_assert(sizeof(cudaIpcMemHandle_t) ==
  * Copies of one flush share the event; the last of them (ev_owner) gives
  * it back and frees the flush's page table. */
 struct gpu_op {
-	struct queue *q;
-	uint64_t user_data;
-	uint64_t submit_ns;
-	uint64_t len;
-	uint32_t flags;		/* DP_CQE_F_GPU and the path's (struct xfer) */
-	struct region *ra, *rb; /* references held until the event fires */
-	struct segment *nseg;	/* with a notification: its segment (a reference) */
-	struct notif_req notify;
+	/* The descriptor and its references, held until the event fires;
+	 * o.flags: DP_CQE_F_GPU and the path's (struct xfer). */
+	struct xfer_op o;
 	cudaEvent_t ev;
 	int dev;
 	uint8_t lane;
@@ -971,19 +967,11 @@ static void lane_reset(struct gpu_lane *l)
 
 static void op_finish(struct poller *p, struct gpu_poller *g, struct gpu_op *op, int status)
 {
-	struct queue *q = op->q;
 	struct gpu_dev *d = &g->dev[op->dev];
 
-	q->inflight--;
 	/* The event fired: the bytes are in place for any stream and for the
-	 * host, and the owner hears of them before the writer's completion. */
-	if (op->nseg) {
-		notif_finish(p, op->nseg, &op->notify, status);
-		segment_put(op->nseg);
-	}
-	queue_complete_ns(q, op->user_data, op->submit_ns, status, status ? 0 : op->len, op->flags);
-	region_put(op->ra);
-	region_put(op->rb);
+	 * host. */
+	xfer_op_finish(p, &op->o, status);
 	if (op->ev_owner) {
 		struct gpu_lane *l = &d->lane[op->lane];
 
@@ -998,30 +986,12 @@ static void op_finish(struct poller *p, struct gpu_poller *g, struct gpu_op *op,
 	g->pending--;
 }
 
-/* Fills @op for @req, takes its references (its regions and, with a
- * notification, its segment: alive in this loop by QSBR, kept until the op
- * finishes) and counts it in flight. */
+/* Fills @op for @req, takes its references (xfer_op_keep: kept until the
+ * op finishes) and counts it in flight. */
 static void op_init(struct gpu_op *op, const struct xfer *req, int dev, uint32_t flags)
 {
-	atomic_fetch_add(&req->ra->refs, 1);
-	atomic_fetch_add(&req->rb->refs, 1);
-	*op = (struct gpu_op){.q = req->q,
-			      .user_data = req->user_data,
-			      .submit_ns = req->submit_ns,
-			      .len = req->len,
-			      .flags = flags,
-			      .ra = req->ra,
-			      .rb = req->rb,
-			      .dev = dev,
-			      .tab = -1,
-			      .dst = req->dst,
-			      .src = req->src};
-	if (req->notify) {
-		atomic_fetch_add(&req->seg->refs, 1);
-		op->nseg = req->seg;
-		notif_req_move(&op->notify, req->notify);
-	}
-	req->q->inflight++;
+	*op = (struct gpu_op){.dev = dev, .tab = -1, .dst = req->dst, .src = req->src};
+	xfer_op_keep(&op->o, req, flags);
 }
 
 /* A GPU -> GPU page of one device joins its lane's pending list; the lane
@@ -1073,14 +1043,14 @@ static int lane_flush(struct poller *p, struct gpu_poller *g, int dev, struct gp
 	struct gpu_dev *d = &g->dev[dev];
 	struct gpu_op *first = l->pend, *last = first, *op;
 	unsigned n = 1;
-	uint64_t bytes = first->len;
+	uint64_t bytes = first->o.len;
 	cudaError_t err = cudaSuccess;
 	cudaEvent_t ev = NULL;
 	int tab = -1, prev;
 
 	while (n < GPU_BATCH_MAX && last->next) {
 		last = last->next;
-		bytes += last->len;
+		bytes += last->o.len;
 		n++;
 	}
 	l->pend = last->next;
@@ -1104,13 +1074,13 @@ static int lane_flush(struct poller *p, struct gpu_poller *g, int dev, struct gp
 		for (op = first; op; op = op->next, i++)
 			t[i] = (struct gpu_page){.src = (uintptr_t)op->src,
 						 .dst = (uintptr_t)op->dst,
-						 .len = op->len};
+						 .len = op->o.len};
 		/* The kernel reads the table through its mapping (UVA: the
 		 * same address); the launch is ordered after these stores. */
 		err = DP_FAULT_CUDA(gpu_pages_launch(t, n, l->stream));
 	} else if (err == cudaSuccess) {
 		for (op = first; op && err == cudaSuccess; op = op->next)
-			err = DP_FAULT_CUDA(cudaMemcpyAsync(op->dst, op->src, op->len,
+			err = DP_FAULT_CUDA(cudaMemcpyAsync(op->dst, op->src, op->o.len,
 							    cudaMemcpyDefault, l->stream));
 	}
 	if (err == cudaSuccess && (err = cudaEventRecord(ev, l->stream)) != cudaSuccess)
@@ -1358,7 +1328,7 @@ static int gpu_progress(struct poller *p)
 					l->tail = NULL;
 				if (err != cudaSuccess) {
 					log_err("gpu: copy of %llu bytes on device %d failed: %s",
-						(unsigned long long)op->len, dev,
+						(unsigned long long)op->o.len, dev,
 						cudaGetErrorString(err));
 					lane_reset(l);
 				}

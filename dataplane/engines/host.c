@@ -27,6 +27,7 @@
 #include "notif.h"
 #include "oplist.h"
 #include "stats.h"
+#include "xfer_op.h"
 
 #ifdef DP_TSAN
 /* libtsan's (GCC 12's <sanitizer/tsan_interface.h> does not declare them). */
@@ -46,16 +47,10 @@ void __tsan_ignore_thread_end(void);
 /* A copy larger than inline_max, not finished yet. */
 struct copy_op {
 	struct op_node node; /* first: its host_poller's list */
-	struct queue *q;
-	uint64_t user_data;
-	uint64_t submit_ns;
+	struct xfer_op o;    /* the descriptor, its references (o.len: the bytes) */
 	uint8_t *dst;
 	const uint8_t *src;
-	uint64_t len, done;
-	uint32_t path;		/* DP_CQE_F_LOCAL or DP_CQE_F_SAME_HOST */
-	struct region *ra, *rb; /* references held until the op completes */
-	struct segment *nseg;	/* with a notification: its segment (a reference) */
-	struct notif_req notify;
+	uint64_t done;
 	bool stream;   /* stream_copy: len >= STREAM_MIN, no overlap */
 	bool backward; /* dst overlaps src from above: chunks from the end */
 	bool striped;  /* offered on its poller's stripe slot */
@@ -86,7 +81,7 @@ static struct stripe_slot slots[DP_MAX_POLLERS];
 
 /* A poller's pending copies (p->eng[ENGINE_host]), and spare ops. */
 struct host_poller {
-	struct op_list ops;
+	struct op_list ops; /* first: oplist.h's op_engine_* calls */
 };
 
 /*
@@ -286,7 +281,7 @@ static bool stripe_offer(struct poller *p, struct copy_op *op)
 		return false;
 	s->dst = op->dst;
 	s->src = op->src;
-	s->len = op->len;
+	s->len = op->o.len;
 	atomic_store(&s->next, 0);
 	atomic_store(&s->done, 0);
 	atomic_fetch_add(&s->seq, 1); /* odd: on offer */
@@ -302,12 +297,12 @@ static bool stripe_step(struct poller *p, struct copy_op *op)
 	struct stripe_slot *s = &slots[p->idx];
 
 	stripe_take(s);
-	if (atomic_load(&s->done) < op->len)
+	if (atomic_load(&s->done) < op->o.len)
 		return false;
 	atomic_fetch_add(&s->seq, 1); /* even: withdrawn */
 	engine_help_withdraw();
 	op->striped = false;
-	op->done = op->len;
+	op->done = op->o.len;
 	return true;
 }
 
@@ -323,23 +318,6 @@ static struct copy_op *op_alloc(struct poller *p)
 		p->eng[ENGINE_host] = h;
 	}
 	return op_list_get(&h->ops, sizeof(*op));
-}
-
-static void op_finish(struct poller *p, struct host_poller *h, struct copy_op *op, int status)
-{
-	struct queue *q = op->q;
-
-	q->inflight--;
-	/* The bytes are in place: the owner hears of them before the writer
-	 * sees its completion. */
-	if (op->nseg) {
-		notif_finish(p, op->nseg, &op->notify, status);
-		segment_put(op->nseg);
-	}
-	queue_complete_ns(q, op->user_data, op->submit_ns, status, status ? 0 : op->len, op->path);
-	region_put(op->ra);
-	region_put(op->rb);
-	op_list_put(&h->ops, &op->node);
 }
 
 static void host_submit(struct poller *p, const struct xfer *x)
@@ -360,28 +338,12 @@ static void host_submit(struct poller *p, const struct xfer *x)
 		queue_complete_ns(x->q, x->user_data, x->submit_ns, -ENOMEM, 0, 0);
 		return;
 	}
-	/* The regions were found in this loop, so they are alive (QSBR); the
-	 * references keep them mapped until the last step. */
-	atomic_fetch_add(&x->ra->refs, 1);
-	atomic_fetch_add(&x->rb->refs, 1);
-	*op = (struct copy_op){.q = x->q,
-			       .user_data = x->user_data,
-			       .submit_ns = x->submit_ns,
-			       .dst = x->dst,
+	*op = (struct copy_op){.dst = x->dst,
 			       .src = x->src,
-			       .len = x->len,
-			       .path = x->path,
-			       .ra = x->ra,
-			       .rb = x->rb,
 			       .stream = x->len >= STREAM_MIN && !overlap(x->dst, x->src, x->len),
 			       .backward = x->dst > x->src && overlap(x->dst, x->src, x->len)};
-	if (x->notify) {
-		/* Alive in this loop (QSBR); the reference keeps it so. */
-		atomic_fetch_add(&x->seg->refs, 1);
-		op->nseg = x->seg;
-		notif_req_move(&op->notify, x->notify);
-	}
-	x->q->inflight++;
+	/* The references keep the regions mapped until the last step. */
+	xfer_op_keep(&op->o, x, x->path);
 	h = p->eng[ENGINE_host];
 	op_list_push(&h->ops, &op->node);
 	engine_kick(p, ENGINE_host);
@@ -394,11 +356,11 @@ static bool host_step(struct op_node *node, void *arg)
 {
 	struct poller *p = arg;
 	struct copy_op *op = (struct copy_op *)node;
-	uint64_t n = op->len - op->done;
+	uint64_t n = op->o.len - op->done;
 
 	if (op->striped) {
 		stripe_step(p, op);
-	} else if (!op->done && op->stream && cfg.stripe_min && op->len >= cfg.stripe_min &&
+	} else if (!op->done && op->stream && cfg.stripe_min && op->o.len >= cfg.stripe_min &&
 		   cfg.pollers > 1 && stripe_offer(p, op)) {
 		stripe_step(p, op);
 	} else {
@@ -409,47 +371,37 @@ static bool host_step(struct op_node *node, void *arg)
 		/* A region written onto itself a little further on goes from
 		 * the end, or a chunk would overwrite the source of the chunks
 		 * after it (memmove's rule). */
-		at = op->backward ? op->len - op->done - n : op->done;
+		at = op->backward ? op->o.len - op->done - n : op->done;
 		client_bytes_copy(op->dst + at, op->src + at, n, op->stream);
 		op->done += n;
 	}
-	if (op->done < op->len)
+	if (op->done < op->o.len)
 		return false;
-	op_finish(p, p->eng[ENGINE_host], op, 0);
+	xfer_op_finish(p, &op->o, 0);
+	op_list_put(p->eng[ENGINE_host], &op->node);
 	return true;
 }
 
 static int host_progress(struct poller *p)
 {
-	struct host_poller *h = p->eng[ENGINE_host];
-
-	return h ? op_list_round(&h->ops, STEPS_PER_LOOP, host_step, p) : 0;
+	return op_engine_progress(p, ENGINE_host, STEPS_PER_LOOP, host_step);
 }
 
 static bool host_busy(const struct poller *p)
 {
-	const struct host_poller *h = p->eng[ENGINE_host];
-
-	return h && op_list_busy(&h->ops);
+	return op_engine_busy(p, ENGINE_host);
 }
 
 /* At shutdown host copies are finished, not cancelled: they need nothing
  * but this thread. */
 static void host_cancel_all(struct poller *p)
 {
-	while (host_busy(p))
-		host_progress(p);
+	op_engine_finish_all(p, ENGINE_host, STEPS_PER_LOOP, host_step);
 }
 
 static void host_poller_free(struct poller *p)
 {
-	struct host_poller *h = p->eng[ENGINE_host];
-
-	if (!h)
-		return;
-	op_list_free(&h->ops);
-	free(h);
-	p->eng[ENGINE_host] = NULL;
+	free(op_engine_take(p, ENGINE_host));
 }
 
 /*

@@ -47,6 +47,7 @@
 #include "gpu.h"
 #include "rpc.h"
 #include "vm.h"
+#include "xfer_op.h"
 
 #define STAGE_MAX_BUFS 64
 /* Per buffer, in the same registration after the buffers: an initiator's
@@ -134,12 +135,11 @@ struct own_peer {
 
 /* One descriptor's transfer. */
 struct stage_op {
-	struct queue *q;
-	uint64_t user_data, submit_ns;
+	/* The descriptor; references on its local region (o.ra) and on the
+	 * other service's segment (o.seg). */
+	struct xfer_op o;
 	uint8_t opcode;
-	struct region *local; /* a reference */
-	struct segment *seg;  /* a reference */
-	uint64_t loc_off, tgt_off, len;
+	uint64_t loc_off, tgt_off;
 	uint64_t next_off; /* bytes handed to slices so far */
 	int status;	   /* the first error */
 	struct stage_slice *live;
@@ -366,11 +366,6 @@ static void stage_fini(void)
 
 /* ---- the data path (poller thread) ---- */
 
-static uint32_t op_flags(const struct stage_op *op)
-{
-	return DP_CQE_F_FABRIC | (op->local->kind == REGION_CUDA ? DP_CQE_F_GPU : 0);
-}
-
 static void op_fail(struct stage_op *op, int err)
 {
 	if (!op->status)
@@ -434,16 +429,16 @@ static int copy_start(struct stage_slice *s, bool to_buf)
 	void *dst;
 	const void *src;
 
-	if (op->local->kind == REGION_VM)
-		return vm_region_copy(op->local, op->loc_off + s->off, s->buf, s->len, !to_buf);
-	local = op->local->base + op->loc_off + s->off;
+	if (op->o.ra->kind == REGION_VM)
+		return vm_region_copy(op->o.ra, op->loc_off + s->off, s->buf, s->len, !to_buf);
+	local = op->o.ra->base + op->loc_off + s->off;
 	dst = to_buf ? (void *)s->buf : local;
 	src = to_buf ? (const void *)local : s->buf;
-	if (op->local->kind != REGION_CUDA) {
+	if (op->o.ra->kind != REGION_CUDA) {
 		memcpy(dst, src, s->len);
 		return 0;
 	}
-	if (gpu_stage_copy(s->sp->p, op->local->device, dst, src, s->len, &s->t))
+	if (gpu_stage_copy(s->sp->p, op->o.ra->device, dst, src, s->len, &s->t))
 		return -EIO;
 	s->copying = true;
 	return 0;
@@ -457,7 +452,7 @@ static void fabric_start(struct stage_slice *s)
 	s->fab_done = false;
 	s->held = true;
 	s->on_fabric = true;
-	rc = fabric_post(s->sp->p, op->opcode, op->seg, op->tgt_off + s->off, s->buf, s->sp->mrs,
+	rc = fabric_post(s->sp->p, op->opcode, op->o.seg, op->tgt_off + s->off, s->buf, s->sp->mrs,
 			 s->len, fab_done, fab_release, s);
 	if (rc) {
 		s->held = s->on_fabric = false;
@@ -477,7 +472,7 @@ static uint64_t stage_raddr(const struct stage_poller *sp, const void *ptr)
 static void req_send(struct stage_slice *s)
 {
 	struct stage_poller *sp = s->sp;
-	struct peer *pr = s->op->seg->remote->peer;
+	struct peer *pr = s->op->o.seg->remote->peer;
 	ssize_t rc;
 
 	rc = fi_send(fabric_ep(sp->p, s->rail), s->meta, sizeof(struct dp_stage_req),
@@ -497,7 +492,7 @@ static void req_start(struct stage_slice *s)
 {
 	struct stage_poller *sp = s->sp;
 	struct stage_op *op = s->op;
-	struct remote_seg *rs = op->seg->remote;
+	struct remote_seg *rs = op->o.seg->remote;
 	struct dp_stage_req *q = (struct dp_stage_req *)s->meta;
 	struct dp_stage_status *st = (struct dp_stage_status *)(s->meta + META_STATUS);
 
@@ -544,7 +539,7 @@ static bool status_arrived(const struct stage_slice *s)
 static bool req_wait(struct stage_slice *s)
 {
 	const struct dp_stage_status *st = (const struct dp_stage_status *)(s->meta + META_STATUS);
-	struct peer *pr = s->op->seg->remote->peer;
+	struct peer *pr = s->op->o.seg->remote->peer;
 	uint64_t now;
 
 	if (s->send_pending)
@@ -607,7 +602,7 @@ static void quarantine_scan(struct stage_poller *sp)
 
 static bool owner_stages(const struct stage_op *op)
 {
-	return op->seg->remote->flags & DP_RPC_F_OWNER_STAGES;
+	return op->o.seg->remote->flags & DP_RPC_F_OWNER_STAGES;
 }
 
 /* A slice's next step once its current one is over: WRITE copies then
@@ -681,7 +676,7 @@ static int op_advance(struct stage_op *op)
 static bool op_take_slice(struct stage_poller *sp, struct stage_op *op)
 {
 	struct stage_slice *s = sp->free;
-	uint64_t len = op->len - op->next_off;
+	uint64_t len = op->o.len - op->next_off;
 	int rc;
 
 	if (!s || op->status || !len)
@@ -1077,7 +1072,7 @@ void stage_cq_event(struct poller *p, struct fab_ctx *c, int fi_err)
 		if (fi_err) {
 			s->send_err = fabric_errno(fi_err);
 			if (s->send_err == -EHOSTUNREACH && s->op)
-				fabric_peer_lost(s->op->seg->remote->peer);
+				fabric_peer_lost(s->op->o.seg->remote->peer);
 		}
 	} else if (c->kind == FAB_CTX_STAGE_RECV) {
 		struct own_rx *rx = ctx_owner(c, struct own_rx, c);
@@ -1099,13 +1094,7 @@ void stage_cq_event(struct poller *p, struct fab_ctx *c, int fi_err)
 
 static void op_finish(struct stage_poller *sp, struct stage_op *op)
 {
-	struct queue *q = op->q;
-
-	q->inflight--;
-	queue_complete_ns(q, op->user_data, op->submit_ns, op->status, op->status ? 0 : op->len,
-			  op_flags(op));
-	region_put(op->local);
-	segment_put(op->seg);
+	xfer_op_finish(sp->p, &op->o, op->status);
 	sp->nops--;
 	free(op);
 }
@@ -1135,7 +1124,7 @@ static int stage_progress(struct poller *p)
 			}
 	}
 	for (pp = &sp->head; (op = *pp);) {
-		if (op->live || (!op->status && op->next_off < op->len)) {
+		if (op->live || (!op->status && op->next_off < op->o.len)) {
 			prev = op;
 			pp = &op->next;
 			continue;
@@ -1191,18 +1180,9 @@ static void stage_submit(struct poller *p, const struct xfer *x)
 		queue_complete_ns(x->q, d->user_data, d->submit_ns, -ENOMEM, 0, 0);
 		return;
 	}
-	atomic_fetch_add(&x->ra->refs, 1);
-	atomic_fetch_add(&x->seg->refs, 1);
-	*op = (struct stage_op){.q = x->q,
-				.user_data = d->user_data,
-				.submit_ns = d->submit_ns,
-				.opcode = d->opcode,
-				.local = x->ra,
-				.seg = x->seg,
-				.loc_off = d->local_off,
-				.tgt_off = d->target_off,
-				.len = d->len};
-	x->q->inflight++;
+	*op = (struct stage_op){
+		.opcode = d->opcode, .loc_off = d->local_off, .tgt_off = d->target_off};
+	xfer_op_keep(&op->o, x, flags);
 	if (sp->tail)
 		sp->tail->next = op;
 	else

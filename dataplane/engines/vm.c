@@ -45,6 +45,7 @@
 #include "notif.h"
 #include "oplist.h"
 #include "vm.h"
+#include "xfer_op.h"
 
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77 /* Linux 6.5; Debian 12's headers predate it */
@@ -73,22 +74,16 @@ struct vm_end {
 /* A copy larger than inline_max, not finished yet. */
 struct vm_op {
 	struct op_node node; /* first: its vm_poller's list */
-	struct queue *q;
-	uint64_t user_data;
-	uint64_t submit_ns;
+	struct xfer_op o;    /* the descriptor, its references (o.len: the bytes) */
 	struct vm_end src, dst;
-	uint64_t len, done;
-	uint32_t path;
-	struct region *ra, *rb; /* references held until the op completes */
-	struct segment *nseg;	/* with a notification: its segment (a reference) */
-	struct notif_req notify;
+	uint64_t done;
 };
 
 /* A poller's pending copies (p->eng[ENGINE_vm]), spare ops, the bounce
  * buffer of VM <-> VM copies (cfg.chunk bytes, made at the first), and the
  * processes found alive, when. */
 struct vm_poller {
-	struct op_list ops;
+	struct op_list ops; /* first: oplist.h's op_engine_* calls */
 	uint8_t *bounce;
 	struct {
 		const struct vm_mem *vm;
@@ -196,23 +191,6 @@ static int vm_end_of(const struct region *r, uint64_t off, struct vm_end *e)
 	return 0;
 }
 
-static void op_finish(struct poller *p, struct vm_poller *v, struct vm_op *op, int status)
-{
-	struct queue *q = op->q;
-
-	q->inflight--;
-	/* The bytes are in place: the owner hears of them before the writer
-	 * sees its completion (as host.c's). */
-	if (op->nseg) {
-		notif_finish(p, op->nseg, &op->notify, status);
-		segment_put(op->nseg);
-	}
-	queue_complete_ns(q, op->user_data, op->submit_ns, status, status ? 0 : op->len, op->path);
-	region_put(op->ra);
-	region_put(op->rb);
-	op_list_put(&v->ops, &op->node);
-}
-
 static void vm_submit(struct poller *p, const struct xfer *x)
 {
 	const struct dp_desc *d = x->d;
@@ -245,26 +223,11 @@ static void vm_submit(struct poller *p, const struct xfer *x)
 		queue_complete_ns(x->q, x->user_data, x->submit_ns, -ENOMEM, 0, 0);
 		return;
 	}
-	/* Found in this loop, so alive (QSBR); the references keep them
-	 * (and a VM region's pidfd) until the last slice. */
-	atomic_fetch_add(&x->ra->refs, 1);
-	atomic_fetch_add(&x->rb->refs, 1);
-	*op = (struct vm_op){.q = x->q,
-			     .user_data = x->user_data,
-			     .submit_ns = x->submit_ns,
-			     .src = d->opcode == DP_OP_WRITE ? l : t,
-			     .dst = d->opcode == DP_OP_WRITE ? t : l,
-			     .len = x->len,
-			     .path = x->path,
-			     .ra = x->ra,
-			     .rb = x->rb};
-	if (x->notify) {
-		/* Alive in this loop (QSBR); the reference keeps it so. */
-		atomic_fetch_add(&x->seg->refs, 1);
-		op->nseg = x->seg;
-		notif_req_move(&op->notify, x->notify);
-	}
-	x->q->inflight++;
+	*op = (struct vm_op){.src = d->opcode == DP_OP_WRITE ? l : t,
+			     .dst = d->opcode == DP_OP_WRITE ? t : l};
+	/* The references keep the regions (and a VM region's pidfd) until
+	 * the last slice. */
+	xfer_op_keep(&op->o, x, x->path);
 	op_list_push(&v->ops, &op->node);
 	engine_kick(p, ENGINE_vm);
 }
@@ -276,50 +239,43 @@ static bool vm_step(struct op_node *node, void *arg)
 	struct poller *p = arg;
 	struct vm_poller *v = p->eng[ENGINE_vm];
 	struct vm_op *op = (struct vm_op *)node;
-	uint64_t n = op->len - op->done;
+	uint64_t n = op->o.len - op->done;
 	int rc;
 
 	if (n > cfg.chunk)
 		n = cfg.chunk;
 	rc = vm_move(v, &op->src, &op->dst, op->done, n);
 	op->done += n;
-	if (!rc && op->done < op->len)
+	if (!rc && op->done < op->o.len)
 		return false;
-	op_finish(p, v, op, rc);
+	xfer_op_finish(p, &op->o, rc);
+	op_list_put(&v->ops, &op->node);
 	return true;
 }
 
 static int vm_progress(struct poller *p)
 {
-	struct vm_poller *v = p->eng[ENGINE_vm];
-
-	return v ? op_list_round(&v->ops, STEPS_PER_LOOP, vm_step, p) : 0;
+	return op_engine_progress(p, ENGINE_vm, STEPS_PER_LOOP, vm_step);
 }
 
 static bool vm_busy(const struct poller *p)
 {
-	const struct vm_poller *v = p->eng[ENGINE_vm];
-
-	return v && op_list_busy(&v->ops);
+	return op_engine_busy(p, ENGINE_vm);
 }
 
 /* At shutdown copies are finished (a gone process fails them at once). */
 static void vm_cancel_all(struct poller *p)
 {
-	while (vm_busy(p))
-		vm_progress(p);
+	op_engine_finish_all(p, ENGINE_vm, STEPS_PER_LOOP, vm_step);
 }
 
 static void vm_poller_free(struct poller *p)
 {
-	struct vm_poller *v = p->eng[ENGINE_vm];
+	struct vm_poller *v = op_engine_take(p, ENGINE_vm);
 
-	if (!v)
-		return;
-	op_list_free(&v->ops);
-	free(v->bounce);
+	if (v)
+		free(v->bounce);
 	free(v);
-	p->eng[ENGINE_vm] = NULL;
 }
 
 static void vm_region_close(struct region *r)
