@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * oplist.h - an engine's pending work on one poller: a FIFO of the copies
- * it advances round robin, a step each, and a pool of spare entries so that
- * a poller in steady state allocates nothing. Intrusive and unlocked: one
- * per poller, touched by that poller only. An entry starts with its
- * struct op_node. Engines whose per-poller state (p->eng[id]) starts with
+ * oplist.h - the one list of the engines' pending work: an intrusive FIFO
+ * (struct op_fifo: push, pop, put back in front, append, and a walk that
+ * takes entries off), a pool of spare entries (struct op_pool) so that a
+ * poller in steady state allocates nothing, and both together (struct
+ * op_list) with a round robin for the copies an engine advances a step
+ * each. An entry starts with its struct op_node (casts between the two
+ * rely on it). No locks: a list is its owner's (one poller, or the
+ * holder of a lock around it). Engines whose per-poller state (p->eng[id]) starts with
  * their struct op_list (host, vm) take their progress, busy and shutdown
  * from the op_engine_* calls at the end.
  */
@@ -20,56 +23,156 @@ struct op_node {
 	struct op_node *next;
 };
 
-struct op_list {
-	struct op_node *head, *tail; /* pending, oldest first */
-	struct op_node *spare;	     /* entries to reuse */
+/* ---- a FIFO of entries ---- */
+
+struct op_fifo {
+	struct op_node *head, *tail; /* oldest first */
 };
 
-static inline bool op_list_busy(const struct op_list *l)
+static inline bool op_fifo_empty(const struct op_fifo *f)
 {
-	return l->head != NULL;
+	return f->head == NULL;
 }
 
-/* Appends @n to the pending FIFO. */
-static inline void op_list_push(struct op_list *l, struct op_node *n)
+/* Appends @n. */
+static inline void op_fifo_push(struct op_fifo *f, struct op_node *n)
 {
 	n->next = NULL;
-	if (l->tail)
-		l->tail->next = n;
+	if (f->tail)
+		f->tail->next = n;
 	else
-		l->head = n;
-	l->tail = n;
+		f->head = n;
+	f->tail = n;
 }
 
-/* The oldest pending entry, taken off the FIFO; NULL when none. */
-static inline struct op_node *op_list_pop(struct op_list *l)
+/* Puts @n back in front (it was just popped, and waits first). */
+static inline void op_fifo_push_front(struct op_fifo *f, struct op_node *n)
 {
-	struct op_node *n = l->head;
+	n->next = f->head;
+	if (!f->tail)
+		f->tail = n;
+	f->head = n;
+}
+
+/* The oldest entry, taken off; NULL when none. */
+static inline struct op_node *op_fifo_pop(struct op_fifo *f)
+{
+	struct op_node *n = f->head;
 
 	if (n) {
-		l->head = n->next;
-		if (!l->head)
-			l->tail = NULL;
+		f->head = n->next;
+		if (!f->head)
+			f->tail = NULL;
 	}
 	return n;
 }
 
+/* Appends all of @from (left empty). */
+static inline void op_fifo_append(struct op_fifo *to, struct op_fifo *from)
+{
+	if (!from->head)
+		return;
+	if (to->tail)
+		to->tail->next = from->head;
+	else
+		to->head = from->head;
+	to->tail = from->tail;
+	*from = (struct op_fifo){0};
+}
+
+/*
+ * A walk that may take entries off as it goes: the entry after @prev
+ * (NULL: the first). Read anew on each turn, so entries appended meanwhile
+ * (a callback that queues more) are walked too:
+ *	for (prev = NULL; (n = op_fifo_after(f, prev));)
+ *		if (done) op_fifo_unlink(f, prev, n); else prev = n;
+ */
+static inline struct op_node *op_fifo_after(const struct op_fifo *f, const struct op_node *prev)
+{
+	return prev ? prev->next : f->head;
+}
+
+/* Takes off @n, the entry after @prev (NULL: the first). */
+static inline void op_fifo_unlink(struct op_fifo *f, struct op_node *prev, struct op_node *n)
+{
+	if (prev)
+		prev->next = n->next;
+	else
+		f->head = n->next;
+	if (f->tail == n)
+		f->tail = prev;
+}
+
+/* ---- spare entries, for reuse ---- */
+
+struct op_pool {
+	struct op_node *spare;
+};
+
+static inline void op_pool_put(struct op_pool *pool, struct op_node *n)
+{
+	n->next = pool->spare;
+	pool->spare = n;
+}
+
+/* A spare entry, or NULL: none. */
+static inline struct op_node *op_pool_take(struct op_pool *pool)
+{
+	struct op_node *n = pool->spare;
+
+	if (n)
+		pool->spare = n->next;
+	return n;
+}
+
 /* An entry of @size bytes: a spare one, else a new one (NULL: no memory). */
+static inline void *op_pool_get(struct op_pool *pool, size_t size)
+{
+	struct op_node *n = op_pool_take(pool);
+
+	return n ? (void *)n : malloc(size);
+}
+
+/* Frees the spare entries (each malloc'ed). */
+static inline void op_pool_free(struct op_pool *pool)
+{
+	struct op_node *n;
+
+	while ((n = op_pool_take(pool)))
+		free(n);
+}
+
+/* ---- an op list: the FIFO of pending ops and their spares ---- */
+
+struct op_list {
+	struct op_fifo pending;
+	struct op_pool pool;
+};
+
+static inline bool op_list_busy(const struct op_list *l)
+{
+	return !op_fifo_empty(&l->pending);
+}
+
+static inline void op_list_push(struct op_list *l, struct op_node *n)
+{
+	op_fifo_push(&l->pending, n);
+}
+
+static inline struct op_node *op_list_pop(struct op_list *l)
+{
+	return op_fifo_pop(&l->pending);
+}
+
 static inline void *op_list_get(struct op_list *l, size_t size)
 {
-	struct op_node *n = l->spare;
-
-	if (!n)
-		return malloc(size);
-	l->spare = n->next;
-	return n;
+	return op_pool_get(&l->pool, size);
 }
 
 /* @n is done with: kept for op_list_get. */
 static inline void op_list_put(struct op_list *l, struct op_node *n)
 {
-	n->next = l->spare;
-	l->spare = n;
+	op_pool_put(&l->pool, n);
 }
 
 /* Round robin: up to @max steps, each on the oldest pending entry, which
@@ -92,12 +195,7 @@ static inline int op_list_round(struct op_list *l, int max, bool (*step)(struct 
 /* Frees the spare entries (the pending FIFO must be empty). */
 static inline void op_list_free(struct op_list *l)
 {
-	while (l->spare) {
-		struct op_node *n = l->spare;
-
-		l->spare = n->next;
-		free(n);
-	}
+	op_pool_free(&l->pool);
 }
 
 /* ---- engines whose p->eng[id] starts with their struct op_list ---- */

@@ -53,7 +53,8 @@ struct fab_slice {
 /* One descriptor's transfer, or another engine's (fabric_post). Freed when
  * completed and no slice is out. */
 struct fab_op {
-	bool open; /* not completed yet */
+	struct op_node node; /* first: its poller's list, or its pool */
+	bool open;	     /* not completed yet */
 	/* A descriptor's, with references on its local region (o.ra) and
 	 * the segment (o.seg); fabric_post's: o.seg (a reference), o.len and
 	 * o.user_data (a sequence number) only, o.q and o.ra NULL. */
@@ -80,7 +81,6 @@ struct fab_op {
 	unsigned probes; /* rounds held so far */
 	uint32_t probe;
 	uint64_t held_ns; /* when it was held */
-	struct fab_op *next;
 };
 
 static uint64_t timeout_ns(void)
@@ -119,10 +119,8 @@ static int ops_grow(struct fab_poller *fp)
 
 	if (!ops)
 		return -ENOMEM;
-	for (unsigned i = 0; i < FAB_POOL_CHUNK; i++) {
-		ops[i].next = fp->free_ops;
-		fp->free_ops = &ops[i];
-	}
+	for (unsigned i = 0; i < FAB_POOL_CHUNK; i++)
+		op_pool_put(&fp->free_ops, &ops[i].node);
 	return 0;
 }
 
@@ -152,19 +150,18 @@ void fabric_pools_fini(struct fab_poller *fp)
 		fp->chunks = c->next;
 		free(c);
 	}
-	fp->free_ops = NULL;
+	fp->free_ops = (struct op_pool){0};
 	fp->free_slices = NULL;
 }
 
 /* Uninitialised: the caller fills every field. NULL when out of memory. */
 static struct fab_op *op_get(struct fab_poller *fp)
 {
-	struct fab_op *op = fp->free_ops;
+	struct op_node *n = op_pool_take(&fp->free_ops);
 
-	if (!op && (ops_grow(fp) || !(op = fp->free_ops)))
+	if (!n && (ops_grow(fp) || !(n = op_pool_take(&fp->free_ops))))
 		return NULL;
-	fp->free_ops = op->next;
-	return op;
+	return (struct fab_op *)n;
 }
 
 static struct fab_slice *slice_get(struct fab_poller *fp)
@@ -212,8 +209,7 @@ static void op_free(struct fab_poller *fp, struct fab_op *op)
 		op->retry = s->next;
 		slice_put(fp, s);
 	}
-	op->next = fp->free_ops;
-	fp->free_ops = op;
+	op_pool_put(&fp->free_ops, &op->node);
 }
 
 int fabric_target_check(struct poller *p, struct segment *seg)
@@ -250,12 +246,7 @@ static void op_queue(struct poller *p, struct fab_poller *fp, struct fab_op *op)
 	op->open = true;
 	op->next_rail = (unsigned)(op->o.user_data % op->o.seg->remote->peer->nrails);
 	op->progress_ns = dp_now_ns();
-	if (fp->tail)
-		fp->tail->next = op;
-	else
-		fp->head = op;
-	fp->tail = op;
-	fp->nops++;
+	op_fifo_push(&fp->ops, &op->node);
 	engine_kick(p, ENGINE_fabric);
 }
 
@@ -746,8 +737,8 @@ static bool target_moved(struct fab_poller *fp)
 static int fabric_progress(struct poller *p)
 {
 	struct fab_poller *fp = p->eng[ENGINE_fabric];
-	struct fab_op **pp, *prev = NULL;
-	uint64_t t = 0;
+	struct op_node *n, *prev = NULL;
+	uint64_t t;
 	bool idle, target, woke;
 	int work;
 
@@ -770,7 +761,7 @@ static int fabric_progress(struct poller *p)
 	 */
 	woke = p->timed_wake;
 	p->timed_wake = false;
-	idle = p->idx == 0 && !fp->head && !(p->active & ~(1u << ENGINE_fabric)) &&
+	idle = p->idx == 0 && op_fifo_empty(&fp->ops) && !(p->active & ~(1u << ENGINE_fabric)) &&
 	       (!(++fp->idle_ticks & 15) || woke);
 	target = idle && wait_fds_ready(fp);
 	work = reap(p, fp);
@@ -790,18 +781,16 @@ static int fabric_progress(struct poller *p)
 		stats_fabric_target(p, woke);
 		work = 1;
 	}
-	if (!fp->head)
+	if (op_fifo_empty(&fp->ops))
 		return work;
 	/* Timeouts are checked once a millisecond, not per loop. */
-	if (fp->nops) {
-		t = dp_now_ns();
-		if (t - fp->last_timeout_scan < 1000000u)
-			t = 0;
-		else
-			fp->last_timeout_scan = t;
-	}
-	for (pp = &fp->head; *pp;) {
-		struct fab_op *op = *pp;
+	t = dp_now_ns();
+	if (t - fp->last_timeout_scan < 1000000u)
+		t = 0;
+	else
+		fp->last_timeout_scan = t;
+	while ((n = op_fifo_after(&fp->ops, prev))) {
+		struct fab_op *op = (struct fab_op *)n;
 
 		if (op->held)
 			op_probe_check(op);
@@ -811,16 +800,12 @@ static int fabric_progress(struct poller *p)
 			op_timed_out(op, t);
 		if (op_finished_posting(op) && !op->out) {
 			op_complete(op, op->status);
-			*pp = op->next;
-			if (fp->tail == op)
-				fp->tail = prev;
-			fp->nops--;
+			op_fifo_unlink(&fp->ops, prev, n);
 			op_free(fp, op);
 			work++;
 			continue;
 		}
-		prev = op;
-		pp = &op->next;
+		prev = n;
 	}
 	return work;
 }
@@ -829,7 +814,7 @@ static bool fabric_busy(const struct poller *p)
 {
 	const struct fab_poller *fp = p->eng[ENGINE_fabric];
 
-	return fp && fp->head;
+	return fp && !op_fifo_empty(&fp->ops);
 }
 
 static int fabric_wait_fds(struct poller *p, int *fds, int max)
@@ -875,11 +860,11 @@ static void fabric_cancel_all(struct poller *p)
 
 	if (!fp)
 		return;
-	for (struct fab_op *op = fp->head; op; op = op->next)
-		op_complete(op, -ECANCELED);
+	for (struct op_node *n = fp->ops.head; n; n = n->next)
+		op_complete((struct fab_op *)n, -ECANCELED);
 	/* Let posted slices come back (bounded) so their memory is not in
 	 * the provider's hands when the endpoints close. */
-	while (fp->head && dp_now_ns() < until)
+	while (!op_fifo_empty(&fp->ops) && dp_now_ns() < until)
 		fabric_progress(p);
 }
 

@@ -29,6 +29,7 @@
 
 #include "dp_internal.h"
 #include "fabric.h"
+#include "oplist.h"
 
 /* Hidden: -fPIC code reaches these directly, as when they were static. */
 #pragma GCC visibility push(hidden)
@@ -85,8 +86,7 @@ struct fab_ctx {
  * endpoints at start-up (fabric_rail.c), driven by the data path. */
 struct fab_poller {
 	struct rail_ep ep[DP_MAX_RAILS];
-	struct fab_op *head, *tail; /* ops with slices to post or out */
-	unsigned nops;
+	struct op_fifo ops; /* ops with slices to post or out */
 	uint64_t last_timeout_scan;
 	uint64_t nposted;    /* fabric_post's transfers so far: their first rail */
 	unsigned idle_ticks; /* poller 0: progress calls with nothing of its own */
@@ -94,7 +94,7 @@ struct fab_poller {
 	 * them, so a transfer allocates nothing once the pools hold as many
 	 * as are ever in flight; they grow by a chunk when empty (counted
 	 * in rail 0's `allocs`). Freed with the poller (fabric_pools_fini). */
-	struct fab_op *free_ops;
+	struct op_pool free_ops;
 	struct fab_slice *free_slices;
 	struct fab_chunk *chunks;
 };

@@ -24,6 +24,7 @@ struct fileio_config fio_cfg = {
 
 /* One transfer between a file region and a host or GPU region. */
 struct file_op {
+	struct op_node node;	    /* first: its poller's op list */
 	struct xfer_op o;	    /* the descriptor; references on both regions */
 	struct region *file, *host; /* o.ra and o.rb, by kind */
 	uint8_t *mem;		    /* address of the transfer's byte 0 (host or GPU) */
@@ -34,7 +35,6 @@ struct file_op {
 	bool to_file;		    /* host -> file; else file -> host */
 	bool queued;		    /* on the poller's list of ops with bytes to issue */
 	int status;		    /* the first error; no slice is issued after one */
-	struct file_op *next;
 };
 
 /*
@@ -173,12 +173,7 @@ static void fileio_fini(void)
 		struct fileio_poller *fp = rings[i];
 
 		io_uring_queue_exit(&fp->ring);
-		while (fp->ops_free) {
-			struct file_op *op = fp->ops_free;
-
-			fp->ops_free = op->next;
-			free(op);
-		}
+		op_list_free(&fp->ops);
 		free(fp->slices);
 		gpu_pinned_free(fp->stage_mem);
 		free(fp->bufs);
@@ -434,19 +429,13 @@ static void fbuf_release(struct region *reg)
 static void op_finish(struct fileio_poller *fp, struct file_op *op)
 {
 	xfer_op_finish(fp->p, &op->o, op->status);
-	op->next = fp->ops_free;
-	fp->ops_free = op;
+	op_list_put(&fp->ops, &op->node);
 }
 
 static void op_enqueue(struct fileio_poller *fp, struct file_op *op)
 {
-	op->next = NULL;
 	op->queued = true;
-	if (fp->tail)
-		fp->tail->next = op;
-	else
-		fp->head = op;
-	fp->tail = op;
+	op_list_push(&fp->ops, &op->node);
 }
 
 static void fileio_submit(struct poller *p, const struct xfer *x)
@@ -471,10 +460,8 @@ static void fileio_submit(struct poller *p, const struct xfer *x)
 		queue_complete_ns(q, d->user_data, d->submit_ns, 0, 0, DP_CQE_F_FILE);
 		return;
 	}
-	op = fp->ops_free;
-	if (op)
-		fp->ops_free = op->next;
-	else if (!(op = malloc(sizeof(*op)))) {
+	op = op_list_get(&fp->ops, sizeof(*op));
+	if (!op) {
 		queue_complete_ns(q, d->user_data, d->submit_ns, -ENOMEM, 0, 0);
 		return;
 	}
@@ -684,13 +671,10 @@ static int fill(struct fileio_poller *fp)
 {
 	int n = 0;
 
-	while (fp->head && fp->inflight < fio_cfg.depth) {
-		struct file_op *op = fp->head;
+	while (op_list_busy(&fp->ops) && fp->inflight < fio_cfg.depth) {
+		struct file_op *op = (struct file_op *)op_list_pop(&fp->ops);
 		struct file_slice *s;
 
-		fp->head = op->next;
-		if (!fp->head)
-			fp->tail = NULL;
 		op->queued = false;
 		if (!op->status && atomic_load_explicit(&op->o.q->closing, memory_order_relaxed))
 			op->status = -ECANCELED;
@@ -703,9 +687,7 @@ static int fill(struct fileio_poller *fp)
 			/* Every staging buffer is in the pipeline: the op
 			 * waits at the head for the next one. */
 			op->queued = true;
-			if (!fp->head)
-				fp->tail = op;
-			fp->head = op;
+			op_fifo_push_front(&fp->ops.pending, &op->node);
 			break;
 		}
 		if (!fp->fbuf_budget && fbuf_span && op->dev < 0 && op->host->kind == REGION_HOST &&
@@ -715,10 +697,7 @@ static int fill(struct fileio_poller *fp)
 			 * next slice, which needs another, waits for the next
 			 * loop at the head rather than go by address. */
 			op->queued = true;
-			if (!fp->head)
-				fp->tail = op;
-			op->next = fp->head;
-			fp->head = op;
+			op_fifo_push_front(&fp->ops.pending, &op->node);
 			break;
 		}
 		s = fp->free;
@@ -775,7 +754,7 @@ static int fileio_progress(struct poller *p)
 	struct fileio_poller *fp = p->eng[ENGINE_file];
 	int work;
 
-	if (!fp || (!fp->inflight && !fp->head))
+	if (!fp || (!fp->inflight && !op_list_busy(&fp->ops)))
 		return 0;
 	fp->fbuf_budget = 1;
 	kick(fp);
@@ -792,7 +771,7 @@ static bool fileio_busy(const struct poller *p)
 {
 	const struct fileio_poller *fp = p->eng[ENGINE_file];
 
-	return fp && (fp->inflight || fp->head);
+	return fp && (fp->inflight || op_list_busy(&fp->ops));
 }
 
 static void fileio_cancel_all(struct poller *p)
@@ -801,13 +780,16 @@ static void fileio_cancel_all(struct poller *p)
 
 	if (!fp)
 		return;
-	for (struct file_op *op = fp->head; op; op = op->next)
+	for (struct op_node *n = fp->ops.pending.head; n; n = n->next) {
+		struct file_op *op = (struct file_op *)n;
+
 		if (!op->status)
 			op->status = -ECANCELED;
+	}
 	/* Slices in flight own memory of ours until the kernel gives them
 	 * back: wait for every one. fill() issues nothing now, it only lets
 	 * the cancelled ops go as room appears. */
-	while (fp->head || fp->inflight) {
+	while (op_list_busy(&fp->ops) || fp->inflight) {
 		fill(fp);
 		if (!fp->inflight)
 			continue;

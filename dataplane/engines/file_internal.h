@@ -17,6 +17,7 @@
 
 #include "dp_internal.h"
 #include "engine.h"
+#include "oplist.h"
 
 /* Hidden: -fPIC code reaches these directly, as when they were static. */
 #pragma GCC visibility push(hidden)
@@ -35,9 +36,8 @@ struct file_slice; /* one read or write of it (file.c) */
 /* A poller's ring and what goes through it (poller->eng[ENGINE_file]). */
 struct fileio_poller {
 	struct io_uring ring;
-	unsigned inflight;	     /* slices owned by the kernel (or prepared for it) */
-	struct file_op *head, *tail; /* ops with bytes to issue, round robin */
-	struct file_op *ops_free;
+	unsigned inflight;		  /* slices owned by the kernel (or prepared for it) */
+	struct op_list ops;		  /* ops with bytes to issue, round robin; spare ops */
 	struct file_slice *slices, *free; /* fio_cfg.depth of them */
 	/* Staging for GPU transfers: pinned buffers of fio_cfg.slice bytes. */
 	struct poller *p;

@@ -10,6 +10,7 @@
 #include "notif.h"
 #include "fault.h"
 #include "gpu.h"
+#include "oplist.h"
 
 /* DP_MSG_REGION_REGISTER_CUDA: GPU memory, by its CUDA IPC handle. */
 static int gpu_region_by_ipc(struct region *reg, struct client *c, const void *payload, int *no_fds,
@@ -182,6 +183,7 @@ _Static_assert(sizeof(cudaIpcMemHandle_t) ==
  * Copies of one flush share the event; the last of them (ev_owner) gives
  * it back and frees the flush's page table. */
 struct gpu_op {
+	struct op_node node; /* first: its lane's list, or the free ops */
 	/* The descriptor and its references, held until the event fires;
 	 * o.flags: DP_CQE_F_GPU and the path's (struct xfer). */
 	struct xfer_op o;
@@ -192,15 +194,14 @@ struct gpu_op {
 	int8_t tab;    /* with ev_owner: the page table it used, or -1 */
 	void *dst;     /* pending pages: where from and to */
 	const void *src;
-	struct gpu_op *next;
 };
 
 /* One stream and the copies on it, oldest first (= completion order). */
 struct gpu_lane {
 	cudaStream_t stream; /* created on first use, recreated after an error */
-	struct gpu_op *head, *tail;
+	struct op_fifo ops;  /* on the stream */
 	/* Pages waiting for the lane's next flush, oldest first. */
-	struct gpu_op *pend, *pend_tail;
+	struct op_fifo pend;
 	unsigned npend;
 	uint64_t pend_bytes;
 	unsigned launches;		      /* flushes whose event has not fired */
@@ -219,20 +220,20 @@ struct gpu_dev {
  * routed descriptor, its private copies, and references that keep its
  * regions (and, with a notification, its segment) until it is issued. */
 struct gpu_wait {
+	struct op_node node; /* first: its poller's waiting list */
 	struct xfer x;
 	struct dp_desc d;
 	struct notif_req notify;
 	struct region *host;
 	const uint8_t *hp;
-	struct gpu_wait *next;
 };
 
 /* A poller's GPU state (poller->gpu), created at its first GPU copy. */
 struct gpu_poller {
 	struct gpu_dev dev[GPU_MAX_DEVICES];
-	struct gpu_op *free_ops;
-	unsigned pending;		   /* on streams, and waiting */
-	struct gpu_wait *wait, *wait_tail; /* oldest first */
+	struct op_pool free_ops;
+	unsigned pending;    /* on streams, and waiting */
+	struct op_fifo wait; /* oldest first */
 };
 
 typedef CUresult (*addr_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
@@ -696,9 +697,9 @@ struct gpu_pins {
 };
 
 struct pin_req {
-	struct region *reg; /* a reference, dropped once pinned */
+	struct op_node node; /* first: the pinner's requests */
+	struct region *reg;  /* a reference, dropped once pinned */
 	size_t win;
-	struct pin_req *next;
 };
 
 static struct {
@@ -706,7 +707,7 @@ static struct {
 	bool running, stop;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	struct pin_req *head, *tail;
+	struct op_fifo reqs;
 	uint64_t pinned, max; /* bytes */
 } pinner = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
@@ -729,14 +730,11 @@ static void *pinner_main(void *arg)
 		cudaError_t err = cudaSuccess;
 		bool over;
 
-		while (!pinner.head && !pinner.stop)
+		while (op_fifo_empty(&pinner.reqs) && !pinner.stop)
 			pthread_cond_wait(&pinner.cond, &pinner.lock);
-		q = pinner.head;
+		q = (struct pin_req *)op_fifo_pop(&pinner.reqs);
 		if (!q)
 			break;
-		pinner.head = q->next;
-		if (!pinner.head)
-			pinner.tail = NULL;
 		pins = q->reg->eng[ENGINE_gpu];
 		len = win_len(q->reg, q->win);
 		over = pinner.stop || pinner.pinned + len > pinner.max;
@@ -830,11 +828,7 @@ static bool pins_ready(struct region *reg, const uint8_t *p, size_t len)
 		atomic_fetch_add(&reg->refs, 1);
 		*q = (struct pin_req){.reg = reg, .win = w};
 		pthread_mutex_lock(&pinner.lock);
-		if (pinner.tail)
-			pinner.tail->next = q;
-		else
-			pinner.head = q;
-		pinner.tail = q;
+		op_fifo_push(&pinner.reqs, &q->node);
 		pthread_cond_signal(&pinner.cond);
 		pthread_mutex_unlock(&pinner.lock);
 	}
@@ -981,8 +975,7 @@ static void op_finish(struct poller *p, struct gpu_poller *g, struct gpu_op *op,
 			l->tab_busy[op->tab] = false;
 		l->launches--;
 	}
-	op->next = g->free_ops;
-	g->free_ops = op;
+	op_pool_put(&g->free_ops, &op->node);
 	g->pending--;
 }
 
@@ -1002,11 +995,7 @@ static void page_queue(struct poller *p, struct gpu_poller *g, struct gpu_lane *
 	op_init(op, req, dev, flags);
 	op->lane = LANE_SMALL;
 	g->pending++;
-	if (l->pend_tail)
-		l->pend_tail->next = op;
-	else
-		l->pend = op;
-	l->pend_tail = op;
+	op_fifo_push(&l->pend, &op->node);
 	l->npend++;
 	l->pend_bytes += req->len;
 	engine_kick(p, ENGINE_gpu);
@@ -1041,22 +1030,21 @@ static int tab_get(struct gpu_lane *l)
 static int lane_flush(struct poller *p, struct gpu_poller *g, int dev, struct gpu_lane *l)
 {
 	struct gpu_dev *d = &g->dev[dev];
-	struct gpu_op *first = l->pend, *last = first, *op;
-	unsigned n = 1;
-	uint64_t bytes = first->o.len;
+	struct op_fifo batch = {0};
+	struct op_node *nd;
+	struct gpu_op *op, *last;
+	unsigned n = 0;
+	uint64_t bytes = 0;
 	cudaError_t err = cudaSuccess;
 	cudaEvent_t ev = NULL;
 	int tab = -1, prev;
 
-	while (n < GPU_BATCH_MAX && last->next) {
-		last = last->next;
-		bytes += last->o.len;
+	while (n < GPU_BATCH_MAX && (nd = op_fifo_pop(&l->pend))) {
+		op_fifo_push(&batch, nd);
+		bytes += ((struct gpu_op *)nd)->o.len;
 		n++;
 	}
-	l->pend = last->next;
-	if (!l->pend)
-		l->pend_tail = NULL;
-	last->next = NULL;
+	last = (struct gpu_op *)batch.tail;
 	l->npend -= n;
 	l->pend_bytes -= bytes;
 
@@ -1071,17 +1059,21 @@ static int lane_flush(struct poller *p, struct gpu_poller *g, int dev, struct gp
 		struct gpu_page *t = l->tab[tab];
 		unsigned i = 0;
 
-		for (op = first; op; op = op->next, i++)
+		for (nd = batch.head; nd; nd = nd->next, i++) {
+			op = (struct gpu_op *)nd;
 			t[i] = (struct gpu_page){.src = (uintptr_t)op->src,
 						 .dst = (uintptr_t)op->dst,
 						 .len = op->o.len};
+		}
 		/* The kernel reads the table through its mapping (UVA: the
 		 * same address); the launch is ordered after these stores. */
 		err = DP_FAULT_CUDA(gpu_pages_launch(t, n, l->stream));
 	} else if (err == cudaSuccess) {
-		for (op = first; op && err == cudaSuccess; op = op->next)
+		for (nd = batch.head; nd && err == cudaSuccess; nd = nd->next) {
+			op = (struct gpu_op *)nd;
 			err = DP_FAULT_CUDA(cudaMemcpyAsync(op->dst, op->src, op->o.len,
 							    cudaMemcpyDefault, l->stream));
+		}
 	}
 	if (err == cudaSuccess && (err = cudaEventRecord(ev, l->stream)) != cudaSuccess)
 		/* Queued but untracked: no copy may outlive the references. */
@@ -1093,23 +1085,17 @@ static int lane_flush(struct poller *p, struct gpu_poller *g, int dev, struct gp
 			event_put(d, ev);
 		lane_reset(l);
 		dev_leave(prev, dev);
-		while ((op = first)) {
-			first = op->next;
-			op_finish(p, g, op, -EIO);
-		}
+		while ((nd = op_fifo_pop(&batch)))
+			op_finish(p, g, (struct gpu_op *)nd, -EIO);
 		return (int)n;
 	}
 	dev_leave(prev, dev);
-	for (op = first; op; op = op->next)
-		op->ev = ev;
+	for (nd = batch.head; nd; nd = nd->next)
+		((struct gpu_op *)nd)->ev = ev;
 	last->ev_owner = true;
 	last->tab = (int8_t)tab;
 	l->launches++;
-	if (l->tail)
-		l->tail->next = first;
-	else
-		l->head = first;
-	l->tail = last;
+	op_fifo_append(&l->ops, &batch);
 	return (int)n;
 }
 
@@ -1149,11 +1135,7 @@ static void gpu_issue(struct poller *p, const struct xfer *req)
 		queue_complete_ns(req->q, req->user_data, req->submit_ns, 0, 0, flags);
 		return;
 	}
-	op = g ? g->free_ops : NULL;
-	if (op)
-		g->free_ops = op->next;
-	else if (g)
-		op = malloc(sizeof(*op));
+	op = g ? op_pool_get(&g->free_ops, sizeof(*op)) : NULL;
 	if (!op) {
 		queue_complete_ns(req->q, req->user_data, req->submit_ns, -ENOMEM, 0, flags);
 		return;
@@ -1205,8 +1187,7 @@ static void gpu_issue(struct poller *p, const struct xfer *req)
 			event_put(d, ev);
 		lane_reset(l);
 		dev_leave(prev, dev);
-		op->next = g->free_ops;
-		g->free_ops = op;
+		op_pool_put(&g->free_ops, &op->node);
 		queue_complete_ns(req->q, req->user_data, req->submit_ns, -EIO, 0, flags);
 		return;
 	}
@@ -1218,11 +1199,7 @@ static void gpu_issue(struct poller *p, const struct xfer *req)
 	op->lane = (uint8_t)(l - d->lane);
 	op->ev_owner = true;
 	l->launches++;
-	if (l->tail)
-		l->tail->next = op;
-	else
-		l->head = op;
-	l->tail = op;
+	op_fifo_push(&l->ops, &op->node);
 	engine_kick(p, ENGINE_gpu);
 }
 
@@ -1257,7 +1234,6 @@ static void gpu_submit(struct poller *p, const struct xfer *req)
 	w->x.d = &w->d;
 	w->host = host;
 	w->hp = hp;
-	w->next = NULL;
 	/* Alive in this loop (QSBR); the references keep them until issue. */
 	atomic_fetch_add(&req->ra->refs, 1);
 	atomic_fetch_add(&req->rb->refs, 1);
@@ -1267,11 +1243,7 @@ static void gpu_submit(struct poller *p, const struct xfer *req)
 		atomic_fetch_add(&req->seg->refs, 1);
 	}
 	req->q->inflight++;
-	if (g->wait_tail)
-		g->wait_tail->next = w;
-	else
-		g->wait = w;
-	g->wait_tail = w;
+	op_fifo_push(&g->wait, &w->node);
 	g->pending++;
 	engine_kick(p, ENGINE_gpu);
 }
@@ -1280,14 +1252,11 @@ static void gpu_submit(struct poller *p, const struct xfer *req)
  * streams; one still waiting keeps those behind it waiting (order). */
 static int gpu_issue_waiting(struct poller *p, struct gpu_poller *g)
 {
+	struct gpu_wait *w;
 	int n = 0;
 
-	while (g->wait && pins_ready(g->wait->host, g->wait->hp, g->wait->x.len)) {
-		struct gpu_wait *w = g->wait;
-
-		g->wait = w->next;
-		if (!g->wait)
-			g->wait_tail = NULL;
+	while ((w = (struct gpu_wait *)g->wait.head) && pins_ready(w->host, w->hp, w->x.len)) {
+		op_fifo_pop(&g->wait);
 		g->pending--;
 		w->x.q->inflight--;
 		gpu_issue(p, &w->x);
@@ -1310,7 +1279,7 @@ static int gpu_progress(struct poller *p)
 
 	if (!g || !g->pending)
 		return 0;
-	if (g->wait)
+	if (!op_fifo_empty(&g->wait))
 		done += gpu_issue_waiting(p, g);
 	pages_flush(p, g);
 	for (int dev = 0; dev < ndev; dev++) {
@@ -1318,14 +1287,12 @@ static int gpu_progress(struct poller *p)
 			struct gpu_lane *l = &g->dev[dev].lane[i];
 			struct gpu_op *op;
 
-			while ((op = l->head)) {
+			while ((op = (struct gpu_op *)l->ops.head)) {
 				cudaError_t err = DP_FAULT_CUDA_DONE(cudaEventQuery(op->ev));
 
 				if (err == cudaErrorNotReady)
 					break;
-				l->head = op->next;
-				if (!l->head)
-					l->tail = NULL;
+				op_fifo_pop(&l->ops);
 				if (err != cudaSuccess) {
 					log_err("gpu: copy of %llu bytes on device %d failed: %s",
 						(unsigned long long)op->o.len, dev,
@@ -1379,12 +1346,7 @@ static void gpu_poller_free(struct poller *p)
 			cudaEventDestroy(d->pool[i]);
 		free(d->pool);
 	}
-	while (g->free_ops) {
-		struct gpu_op *op = g->free_ops;
-
-		g->free_ops = op->next;
-		free(op);
-	}
+	op_pool_free(&g->free_ops);
 	free(g);
 	p->eng[ENGINE_gpu] = NULL;
 }

@@ -45,6 +45,7 @@
 #include "fabric.h"
 #include "fabric_internal.h"
 #include "gpu.h"
+#include "oplist.h"
 #include "rpc.h"
 #include "vm.h"
 #include "xfer_op.h"
@@ -113,6 +114,7 @@ enum own_state { OWN_BUF, OWN_FETCH, OWN_COPY, OWN_PUSH, OWN_STATUS };
 
 /* An owner's request in service: one initiator slice. */
 struct own_op {
+	struct op_node node; /* first: the stage poller's own_ops */
 	struct dp_stage_req req;
 	enum own_state state;
 	int status;
@@ -122,7 +124,6 @@ struct own_op {
 	struct stage_slice *s;
 	uint64_t cur_off, chunk;
 	bool st_out; /* the status write posted, not released */
-	struct own_op *next;
 };
 
 /* An initiator known to an owner: its addresses in our AVs. */
@@ -135,6 +136,7 @@ struct own_peer {
 
 /* One descriptor's transfer. */
 struct stage_op {
+	struct op_node node; /* first: its stage poller's ops */
 	/* The descriptor; references on its local region (o.ra) and on the
 	 * other service's segment (o.seg). */
 	struct xfer_op o;
@@ -143,7 +145,6 @@ struct stage_op {
 	uint64_t next_off; /* bytes handed to slices so far */
 	int status;	   /* the first error */
 	struct stage_slice *live;
-	struct stage_op *next;
 };
 
 struct stage_poller {
@@ -155,8 +156,7 @@ struct stage_poller {
 	struct stage_slice slices[STAGE_MAX_BUFS];
 	struct stage_slice *free;
 	unsigned nbufs, nfree;
-	struct stage_op *head, *tail;
-	unsigned nops;
+	struct op_fifo ops; /* transfers, oldest first */
 	uint64_t seq;
 	unsigned next_rail;
 	unsigned nquar; /* quarantined buffers */
@@ -166,7 +166,7 @@ struct stage_poller {
 	unsigned nrx;
 	void *rx_mem;
 	struct region_mrs *rx_mrs;
-	struct own_op *own_head, *own_tail;
+	struct op_fifo own_ops; /* requests in service, oldest first */
 	struct own_peer peers[STAGE_MAX_PEERS];
 	struct peer *old_peers[STAGE_MAX_PEERS]; /* replaced, freed at exit */
 	unsigned npeers, nold;
@@ -831,11 +831,7 @@ static void own_request(struct stage_poller *sp, const struct dp_stage_req *q)
 	snprintf(o->fseg->name, sizeof(o->fseg->name), "staging buffer");
 	o->status = own_export(o);
 	o->state = OWN_BUF;
-	if (sp->own_tail)
-		sp->own_tail->next = o;
-	else
-		sp->own_head = o;
-	sp->own_tail = o;
+	op_fifo_push(&sp->own_ops, &o->node);
 	engine_kick(sp->p, ENGINE_stage);
 }
 
@@ -1038,21 +1034,19 @@ static void own_free(struct stage_poller *sp, struct own_op *o)
 
 static int own_progress(struct stage_poller *sp)
 {
-	struct own_op **pp, *o, *prev = NULL;
+	struct op_node *n, *prev = NULL;
 	int work = 0;
 
-	for (pp = &sp->own_head; (o = *pp);) {
+	while ((n = op_fifo_after(&sp->own_ops, prev))) {
+		struct own_op *o = (struct own_op *)n;
 		enum own_state was = o->state;
 
 		if (!own_advance(sp, o)) {
 			work += o->state != was;
-			prev = o;
-			pp = &o->next;
+			prev = n;
 			continue;
 		}
-		*pp = o->next;
-		if (sp->own_tail == o)
-			sp->own_tail = prev;
+		op_fifo_unlink(&sp->own_ops, prev, n);
 		own_free(sp, o);
 		work++;
 	}
@@ -1095,43 +1089,41 @@ void stage_cq_event(struct poller *p, struct fab_ctx *c, int fi_err)
 static void op_finish(struct stage_poller *sp, struct stage_op *op)
 {
 	xfer_op_finish(sp->p, &op->o, op->status);
-	sp->nops--;
 	free(op);
 }
 
 static int stage_progress(struct poller *p)
 {
 	struct stage_poller *sp = p->eng[ENGINE_stage];
-	struct stage_op **pp, *op, *prev = NULL;
+	struct op_node *n, *prev = NULL;
 	bool more = true;
 	int work = 0;
 
 	if (!sp)
 		return 0;
-	for (op = sp->head; op; op = op->next)
-		work += op_advance(op);
-	if (sp->own_head)
+	for (n = sp->ops.head; n; n = n->next)
+		work += op_advance((struct stage_op *)n);
+	if (!op_fifo_empty(&sp->own_ops))
 		work += own_progress(sp);
 	if (sp->nquar)
 		quarantine_scan(sp);
 	/* Free buffers, one slice per transfer in turn. */
 	while (more && sp->free) {
 		more = false;
-		for (op = sp->head; op && sp->free; op = op->next)
-			if (op_take_slice(sp, op)) {
+		for (n = sp->ops.head; n && sp->free; n = n->next)
+			if (op_take_slice(sp, (struct stage_op *)n)) {
 				more = true;
 				work++;
 			}
 	}
-	for (pp = &sp->head; (op = *pp);) {
+	while ((n = op_fifo_after(&sp->ops, prev))) {
+		struct stage_op *op = (struct stage_op *)n;
+
 		if (op->live || (!op->status && op->next_off < op->o.len)) {
-			prev = op;
-			pp = &op->next;
+			prev = n;
 			continue;
 		}
-		*pp = op->next;
-		if (sp->tail == op)
-			sp->tail = prev;
+		op_fifo_unlink(&sp->ops, prev, n);
 		op_finish(sp, op);
 		work++;
 	}
@@ -1183,12 +1175,7 @@ static void stage_submit(struct poller *p, const struct xfer *x)
 	*op = (struct stage_op){
 		.opcode = d->opcode, .loc_off = d->local_off, .tgt_off = d->target_off};
 	xfer_op_keep(&op->o, x, flags);
-	if (sp->tail)
-		sp->tail->next = op;
-	else
-		sp->head = op;
-	sp->tail = op;
-	sp->nops++;
+	op_fifo_push(&sp->ops, &op->node);
 	engine_kick(p, ENGINE_stage);
 }
 
@@ -1196,7 +1183,7 @@ static bool stage_busy(const struct poller *p)
 {
 	const struct stage_poller *sp = p->eng[ENGINE_stage];
 
-	return sp && (sp->head || sp->own_head);
+	return sp && (!op_fifo_empty(&sp->ops) || !op_fifo_empty(&sp->own_ops));
 }
 
 /* At shutdown the fabric engine has already cancelled our fabric transfers
@@ -1209,9 +1196,9 @@ static void stage_cancel_all(struct poller *p)
 	if (!sp)
 		return;
 	sp->closing = true;
-	for (struct stage_op *op = sp->head; op; op = op->next)
-		op_fail(op, -ECANCELED);
-	while (sp->head || sp->own_head)
+	for (struct op_node *n = sp->ops.head; n; n = n->next)
+		op_fail((struct stage_op *)n, -ECANCELED);
+	while (!op_fifo_empty(&sp->ops) || !op_fifo_empty(&sp->own_ops))
 		stage_progress(p);
 }
 
