@@ -38,8 +38,6 @@
 #include "dp_internal.h"
 #include "engine.h"
 #include "event.h"
-#include "file.h"
-#include "gpu.h"
 #include "net.h"
 #include "notif.h"
 #include "rpc.h"
