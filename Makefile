@@ -73,14 +73,17 @@ CLIENT_LIBS := -pthread
 # The service alone (and the tests and fuzz target that link its auth.c):
 # HMAC-SHA256 of the peer RPC from OpenSSL's libcrypto.
 CRYPTO_LIBS := $(shell $(PKG_CONFIG) --libs libcrypto 2>/dev/null)
-# Device code (dataplane/*.cu: the page-batch kernel) is built by nvcc in
+# The service's folders (docs/architecture.md, "Layout"): its own sources,
+# the fuzz targets and nvcc find each other's headers through these.
+DP_INC := -Idataplane/core -Idataplane/engines -Idataplane/control
+# Device code (dataplane/engines/gpu_pages.cu: the page-batch kernel) is built by nvcc in
 # CUDA builds only: SASS for sm_80 (A100) and sm_90 (H100, H200), PTX of
 # sm_90 for the devices after them (the driver compiles it at load).
 NVCC ?= $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) nvcc)
 NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
 	-gencode arch=compute_90,code=compute_90
 # No libstdc++ at link time: no exceptions, no guarded statics in host code.
-NVCCFLAGS := -O3 -std=c++17 $(NVCC_ARCH) -Idataplane \
+NVCCFLAGS := -O3 -std=c++17 $(NVCC_ARCH) $(DP_INC) \
 	-Xcompiler -fPIC,-Wall,-Wextra,-Werror,-fno-exceptions,-fno-threadsafe-statics
 GPU_OBJS :=
 ifeq ($(CUDA),1)
@@ -88,7 +91,7 @@ CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
 CFLAGS += -DDP_HAVE_CUDA -I$(CUDA_HOME)/include
 LDLIBS += $(CUDA_LIBS)
 CLIENT_LIBS += $(CUDA_LIBS)
-GPU_OBJS := $(patsubst %.cu,$(B)/obj/%.o,$(wildcard dataplane/*.cu))
+GPU_OBJS := $(patsubst %.cu,$(B)/obj/%.o,$(wildcard dataplane/*/*.cu))
 endif
 ifeq ($(SAN),asan)
 CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -104,14 +107,14 @@ LDLIBS += -fsanitize=thread
 CLIENT_LIBS += -fsanitize=thread
 # GCC's -Wtsan rejects fences. Those of the stats seqcounts (writer in
 # stats.c, reader in ring-stat) pair across processes, out of TSan's sight.
-$(B)/obj/dataplane/stats.o $(B)/obj/tools/ring-stat.o: CFLAGS += -Wno-tsan
+$(B)/obj/dataplane/core/stats.o $(B)/obj/tools/ring-stat.o: CFLAGS += -Wno-tsan
 endif
 TEST_LIBS := $(shell pkg-config --libs criterion 2>/dev/null)
 
 RING_SRCS := ring/ring.c
 COMMON_SRCS := $(wildcard common/*.c)
 CLIENT_SRCS := $(wildcard libclient/*.c) $(COMMON_SRCS)
-SERVICE_SRCS := $(wildcard dataplane/*.c) $(COMMON_SRCS)
+SERVICE_SRCS := $(wildcard dataplane/*.c dataplane/*/*.c) $(COMMON_SRCS)
 TEST_SRCS := $(filter-out tests/helpers.c,$(wildcard tests/*.c))
 RING_TEST_SRCS := $(wildcard tests/ring_*.c)
 GPU_TEST_SRCS := $(wildcard tests/gpu_*.c)
@@ -166,6 +169,7 @@ deps-bench: deps
 		bin:gnuplot=gnuplot-nox
 
 # ---- objects and libraries ----
+$(B)/obj/dataplane/%.o: CFLAGS += $(DP_INC)
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
@@ -217,7 +221,7 @@ $(B)/python/dataplane/%: $(PY_SRC)/%
 
 # ---- tests ----
 # fabric_rpc speaks the peer protocol itself: it links the service's HMAC.
-$(B)/tests/dp-tests: $(call obj,$(TEST_SRCS) tests/helpers.c dataplane/auth.c) $(LIBCLIENT_A)
+$(B)/tests/dp-tests: $(call obj,$(TEST_SRCS) tests/helpers.c dataplane/control/auth.c) $(LIBCLIENT_A)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDLIBS) $(TEST_LIBS) $(CRYPTO_LIBS)
 $(B)/tests/ring-tests: $(call obj,$(RING_TEST_SRCS) tests/helpers.c) $(LIBCLIENT_A)
@@ -308,19 +312,20 @@ FUZZ_CC ?= $(if $(shell command -v clang-14 2>/dev/null),clang-14,clang)
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_CFLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	-D_GNU_SOURCE -Iring -Ilibclient -Icommon -Idataplane
+	-D_GNU_SOURCE -Iring -Ilibclient -Icommon $(DP_INC)
 FUZZ_LINK_fuzz_ring_attach := ring/ring.c
-FUZZ_LINK_fuzz_rpc_reply := dataplane/rpc.c dataplane/auth.c dataplane/event.c common/net.c
-FUZZ_LINK_fuzz_desc := ring/ring.c dataplane/poller.c dataplane/stats.c dataplane/log.c \
-	dataplane/notif.c
-FUZZ_LINK_fuzz_control := dataplane/ctlmsg.c
+FUZZ_LINK_fuzz_rpc_reply := dataplane/control/rpc.c dataplane/control/auth.c dataplane/core/event.c \
+	dataplane/core/config.c common/net.c
+FUZZ_LINK_fuzz_desc := ring/ring.c dataplane/core/poller.c dataplane/core/stats.c dataplane/core/log.c \
+	dataplane/control/notif.c
+FUZZ_LINK_fuzz_control := dataplane/control/ctlmsg.c
 deps-fuzz: deps
 	@tools/deps.sh bin:clang-14=clang-14 \
 		file:/usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a=libclang-rt-14-dev
-$(B)/fuzz/%: tests/fuzz/%.c $(wildcard ring/*.[ch] libclient/*.h dataplane/*.[ch])
+$(B)/fuzz/%: tests/fuzz/%.c $(wildcard ring/*.[ch] libclient/*.h dataplane/*/*.[ch] dataplane/*/*.def)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(shell $(PKG_CONFIG) --cflags libfabric liburing 2>/dev/null) \
-		$< $(FUZZ_LINK_$*) $(if $(filter dataplane/auth.c,$(FUZZ_LINK_$*)),$(CRYPTO_LIBS)) -o $@
+		$< $(FUZZ_LINK_$*) $(if $(filter dataplane/control/auth.c,$(FUZZ_LINK_$*)),$(CRYPTO_LIBS)) -o $@
 # Each target for FUZZ_SECONDS from its seeds; what it finds stays in
 # $(B)/fuzz/corpus/, a crash in $(B)/fuzz/<target>-crash-* (make fails).
 fuzz: deps-fuzz
@@ -474,7 +479,8 @@ bench-python: deps
 	PYTHON=$(PYTHON) tools/bench-python.sh $(B)
 
 # ---- formatting ----
-FORMAT_SRCS = $(wildcard ring/*.[ch] libclient/*.[ch] dataplane/*.[ch] tools/*.c tests/*.[ch] \
+FORMAT_SRCS = $(wildcard ring/*.[ch] libclient/*.[ch] dataplane/*.[ch] dataplane/*/*.[ch] \
+	tools/*.c tests/*.[ch] tests/fuzz/*.c \
 	examples/*.c libclient/python/dataplane/*.c)
 format:
 	clang-format -i $(FORMAT_SRCS)

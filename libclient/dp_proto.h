@@ -81,8 +81,8 @@ enum dp_msg_type {
 	DP_MSG_SEGMENT_OPEN = 8,
 	DP_MSG_SEGMENT_CLOSE = 9,
 	DP_MSG_REGION_REGISTER_CUDA = 10, /* gpu.c: a CUDA IPC handle */
-	DP_MSG_REGION_REGISTER_FILE = 11, /* fileio.c: an fd */
-	DP_MSG_REGION_OPEN_PATH = 12,	  /* fileio.c: a path under --file-root */
+	DP_MSG_REGION_REGISTER_FILE = 11, /* file.c: an fd */
+	DP_MSG_REGION_OPEN_PATH = 12,	  /* file.c: a path under --file-root */
 	DP_MSG_REGION_REGISTER_MEM = 13,  /* vm.c: memory of the client process */
 	DP_MSG_NOTIFY_OPEN = 14,	  /* notif.c: the client's notification ring */
 	DP_MSG_NOTIFY_SEND = 15,	  /* notif.c: a notification alone (dp_notify_send) */
@@ -284,7 +284,7 @@ static inline int dp_proto_cuda_vmm_ok(const struct dp_msg_region_register_cuda_
  * REGION_REGISTER_FILE (one fd travels: the file) and REGION_OPEN_PATH (no
  * fd; a relative path the service opens beneath its --file-root): bytes
  * [offset, offset + len) of a file, len 0 = to the end of the file.
- * Reply: dp_msg_id_reply. See fileio.h.
+ * Reply: dp_msg_id_reply. See file.h.
  */
 struct dp_msg_region_file {
 	uint64_t offset;

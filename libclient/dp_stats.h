@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * dp_stats.h - the layout of dataplaned's shared-memory stats region: the
- * ABI between the service (dataplane/stats.c, the only writer) and its
+ * ABI between the service (dataplane/core/stats.c, the only writer) and its
  * readers (tools/ring-stat.c). Internal: not part of dataplane.h, not for
  * applications. docs/ring-stat.md describes the region for people.
  *

@@ -9,13 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../dataplane/auth.h"
+#include "../dataplane/control/auth.h"
 #include "dp_stats.h"
 #include "helpers.h"
 
 TestSuite(fabric_rpc, .fini = fab_teardown, .timeout = 60);
 
-/* The wire format of dataplane/rpc.h, restated here so that a change to it
+/* The wire format of dataplane/control/rpc.h, restated here so that a change to it
  * is a conscious one: every peer of a running cluster speaks it. */
 #define RPC_MAGIC 0x50525044u
 #define RPC_VERSION 4u

@@ -2315,7 +2315,7 @@ static void bench_idle_queues(void)
 	       "idle for 1024 loops (or when the poller sleeps) is parked: NEED_WAKEUP armed, "
 	       "off the polled list, its client rings the SQ doorbell on its next submit. "
 	       "Every 32 loops an epoll_wait(0) tells whether a doorbell rang; only then is "
-	       "the parked list walked (dataplane/poller.c, docs/architecture.md \"Parked "
+	       "the parked list walked (dataplane/core/poller.c, docs/architecture.md \"Parked "
 	       "queues\"). So idle queues cost a busy poller nearly nothing.\n");
 	report_obj("idle_queues");
 	report_u64("idle_queues", idle_queues);

@@ -217,7 +217,7 @@ int main(int argc, char **argv)
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
-#include "../dataplane/gpu_pages.h"
+#include "../dataplane/engines/gpu_pages.h"
 
 #define MiB (1ull << 20)
 

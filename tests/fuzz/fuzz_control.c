@@ -1,4 +1,4 @@
-/* fuzz_control.c - libFuzzer target: a control packet as a hostile client sends it, through ctl_msg_check() (dataplane/ctlmsg.c), the decoder control.c runs before any handler. Input: byte 0 is the number of fds that came with it (mod 5: control.c keeps at most 4), the rest is the packet. It answers 0 or a documented errno, and whatever it accepts is what the handlers take for granted. */
+/* fuzz_control.c - libFuzzer target: a control packet as a hostile client sends it, through ctl_msg_check_hdr() and ctl_msg_check_payload() (dataplane/control/ctlmsg.c), the checks control.c runs, in its order, before any handler. Input: byte 0 is the number of fds that came with it (mod 5: control.c keeps at most 4), the rest is the packet. It answers 0 or a documented errno, and whatever it accepts is what the handlers take for granted. */
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -109,6 +109,24 @@ static void accepted(const struct dp_msg_hdr *h, const uint8_t *payload, size_t 
 		if (plen != sizeof(p.no) || p.no.reserved || (p.no.entries & (p.no.entries - 1)))
 			abort();
 		break;
+	case DP_MSG_NOTIFY_SEND: /* its handler checks the handles and the length */
+		if (plen != sizeof(p.ns))
+			abort();
+		break;
+	case DP_MSG_SESSION_CREATE:
+		if (plen != sizeof(p.sc) || p.sc.port > 65535 || p.sc.reserved)
+			abort();
+		break;
+	case DP_MSG_SESSION_ADD:
+		if (plen != sizeof(p.sa) || p.sa.reserved || p.sa.region >= DP_MAX_REGIONS)
+			abort();
+		break;
+	case DP_MSG_SESSION_OPEN:
+		if (plen != sizeof(p.sop) || !p.sop.access || p.sop.access & ~DP_ACCESS_RW ||
+		    p.sop.reserved || !strchr(p.sop.session, ':'))
+			abort();
+		str_ok(p.sop.session, sizeof(p.sop.session), 0);
+		break;
 	case DP_MSG_REGION_REGISTER_CUDA_VMM: {
 		/* What gpu.c maps: pieces side by side, the range inside them. */
 		uint64_t end = 0;
@@ -127,25 +145,6 @@ static void accepted(const struct dp_msg_hdr *h, const uint8_t *payload, size_t 
 			abort();
 		break;
 	}
-	case DP_MSG_NOTIFY_SEND:
-		/* The length beyond DP_NOTIFY_MSG_MAX is the handler's -EMSGSIZE. */
-		if (plen != sizeof(p.ns))
-			abort();
-		break;
-	case DP_MSG_SESSION_CREATE:
-		if (plen != sizeof(p.sc) || p.sc.port > 65535 || p.sc.reserved)
-			abort();
-		break;
-	case DP_MSG_SESSION_ADD:
-		if (plen != sizeof(p.sa) || p.sa.reserved || p.sa.region >= DP_MAX_REGIONS)
-			abort();
-		break;
-	case DP_MSG_SESSION_OPEN:
-		if (plen != sizeof(p.sop) || !p.sop.access || p.sop.access & ~DP_ACCESS_RW ||
-		    p.sop.reserved || !strchr(p.sop.session, ':'))
-			abort();
-		str_ok(p.sop.session, sizeof(p.sop.session), 0);
-		break;
 	default:
 		abort(); /* a type ctlmsg.c knows and this target does not */
 	}
@@ -157,7 +156,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	unsigned nfds;
 	uint8_t *pkt;
 	size_t len;
-	int rc, rc_hdr;
+	int rc;
 
 	if (!size)
 		return 0;
@@ -174,16 +173,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	memcpy(pkt + 1, data + 1, len);
 
-	rc = ctl_msg_check(pkt + 1, len, nfds);
+	/* The two steps control.c takes (msg_check), in its order. */
+	rc = ctl_msg_check_hdr(pkt + 1, len, &h);
+	if (rc != 0 && rc != -EBADMSG && rc != -EPROTONOSUPPORT && rc != -EOPNOTSUPP)
+		abort();
+	if (!rc)
+		rc = ctl_msg_check_payload(&h, pkt + 1 + sizeof(h), nfds);
 	if (rc != 0 && rc != -EBADMSG && rc != -EPROTONOSUPPORT && rc != -EOPNOTSUPP &&
 	    rc != -EBADF && rc != -EINVAL)
-		abort();
-	/* The two steps control.c takes give the same answer. */
-	rc_hdr = ctl_msg_check_hdr(pkt + 1, len, &h);
-	if (rc_hdr != 0 && rc_hdr != -EBADMSG && rc_hdr != -EPROTONOSUPPORT &&
-	    rc_hdr != -EOPNOTSUPP)
-		abort();
-	if (rc_hdr ? rc != rc_hdr : rc != ctl_msg_check_payload(&h, pkt + 1 + sizeof(h), nfds))
 		abort();
 	/* A short packet leaves the header to reply with all zero. */
 	if (len < sizeof(h) && (h.magic || h.version || h.type || h.len || h.seq))

@@ -212,8 +212,9 @@ void session_hold(struct poller *p, struct queue *q, const struct dp_desc *d, st
 	(void)s;
 	abort();
 }
+/* notif.c's notif_send (the control thread's NOTIFY_SEND): never here. */
 struct segment *session_any_member(struct session_cli *s)
 {
 	(void)s;
-	return NULL;
+	abort();
 }

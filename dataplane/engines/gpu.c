@@ -1,0 +1,1452 @@
+/* SPDX-License-Identifier: MIT */
+/* gpu.c - the service's CUDA code: devices, GPU regions, the GPU copy path.
+ * See gpu.h. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "notif.h"
+#include "fault.h"
+#include "gpu.h"
+#include "oplist.h"
+
+/* DP_MSG_REGION_REGISTER_CUDA: GPU memory, by its CUDA IPC handle. */
+static int gpu_region_by_ipc(struct region *reg, struct client *c, const void *payload, int *no_fds,
+			     unsigned nfds)
+{
+	int rc = gpu_region_open(reg, payload);
+
+	(void)c;
+	(void)no_fds;
+	(void)nfds;
+	return rc ? rc : (int)DP_ACCESS_RW;
+}
+
+/* DP_MSG_REGION_REGISTER_CUDA_VMM: GPU memory mapped with cuMemMap, by its
+ * pieces' shareable fds (one per piece: ctlmsg.c saw them come). */
+static int gpu_region_by_vmm(struct region *reg, struct client *c, const void *payload, int *fds,
+			     unsigned nfds)
+{
+	int rc;
+
+	(void)c;
+	(void)nfds;
+	rc = gpu_region_open_vmm(reg, payload, fds);
+	return rc ? rc : (int)DP_ACCESS_RW;
+}
+
+static const struct engine_region_msg gpu_region_msgs[] = {
+	{DP_MSG_REGION_REGISTER_CUDA, "GPU", gpu_region_by_ipc},
+	{DP_MSG_REGION_REGISTER_CUDA_VMM, "GPU (VMM)", gpu_region_by_vmm},
+	{0},
+};
+
+#ifndef DP_HAVE_CUDA
+
+static int gpu_init(void)
+{
+	log_info("gpu: built without CUDA; GPU registration answers ENODEV");
+	return 0;
+}
+
+int gpu_device_count(void)
+{
+	return 0;
+}
+
+int gpu_region_open(struct region *reg, const struct dp_msg_region_register_cuda *req)
+{
+	(void)reg;
+	(void)req;
+	return -ENODEV;
+}
+
+int gpu_region_ipc(const struct region *reg, struct dp_msg_region_register_cuda *out)
+{
+	(void)reg;
+	(void)out;
+	return -ENOTSUP;
+}
+
+int gpu_region_open_vmm(struct region *reg, const struct dp_msg_region_register_cuda_vmm *req,
+			int *fds)
+{
+	(void)reg;
+	for (uint32_t i = 0; i < req->npieces; i++)
+		close(fds[i]);
+	return -ENODEV;
+}
+
+int gpu_region_vmm(const struct region *reg, struct dp_msg_region_register_cuda_vmm *out, int *fds)
+{
+	(void)reg;
+	(void)out;
+	(void)fds;
+	return -ENOTSUP;
+}
+
+/* Unreachable: no REGION_CUDA region exists without CUDA. */
+static void gpu_submit(struct poller *p, const struct xfer *req)
+{
+	(void)p;
+	queue_complete_ns(req->q, req->user_data, req->submit_ns, -ENODEV, 0,
+			  DP_CQE_F_LOCAL | DP_CQE_F_GPU);
+}
+
+void *gpu_pinned_alloc(size_t len)
+{
+	(void)len;
+	return NULL;
+}
+
+void gpu_pinned_free(void *mem)
+{
+	(void)mem;
+}
+
+/* Unreachable: no REGION_CUDA region exists without CUDA. */
+int gpu_stage_copy(struct poller *p, int dev, void *dst, const void *src, size_t len,
+		   struct gpu_ticket *t)
+{
+	(void)p;
+	(void)dev;
+	(void)dst;
+	(void)src;
+	(void)len;
+	(void)t;
+	return -EIO;
+}
+
+int gpu_stage_poll(struct poller *p, struct gpu_ticket *t)
+{
+	(void)p;
+	(void)t;
+	return -EIO;
+}
+
+static int gpu_progress(struct poller *p)
+{
+	(void)p;
+	return 0;
+}
+
+static bool gpu_busy(const struct poller *p)
+{
+	(void)p;
+	return false;
+}
+
+const struct engine gpu_engine = {
+	.name = "gpu",
+	.init = gpu_init,
+	.submit = gpu_submit,
+	.progress = gpu_progress,
+	.busy = gpu_busy,
+	.region_msgs = gpu_region_msgs,
+};
+
+#else /* DP_HAVE_CUDA */
+
+#include <cuda.h> /* types of the driver entry points we look up */
+#include <cuda_runtime_api.h>
+
+#include "gpu_pages.h"
+#include "xfer_op.h"
+
+#define GPU_MAX_DEVICES 16
+enum { LANE_BULK, LANE_SMALL, GPU_LANES };
+
+_Static_assert(sizeof(cudaIpcMemHandle_t) ==
+		       sizeof(((struct dp_msg_region_register_cuda *)0)->handle),
+	       "the protocol carries a whole cudaIpcMemHandle_t");
+
+/*
+ * Batches of pages (docs/gpu.md "Batched pages"): GPU -> GPU copies of one
+ * device up to GPU_SMALL_MAX wait on their lane's pending list instead of
+ * going out one cudaMemcpyAsync each. The lane flushes it from
+ * gpu_progress, which runs right after the poller's drain in the same loop:
+ * one page is a cudaMemcpyAsync as before; more are one launch of the page
+ * kernel (gpu_pages.cu) over a table in pinned host memory, and one event
+ * for all. While GPU_BATCH_INFLIGHT flushes of the lane are running, the
+ * list keeps growing (a lone copy on an idle lane goes at once: P10), up to
+ * GPU_BATCH_MAX pages or GPU_BATCH_BYTES: a flush's kernel stays short, so
+ * another queue's copy on the lane waits for at most two of them.
+ */
+#define GPU_BATCH_MAX 1024u
+#define GPU_BATCH_BYTES (16ull << 20)
+#define GPU_BATCH_INFLIGHT 2u
+#define GPU_BATCH_TABS 8u /* page tables per lane, each reused once its launch is done */
+
+/* A copy on its way: the event recorded after it on its lane's stream.
+ * Copies of one flush share the event; the last of them (ev_owner) gives
+ * it back and frees the flush's page table. */
+struct gpu_op {
+	struct op_node node; /* first: its lane's list, or the free ops */
+	/* The descriptor and its references, held until the event fires;
+	 * o.flags: DP_CQE_F_GPU and the path's (struct xfer). */
+	struct xfer_op o;
+	cudaEvent_t ev;
+	int dev;
+	uint8_t lane;
+	bool ev_owner; /* the flush's last op: puts ev, ends the launch */
+	int8_t tab;    /* with ev_owner: the page table it used, or -1 */
+	void *dst;     /* pending pages: where from and to */
+	const void *src;
+};
+
+/* One stream and the copies on it, oldest first (= completion order). */
+struct gpu_lane {
+	cudaStream_t stream; /* created on first use, recreated after an error */
+	struct op_fifo ops;  /* on the stream */
+	/* Pages waiting for the lane's next flush, oldest first. */
+	struct op_fifo pend;
+	unsigned npend;
+	uint64_t pend_bytes;
+	unsigned launches;		      /* flushes whose event has not fired */
+	struct gpu_page *tab[GPU_BATCH_TABS]; /* pinned, mapped; made on first use */
+	bool tab_busy[GPU_BATCH_TABS];
+};
+
+struct gpu_dev {
+	struct gpu_lane lane[GPU_LANES];
+	cudaStream_t stage; /* the file engine's staging copies */
+	cudaEvent_t *pool;  /* idle events of this device */
+	unsigned npool, cap;
+};
+
+/* A copy waiting for the pinner to pin its host windows (pins_ready): the
+ * routed descriptor, its private copies, and references that keep its
+ * regions (and, with a notification, its segment) until it is issued. */
+struct gpu_wait {
+	struct op_node node; /* first: its poller's waiting list */
+	struct xfer x;
+	struct dp_desc d;
+	struct notif_req notify;
+	struct region *host;
+	const uint8_t *hp;
+};
+
+/* A poller's GPU state (poller->gpu), created at its first GPU copy. */
+struct gpu_poller {
+	struct gpu_dev dev[GPU_MAX_DEVICES];
+	struct op_pool free_ops;
+	unsigned pending;    /* on streams, and waiting */
+	struct op_fifo wait; /* oldest first */
+};
+
+typedef CUresult (*addr_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
+
+/* The driver's virtual memory calls, looked up like cuMemGetAddressRange
+ * (no -lcuda: a build with CUDA runs where there is no driver). */
+static struct {
+	CUresult (*import)(CUmemGenericAllocationHandle *h, void *os_handle,
+			   CUmemAllocationHandleType type);
+	CUresult (*export_fd)(void *shareable, CUmemGenericAllocationHandle h,
+			      CUmemAllocationHandleType type, unsigned long long flags);
+	CUresult (*reserve)(CUdeviceptr *ptr, size_t size, size_t align, CUdeviceptr addr,
+			    unsigned long long flags);
+	CUresult (*addr_free)(CUdeviceptr ptr, size_t size);
+	CUresult (*map)(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+			unsigned long long flags);
+	CUresult (*unmap)(CUdeviceptr ptr, size_t size);
+	CUresult (*set_access)(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+			       size_t count);
+	CUresult (*release)(CUmemGenericAllocationHandle h);
+	CUresult (*err_name)(CUresult err, const char **s);
+	bool ok; /* all found */
+} vmm;
+
+/* A GPU region's own state (eng[ENGINE_gpu] of a REGION_CUDA): how it was
+ * opened, kept for services of this host that map it too (samehost.c). */
+struct gpu_mem {
+	bool vmm;
+	struct dp_msg_region_register_cuda ipc;			/* IPC: as registered */
+	struct dp_msg_region_register_cuda_vmm desc;		/* VMM: as registered */
+	CUmemGenericAllocationHandle h[DP_CUDA_VMM_MAX_PIECES]; /* VMM: imported */
+};
+
+static int ndev;
+static cudaUUID_t uuids[GPU_MAX_DEVICES];
+static void pinner_start(void);
+static void vmm_lookup(void);
+static int prio_small, prio_bulk;
+static addr_range_fn addr_range;
+
+int gpu_device_count(void)
+{
+	return ndev;
+}
+
+static int gpu_init(void)
+{
+	enum cudaDriverEntryPointQueryResult q;
+	cudaError_t err;
+	int n = 0;
+
+	err = cudaGetDeviceCount(&n);
+	if (err != cudaSuccess || n <= 0) {
+		log_info("gpu: no CUDA device (%s); GPU registration answers ENODEV",
+			 err != cudaSuccess ? cudaGetErrorString(err) : "count is 0");
+		return 0;
+	}
+	/* The allocation of an IPC pointer bounds what a client may name; the
+	 * runtime has no call for it, the driver's is looked up (no -lcuda). */
+	err = cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", (void **)&addr_range, 12000,
+					       cudaEnableDefault, &q);
+	if (err != cudaSuccess || q != cudaDriverEntryPointSuccess || !addr_range) {
+		log_err("gpu: driver has no cuMemGetAddressRange; GPU registration disabled");
+		return 0;
+	}
+	vmm_lookup();
+	if (n > GPU_MAX_DEVICES) {
+		log_warn("gpu: %d devices, using the first %d", n, GPU_MAX_DEVICES);
+		n = GPU_MAX_DEVICES;
+	}
+	for (int i = 0; i < n; i++) {
+		struct cudaDeviceProp prop;
+
+		if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) {
+			log_err("gpu: device %d: cannot read its properties; GPU registration "
+				"disabled",
+				i);
+			return 0;
+		}
+		uuids[i] = prop.uuid;
+		log_info("gpu: device %d: %s, %zu MiB, pci %04x:%02x:%02x", i, prop.name,
+			 prop.totalGlobalMem >> 20, prop.pciDomainID, prop.pciBusID,
+			 prop.pciDeviceID);
+	}
+	cudaDeviceGetStreamPriorityRange(&prio_bulk, &prio_small);
+	/* Direct copies between GPUs instead of staging through the host. */
+	for (int i = 0; i < n; i++)
+		for (int j = 0; j < n; j++) {
+			int can = 0;
+
+			if (i == j || cudaDeviceCanAccessPeer(&can, i, j) != cudaSuccess || !can)
+				continue;
+			cudaSetDevice(i);
+			err = cudaDeviceEnablePeerAccess(j, 0);
+			if (err != cudaSuccess && err != cudaErrorPeerAccessAlreadyEnabled)
+				log_warn("gpu: peer access %d -> %d: %s", i, j,
+					 cudaGetErrorString(err));
+			else
+				log_info("gpu: peer access %d -> %d", i, j);
+		}
+	if (n > 1)
+		cudaSetDevice(0);
+	cudaGetLastError();
+	ndev = n;
+	pinner_start();
+	return 0;
+}
+
+/* Makes @dev current; returns the device to restore. */
+static int dev_enter(int dev)
+{
+	int prev = -1;
+
+	if (cudaGetDevice(&prev) != cudaSuccess || prev != dev)
+		cudaSetDevice(dev);
+	return prev;
+}
+
+static void dev_leave(int prev, int dev)
+{
+	if (prev >= 0 && prev != dev)
+		cudaSetDevice(prev);
+}
+
+static int device_by_uuid(const uint8_t *uuid)
+{
+	for (int i = 0; i < ndev; i++)
+		if (!memcmp(uuids[i].bytes, uuid, sizeof(uuids[i].bytes)))
+			return i;
+	return -1;
+}
+
+static void *driver_fn(const char *name)
+{
+	enum cudaDriverEntryPointQueryResult q;
+	void *fn = NULL;
+
+	if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) !=
+		    cudaSuccess ||
+	    q != cudaDriverEntryPointSuccess)
+		fn = NULL;
+	cudaGetLastError();
+	return fn;
+}
+
+static void vmm_lookup(void)
+{
+	vmm.import = driver_fn("cuMemImportFromShareableHandle");
+	vmm.export_fd = driver_fn("cuMemExportToShareableHandle");
+	vmm.reserve = driver_fn("cuMemAddressReserve");
+	vmm.addr_free = driver_fn("cuMemAddressFree");
+	vmm.map = driver_fn("cuMemMap");
+	vmm.unmap = driver_fn("cuMemUnmap");
+	vmm.set_access = driver_fn("cuMemSetAccess");
+	vmm.release = driver_fn("cuMemRelease");
+	vmm.err_name = driver_fn("cuGetErrorName");
+	vmm.ok = vmm.import && vmm.export_fd && vmm.reserve && vmm.addr_free && vmm.map &&
+		 vmm.unmap && vmm.set_access && vmm.release;
+	if (!vmm.ok)
+		log_warn("gpu: the driver lacks the virtual memory calls; VMM GPU registration "
+			 "answers ENODEV");
+}
+
+static const char *cu_err(CUresult r)
+{
+	const char *s = NULL;
+
+	if (!vmm.err_name || vmm.err_name(r, &s) != CUDA_SUCCESS || !s)
+		return "CUDA driver error";
+	return s;
+}
+
+/* The driver's calls need the device's primary context current: the
+ * runtime makes it so (and creates it) in cudaSetDevice. Returns the
+ * device to restore with dev_leave. */
+static int ctx_enter(int dev)
+{
+	int prev = -1;
+
+	if (cudaGetDevice(&prev) != cudaSuccess)
+		prev = -1;
+	cudaSetDevice(dev);
+	return prev;
+}
+
+/* Access for @dev, and for every device that can reach it as a peer
+ * (copies between GPUs run on the destination's streams; cuMemMap'ed
+ * memory does not follow cudaDeviceEnablePeerAccess). */
+static CUresult vmm_set_access(int dev, CUdeviceptr va, size_t len)
+{
+	CUmemAccessDesc a = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev},
+			     .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	CUresult cr = vmm.set_access(va, len, &a, 1);
+
+	for (int i = 0; cr == CUDA_SUCCESS && i < ndev; i++) {
+		int can = 0;
+		CUresult pr;
+
+		if (i == dev || cudaDeviceCanAccessPeer(&can, i, dev) != cudaSuccess || !can)
+			continue;
+		a.location.id = i;
+		pr = vmm.set_access(va, len, &a, 1);
+		if (pr != CUDA_SUCCESS)
+			log_warn("gpu: VMM region of device %d: no access for peer %d: %s", dev, i,
+				 cu_err(pr));
+	}
+	cudaGetLastError();
+	return cr;
+}
+
+/* Unmaps the first @mapped pieces of @m at @va, frees the range (when
+ * reserved) and releases the first @imported handles. */
+static void vmm_undo(struct gpu_mem *m, CUdeviceptr va, unsigned mapped, unsigned imported)
+{
+	const struct dp_msg_region_register_cuda_vmm *d = &m->desc;
+	const struct dp_cuda_vmm_piece *last = &d->piece[d->npieces - 1];
+
+	for (unsigned i = 0; i < mapped; i++)
+		vmm.unmap(va + d->piece[i].offset, d->piece[i].size);
+	if (va)
+		vmm.addr_free(va, last->offset + last->size);
+	for (unsigned i = 0; i < imported; i++)
+		vmm.release(m->h[i]);
+}
+
+int gpu_region_open_vmm(struct region *reg, const struct dp_msg_region_register_cuda_vmm *req,
+			int *fds)
+{
+	const struct dp_cuda_vmm_piece *last = &req->piece[req->npieces - 1];
+	const size_t total = last->offset + last->size;
+	unsigned imported = 0, mapped = 0;
+	const char *what = NULL;
+	CUresult cr = CUDA_SUCCESS;
+	CUdeviceptr va = 0;
+	struct gpu_mem *m;
+	int dev, prev, rc = 0;
+
+	dev = ndev && vmm.ok ? device_by_uuid(req->uuid) : -1;
+	if (dev < 0) {
+		if (ndev && vmm.ok)
+			log_warn("gpu: VMM registration names a device this service does not see "
+				 "(client's ordinal %d)",
+				 req->device);
+		rc = -ENODEV;
+		goto out_fds;
+	}
+	m = calloc(1, sizeof(*m));
+	if (!m) {
+		rc = -ENOMEM;
+		goto out_fds;
+	}
+	m->vmm = true;
+	m->desc = *req;
+	prev = ctx_enter(dev);
+	/* The driver checks each fd and, at cuMemMap, that the client's size
+	 * of a piece lies within its allocation: nothing the client says is
+	 * mapped beyond what it shared. */
+	for (; imported < req->npieces; imported++) {
+		cr = vmm.import(&m->h[imported], (void *)(uintptr_t)fds[imported],
+				CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+		if (cr != CUDA_SUCCESS) {
+			what = "cuMemImportFromShareableHandle";
+			goto undo;
+		}
+	}
+	cr = vmm.reserve(&va, total, 0, 0, 0);
+	if (cr != CUDA_SUCCESS) {
+		va = 0;
+		what = "cuMemAddressReserve";
+		goto undo;
+	}
+	for (; mapped < req->npieces; mapped++) {
+		cr = vmm.map(va + req->piece[mapped].offset, req->piece[mapped].size, 0,
+			     m->h[mapped], 0);
+		if (cr != CUDA_SUCCESS) {
+			what = "cuMemMap";
+			goto undo;
+		}
+	}
+	cr = vmm_set_access(dev, va, total);
+	if (cr != CUDA_SUCCESS) {
+		what = "cuMemSetAccess";
+		goto undo;
+	}
+	dev_leave(prev, dev);
+	reg->eng[ENGINE_gpu] = m;
+	reg->kind = REGION_CUDA;
+	reg->device = dev;
+	reg->fd = -1;
+	reg->map = (void *)(uintptr_t)va;
+	reg->map_len = total;
+	reg->base = (uint8_t *)reg->map + req->offset;
+	reg->len = req->len;
+	log_debug("gpu: mapped %u VMM pieces, %zu bytes, on device %d", req->npieces, total, dev);
+	goto out_fds;
+undo:
+	log_warn("gpu: VMM registration of %u pieces (%zu bytes) on device %d: %s (%u pieces "
+		 "imported, %u mapped): %s",
+		 req->npieces, total, dev, what, imported, mapped, cu_err(cr));
+	vmm_undo(m, va, mapped, imported);
+	dev_leave(prev, dev);
+	free(m);
+	rc = cr == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EINVAL;
+out_fds:
+	/* The imported handles hold the allocations; the fds are done. */
+	for (uint32_t i = 0; i < req->npieces; i++)
+		close(fds[i]);
+	return rc;
+}
+
+int gpu_region_vmm(const struct region *reg, struct dp_msg_region_register_cuda_vmm *out, int *fds)
+{
+	const struct gpu_mem *m = reg->kind == REGION_CUDA ? reg->eng[ENGINE_gpu] : NULL;
+	CUresult cr = CUDA_SUCCESS;
+	unsigned n = 0;
+	int prev;
+
+	if (!m || !m->vmm)
+		return -ENOTSUP;
+	prev = ctx_enter(reg->device);
+	for (; n < m->desc.npieces; n++) {
+		int fd = -1;
+
+		cr = vmm.export_fd(&fd, m->h[n], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+		if (cr != CUDA_SUCCESS)
+			break;
+		fds[n] = fd;
+	}
+	dev_leave(prev, reg->device);
+	if (cr != CUDA_SUCCESS) {
+		log_warn("gpu: cuMemExportToShareableHandle of piece %u of a VMM region: %s", n,
+			 cu_err(cr));
+		while (n)
+			close(fds[--n]);
+		return -ENOTSUP;
+	}
+	*out = m->desc;
+	return 0;
+}
+
+int gpu_region_open(struct region *reg, const struct dp_msg_region_register_cuda *req)
+{
+	struct gpu_mem *m;
+	cudaIpcMemHandle_t h;
+	CUdeviceptr base = 0;
+	size_t size = 0;
+	cudaError_t err;
+	void *ptr = NULL;
+	int dev, prev, rc = 0;
+
+	if (!ndev)
+		return -ENODEV;
+	dev = device_by_uuid(req->uuid);
+	if (dev < 0) {
+		log_warn("gpu: registration names a device this service does not see "
+			 "(client's ordinal %d)",
+			 req->device);
+		return -ENODEV;
+	}
+	memcpy(&h, req->handle, sizeof(h));
+	prev = dev_enter(dev);
+	err = cudaIpcOpenMemHandle(&ptr, h, cudaIpcMemLazyEnablePeerAccess);
+	if (err != cudaSuccess) {
+		log_warn("gpu: cudaIpcOpenMemHandle on device %d: %s", dev,
+			 cudaGetErrorString(err));
+		cudaGetLastError();
+		rc = -EINVAL;
+		goto out;
+	}
+	/* The client's word on the allocation's size is not trusted: a copy
+	 * past its end would fault the whole context. */
+	if (addr_range(&base, &size, (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS ||
+	    base != (CUdeviceptr)(uintptr_t)ptr || req->offset > size ||
+	    req->len > size - req->offset) {
+		log_warn("gpu: registration of %llu bytes at offset %llu exceeds the allocation "
+			 "(%zu)",
+			 (unsigned long long)req->len, (unsigned long long)req->offset, size);
+		cudaIpcCloseMemHandle(ptr);
+		rc = -EINVAL;
+		goto out;
+	}
+	/* Kept for services of this host that map it too (samehost.c). */
+	m = calloc(1, sizeof(*m));
+	if (!m) {
+		cudaIpcCloseMemHandle(ptr);
+		rc = -ENOMEM;
+		goto out;
+	}
+	m->ipc = *req;
+	reg->eng[ENGINE_gpu] = m;
+	reg->kind = REGION_CUDA;
+	reg->device = dev;
+	reg->fd = -1;
+	reg->map = ptr;
+	reg->map_len = size;
+	reg->base = (uint8_t *)ptr + req->offset;
+	reg->len = req->len;
+out:
+	dev_leave(prev, dev);
+	return rc;
+}
+
+int gpu_region_ipc(const struct region *reg, struct dp_msg_region_register_cuda *out)
+{
+	const struct gpu_mem *m = reg->kind == REGION_CUDA ? reg->eng[ENGINE_gpu] : NULL;
+
+	if (!m || m->vmm)
+		return -ENOTSUP;
+	*out = m->ipc;
+	return 0;
+}
+
+/* A VMM region's pieces unmapped, its range freed, its handles released
+ * (the memory goes back to the device once its owner released it too). */
+static void gpu_vmm_close(struct region *reg, struct gpu_mem *m)
+{
+	int prev = ctx_enter(reg->device);
+
+	vmm_undo(m, (CUdeviceptr)(uintptr_t)reg->map, m->desc.npieces, m->desc.npieces);
+	log_debug("gpu: unmapped the %u VMM pieces of %zu bytes on device %d", m->desc.npieces,
+		  reg->map_len, reg->device);
+	dev_leave(prev, reg->device);
+}
+
+static void gpu_ipc_close(struct region *reg)
+{
+	int prev = dev_enter(reg->device);
+	cudaError_t err = cudaIpcCloseMemHandle(reg->map);
+
+	if (err != cudaSuccess)
+		log_warn("gpu: cudaIpcCloseMemHandle on device %d: %s", reg->device,
+			 cudaGetErrorString(err));
+	else
+		log_debug("gpu: closed the IPC mapping of %zu bytes on device %d", reg->map_len,
+			  reg->device);
+	dev_leave(prev, reg->device);
+}
+
+/*
+ * Host memory that GPU copies touch is pinned (cudaHostRegister) so that
+ * cudaMemcpyAsync runs asynchronously, but only where copies touch it, a
+ * 64 MiB window at a time, and never on the control thread or a poller:
+ * pinning 4 GiB at registration took seconds during which every client's
+ * control calls waited. A GPU copy that meets a window not yet
+ * pinned queues it for the pinner thread and runs pageable meanwhile;
+ * copies are split at window boundaries so that CUDA never sees a range
+ * that is half registered. At most PIN_MAX_FRACTION of the machine's
+ * memory is pinned this way; beyond it, windows stay pageable.
+ */
+/* 64 MiB: a copy is one cudaMemcpyAsync per window it touches, and 64
+ * calls for a 1 GiB copy (16 MiB windows) held the poller ~160 us, which a
+ * bystander's 4 KiB copy waited out (gpu_fairness on the H200). */
+#define PIN_WIN_SHIFT 26
+#define PIN_WIN ((size_t)1 << PIN_WIN_SHIFT)
+#define PIN_MAX_FRACTION 4 /* a quarter of physical memory */
+enum { PIN_NONE, PIN_QUEUED, PIN_DONE, PIN_REFUSED };
+
+struct gpu_pins {
+	size_t nwin;
+	_Atomic uint8_t st[]; /* per window */
+};
+
+struct pin_req {
+	struct op_node node; /* first: the pinner's requests */
+	struct region *reg;  /* a reference, dropped once pinned */
+	size_t win;
+};
+
+static struct {
+	pthread_t thread;
+	bool running, stop;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct op_fifo reqs;
+	uint64_t pinned, max; /* bytes */
+} pinner = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+static size_t win_len(const struct region *reg, size_t w)
+{
+	size_t off = w << PIN_WIN_SHIFT;
+
+	return reg->map_len - off < PIN_WIN ? reg->map_len - off : PIN_WIN;
+}
+
+static void *pinner_main(void *arg)
+{
+	(void)arg;
+	cudaSetDevice(0);
+	pthread_mutex_lock(&pinner.lock);
+	for (;;) {
+		struct pin_req *q;
+		struct gpu_pins *pins;
+		size_t len;
+		cudaError_t err = cudaSuccess;
+		bool over;
+
+		while (op_fifo_empty(&pinner.reqs) && !pinner.stop)
+			pthread_cond_wait(&pinner.cond, &pinner.lock);
+		q = (struct pin_req *)op_fifo_pop(&pinner.reqs);
+		if (!q)
+			break;
+		pins = q->reg->eng[ENGINE_gpu];
+		len = win_len(q->reg, q->win);
+		over = pinner.stop || pinner.pinned + len > pinner.max;
+		if (!over)
+			pinner.pinned += len;
+		pthread_mutex_unlock(&pinner.lock);
+		if (!over)
+			err = cudaHostRegister((uint8_t *)q->reg->map + (q->win << PIN_WIN_SHIFT),
+					       len, cudaHostRegisterPortable);
+		if (!over && err != cudaSuccess) {
+			log_warn(
+				"gpu: cudaHostRegister of a %zu-byte window: %s; copies through it "
+				"stay pageable",
+				len, cudaGetErrorString(err));
+			cudaGetLastError();
+		}
+		atomic_store_explicit(&pins->st[q->win],
+				      !over && err == cudaSuccess ? PIN_DONE : PIN_REFUSED,
+				      memory_order_release);
+		pthread_mutex_lock(&pinner.lock);
+		if (!over && err != cudaSuccess)
+			pinner.pinned -= len;
+		pthread_mutex_unlock(&pinner.lock);
+		/* May be the last reference: the region is then released
+		 * here, its windows unregistered (gpu_region_release). */
+		region_put(q->reg);
+		free(q);
+		pthread_mutex_lock(&pinner.lock);
+	}
+	pthread_mutex_unlock(&pinner.lock);
+	return NULL;
+}
+
+static void pinner_start(void)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+
+	pinner.max = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / PIN_MAX_FRACTION
+					  : (uint64_t)1 << 32;
+	if (pthread_create(&pinner.thread, NULL, pinner_main, NULL)) {
+		log_warn("gpu: no pinner thread; copies with host memory stay pageable");
+		return;
+	}
+	pinner.running = true;
+}
+
+static void pinner_stop(void)
+{
+	if (!pinner.running)
+		return;
+	pthread_mutex_lock(&pinner.lock);
+	pinner.stop = true;
+	pthread_cond_signal(&pinner.cond);
+	pthread_mutex_unlock(&pinner.lock);
+	pthread_join(pinner.thread, NULL);
+	pinner.running = false;
+}
+
+static void gpu_fini(void)
+{
+	pinner_stop();
+}
+
+/* Poller: the windows of host region @reg that [p, p + len) touches are
+ * pinned, or queued for the pinner now (false). */
+static bool pins_ready(struct region *reg, const uint8_t *p, size_t len)
+{
+	struct gpu_pins *pins = reg->eng[ENGINE_gpu];
+	size_t w0, w1;
+	bool ready = true;
+
+	if (!pins || !len || !pinner.running)
+		return true;
+	w0 = (size_t)(p - (const uint8_t *)reg->map) >> PIN_WIN_SHIFT;
+	w1 = (size_t)(p + len - 1 - (const uint8_t *)reg->map) >> PIN_WIN_SHIFT;
+	for (size_t w = w0; w <= w1 && w < pins->nwin; w++) {
+		uint8_t st = atomic_load_explicit(&pins->st[w], memory_order_acquire);
+		struct pin_req *q;
+
+		if (st == PIN_DONE || st == PIN_REFUSED)
+			continue;
+		ready = false;
+		if (st != PIN_NONE || !pinner.running ||
+		    !atomic_compare_exchange_strong(&pins->st[w], &st, PIN_QUEUED))
+			continue;
+		q = malloc(sizeof(*q));
+		if (!q) {
+			atomic_store(&pins->st[w], PIN_NONE);
+			continue;
+		}
+		atomic_fetch_add(&reg->refs, 1);
+		*q = (struct pin_req){.reg = reg, .win = w};
+		pthread_mutex_lock(&pinner.lock);
+		op_fifo_push(&pinner.reqs, &q->node);
+		pthread_cond_signal(&pinner.cond);
+		pthread_mutex_unlock(&pinner.lock);
+	}
+	return ready;
+}
+
+/* Control thread: host regions get their (empty) window table; nothing is
+ * pinned until a GPU copy touches it. */
+static int gpu_region_pin(struct region *reg)
+{
+	size_t nwin;
+	struct gpu_pins *pins;
+
+	if (!ndev || reg->kind != REGION_HOST || !reg->map_len)
+		return 0;
+	nwin = (reg->map_len + PIN_WIN - 1) >> PIN_WIN_SHIFT;
+	pins = calloc(1, sizeof(*pins) + nwin);
+	if (!pins)
+		return 0; /* pageable copies */
+	pins->nwin = nwin;
+	reg->eng[ENGINE_gpu] = pins;
+	return 0;
+}
+
+/* Host regions: the windows that were pinned, unpinned (no copy and no
+ * queued pin is left: each holds a reference). GPU regions: the IPC
+ * mapping, or the VMM pieces' mapping, which is the region itself, closed
+ * after the fabric dropped its registration. */
+static void gpu_region_release(struct region *reg)
+{
+	struct gpu_pins *pins = reg->eng[ENGINE_gpu];
+
+	if (reg->kind == REGION_CUDA) {
+		struct gpu_mem *m = reg->eng[ENGINE_gpu];
+
+		if (m && m->vmm)
+			gpu_vmm_close(reg, m);
+		else
+			gpu_ipc_close(reg);
+		free(m);
+		reg->eng[ENGINE_gpu] = NULL;
+		return;
+	}
+	if (!pins)
+		return;
+	for (size_t w = 0; w < pins->nwin; w++)
+		if (atomic_load(&pins->st[w]) == PIN_DONE) {
+			cudaHostUnregister((uint8_t *)reg->map + (w << PIN_WIN_SHIFT));
+			pthread_mutex_lock(&pinner.lock);
+			pinner.pinned -= win_len(reg, w);
+			pthread_mutex_unlock(&pinner.lock);
+		}
+	free(pins);
+	reg->eng[ENGINE_gpu] = NULL;
+}
+
+/* cudaMemcpyAsync, split at the pin windows of the host side (region
+ * @host, where the copy's host bytes start at @h; NULL when both sides are
+ * GPU memory) so that no piece is half registered. */
+static cudaError_t copy_split(void *dst, const void *src, size_t len, const struct region *host,
+			      const uint8_t *h, cudaStream_t s)
+{
+	size_t done = 0;
+
+	if (!host || !host->eng[ENGINE_gpu])
+		return cudaMemcpyAsync(dst, src, len, cudaMemcpyDefault, s);
+	while (done < len) {
+		size_t off = (size_t)(h + done - (const uint8_t *)host->map);
+		size_t n = PIN_WIN - (off & (PIN_WIN - 1));
+		cudaError_t err;
+
+		if (n > len - done)
+			n = len - done;
+		err = cudaMemcpyAsync((uint8_t *)dst + done, (const uint8_t *)src + done, n,
+				      cudaMemcpyDefault, s);
+		if (err != cudaSuccess)
+			return err;
+		done += n;
+	}
+	return cudaSuccess;
+}
+
+/* ---- the copy path (one poller) ---- */
+
+static struct gpu_poller *gpu_poller_get(struct poller *p)
+{
+	if (!p->eng[ENGINE_gpu])
+		p->eng[ENGINE_gpu] = calloc(1, sizeof(struct gpu_poller));
+	return p->eng[ENGINE_gpu];
+}
+
+static cudaEvent_t event_get(struct gpu_dev *d)
+{
+	cudaEvent_t ev;
+
+	if (d->npool)
+		return d->pool[--d->npool];
+	if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess)
+		return NULL;
+	return ev;
+}
+
+static void event_put(struct gpu_dev *d, cudaEvent_t ev)
+{
+	if (d->npool == d->cap) {
+		unsigned cap = d->cap ? 2 * d->cap : 64;
+		cudaEvent_t *pool = realloc(d->pool, cap * sizeof(*pool));
+
+		if (!pool) {
+			cudaEventDestroy(ev);
+			return;
+		}
+		d->pool = pool;
+		d->cap = cap;
+	}
+	d->pool[d->npool++] = ev;
+}
+
+/* Drops a stream that saw an error. cudaStreamDestroy returns at once and
+ * frees the stream when its work is done; the events already recorded on
+ * it stay valid, so the copies behind the failed one still complete. The
+ * next copy on the lane gets a fresh stream. */
+static void lane_reset(struct gpu_lane *l)
+{
+	if (l->stream)
+		cudaStreamDestroy(l->stream);
+	l->stream = NULL;
+	cudaGetLastError();
+}
+
+static void op_finish(struct poller *p, struct gpu_poller *g, struct gpu_op *op, int status)
+{
+	struct gpu_dev *d = &g->dev[op->dev];
+
+	/* The event fired: the bytes are in place for any stream and for the
+	 * host. */
+	xfer_op_finish(p, &op->o, status);
+	if (op->ev_owner) {
+		struct gpu_lane *l = &d->lane[op->lane];
+
+		if (op->ev)
+			event_put(d, op->ev);
+		if (op->tab >= 0)
+			l->tab_busy[op->tab] = false;
+		l->launches--;
+	}
+	op_pool_put(&g->free_ops, &op->node);
+	g->pending--;
+}
+
+/* Fills @op for @req, takes its references (xfer_op_keep: kept until the
+ * op finishes) and counts it in flight. */
+static void op_init(struct gpu_op *op, const struct xfer *req, int dev, uint32_t flags)
+{
+	*op = (struct gpu_op){.dev = dev, .tab = -1, .dst = req->dst, .src = req->src};
+	xfer_op_keep(&op->o, req, flags);
+}
+
+/* A GPU -> GPU page of one device joins its lane's pending list; the lane
+ * flushes it from gpu_progress (lane_flush). */
+static void page_queue(struct poller *p, struct gpu_poller *g, struct gpu_lane *l,
+		       struct gpu_op *op, const struct xfer *req, int dev, uint32_t flags)
+{
+	op_init(op, req, dev, flags);
+	op->lane = LANE_SMALL;
+	g->pending++;
+	op_fifo_push(&l->pend, &op->node);
+	l->npend++;
+	l->pend_bytes += req->len;
+	engine_kick(p, ENGINE_gpu);
+}
+
+/* A free page table of @l (made on first use: pinned, mapped, portable),
+ * or -1: none free, or pinned memory refused. */
+static int tab_get(struct gpu_lane *l)
+{
+	for (unsigned i = 0; i < GPU_BATCH_TABS; i++) {
+		if (l->tab_busy[i])
+			continue;
+		if (!l->tab[i] &&
+		    cudaHostAlloc((void **)&l->tab[i], GPU_BATCH_MAX * sizeof(struct gpu_page),
+				  cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
+			l->tab[i] = NULL;
+			cudaGetLastError();
+			return -1;
+		}
+		return (int)i;
+	}
+	return -1;
+}
+
+/*
+ * Sends the lane's pending pages (up to GPU_BATCH_MAX of them) to its
+ * stream: one cudaMemcpyAsync for one page or when no page table is free,
+ * else one launch of the page kernel; then one event that completes them all
+ * (the last op owns it). A failure fails every op of the flush with -EIO and
+ * resets the lane, as a failed copy does. Returns the ops flushed.
+ */
+static int lane_flush(struct poller *p, struct gpu_poller *g, int dev, struct gpu_lane *l)
+{
+	struct gpu_dev *d = &g->dev[dev];
+	struct op_fifo batch = {0};
+	struct op_node *nd;
+	struct gpu_op *op, *last;
+	unsigned n = 0;
+	uint64_t bytes = 0;
+	cudaError_t err = cudaSuccess;
+	cudaEvent_t ev = NULL;
+	int tab = -1, prev;
+
+	while (n < GPU_BATCH_MAX && (nd = op_fifo_pop(&l->pend))) {
+		op_fifo_push(&batch, nd);
+		bytes += ((struct gpu_op *)nd)->o.len;
+		n++;
+	}
+	last = (struct gpu_op *)batch.tail;
+	l->npend -= n;
+	l->pend_bytes -= bytes;
+
+	prev = dev_enter(dev);
+	if (!l->stream)
+		err = cudaStreamCreateWithPriority(&l->stream, cudaStreamNonBlocking, prio_small);
+	if (err == cudaSuccess && !(ev = event_get(d)))
+		err = cudaErrorMemoryAllocation;
+	if (err == cudaSuccess && n > 1)
+		tab = tab_get(l);
+	if (err == cudaSuccess && tab >= 0) {
+		struct gpu_page *t = l->tab[tab];
+		unsigned i = 0;
+
+		for (nd = batch.head; nd; nd = nd->next, i++) {
+			op = (struct gpu_op *)nd;
+			t[i] = (struct gpu_page){.src = (uintptr_t)op->src,
+						 .dst = (uintptr_t)op->dst,
+						 .len = op->o.len};
+		}
+		/* The kernel reads the table through its mapping (UVA: the
+		 * same address); the launch is ordered after these stores. */
+		err = DP_FAULT_CUDA(gpu_pages_launch(t, n, l->stream));
+	} else if (err == cudaSuccess) {
+		for (nd = batch.head; nd && err == cudaSuccess; nd = nd->next) {
+			op = (struct gpu_op *)nd;
+			err = DP_FAULT_CUDA(cudaMemcpyAsync(op->dst, op->src, op->o.len,
+							    cudaMemcpyDefault, l->stream));
+		}
+	}
+	if (err == cudaSuccess && (err = cudaEventRecord(ev, l->stream)) != cudaSuccess)
+		/* Queued but untracked: no copy may outlive the references. */
+		cudaStreamSynchronize(l->stream);
+	if (err != cudaSuccess) {
+		log_err("gpu: batch of %u pages (%llu bytes) on device %d (gpu -> gpu): %s", n,
+			(unsigned long long)bytes, dev, cudaGetErrorString(err));
+		if (ev)
+			event_put(d, ev);
+		lane_reset(l);
+		dev_leave(prev, dev);
+		while ((nd = op_fifo_pop(&batch)))
+			op_finish(p, g, (struct gpu_op *)nd, -EIO);
+		return (int)n;
+	}
+	dev_leave(prev, dev);
+	for (nd = batch.head; nd; nd = nd->next)
+		((struct gpu_op *)nd)->ev = ev;
+	last->ev_owner = true;
+	last->tab = (int8_t)tab;
+	l->launches++;
+	op_fifo_append(&l->ops, &batch);
+	return (int)n;
+}
+
+/* Flushes the lanes whose pages may go: a lane with fewer than
+ * GPU_BATCH_INFLIGHT flushes running, or a full batch waiting. */
+static int pages_flush(struct poller *p, struct gpu_poller *g)
+{
+	int n = 0;
+
+	for (int dev = 0; dev < ndev; dev++) {
+		struct gpu_lane *l = &g->dev[dev].lane[LANE_SMALL];
+
+		while (l->npend && (l->launches < GPU_BATCH_INFLIGHT || l->npend >= GPU_BATCH_MAX ||
+				    l->pend_bytes >= GPU_BATCH_BYTES))
+			n += lane_flush(p, g, dev, l);
+	}
+	return n;
+}
+
+/* Issues a routed copy on its lane's stream (its host windows pinned, or
+ * refused by the pinner's cap: pageable then). */
+static void gpu_issue(struct poller *p, const struct xfer *req)
+{
+	const uint32_t flags = req->path | DP_CQE_F_GPU;
+	struct gpu_poller *g = gpu_poller_get(p);
+	const struct region *rdst, *rsrc;
+	struct gpu_lane *l;
+	struct gpu_dev *d;
+	struct gpu_op *op;
+	cudaEvent_t ev;
+	cudaError_t err;
+	int dev, prev;
+
+	if (!req->len) {
+		if (req->notify)
+			notif_deliver(p, req->seg, req->notify);
+		queue_complete_ns(req->q, req->user_data, req->submit_ns, 0, 0, flags);
+		return;
+	}
+	op = g ? op_pool_get(&g->free_ops, sizeof(*op)) : NULL;
+	if (!op) {
+		queue_complete_ns(req->q, req->user_data, req->submit_ns, -ENOMEM, 0, flags);
+		return;
+	}
+	/* WRITE copies local -> target, READ target -> local. */
+	rdst = req->d->opcode == DP_OP_WRITE ? req->rb : req->ra;
+	rsrc = rdst == req->ra ? req->rb : req->ra;
+	dev = rdst->kind == REGION_CUDA ? rdst->device : rsrc->device;
+	d = &g->dev[dev];
+	l = &d->lane[req->len <= GPU_SMALL_MAX ? LANE_SMALL : LANE_BULK];
+	if (l == &d->lane[LANE_SMALL] && rdst->kind == REGION_CUDA && rsrc->kind == REGION_CUDA &&
+	    rdst->device == rsrc->device) {
+		page_queue(p, g, l, op, req, dev, flags);
+		return;
+	}
+
+	prev = dev_enter(dev);
+	err = cudaSuccess;
+	if (!l->stream)
+		err = cudaStreamCreateWithPriority(&l->stream, cudaStreamNonBlocking,
+						   l == &d->lane[LANE_SMALL] ? prio_small
+									     : prio_bulk);
+	ev = err == cudaSuccess ? event_get(d) : NULL;
+	if (err == cudaSuccess && !ev)
+		err = cudaErrorMemoryAllocation;
+	if (err == cudaSuccess) {
+		/* The host side, if any: its windows pinned, or queued. */
+		struct region *host = rdst->kind == REGION_HOST	  ? (struct region *)rdst
+				      : rsrc->kind == REGION_HOST ? (struct region *)rsrc
+								  : NULL;
+
+		const uint8_t *hp = host == rdst ? req->dst : req->src;
+
+		err = DP_FAULT_CUDA(copy_split(req->dst, req->src, req->len, host, hp, l->stream));
+	}
+	if (err == cudaSuccess) {
+		err = cudaEventRecord(ev, l->stream);
+		/* The copy was queued but cannot be tracked: wait for it (an
+		 * error path) so that no DMA outlives the region references. */
+		if (err != cudaSuccess)
+			cudaStreamSynchronize(l->stream);
+	}
+	if (err != cudaSuccess) {
+		log_err("gpu: copy of %llu bytes on device %d (%s -> %s): %s",
+			(unsigned long long)req->len, dev,
+			rsrc->kind == REGION_CUDA ? "gpu" : "host",
+			rdst->kind == REGION_CUDA ? "gpu" : "host", cudaGetErrorString(err));
+		if (ev)
+			event_put(d, ev);
+		lane_reset(l);
+		dev_leave(prev, dev);
+		op_pool_put(&g->free_ops, &op->node);
+		queue_complete_ns(req->q, req->user_data, req->submit_ns, -EIO, 0, flags);
+		return;
+	}
+	dev_leave(prev, dev);
+
+	op_init(op, req, dev, flags);
+	g->pending++;
+	op->ev = ev;
+	op->lane = (uint8_t)(l - d->lane);
+	op->ev_owner = true;
+	l->launches++;
+	op_fifo_push(&l->ops, &op->node);
+	engine_kick(p, ENGINE_gpu);
+}
+
+/*
+ * A copy with host memory whose 16 MiB windows are not pinned yet waits for
+ * the pinner (a pageable cudaMemcpyAsync would hold the poller for the
+ * whole copy: a 1 GiB one delayed a bystander's 4 KiB copy from 20 us to
+ * 285 us on the H200); every other copy goes at once.
+ */
+static void gpu_submit(struct poller *p, const struct xfer *req)
+{
+	struct gpu_poller *g = gpu_poller_get(p);
+	const struct region *rdst = req->d->opcode == DP_OP_WRITE ? req->rb : req->ra;
+	const struct region *rsrc = rdst == req->ra ? req->rb : req->ra;
+	struct region *host = rdst->kind == REGION_HOST	  ? (struct region *)rdst
+			      : rsrc->kind == REGION_HOST ? (struct region *)rsrc
+							  : NULL;
+	const uint8_t *hp = host == rdst ? req->dst : req->src;
+	struct gpu_wait *w;
+
+	if (!g || !host || !req->len || pins_ready(host, hp, req->len)) {
+		gpu_issue(p, req);
+		return;
+	}
+	w = malloc(sizeof(*w));
+	if (!w) {
+		gpu_issue(p, req); /* pageable, but moved */
+		return;
+	}
+	w->x = *req;
+	w->d = *req->d;
+	w->x.d = &w->d;
+	w->host = host;
+	w->hp = hp;
+	/* Alive in this loop (QSBR); the references keep them until issue. */
+	atomic_fetch_add(&req->ra->refs, 1);
+	atomic_fetch_add(&req->rb->refs, 1);
+	if (req->notify) {
+		notif_req_move(&w->notify, req->notify);
+		w->x.notify = &w->notify;
+		atomic_fetch_add(&req->seg->refs, 1);
+	}
+	req->q->inflight++;
+	op_fifo_push(&g->wait, &w->node);
+	g->pending++;
+	engine_kick(p, ENGINE_gpu);
+}
+
+/* Waiting copies whose windows are ready, oldest first, go to their
+ * streams; one still waiting keeps those behind it waiting (order). */
+static int gpu_issue_waiting(struct poller *p, struct gpu_poller *g)
+{
+	struct gpu_wait *w;
+	int n = 0;
+
+	while ((w = (struct gpu_wait *)g->wait.head) && pins_ready(w->host, w->hp, w->x.len)) {
+		op_fifo_pop(&g->wait);
+		g->pending--;
+		w->x.q->inflight--;
+		gpu_issue(p, &w->x);
+		region_put(w->x.ra);
+		region_put(w->x.rb);
+		if (w->x.notify) {
+			notif_req_release(&w->notify); /* gpu_issue failed it */
+			segment_put(w->x.seg);
+		}
+		free(w);
+		n++;
+	}
+	return n;
+}
+
+static int gpu_progress(struct poller *p)
+{
+	struct gpu_poller *g = p->eng[ENGINE_gpu];
+	int done = 0;
+
+	if (!g || !g->pending)
+		return 0;
+	if (!op_fifo_empty(&g->wait))
+		done += gpu_issue_waiting(p, g);
+	pages_flush(p, g);
+	for (int dev = 0; dev < ndev; dev++) {
+		for (int i = 0; i < GPU_LANES; i++) {
+			struct gpu_lane *l = &g->dev[dev].lane[i];
+			struct gpu_op *op;
+
+			while ((op = (struct gpu_op *)l->ops.head)) {
+				cudaError_t err = DP_FAULT_CUDA_DONE(cudaEventQuery(op->ev));
+
+				if (err == cudaErrorNotReady)
+					break;
+				op_fifo_pop(&l->ops);
+				if (err != cudaSuccess) {
+					log_err("gpu: copy of %llu bytes on device %d failed: %s",
+						(unsigned long long)op->o.len, dev,
+						cudaGetErrorString(err));
+					lane_reset(l);
+				}
+				op_finish(p, g, op, err == cudaSuccess ? 0 : -EIO);
+				done++;
+			}
+		}
+	}
+	/* Flushes that ended free their lanes for the pages waiting. */
+	pages_flush(p, g);
+	return done;
+}
+
+static bool gpu_busy(const struct poller *p)
+{
+	const struct gpu_poller *g = p->eng[ENGINE_gpu];
+
+	return g && g->pending;
+}
+
+/* At shutdown, copies already queued on a stream finish (they cannot be
+ * called back): wait for each, completing it. */
+static void gpu_drain(struct poller *p)
+{
+	while (gpu_busy(p))
+		gpu_progress(p);
+}
+
+static void gpu_poller_free(struct poller *p)
+{
+	struct gpu_poller *g = p->eng[ENGINE_gpu];
+
+	if (!g)
+		return;
+	for (int dev = 0; dev < ndev; dev++) {
+		struct gpu_dev *d = &g->dev[dev];
+
+		for (int i = 0; i < GPU_LANES; i++) {
+			if (d->lane[i].stream)
+				cudaStreamDestroy(d->lane[i].stream);
+			for (unsigned t = 0; t < GPU_BATCH_TABS; t++)
+				if (d->lane[i].tab[t])
+					cudaFreeHost(d->lane[i].tab[t]);
+		}
+		if (d->stage)
+			cudaStreamDestroy(d->stage);
+		for (unsigned i = 0; i < d->npool; i++)
+			cudaEventDestroy(d->pool[i]);
+		free(d->pool);
+	}
+	op_pool_free(&g->free_ops);
+	free(g);
+	p->eng[ENGINE_gpu] = NULL;
+}
+
+/* ---- staging for the file engine (one poller) ---- */
+
+void *gpu_pinned_alloc(size_t len)
+{
+	void *mem = NULL;
+	cudaError_t err;
+
+	if (!ndev)
+		return NULL;
+	err = cudaHostAlloc(&mem, len, cudaHostAllocPortable);
+	if (err != cudaSuccess) {
+		log_warn("gpu: cudaHostAlloc of %zu bytes: %s", len, cudaGetErrorString(err));
+		cudaGetLastError();
+		return NULL;
+	}
+	return mem;
+}
+
+void gpu_pinned_free(void *mem)
+{
+	if (mem)
+		cudaFreeHost(mem);
+}
+
+int gpu_stage_copy(struct poller *p, int dev, void *dst, const void *src, size_t len,
+		   struct gpu_ticket *t)
+{
+	struct gpu_poller *g = gpu_poller_get(p);
+	cudaEvent_t ev = NULL;
+	cudaError_t err = cudaErrorMemoryAllocation;
+	struct gpu_dev *d;
+	int prev;
+
+	if (!g)
+		return -EIO;
+	d = &g->dev[dev];
+	prev = dev_enter(dev);
+	if (d->stage || (err = cudaStreamCreateWithPriority(&d->stage, cudaStreamNonBlocking,
+							    prio_bulk)) == cudaSuccess) {
+		ev = event_get(d);
+		err = ev ? DP_FAULT_CUDA(
+				   cudaMemcpyAsync(dst, src, len, cudaMemcpyDefault, d->stage))
+			 : cudaErrorMemoryAllocation;
+		if (err == cudaSuccess && (err = cudaEventRecord(ev, d->stage)) != cudaSuccess)
+			/* Queued but untracked: no DMA may outlive the buffers. */
+			cudaStreamSynchronize(d->stage);
+	}
+	if (err != cudaSuccess) {
+		log_err("gpu: staging copy of %zu bytes on device %d: %s", len, dev,
+			cudaGetErrorString(err));
+		if (ev)
+			event_put(d, ev);
+		if (d->stage)
+			cudaStreamDestroy(d->stage);
+		d->stage = NULL;
+		cudaGetLastError();
+		dev_leave(prev, dev);
+		return -EIO;
+	}
+	dev_leave(prev, dev);
+	t->ev = ev;
+	t->dev = dev;
+	return 0;
+}
+
+int gpu_stage_poll(struct poller *p, struct gpu_ticket *t)
+{
+	struct gpu_dev *d = &((struct gpu_poller *)p->eng[ENGINE_gpu])->dev[t->dev];
+	cudaError_t err = DP_FAULT_CUDA_DONE(cudaEventQuery(t->ev));
+
+	if (err == cudaErrorNotReady)
+		return 0;
+	event_put(d, t->ev);
+	t->ev = NULL;
+	if (err == cudaSuccess)
+		return 1;
+	log_err("gpu: staging copy on device %d failed: %s", t->dev, cudaGetErrorString(err));
+	if (d->stage)
+		cudaStreamDestroy(d->stage);
+	d->stage = NULL;
+	cudaGetLastError();
+	return -EIO;
+}
+
+const struct engine gpu_engine = {
+	.name = "gpu",
+	.init = gpu_init,
+	.fini = gpu_fini,
+	.submit = gpu_submit,
+	.progress = gpu_progress,
+	.busy = gpu_busy,
+	.cancel_all = gpu_drain,
+	.poller_free = gpu_poller_free,
+	.region_msgs = gpu_region_msgs,
+	.region_open = gpu_region_pin,
+	.region_close = gpu_region_release,
+};
+
+#endif /* DP_HAVE_CUDA */

@@ -1,0 +1,449 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * vm.c - the vm engine: memory a client process already has (malloc'd
+ * memory, a numpy array, a torch CPU tensor; dp_register_mem), which the
+ * service cannot map. It reads and writes it with process_vm_readv and
+ * process_vm_writev: one system call per slice, none in the client.
+ *
+ * A REGION_VM names a range of the address space of the process that
+ * opened the client's connection, held by a pidfd taken at registration
+ * (SO_PEERPIDFD; pidfd_open of the SO_PEERCRED pid on kernels before 6.5).
+ * process_vm_* take a pid, not a pidfd: before it touches a process the
+ * engine asks the pidfd whether its pid is still that process
+ * (pidfd_send_signal, signal 0: -ESRCH once it was reaped, after which its
+ * pid could be recycled), at most once per process per poller every
+ * ALIVE_NS: a pid is reused only after the kernel has handed out every
+ * other one (pid_max, 32768 at the least), which takes far longer. A
+ * range the process unmapped fails its descriptor with -EFAULT, never a
+ * signal here: the kernel's copy reports the fault.
+ *
+ * What it moves: a VM region on either side and host memory of this
+ * service (a host region, or another service's export mapped here) on the
+ * other, or a VM region on both (two calls per slice through a bounce
+ * buffer of the poller). A VM region of another service's client on this
+ * host is one too: that service passed the client's pidfd (samehost.c,
+ * vm.h), and completions say DP_CQE_F_SAME_HOST. Anything else with a VM
+ * region in it is -ENOTSUP: GPU memory, files. Over the fabric a VM
+ * region is staged (stage.c, with vm_region_copy): ours through our bounce
+ * buffers, an export of ours by its owner's. Copies up to --inline-max run
+ * in submit; larger ones go --copy-chunk at a time, round robin, as the
+ * host engine's do (host.c). docs/architecture.md, "Memory of a client
+ * process".
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "engine.h"
+#include "notif.h"
+#include "oplist.h"
+#include "vm.h"
+#include "xfer_op.h"
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77 /* Linux 6.5; Debian 12's headers predate it */
+#endif
+
+/* As host.c: about 1 MiB per poller loop with the default chunk. */
+#define STEPS_PER_LOOP 4
+/* Processes whose liveness one poller remembers, and for how long. */
+#define ALIVE_SLOTS 8
+#define ALIVE_NS 100000u
+
+/* A REGION_VM's state (reg->eng[ENGINE_vm]). */
+struct vm_mem {
+	int pidfd;
+	pid_t pid;
+	uint64_t addr; /* byte 0 of the region, in that process */
+};
+
+/* One side of a transfer: client memory (vm set) or host memory here. */
+struct vm_end {
+	const struct vm_mem *vm;
+	uint64_t addr; /* vm: the address in that process */
+	uint8_t *host; /* otherwise: the address here */
+};
+
+/* A copy larger than inline_max, not finished yet. */
+struct vm_op {
+	struct op_node node; /* first: its vm_poller's list */
+	struct xfer_op o;    /* the descriptor, its references (o.len: the bytes) */
+	struct vm_end src, dst;
+	uint64_t done;
+};
+
+/* A poller's pending copies (p->eng[ENGINE_vm]), spare ops, the bounce
+ * buffer of VM <-> VM copies (cfg.chunk bytes, made at the first), and the
+ * processes found alive, when. */
+struct vm_poller {
+	struct op_list ops; /* first: oplist.h's op_engine_* calls */
+	uint8_t *bounce;
+	struct {
+		const struct vm_mem *vm;
+		uint64_t ns;
+	} alive[ALIVE_SLOTS];
+};
+
+static struct vm_poller *vm_poller(struct poller *p)
+{
+	if (!p->eng[ENGINE_vm])
+		p->eng[ENGINE_vm] = calloc(1, sizeof(struct vm_poller));
+	return p->eng[ENGINE_vm];
+}
+
+/* The errno a descriptor completes with for a failed process_vm_* call. */
+static int vm_errno(int e)
+{
+	switch (e) {
+	case EFAULT:
+	case ESRCH:
+	case ENOMEM:
+		return -e;
+	case EPERM:
+	case EACCES:
+		return -EPERM;
+	default:
+		return -EIO;
+	}
+}
+
+/*
+ * Whether m's pid is still the process it was registered by: 0, or -ESRCH
+ * once that process was reaped (its pid may belong to another by now).
+ * Asked at most every ALIVE_NS per process per poller; a zombie still holds
+ * its pid, and process_vm_* then fail with ESRCH themselves. A slot that
+ * names a freed vm_mem whose address came back names one registered (and
+ * found alive) since the slot was filled, less than ALIVE_NS ago.
+ */
+static int vm_alive(struct vm_poller *v, const struct vm_mem *m)
+{
+	unsigned i = (unsigned)(((uintptr_t)m >> 6) % ALIVE_SLOTS);
+	uint64_t now = dp_now_ns();
+
+	if (v->alive[i].vm == m && now - v->alive[i].ns < ALIVE_NS)
+		return 0;
+	/* EPERM would still mean it exists; the service runs as its uid or
+	 * as root, so it does not come. */
+	if (syscall(SYS_pidfd_send_signal, m->pidfd, 0, NULL, 0) < 0 && errno != EPERM)
+		return errno == ESRCH ? -ESRCH : -EIO;
+	v->alive[i].vm = m;
+	v->alive[i].ns = now;
+	return 0;
+}
+
+/* One call: n bytes between a process and host memory. */
+static int vm_call(const struct vm_mem *m, uint64_t addr, uint8_t *host, uint64_t n, bool to_proc)
+{
+	struct iovec l = {.iov_base = host, .iov_len = n};
+	struct iovec r = {.iov_base = (void *)(uintptr_t)addr, .iov_len = n};
+	ssize_t got = to_proc ? process_vm_writev(m->pid, &l, 1, &r, 1, 0)
+			      : process_vm_readv(m->pid, &l, 1, &r, 1, 0);
+
+	if (got < 0)
+		return vm_errno(errno);
+	/* Short: a page of the range is not mapped (any more). */
+	return (uint64_t)got == n ? 0 : -EFAULT;
+}
+
+/* Bytes [off, off + n) of a transfer from src to dst, n <= cfg.chunk. */
+static int vm_move(struct vm_poller *v, const struct vm_end *src, const struct vm_end *dst,
+		   uint64_t off, uint64_t n)
+{
+	int rc;
+
+	if (!n)
+		return 0;
+	if ((src->vm && (rc = vm_alive(v, src->vm))) || (dst->vm && (rc = vm_alive(v, dst->vm))))
+		return rc;
+	if (!src->vm)
+		return vm_call(dst->vm, dst->addr + off, src->host + off, n, true);
+	if (!dst->vm)
+		return vm_call(src->vm, src->addr + off, dst->host + off, n, false);
+	/* Process to process: through the poller's bounce buffer. */
+	if (!v->bounce && !(v->bounce = malloc(cfg.chunk)))
+		return -ENOMEM;
+	rc = vm_call(src->vm, src->addr + off, v->bounce, n, false);
+	return rc ? rc : vm_call(dst->vm, dst->addr + off, v->bounce, n, true);
+}
+
+/* Byte `off` of region r as one side of a transfer: 0, or -ENOTSUP for
+ * memory this engine does not reach (GPU memory, a file). */
+static int vm_end_of(const struct region *r, uint64_t off, struct vm_end *e)
+{
+	if (r->kind == REGION_VM) {
+		e->vm = r->eng[ENGINE_vm];
+		e->addr = e->vm->addr + off;
+		e->host = NULL;
+		return 0;
+	}
+	if (r->kind != REGION_HOST)
+		return -ENOTSUP;
+	e->vm = NULL;
+	e->addr = 0;
+	e->host = r->base + off;
+	return 0;
+}
+
+static void vm_submit(struct poller *p, const struct xfer *x)
+{
+	const struct dp_desc *d = x->d;
+	struct vm_end l, t;
+	struct vm_poller *v;
+	struct vm_op *op;
+	int rc;
+
+	/* Another service's segment (no region here) is the stage engine's
+	 * (route()); never here. */
+	rc = x->rb ? vm_end_of(x->ra, d->local_off, &l) : -ENOTSUP;
+	if (!rc)
+		rc = vm_end_of(x->rb, d->target_off, &t);
+	v = rc ? NULL : vm_poller(p);
+	if (rc || !v) {
+		queue_complete_ns(x->q, x->user_data, x->submit_ns, rc ? rc : -ENOMEM, 0, 0);
+		return;
+	}
+	x->q->ctr.local_copies++;
+	if (x->len <= cfg.inline_max) {
+		rc = d->opcode == DP_OP_WRITE ? vm_move(v, &l, &t, 0, x->len)
+					      : vm_move(v, &t, &l, 0, x->len);
+		if (!rc && x->notify)
+			notif_deliver(p, x->seg, x->notify);
+		queue_complete_ns(x->q, x->user_data, x->submit_ns, rc, rc ? 0 : x->len, x->path);
+		return;
+	}
+	op = op_list_get(&v->ops, sizeof(*op));
+	if (!op) {
+		queue_complete_ns(x->q, x->user_data, x->submit_ns, -ENOMEM, 0, 0);
+		return;
+	}
+	*op = (struct vm_op){.src = d->opcode == DP_OP_WRITE ? l : t,
+			     .dst = d->opcode == DP_OP_WRITE ? t : l};
+	/* The references keep the regions (and a VM region's pidfd) until
+	 * the last slice. */
+	xfer_op_keep(&op->o, x, x->path);
+	op_list_push(&v->ops, &op->node);
+	engine_kick(p, ENGINE_vm);
+}
+
+/* One slice of a pending copy (vm_progress: round robin over them); true
+ * once it is finished. */
+static bool vm_step(struct op_node *node, void *arg)
+{
+	struct poller *p = arg;
+	struct vm_poller *v = p->eng[ENGINE_vm];
+	struct vm_op *op = (struct vm_op *)node;
+	uint64_t n = op->o.len - op->done;
+	int rc;
+
+	if (n > cfg.chunk)
+		n = cfg.chunk;
+	rc = vm_move(v, &op->src, &op->dst, op->done, n);
+	op->done += n;
+	if (!rc && op->done < op->o.len)
+		return false;
+	xfer_op_finish(p, &op->o, rc);
+	op_list_put(&v->ops, &op->node);
+	return true;
+}
+
+static int vm_progress(struct poller *p)
+{
+	return op_engine_progress(p, ENGINE_vm, STEPS_PER_LOOP, vm_step);
+}
+
+static bool vm_busy(const struct poller *p)
+{
+	return op_engine_busy(p, ENGINE_vm);
+}
+
+/* At shutdown copies are finished (a gone process fails them at once). */
+static void vm_cancel_all(struct poller *p)
+{
+	op_engine_finish_all(p, ENGINE_vm, STEPS_PER_LOOP, vm_step);
+}
+
+static void vm_poller_free(struct poller *p)
+{
+	struct vm_poller *v = op_engine_take(p, ENGINE_vm);
+
+	if (v)
+		free(v->bounce);
+	free(v);
+}
+
+static void vm_region_close(struct region *r)
+{
+	struct vm_mem *m = r->eng[ENGINE_vm];
+
+	if (r->kind != REGION_VM || !m)
+		return;
+	close(m->pidfd);
+	free(m);
+	r->eng[ENGINE_vm] = NULL;
+}
+
+/* A pidfd of the process that opened c's connection. */
+static int vm_pidfd(const struct client *c)
+{
+	socklen_t len = sizeof(int);
+	int fd = -1;
+
+	/* Exact: the connecting process itself, whatever became of its pid. */
+	if (getsockopt(c->fd, SOL_SOCKET, SO_PEERPIDFD, &fd, &len) == 0 && fd >= 0)
+		return fd;
+	if (errno != ENOPROTOOPT && errno != EINVAL)
+		return errno == ESRCH ? -ESRCH : -errno;
+	/* Before Linux 6.5: its pid from SO_PEERCRED. Only a process that
+	 * exited, was reaped and had its pid reused between its connect and
+	 * this call would be mistaken for it (docs/architecture.md). */
+	if (c->pid <= 0)
+		return -EPERM; /* in a pid namespace we cannot see */
+	fd = (int)syscall(SYS_pidfd_open, c->pid, 0);
+	if (fd < 0)
+		return errno == EMFILE || errno == ENFILE || errno == ENOMEM ? -errno : -ESRCH;
+	return fd;
+}
+
+/*
+ * Whether process @pid, held by @pidfd, lets this service read bytes @addr
+ * and @addr + @len - 1 (the first and the last of a region): 0, -EFAULT a
+ * byte is not mapped, -ESRCH the process is gone, -EPERM not allowed.
+ */
+static int vm_probe(int pidfd, pid_t pid, uint64_t addr, uint64_t len)
+{
+	uint8_t probe[2];
+	struct iovec l = {.iov_base = probe, .iov_len = 2};
+	struct iovec r[2] = {{.iov_base = (void *)(uintptr_t)addr, .iov_len = 1},
+			     {.iov_base = (void *)(uintptr_t)(addr + len - 1), .iov_len = 1}};
+	ssize_t got = process_vm_readv(pid, &l, 1, r, 2, 0);
+	int rc = got < 0 ? vm_errno(errno) : got == 2 ? 0 : -EFAULT;
+
+	/* Asked after the probe: if the process still holds its pid now,
+	 * the probe read that process. */
+	if (!rc && syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) < 0 && errno == ESRCH)
+		rc = -ESRCH;
+	return rc;
+}
+
+/* @reg as a REGION_VM of (@fd, @pid) at @addr; takes @fd. */
+static int vm_region_set(struct region *reg, int fd, pid_t pid, uint64_t addr, uint64_t len)
+{
+	struct vm_mem *m = malloc(sizeof(*m));
+
+	if (!m) {
+		close(fd);
+		return -ENOMEM;
+	}
+	*m = (struct vm_mem){.pidfd = fd, .pid = pid, .addr = addr};
+	reg->kind = REGION_VM;
+	reg->fd = -1;
+	reg->len = len;
+	reg->eng[ENGINE_vm] = m;
+	return 0;
+}
+
+/*
+ * A REGION_VM over bytes [addr, addr + len) of the process that opened @c's
+ * connection: a pidfd of it (SO_PEERPIDFD, else pidfd_open of its
+ * SO_PEERCRED pid) and a probe of the first and last byte. -EFAULT a byte
+ * of the range is not mapped in that process, -ESRCH the process is gone,
+ * -EPERM the service may not access its memory (another uid while the
+ * service is not root, a non-dumpable process, Yama ptrace_scope), -EMFILE
+ * / -ENOMEM. Its own, since the process is the one that connected, never
+ * one a message names. Not mapped here, so not charged.
+ */
+static int vm_region_open(struct region *reg, struct client *c, const void *payload, int *no_fds,
+			  unsigned nfds)
+{
+	const struct dp_msg_region_register_mem *req = payload;
+	uint64_t addr = req->addr, len = req->len;
+	pid_t pid;
+	int fd, rc;
+
+	(void)no_fds;
+	(void)nfds;
+	fd = vm_pidfd(c);
+	if (fd < 0)
+		return fd;
+	(void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+	/* The pid the pidfd holds (SO_PEERPIDFD's equals SO_PEERCRED's in
+	 * our namespace). */
+	pid = c->pid;
+	rc = vm_probe(fd, pid, addr, len);
+	if (rc) {
+		log_debug("client %u (pid %d '%s'): memory at %#llx + %llu refused: %s", c->id,
+			  (int)pid, c->name, (unsigned long long)addr, (unsigned long long)len,
+			  strerror(-rc));
+		close(fd);
+		return rc;
+	}
+	rc = vm_region_set(reg, fd, pid, addr, len);
+	return rc ? rc : (int)DP_ACCESS_RW;
+}
+
+int vm_region_import(struct region *reg, int pidfd, long pid, uint64_t addr, uint64_t len)
+{
+	int fd, rc;
+
+	if (pid <= 0)
+		return -ESRCH;
+	if (!len || addr + len < addr)
+		return -EBADMSG;
+	fd = fcntl(pidfd, F_DUPFD_CLOEXEC, 0);
+	if (fd < 0)
+		return -EMFILE;
+	rc = vm_probe(fd, (pid_t)pid, addr, len);
+	if (rc) {
+		close(fd);
+		return rc;
+	}
+	return vm_region_set(reg, fd, (pid_t)pid, addr, len);
+}
+
+int vm_region_pidfd(const struct region *r, uint64_t *addr)
+{
+	const struct vm_mem *m = r->eng[ENGINE_vm];
+
+	if (r->kind != REGION_VM || !m)
+		return -EINVAL;
+	*addr = m->addr;
+	return m->pidfd;
+}
+
+int vm_region_copy(const struct region *r, uint64_t off, void *host, uint64_t n, bool to_region)
+{
+	const struct vm_mem *m = r->eng[ENGINE_vm];
+
+	if (r->kind != REGION_VM || !m)
+		return -EINVAL;
+	if (!n)
+		return 0;
+	/* Every call: a staged slice is a fabric round trip, far more than
+	 * the signal. */
+	if (syscall(SYS_pidfd_send_signal, m->pidfd, 0, NULL, 0) < 0 && errno != EPERM)
+		return errno == ESRCH ? -ESRCH : -EIO;
+	return vm_call(m, m->addr + off, host, n, to_region);
+}
+
+static const struct engine_region_msg vm_region_msgs[] = {
+	{DP_MSG_REGION_REGISTER_MEM, "memory", vm_region_open},
+	{0},
+};
+
+const struct engine vm_engine = {
+	.name = "vm",
+	.submit = vm_submit,
+	.progress = vm_progress,
+	.busy = vm_busy,
+	.cancel_all = vm_cancel_all,
+	.poller_free = vm_poller_free,
+	.region_msgs = vm_region_msgs,
+	.region_close = vm_region_close,
+};
