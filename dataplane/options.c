@@ -405,7 +405,7 @@ static const struct flag {
 	{"max-connecting-per-process", required_argument, set_max_connecting_per_process, "N",
 	 "connections one process may\n"
 	 "have open without HELLO; one more hangs up on its oldest silent one\n"
-	 "(default 8)"},
+	 "(default 32)"},
 	{"max-mapped-gb-per-process", required_argument, set_max_mapped_per_process, "N",
 	 "GiB of client memory the service\n"
 	 "maps for one process's clients together; beyond, EFBIG (default: a\n"

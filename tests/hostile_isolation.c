@@ -22,7 +22,7 @@ TestSuite(hostile_isolation, .fini = svc_teardown);
 #define FLOOD 5000
 /* The defaults with --max-clients 256: the uid gets 128, a process 16. */
 #define PER_PROCESS 16
-#define CONNECTING 8
+#define CONNECTING 32
 /* The bounds the other control-plane bystander rows assert
  * (docs/reliability.md, "Bystander latency under attack"). */
 #define P95_MS 100.0

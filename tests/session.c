@@ -497,3 +497,71 @@ Test(fabric_session, notify_alone_to_a_session_that_had_no_registration)
 	notify_before_registrations(p.ca, p.cb);
 	fab_pair_stop(&p);
 }
+
+/* Many handles' questions at once: eight clients of A open B's session of
+ * 300 registrations together (each open asks for every registration), more
+ * than the service lets be in flight: all succeed, none -EAGAIN, and each
+ * writes into the last registration. */
+struct opener {
+	pthread_t t;
+	struct dp_client *c;
+	const char *name;
+	uint64_t last;
+	int rc;
+};
+
+static void *opener_main(void *arg)
+{
+	struct opener *o = arg;
+	struct dp_client *c = o->c;
+	struct dp_queue *q;
+	struct dp_cqe cqe;
+	struct dp_desc d;
+	uint8_t *src;
+	int seg, reg;
+
+	reg = dp_alloc(c, 4096, 0, (void **)&src);
+	seg = dp_session_open(c, o->name, DP_ACCESS_RW);
+	if (reg < 0 || seg < 0 || dp_queue_create(c, 8, &q)) {
+		o->rc = seg < 0 ? seg : -EINVAL;
+		return NULL;
+	}
+	memset(src, 0x33, 64);
+	dp_prep_write(&d, reg, 0, seg, o->last, 64, 1);
+	while (dp_submit(q, &d, 1) == 0)
+		;
+	o->rc = dp_wait(q, &cqe, 1, 30000) == 1 ? cqe.status : -ETIMEDOUT;
+	return NULL;
+}
+
+Test(fabric_session, many_handles_ask_at_once)
+{
+	enum { REGS = 300, OPENERS = 8 };
+	struct opener o[OPENERS];
+	struct fab_pair p;
+	uint8_t *mem;
+
+	fab_pair_start(&p, "tcp", FAB_PAIR_SAME_A | FAB_PAIR_SAME_B, NULL, NULL);
+	cr_assert_gt(dp_session_create(p.cb, 0), 0);
+	mem = mmap(NULL, REGS * 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(mem, MAP_FAILED);
+	for (unsigned i = 0; i < REGS; i++)
+		cr_assert_geq(dp_register_mem(p.cb, mem + i * 8192, 4096), 0, "registration %u: %s",
+			      i, dp_last_error());
+	for (unsigned i = 0; i < OPENERS; i++) {
+		/* Connected one by one (a process's silent connections are
+		 * capped), then opening all at once. */
+		o[i] = (struct opener){.c = connect_client(&fab_svc[0], "opener"),
+				       .name = dp_session_name(p.cb),
+				       .last = (uint64_t)(uintptr_t)mem + (REGS - 1) * 8192 +
+					       64 * i};
+		cr_assert_eq(pthread_create(&o[i].t, NULL, opener_main, &o[i]), 0);
+	}
+	for (unsigned i = 0; i < OPENERS; i++) {
+		pthread_join(o[i].t, NULL);
+		cr_assert_eq(o[i].rc, 0, "opener %u: %s", i, dp_strerror(o[i].rc));
+		cr_assert_eq(mem[(REGS - 1) * 8192 + 64 * i], 0x33, "opener %u's bytes", i);
+		dp_close(o[i].c);
+	}
+	fab_pair_stop(&p);
+}

@@ -28,6 +28,12 @@
  * handle has in flight (the peer's RPC server serves 64 at once). */
 #define SESSION_ASKS DP_MAX_REGIONS
 #define SESSION_LOOKUPS 16
+/* Questions of all handles in flight at once: a quarter of the service's
+ * lookups (RPC_MAX_CALLS), and their same-host follow-ups (a lookup each)
+ * another quarter at most, so that sessions' questions, whoever asks them,
+ * never leave a segment open without a lookup slot (-EAGAIN); a handle
+ * over it waits its turn (stalled). */
+#define SESSION_LOOKUPS_ALL (RPC_MAX_CALLS / 4)
 /* A held descriptor whose answer did not come runs again after this. */
 #define HOLD_MAX_NS (3ull * DP_RPC_TIMEOUT_MS * 1000000ull)
 
@@ -323,7 +329,9 @@ struct session_cli {
 	uint32_t local_client; /* its client's id; 0: another service's */
 	int refs;	       /* the handle, the open, every lookup in flight */
 	bool closed;
-	uint32_t batch;		      /* the ticket a batch in flight answers; 0: none */
+	uint32_t batch; /* the ticket a batch in flight answers; 0: none */
+	bool stalled;	/* waits for SESSION_LOOKUPS_ALL to leave room */
+	struct session_cli *stalled_next;
 	struct open_ctx *opening;     /* an open waiting for its batch (prefetch) */
 	void (*refreshed)(void *arg); /* session_refresh's, called at the batch's end */
 	void *refreshed_arg;
@@ -334,6 +342,10 @@ struct session_cli {
 
 static pthread_mutex_t ask_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct session_cli *asking;
+/* Control thread: questions in flight, all handles; the handles whose
+ * batches wait for room, oldest first (each holds a reference). */
+static unsigned questions;
+static struct session_cli *stalled, **stalled_tail = &stalled;
 /* Pollers holding descriptors (a bit each): kicked when answers come. */
 static atomic_ullong holding;
 
@@ -513,7 +525,19 @@ static void ask_done(struct ask_ctx *x, int rc, struct segment *seg, bool from_p
 	stats_session_question(rc != 0);
 	free(x);
 	s->running--;
+	questions--;
 	batch_issue(s);
+	/* Room for a handle that waits for it. */
+	if (stalled && questions < SESSION_LOOKUPS_ALL) {
+		struct session_cli *w = stalled;
+
+		stalled = w->stalled_next;
+		if (!stalled)
+			stalled_tail = &stalled;
+		w->stalled = false;
+		batch_issue(w);
+		sess_put(w);
+	}
 	sess_put(s);
 }
 
@@ -572,7 +596,8 @@ static void batch_issue(struct session_cli *s)
 {
 	while (s->local_port && s->next_work < s->nwork)
 		ask_local(s, &s->work[s->next_work++]);
-	while (s->running < SESSION_LOOKUPS && s->next_work < s->nwork) {
+	while (s->running < SESSION_LOOKUPS && questions < SESSION_LOOKUPS_ALL &&
+	       s->next_work < s->nwork) {
 		const struct ask *a = &s->work[s->next_work++];
 		struct ask_ctx *x = malloc(sizeof(*x));
 		char q[DP_NAME_MAX];
@@ -595,6 +620,16 @@ static void batch_issue(struct session_cli *s)
 		}
 		s->refs++;
 		s->running++;
+		questions++;
+	}
+	/* Work left and no room anywhere: it waits its turn (ask_done). */
+	if (s->next_work < s->nwork && !s->running && !s->stalled) {
+		s->stalled = true;
+		s->stalled_next = NULL;
+		*stalled_tail = s;
+		stalled_tail = &s->stalled_next;
+		s->refs++;
+		return;
 	}
 	if (s->batch && !s->running && s->next_work == s->nwork)
 		batch_end(s);
