@@ -1572,6 +1572,32 @@ int dp_notify_poll(struct dp_client *c, struct dp_notification *out, unsigned ma
 	return fail(C_NOTIFY_POLL, notify_poll(c, n, out, max));
 }
 
+/* Sleep on the notification doorbell until it rings or `deadline` (ns,
+ * UINT64_MAX: none) passes: 1 (look again), 0 (deadline passed) or
+ * -ECONNRESET (the service is gone). */
+static int notify_sleep(struct dp_client *c, struct dp_notify *n, uint64_t deadline)
+{
+	struct pollfd pfd[2] = {{.fd = n->db, .events = POLLIN},
+				{.fd = c->fd, .events = POLLRDHUP}};
+	uint64_t now;
+	int wait_ms;
+
+	if (!service_alive(c))
+		return -ECONNRESET;
+	now = dp_now_ns();
+	if (now >= deadline)
+		return 0;
+	wait_ms = deadline == UINT64_MAX ? -1 : (int)((deadline - now + 999999) / 1000000);
+	if (!dp_ring_prepare_sleep(&n->pair.cq))
+		return 1;
+	poll(pfd, 2, wait_ms);
+	if (!atomic_load_explicit(&n->armed, memory_order_relaxed))
+		dp_ring_finish_sleep(&n->pair.cq);
+	if (pfd[0].revents & POLLIN)
+		dp_doorbell_drain(n->db);
+	return 1;
+}
+
 int dp_notify_wait(struct dp_client *c, struct dp_notification *out, unsigned max, int timeout_ms)
 {
 	struct dp_notify *n = notify_get(c);
@@ -1583,26 +1609,13 @@ int dp_notify_wait(struct dp_client *c, struct dp_notification *out, unsigned ma
 		return fail(C_NOTIFY_WAIT, -EINVAL);
 	deadline = timeout_ms < 0 ? UINT64_MAX : dp_now_ns() + (uint64_t)timeout_ms * 1000000u;
 	for (;;) {
-		struct pollfd pfd[2] = {{.fd = n->db, .events = POLLIN},
-					{.fd = c->fd, .events = POLLRDHUP}};
-		int k = notify_take(n, out, max), wait_ms;
-		uint64_t now;
+		int k = notify_take(n, out, max);
 
 		if (k)
 			return k < 0 ? fail(C_NOTIFY_WAIT, k) : k;
-		if (!service_alive(c))
-			return fail(C_NOTIFY_WAIT, -ECONNRESET);
-		now = dp_now_ns();
-		if (now >= deadline)
-			return 0;
-		wait_ms = deadline == UINT64_MAX ? -1 : (int)((deadline - now + 999999) / 1000000);
-		if (!dp_ring_prepare_sleep(&n->pair.cq))
-			continue;
-		poll(pfd, 2, wait_ms);
-		if (!atomic_load_explicit(&n->armed, memory_order_relaxed))
-			dp_ring_finish_sleep(&n->pair.cq);
-		if (pfd[0].revents & POLLIN)
-			dp_doorbell_drain(n->db);
+		k = notify_sleep(c, n, deadline);
+		if (k <= 0)
+			return fail(C_NOTIFY_WAIT, k);
 	}
 }
 
@@ -1664,10 +1677,7 @@ int dp_notify_recv(struct dp_client *c, struct dp_notification *e,
 		return null_arg(C_NOTIFY_RECV, -EINVAL);
 	deadline = timeout_ms < 0 ? UINT64_MAX : dp_now_ns() + (uint64_t)timeout_ms * 1000000u;
 	for (;;) {
-		struct pollfd pfd[2] = {{.fd = n->db, .events = POLLIN},
-					{.fd = c->fd, .events = POLLRDHUP}};
-		int k = recv_one(n, e, sender, msg, cap), wait_ms;
-		uint64_t now;
+		int k = recv_one(n, e, sender, msg, cap);
 
 		if (k)
 			return fail(C_NOTIFY_RECV, k);
@@ -1678,19 +1688,9 @@ int dp_notify_recv(struct dp_client *c, struct dp_notification *e,
 			k = notify_idle(c, n);
 			return fail(C_NOTIFY_RECV, k > 0 ? recv_one(n, e, sender, msg, cap) : k);
 		}
-		if (!service_alive(c))
-			return fail(C_NOTIFY_RECV, -ECONNRESET);
-		now = dp_now_ns();
-		if (now >= deadline)
-			return 0;
-		wait_ms = deadline == UINT64_MAX ? -1 : (int)((deadline - now + 999999) / 1000000);
-		if (!dp_ring_prepare_sleep(&n->pair.cq))
-			continue;
-		poll(pfd, 2, wait_ms);
-		if (!atomic_load_explicit(&n->armed, memory_order_relaxed))
-			dp_ring_finish_sleep(&n->pair.cq);
-		if (pfd[0].revents & POLLIN)
-			dp_doorbell_drain(n->db);
+		k = notify_sleep(c, n, deadline);
+		if (k <= 0)
+			return fail(C_NOTIFY_RECV, k);
 	}
 }
 

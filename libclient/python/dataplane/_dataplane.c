@@ -2099,64 +2099,6 @@ static PyObject *client_unexport(PyObject *self, PyObject *args)
 	Py_RETURN_NONE;
 }
 
-static PyObject *client_open(PyObject *self, PyObject *args, PyObject *kw)
-{
-	static char *kwlist[] = {"name", "peer", "access", NULL};
-	Client *c = (Client *)self;
-	PyObject *namo, *peero = Py_None, *acc = NULL;
-	const char *name, *peer = NULL;
-	Segment *s;
-	unsigned a;
-	int h;
-
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "U|OO:open", kwlist, &namo, &peero, &acc) ||
-	    client_check(c) || get_access(acc, &a))
-		return NULL;
-	name = PyUnicode_AsUTF8AndSize(namo, NULL);
-	if (!name)
-		return NULL;
-	if (peero != Py_None) {
-		if (!PyUnicode_Check(peero))
-			return PyErr_Format(PyExc_TypeError, "peer must be a str or None");
-		if (!(peer = PyUnicode_AsUTF8AndSize(peero, NULL)))
-			return NULL;
-	}
-	h = CONTROL(c, dp_segment_open(c->c, peer, name, a));
-	if (h < 0)
-		return raise_dp(h);
-	s = PyObject_New(Segment, segment_type);
-	if (!s) {
-		dp_segment_close(c->c, h);
-		return NULL;
-	}
-	s->client = c;
-	Py_INCREF((PyObject *)c);
-	s->handle = h;
-	s->name = namo;
-	Py_INCREF(namo);
-	s->peer = peero;
-	Py_INCREF(peero);
-	s->weaklist = NULL;
-	link_add(&c->segments, &s->link);
-	return (PyObject *)s;
-}
-
-static PyObject *client_session_create(PyObject *self, PyObject *args, PyObject *kw)
-{
-	static char *kwlist[] = {"port", NULL};
-	Client *c = (Client *)self;
-	unsigned port = 0;
-	int rc;
-
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|I:session_create", kwlist, &port) ||
-	    client_check(c))
-		return NULL;
-	rc = CONTROL(c, dp_session_create(c->c, port));
-	if (rc < 0)
-		return raise_dp(rc);
-	return PyLong_FromLong(rc);
-}
-
 /* A Segment for handle h of client c, named `namo` on `peero`. */
 static PyObject *segment_wrap(Client *c, int h, PyObject *namo, PyObject *peero)
 {
@@ -2176,6 +2118,49 @@ static PyObject *segment_wrap(Client *c, int h, PyObject *namo, PyObject *peero)
 	s->weaklist = NULL;
 	link_add(&c->segments, &s->link);
 	return (PyObject *)s;
+}
+
+static PyObject *client_open(PyObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"name", "peer", "access", NULL};
+	Client *c = (Client *)self;
+	PyObject *namo, *peero = Py_None, *acc = NULL;
+	const char *name, *peer = NULL;
+	unsigned a;
+	int h;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "U|OO:open", kwlist, &namo, &peero, &acc) ||
+	    client_check(c) || get_access(acc, &a))
+		return NULL;
+	name = PyUnicode_AsUTF8AndSize(namo, NULL);
+	if (!name)
+		return NULL;
+	if (peero != Py_None) {
+		if (!PyUnicode_Check(peero))
+			return PyErr_Format(PyExc_TypeError, "peer must be a str or None");
+		if (!(peer = PyUnicode_AsUTF8AndSize(peero, NULL)))
+			return NULL;
+	}
+	h = CONTROL(c, dp_segment_open(c->c, peer, name, a));
+	if (h < 0)
+		return raise_dp(h);
+	return segment_wrap(c, h, namo, peero);
+}
+
+static PyObject *client_session_create(PyObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"port", NULL};
+	Client *c = (Client *)self;
+	unsigned port = 0;
+	int rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|I:session_create", kwlist, &port) ||
+	    client_check(c))
+		return NULL;
+	rc = CONTROL(c, dp_session_create(c->c, port));
+	if (rc < 0)
+		return raise_dp(rc);
+	return PyLong_FromLong(rc);
 }
 
 static PyObject *client_open_session(PyObject *self, PyObject *args, PyObject *kw)
