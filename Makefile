@@ -220,8 +220,10 @@ $(B)/python/dataplane/%: $(PY_SRC)/%
 	cp $< $@
 
 # ---- tests ----
-# fabric_rpc speaks the peer protocol itself: it links the service's HMAC.
-$(B)/tests/dp-tests: $(call obj,$(TEST_SRCS) tests/helpers.c dataplane/control/auth.c) $(LIBCLIENT_A)
+# fabric_rpc speaks the peer protocol itself: it links the service's HMAC;
+# fabric_topo tests the PCI distances of its rail choice.
+$(B)/tests/dp-tests: $(call obj,$(TEST_SRCS) tests/helpers.c dataplane/control/auth.c \
+	dataplane/engines/topo.c) $(LIBCLIENT_A)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDLIBS) $(TEST_LIBS) $(CRYPTO_LIBS)
 $(B)/tests/ring-tests: $(call obj,$(RING_TEST_SRCS) tests/helpers.c) $(LIBCLIENT_A)

@@ -240,11 +240,25 @@ int fabric_target_check(struct poller *p, struct segment *seg)
 	return -ENOTSUP;
 }
 
+/* The rail of @op's slice number @k, of @n the peer has: round robin over
+ * the rails nearest the op's GPU memory where it has any (topo.h), else
+ * over them all. */
+static unsigned op_rail(const struct fab_op *op, unsigned k, unsigned n)
+{
+	uint32_t near = op->mrs ? op->mrs->near & ((1u << n) - 1) : 0;
+
+	if (!near)
+		return k % n;
+	for (k %= (unsigned)__builtin_popcount(near); k; k--)
+		near &= near - 1;
+	return (unsigned)__builtin_ctz(near);
+}
+
 /* Queues @op (filled in) on @p: slices go out from the next progress. */
 static void op_queue(struct poller *p, struct fab_poller *fp, struct fab_op *op)
 {
 	op->open = true;
-	op->next_rail = (unsigned)(op->o.user_data % op->o.seg->remote->peer->nrails);
+	op->next_rail = (unsigned)op->o.user_data;
 	op->progress_ns = dp_now_ns();
 	op_fifo_push(&fp->ops, &op->node);
 	engine_kick(p, ENGINE_fabric);
@@ -618,7 +632,7 @@ static int op_post(struct fab_poller *fp, struct fab_op *op)
 		*s = (struct fab_slice){.op = op,
 					.off = op->next_off,
 					.len = len,
-					.rail = op->next_rail % n,
+					.rail = op_rail(op, op->next_rail, n),
 					.tries = 1};
 		rc = slice_post(fp, s);
 		if (rc == -FI_EAGAIN) {

@@ -30,6 +30,7 @@
 #include "dp_internal.h"
 #include "fabric.h"
 #include "oplist.h"
+#include "topo.h"
 
 /* Hidden: -fPIC code reaches these directly, as when they were static. */
 #pragma GCC visibility push(hidden)
@@ -49,6 +50,7 @@ struct rail {
 	uint64_t tx_flags;
 	bool wait_fd; /* CQs have wait fds (providers needing target progress) */
 	bool poke;    /* needs target progress but has no usable wait fd */
+	char pci[TOPO_BDF_LEN]; /* its NIC's PCI address, "" if it has none */
 };
 
 /* One poller's endpoint on one rail. */
@@ -103,6 +105,9 @@ struct fab_poller {
  * (region->eng[ENGINE_fabric], segment->eng[ENGINE_fabric]). */
 struct region_mrs {
 	struct fid_mr *mr[DP_MAX_RAILS];
+	/* GPU memory: the rails nearest its device (bit r: rail r), which
+	 * its transfers take; 0: every rail (host memory, or no topology). */
+	uint32_t near;
 };
 
 /* fabric_rail.c: the rails, set at start-up. virt_addr: some rail's

@@ -18,6 +18,7 @@
 
 #include "fabric.h"
 #include "fabric_internal.h"
+#include "gpu.h"
 #include "samehost.h"
 #include "stats.h"
 
@@ -227,6 +228,12 @@ static int rail_open(struct rail *r, struct fi_info *fi)
 	r->tx_flags = fi->tx_attr->op_flags & FI_DELIVERY_COMPLETE;
 	r->inject_size = fi->tx_attr->inject_size;
 	r->next_key = 1;
+	if (fi->nic && fi->nic->bus_attr && fi->nic->bus_attr->bus_type == FI_BUS_PCI) {
+		const struct fi_pci_attr *pci = &fi->nic->bus_attr->attr.pci;
+
+		snprintf(r->pci, sizeof(r->pci), "%04x:%02x:%02x.%x", pci->domain_id, pci->bus_id,
+			 pci->device_id, pci->function_id);
+	}
 	/* Providers whose target side progresses only when its CQ is read
 	 * get CQ wait fds, so a sleeping poller 0 still wakes for them. */
 	r->wait_fd = fi->domain_attr->data_progress == FI_PROGRESS_MANUAL;
@@ -243,11 +250,11 @@ static int rail_open(struct rail *r, struct fi_info *fi)
 		r->poke = true;
 	}
 	log_info("rail %ld: provider %s, fabric %s, domain %s, max msg %zu, tx depth %zu, "
-		 "inject %zu, mr_mode %s%s",
+		 "inject %zu, mr_mode %s%s%s%s",
 		 (long)(r - rails), fi->fabric_attr->prov_name, fi->fabric_attr->name,
 		 fi->domain_attr->name, fi->ep_attr->max_msg_size, fi->tx_attr->size,
 		 fi->tx_attr->inject_size, mr_mode_str(fi->domain_attr->mr_mode, mm, sizeof(mm)),
-		 fi->caps & FI_HMEM ? ", FI_HMEM" : "");
+		 fi->caps & FI_HMEM ? ", FI_HMEM" : "", r->pci[0] ? ", PCI " : "", r->pci);
 	if (!(fi->tx_attr->op_flags & FI_DELIVERY_COMPLETE))
 		log_warn("rail %ld: no FI_DELIVERY_COMPLETE; a WRITE completes when the provider "
 			 "says it is sent",
@@ -573,6 +580,40 @@ static void shm_transfer_check(void)
 	}
 }
 
+/*
+ * The rails nearest GPU @dev (topo.h), computed once per device: its
+ * memory's fabric transfers take only those, as NCCL's do, so that a GPU
+ * behind a PCIe switch with NICs of its own sends through them rather
+ * than across the root complex or the socket link. Control thread.
+ */
+static uint32_t rails_near(int dev)
+{
+	static uint32_t near[64];
+	static bool known[64];
+	const char *nics[DP_MAX_RAILS];
+	char bdf[TOPO_BDF_LEN];
+	int dist;
+
+	if (dev < 0 || dev >= 64 || nrails < 2)
+		return 0;
+	if (known[dev])
+		return near[dev];
+	known[dev] = true;
+	for (unsigned r = 0; r < nrails; r++)
+		nics[r] = rails[r].pci[0] ? rails[r].pci : NULL;
+	if (gpu_pci_bdf(dev, bdf))
+		return 0;
+	near[dev] = topo_nearest("/sys", bdf, nics, nrails, &dist);
+	if (near[dev])
+		log_info("fabric: GPU %d (PCI %s): rails of mask 0x%x are nearest (distance %d); "
+			 "its memory's transfers take them",
+			 dev, bdf, near[dev], dist);
+	/* Every rail as near as every other: no preference. */
+	if (near[dev] == (1u << nrails) - 1)
+		near[dev] = 0;
+	return near[dev];
+}
+
 int fabric_region_register(struct region *reg)
 {
 	struct region_mrs *m;
@@ -600,8 +641,10 @@ int fabric_region_register(struct region *reg)
 		}
 	}
 	reg->eng[ENGINE_fabric] = m;
-	if (reg->kind == REGION_CUDA)
+	if (reg->kind == REGION_CUDA) {
+		m->near = rails_near(reg->device);
 		shm_transfer_check();
+	}
 	return 0;
 }
 

@@ -56,6 +56,13 @@ int gpu_device_count(void)
 	return 0;
 }
 
+int gpu_pci_bdf(int dev, char out[TOPO_BDF_LEN])
+{
+	(void)dev;
+	(void)out;
+	return -ENODEV;
+}
+
 int gpu_region_open(struct region *reg, const struct dp_msg_region_register_cuda *req)
 {
 	(void)reg;
@@ -277,6 +284,15 @@ static addr_range_fn addr_range;
 int gpu_device_count(void)
 {
 	return ndev;
+}
+
+int gpu_pci_bdf(int dev, char out[TOPO_BDF_LEN])
+{
+	char id[32];
+
+	if (dev < 0 || dev >= ndev || cudaDeviceGetPCIBusId(id, sizeof(id), dev) != cudaSuccess)
+		return -ENODEV;
+	return topo_bdf_norm(id, out) ? -ENODEV : 0;
 }
 
 static int gpu_init(void)

@@ -26,12 +26,16 @@
 #include <stdbool.h>
 
 #include "dp_internal.h"
+#include "topo.h"
 
 /* Copies up to this size use the high-priority stream. */
 #define GPU_SMALL_MAX (1u << 20)
 
 /* Devices this service can use (0: GPU registration answers -ENODEV). */
 int gpu_device_count(void);
+
+/* Device @dev's PCI address as sysfs names it (topo.h): 0, -ENODEV. */
+int gpu_pci_bdf(int dev, char out[TOPO_BDF_LEN]);
 
 /* Opens the CUDA IPC handle of @req on the device whose UUID it names and
  * fills @reg (kind, device, map, base, len). 0, -ENODEV (no such device
