@@ -48,8 +48,8 @@ struct rail {
 	 * which fi_writemsg takes explicitly. */
 	size_t inject_size;
 	uint64_t tx_flags;
-	bool wait_fd; /* CQs have wait fds (providers needing target progress) */
-	bool poke;    /* needs target progress but has no usable wait fd */
+	bool wait_fd;		/* CQs have wait fds (providers needing target progress) */
+	bool poke;		/* needs target progress but has no usable wait fd */
 	char pci[TOPO_BDF_LEN]; /* its NIC's PCI address, "" if it has none */
 };
 
