@@ -297,14 +297,45 @@ Test(notify_msg, full_ring_drops_and_counts)
 
 /* ---- another service: the fabric (tcp) or this host's mapped export ---- */
 
-static void ends_pair(struct ends *e, struct fab_pair *p, bool same, uint32_t entries)
+/* @a_more, @b_more: the services' extra options (host staging). */
+static void ends_pair_ab(struct ends *e, struct fab_pair *p, bool same, uint32_t entries,
+			 const char *const *a_more, const char *const *b_more)
 {
-	fab_pair_start(p, "tcp", same ? FAB_PAIR_SAME_A | FAB_PAIR_SAME_B : 0, NULL, NULL);
+	fab_pair_start(p, "tcp", same ? FAB_PAIR_SAME_A | FAB_PAIR_SAME_B : 0, a_more, b_more);
 	e->owner = p->cb;
 	e->sender = p->ca;
 	e->path = same ? DP_NOTIFY_F_SAME_HOST : DP_NOTIFY_F_FABRIC;
 	e->cqe_path = same ? 0 : DP_CQE_F_FABRIC; /* run_ok: neither fabric nor local */
 	ends_regions(e, 4096, entries, p->peer_b);
+}
+
+static void ends_pair(struct ends *e, struct fab_pair *p, bool same, uint32_t entries)
+{
+	ends_pair_ab(e, p, same, entries, NULL, NULL);
+}
+
+/* Through host staging (--stage-host stands in for GPU memory the rails
+ * cannot register): the writer's bounce buffers, then the owner's. */
+static const char *const staged[] = {"--stage-host", NULL};
+
+Test(notify_msg_remote, staged_sizes)
+{
+	struct fab_pair p;
+	struct ends e;
+
+	ends_pair_ab(&e, &p, false, 256, staged, NULL);
+	sizes_run(&e);
+	fab_pair_stop(&p);
+}
+
+Test(notify_msg_remote, owner_staged_sizes)
+{
+	struct fab_pair p;
+	struct ends e;
+
+	ends_pair_ab(&e, &p, false, 256, NULL, staged);
+	sizes_run(&e);
+	fab_pair_stop(&p);
 }
 
 Test(notify_msg_remote, fabric_sizes)

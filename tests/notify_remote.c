@@ -42,8 +42,10 @@ static uint64_t slot_len(unsigned i)
 
 /* The writer WRITEs every slot with a notification of its index, each
  * waited for before the next; the owner takes each notification as it
- * comes and checks the bytes then: all there, and in order. */
-static void notify_run(const char *prov, bool same)
+ * comes and checks the bytes then: all there, and in order. @a_more,
+ * @b_more: the services' extra options (host staging). */
+static void notify_run_ab(const char *prov, bool same, const char *const *a_more,
+			  const char *const *b_more)
 {
 	const uint32_t path = same ? DP_CQE_F_SAME_HOST : DP_CQE_F_FABRIC;
 	const uint32_t nflag = same ? DP_NOTIFY_F_SAME_HOST : DP_NOTIFY_F_FABRIC;
@@ -54,7 +56,7 @@ static void notify_run(const char *prov, bool same)
 	struct fab_pair p;
 	int sreg, treg, seg;
 
-	fab_pair_start(&p, prov, same ? FAB_PAIR_SAME_A | FAB_PAIR_SAME_B : 0, NULL, NULL);
+	fab_pair_start(&p, prov, same ? FAB_PAIR_SAME_A | FAB_PAIR_SAME_B : 0, a_more, b_more);
 	treg = alloc_region(p.cb, (size_t)SLOTS * SPAN, &tgt);
 	export_segment(p.cb, treg, "kv", DP_ACCESS_RW);
 	cr_assert_eq(dp_notify_open(p.cb, 64), 0, "%s", dp_last_error());
@@ -95,6 +97,27 @@ static void notify_run(const char *prov, bool same)
 	cr_assert_eq(vb.notify_received, SLOTS);
 	cr_assert_eq(vb.notify_received_dropped, 0);
 	fab_pair_stop(&p);
+}
+
+static void notify_run(const char *prov, bool same)
+{
+	notify_run_ab(prov, same, NULL, NULL);
+}
+
+/* Through host staging (--stage-host: host memory stands in for memory
+ * the rails cannot register, GPU memory without FI_HMEM): the writer's
+ * bounce buffers, or the owner's (owner staging). The owner hears of
+ * each WRITE once its bytes are in place, as on the fabric. */
+static const char *const staged[] = {"--stage-host", NULL};
+
+Test(notify_remote, staged_by_the_writer)
+{
+	notify_run_ab("tcp", false, staged, NULL);
+}
+
+Test(notify_remote, staged_by_the_owner)
+{
+	notify_run_ab("tcp", false, NULL, staged);
 }
 
 Test(notify_remote, fabric_tcp)

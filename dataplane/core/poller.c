@@ -218,16 +218,18 @@ static int desc_resolve(struct queue *q, const struct dp_desc *d, struct xfer *x
 /* A WRITE with DP_DESC_F_NOTIFY, or a WRITE or READ with
  * DP_DESC_F_NOTIFY_MSG, resolved: the paths that deliver its notification
  * are memory on both sides (host, GPU and registered-memory copies, this
- * service's or a mapped one of the same host) and the fabric (notif.h);
- * the others (files, host staging) are -ENOTSUP (docs/api.md
- * "Notifications"). A message's bytes are copied now: the client may reuse
- * their slot once this descriptor was taken (dp_proto.h). */
+ * service's or a mapped one of the same host), the fabric and host
+ * staging (its op completes once the owner has the bytes; notif.h); a
+ * file region is -ENOTSUP (docs/api.md "Notifications"). A message's
+ * bytes are copied now: the client may reuse their slot once this
+ * descriptor was taken (dp_proto.h). */
 static int notify_prepare(const struct queue *q, const struct dp_desc *d, struct xfer *x,
 			  enum engine_id e, struct notif_req *n)
 {
 	int rc;
 
-	if (e != ENGINE_host && e != ENGINE_vm && e != ENGINE_gpu && e != ENGINE_fabric)
+	if (e != ENGINE_host && e != ENGINE_vm && e != ENGINE_gpu && e != ENGINE_fabric &&
+	    e != ENGINE_stage)
 		return -ENOTSUP;
 	*n = (struct notif_req){.value = d->notify,
 				.offset = d->target_off,

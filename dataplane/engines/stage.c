@@ -1164,6 +1164,10 @@ static void stage_submit(struct poller *p, const struct xfer *x)
 		rc = -ENOTSUP;
 	}
 	if (rc || !d->len) {
+		/* Nothing to move: the owner hears of it now, as on the
+		 * fabric. */
+		if (!rc && x->notify)
+			notif_deliver(NULL, x->seg, x->notify);
 		queue_complete_ns(x->q, d->user_data, d->submit_ns, rc, 0, flags);
 		return;
 	}
