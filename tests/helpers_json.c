@@ -1,0 +1,320 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * helpers_json.c - a strict little JSON parser (RFC 8259, no extensions)
+ * for what ring-stat --json prints, and lookups in what it parsed.
+ */
+#include "helpers.h"
+
+static void skip_ws(const char **p)
+{
+	while (**p == ' ' || **p == '\t' || **p == '\n' || **p == '\r')
+		(*p)++;
+}
+
+static char *parse_string(const char **p)
+{
+	size_t cap = 16, n = 0;
+	char *s;
+
+	if (**p != '"')
+		return NULL;
+	(*p)++;
+	s = malloc(cap);
+	while (s && **p != '"') {
+		char c = **p;
+
+		if (!c || (unsigned char)c < 0x20) {
+			free(s);
+			return NULL;
+		}
+		if (c == '\\') {
+			(*p)++;
+			switch (**p) {
+			case '"':
+			case '\\':
+			case '/':
+				c = **p;
+				break;
+			case 'b':
+				c = '\b';
+				break;
+			case 'f':
+				c = '\f';
+				break;
+			case 'n':
+				c = '\n';
+				break;
+			case 'r':
+				c = '\r';
+				break;
+			case 't':
+				c = '\t';
+				break;
+			case 'u': {
+				unsigned v = 0;
+
+				for (int i = 1; i <= 4; i++) {
+					char h = (*p)[i];
+
+					v <<= 4;
+					if (h >= '0' && h <= '9')
+						v |= (unsigned)(h - '0');
+					else if (h >= 'a' && h <= 'f')
+						v |= (unsigned)(h - 'a' + 10);
+					else if (h >= 'A' && h <= 'F')
+						v |= (unsigned)(h - 'A' + 10);
+					else {
+						free(s);
+						return NULL;
+					}
+				}
+				*p += 4;
+				c = v < 0x80 ? (char)v : '?';
+				break;
+			}
+			default:
+				free(s);
+				return NULL;
+			}
+		}
+		if (n + 2 > cap) {
+			char *t = realloc(s, cap *= 2);
+
+			if (!t) {
+				free(s);
+				return NULL;
+			}
+			s = t;
+		}
+		s[n++] = c;
+		(*p)++;
+	}
+	if (!s)
+		return NULL;
+	s[n] = 0;
+	(*p)++;
+	return s;
+}
+
+static struct jv *parse_value(const char **p, int depth);
+
+static bool push(struct jv *v, struct jv *item, char *key)
+{
+	struct jv **items = realloc(v->items, (v->n + 1) * sizeof(*items));
+	char **keys;
+
+	if (!items)
+		return false;
+	v->items = items;
+	if (v->t == J_OBJ) {
+		keys = realloc(v->keys, (v->n + 1) * sizeof(*keys));
+		if (!keys)
+			return false;
+		v->keys = keys;
+		v->keys[v->n] = key;
+	}
+	v->items[v->n++] = item;
+	return true;
+}
+
+static struct jv *parse_container(const char **p, int depth, enum jtype t)
+{
+	struct jv *v = calloc(1, sizeof(*v));
+	char close = t == J_OBJ ? '}' : ']';
+
+	if (!v)
+		return NULL;
+	v->t = t;
+	(*p)++;
+	skip_ws(p);
+	if (**p == close) {
+		(*p)++;
+		return v;
+	}
+	for (;;) {
+		char *key = NULL;
+		struct jv *item;
+
+		skip_ws(p);
+		if (t == J_OBJ) {
+			key = parse_string(p);
+			skip_ws(p);
+			if (!key || **p != ':') {
+				free(key);
+				json_free(v);
+				return NULL;
+			}
+			(*p)++;
+		}
+		item = parse_value(p, depth + 1);
+		if (!item || !push(v, item, key)) {
+			free(key);
+			json_free(item);
+			json_free(v);
+			return NULL;
+		}
+		skip_ws(p);
+		if (**p == ',') {
+			(*p)++;
+			continue;
+		}
+		if (**p == close) {
+			(*p)++;
+			return v;
+		}
+		json_free(v);
+		return NULL;
+	}
+}
+
+/* Past one or more digits at q; NULL when there is none. */
+static const char *json_digits(const char *q)
+{
+	if (!(*q >= '0' && *q <= '9'))
+		return NULL;
+	while (*q >= '0' && *q <= '9')
+		q++;
+	return q;
+}
+
+static struct jv *parse_value(const char **p, int depth)
+{
+	struct jv *v;
+
+	if (depth > 64)
+		return NULL;
+	skip_ws(p);
+	switch (**p) {
+	case '{':
+		return parse_container(p, depth, J_OBJ);
+	case '[':
+		return parse_container(p, depth, J_ARR);
+	case '"': {
+		char *s = parse_string(p);
+
+		if (!s)
+			return NULL;
+		v = calloc(1, sizeof(*v));
+		if (!v) {
+			free(s);
+			return NULL;
+		}
+		v->t = J_STR;
+		v->str = s;
+		return v;
+	}
+	}
+	v = calloc(1, sizeof(*v));
+	if (!v)
+		return NULL;
+	if (!strncmp(*p, "true", 4) || !strncmp(*p, "false", 5)) {
+		v->t = J_BOOL;
+		v->b = **p == 't';
+		*p += v->b ? 4 : 5;
+		return v;
+	}
+	if (!strncmp(*p, "null", 4)) {
+		*p += 4;
+		return v;
+	}
+	{
+		const char *s = *p, *q = s;
+		bool integer = true;
+		char *end;
+
+		if (*q == '-') {
+			q++;
+			integer = false;
+		}
+		if (!(*q >= '0' && *q <= '9') || (*q == '0' && q[1] >= '0' && q[1] <= '9')) {
+			free(v);
+			return NULL;
+		}
+		q = json_digits(q);
+		if (*q == '.') {
+			integer = false;
+			q = json_digits(q + 1);
+		}
+		if (q && (*q == 'e' || *q == 'E')) {
+			integer = false;
+			q++;
+			if (*q == '+' || *q == '-')
+				q++;
+			q = json_digits(q);
+		}
+		if (!q) {
+			free(v);
+			return NULL;
+		}
+		v->t = J_NUM;
+		v->num = strtod(s, &end);
+		if (integer) {
+			v->u = strtoull(s, NULL, 10);
+			v->is_uint = true;
+		}
+		*p = q;
+		return v;
+	}
+}
+
+struct jv *json_parse(const char *text, const char **end)
+{
+	const char *p = text;
+	struct jv *v = parse_value(&p, 0);
+
+	skip_ws(&p);
+	if (end)
+		*end = p;
+	return v;
+}
+
+void json_free(struct jv *v)
+{
+	if (!v)
+		return;
+	for (size_t i = 0; i < v->n; i++) {
+		json_free(v->items[i]);
+		if (v->keys)
+			free(v->keys[i]);
+	}
+	free(v->items);
+	free(v->keys);
+	free(v->str);
+	free(v);
+}
+
+const struct jv *json_get(const struct jv *o, const char *key)
+{
+	if (!o || o->t != J_OBJ)
+		return NULL;
+	for (size_t i = 0; i < o->n; i++)
+		if (!strcmp(o->keys[i], key))
+			return o->items[i];
+	return NULL;
+}
+
+const struct jv *json_path(const struct jv *o, const char *path)
+{
+	char key[128];
+
+	while (o && *path) {
+		size_t n = strcspn(path, ".");
+
+		if (n >= sizeof(key))
+			return NULL;
+		memcpy(key, path, n);
+		key[n] = 0;
+		o = json_get(o, key);
+		path += n + (path[n] == '.');
+	}
+	return o;
+}
+
+uint64_t json_u64(const struct jv *o, const char *path)
+{
+	const struct jv *v = json_path(o, path);
+
+	cr_assert(v && v->t == J_NUM && v->is_uint, "JSON field '%s' missing or not an integer",
+		  path);
+	return v->u;
+}
