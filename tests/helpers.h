@@ -7,7 +7,7 @@
  * ring-stat and the other tools, GPU buffers, private rings. Each section
  * below names the one file that defines it:
  *
- *   helpers_base.c       the clock, patterned bytes, cheap numbers
+ *   helpers_base.c       the clock, patterned bytes, cheap numbers, removing a tree
  *   helpers_proc.c       /proc figures, exits, child processes and pipes, shell commands
  *   helpers_service.c    dataplaned processes, their logs, fault-injection builds
  *   helpers_netns.c      network namespaces
@@ -76,6 +76,9 @@ uint64_t xorshift64(uint64_t *state);
 int cmp_u64(const void *a, const void *b);
 /* Guard bytes (0x5a) over [off - 64, off + len + 64), clipped to the buffer. */
 void guard_fill(uint8_t *buf, uint64_t buf_len, uint64_t off, uint64_t len);
+/* Removes `dir` and everything below it, links not followed: 0, or -1
+ * with errno. */
+int remove_tree(const char *dir);
 
 /* ---- processes (helpers_proc.c) ---- */
 
@@ -89,6 +92,12 @@ long cpu_ticks(pid_t pid);
  * (state T): what completes afterwards is not its work. */
 void wait_stopped(pid_t pid);
 double cpu_share(pid_t pid, unsigned ms);
+/* A waitpid status as a shell tells it: the exit code, 128 + the signal
+ * when one ended the process. */
+int exit_code(int status);
+/* Waits up to timeout_ms for pid to exit: its exit_code(), or -1 when it
+ * still runs. */
+int wait_exit(pid_t pid, unsigned timeout_ms);
 /* Child processes report through their exit status: 0, or the failed step. */
 int wait_child(pid_t pid);
 /* One byte through a pipe between a test and its child: pipe_get reads one
@@ -237,6 +246,9 @@ int raw_connect(const char *sock, int timeout_s);
  * type and the sequence number. Returns the reply's status; *id (unless
  * NULL) gets the id of an id reply (0 when the reply has none). */
 int raw_call(int fd, uint16_t type, const void *payload, size_t len, uint32_t *id);
+/* The same, passing `nfds` fds (SCM_RIGHTS) with the request. */
+int raw_call_with_fds(int fd, uint16_t type, const void *payload, size_t len, const int *fds,
+		      int nfds, uint32_t *id);
 /* Submits all `n` descriptors (the caller keeps within the queue's credit),
  * retrying while the ring is short; fails after timeout_ms of no progress. */
 void submit_all(struct dp_queue *q, const struct dp_desc *d, unsigned n, int timeout_ms);

@@ -2,8 +2,11 @@
 /*
  * helpers_base.c - what the other helper files and the ring suites stand
  * on: the clock, patterned bytes and the checks of them (with the guard
- * bytes around a transfer), cheap deterministic numbers.
+ * bytes around a transfer), cheap deterministic numbers, removing a
+ * scratch directory.
  */
+#include <ftw.h>
+
 #include "clock.h"
 #include "helpers.h"
 
@@ -92,4 +95,17 @@ void guard_fill(uint8_t *buf, uint64_t buf_len, uint64_t off, uint64_t len)
 	uint64_t lo = off >= 64 ? off - 64 : 0, hi = off + len + 64;
 
 	memset(buf + lo, 0x5a, (hi < buf_len ? hi : buf_len) - lo);
+}
+
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+int remove_tree(const char *dir)
+{
+	return nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
 }

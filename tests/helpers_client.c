@@ -8,6 +8,7 @@
 
 #include "dp_proto.h"
 #include "helpers.h"
+#include "net.h"
 
 struct dp_client *connect_client(const struct svc *s, const char *name)
 {
@@ -72,7 +73,8 @@ int raw_connect(const char *sock, int timeout_s)
 	return fd;
 }
 
-int raw_call(int fd, uint16_t type, const void *payload, size_t len, uint32_t *id)
+int raw_call_with_fds(int fd, uint16_t type, const void *payload, size_t len, const int *fds,
+		      int nfds, uint32_t *id)
 {
 	static uint32_t seq;
 	struct dp_msg_hdr hdr = {.magic = DP_PROTO_MAGIC,
@@ -80,14 +82,15 @@ int raw_call(int fd, uint16_t type, const void *payload, size_t len, uint32_t *i
 				 .type = type,
 				 .len = (uint32_t)len,
 				 .seq = ++seq};
+	struct iovec iov[2] = {{&hdr, sizeof(hdr)}, {(void *)payload, len}};
 	struct dp_msg_id_reply r = {0};
 	_Alignas(8) char buf[DP_MSG_MAX];
 	ssize_t n;
+	int rc;
 
 	cr_assert_leq(len, sizeof(buf) - sizeof(hdr));
-	memcpy(buf, &hdr, sizeof(hdr));
-	memcpy(buf + sizeof(hdr), payload, len);
-	cr_assert_eq(send(fd, buf, sizeof(hdr) + len, MSG_NOSIGNAL), (ssize_t)(sizeof(hdr) + len));
+	rc = dp_net_send_fds(fd, iov, 2, fds, nfds, 0);
+	cr_assert_eq(rc, 0, "request of type %u: %s", type, strerror(-rc));
 	n = recv(fd, buf, sizeof(buf), 0);
 	cr_assert_geq(n, (ssize_t)(sizeof(hdr) + sizeof(r.status)), "reply to type %u: %zd", type,
 		      n);
@@ -99,6 +102,11 @@ int raw_call(int fd, uint16_t type, const void *payload, size_t len, uint32_t *i
 	if (id)
 		*id = r.id;
 	return r.status;
+}
+
+int raw_call(int fd, uint16_t type, const void *payload, size_t len, uint32_t *id)
+{
+	return raw_call_with_fds(fd, type, payload, len, NULL, 0, id);
 }
 
 void submit_all(struct dp_queue *q, const struct dp_desc *d, unsigned n, int timeout_ms)
@@ -133,15 +141,22 @@ void reap(struct dp_queue *q, struct dp_cqe *out, unsigned n, int timeout_ms)
 	}
 }
 
-struct dp_cqe run_wait(struct dp_queue *q, const struct dp_desc *d, int ms)
+/* One descriptor submitted (submit_all's submit_ms) and its completion
+ * reaped within ms. */
+static struct dp_cqe run_one(struct dp_queue *q, const struct dp_desc *d, int submit_ms, int ms)
 {
 	struct dp_cqe cqe;
 
-	submit_all(q, d, 1, 5000);
+	submit_all(q, d, 1, submit_ms);
 	reap(q, &cqe, 1, ms);
 	cr_assert_eq(cqe.user_data, d->user_data, "completion for %llu, want %llu",
 		     (unsigned long long)cqe.user_data, (unsigned long long)d->user_data);
 	return cqe;
+}
+
+struct dp_cqe run_wait(struct dp_queue *q, const struct dp_desc *d, int ms)
+{
+	return run_one(q, d, 5000, ms);
 }
 
 struct dp_cqe run1(struct dp_queue *q, bool write, int lreg, uint64_t loff, int seg, uint64_t toff,
@@ -158,30 +173,14 @@ struct dp_cqe run1(struct dp_queue *q, bool write, int lreg, uint64_t loff, int 
 
 void run_ok(struct dp_queue *q, const struct dp_desc *d, uint32_t flag, int timeout_ms)
 {
-	struct dp_cqe cqe;
+	struct dp_cqe cqe = run_one(q, d, 10000, timeout_ms);
 
-	submit_all(q, d, 1, 10000);
-	reap(q, &cqe, 1, timeout_ms);
-	cr_assert_eq(cqe.user_data, d->user_data, "completion for %llu, want %llu",
-		     (unsigned long long)cqe.user_data, (unsigned long long)d->user_data);
 	cr_assert_eq(cqe.status, 0, "%s of %llu B: %s", d->opcode == DP_OP_WRITE ? "WRITE" : "READ",
 		     (unsigned long long)d->len, dp_strerror(cqe.status));
 	cr_assert_eq(cqe.bytes, d->len, "bytes %llu, want %llu", (unsigned long long)cqe.bytes,
 		     (unsigned long long)d->len);
 	cr_assert_eq(cqe.flags & (DP_CQE_F_FABRIC | DP_CQE_F_LOCAL), flag,
 		     "completion flags 0x%x, want path 0x%x", cqe.flags, flag);
-}
-
-void probe_start(struct probe *p, const struct svc *s, size_t len)
-{
-	int rd;
-
-	p->c = connect_client(s, "bystander");
-	p->rs = alloc_region(p->c, len, &p->src);
-	rd = alloc_region(p->c, len, &p->dst);
-	p->seg = export_open(p->c, rd, "bystander", DP_ACCESS_RW, DP_ACCESS_RW);
-	p->q = make_queue(p->c, 8);
-	p->n = 0;
 }
 
 void run_batch(struct dp_queue *q, const struct dp_desc *d, unsigned n, struct dp_cqe *out,
@@ -221,4 +220,16 @@ void run_batch(struct dp_queue *q, const struct dp_desc *d, unsigned n, struct d
 			     timeout_ms);
 	}
 	free(seen);
+}
+
+void probe_start(struct probe *p, const struct svc *s, size_t len)
+{
+	int rd;
+
+	p->c = connect_client(s, "bystander");
+	p->rs = alloc_region(p->c, len, &p->src);
+	rd = alloc_region(p->c, len, &p->dst);
+	p->seg = export_open(p->c, rd, "bystander", DP_ACCESS_RW, DP_ACCESS_RW);
+	p->q = make_queue(p->c, 8);
+	p->n = 0;
 }

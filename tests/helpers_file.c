@@ -4,25 +4,15 @@
  * patterned bytes and their checks, whether O_DIRECT works there, and how
  * the service moved a file region's bytes (stats region and log).
  */
-#include <ftw.h>
-
 #include "dp_stats.h"
 #include "helpers.h"
 
 char fdir[64];
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	return remove(path);
-}
-
 void file_dir_remove(void)
 {
 	if (fdir[0])
-		nftw(fdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+		remove_tree(fdir);
 	fdir[0] = 0;
 }
 

@@ -25,14 +25,21 @@ int proc_fd_count(pid_t pid)
 	return n - 2;
 }
 
+/* /proc/PID/<what>, open for reading; NULL when pid is gone. */
+static FILE *proc_open(pid_t pid, const char *what)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, what);
+	return fopen(path, "r");
+}
+
 long proc_mapped_kib(pid_t pid)
 {
-	char path[64], line[256];
+	char line[256];
 	long kib = -1;
-	FILE *f;
+	FILE *f = proc_open(pid, "status");
 
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "r");
 	if (!f)
 		return -1;
 	while (fgets(line, sizeof(line), f))
@@ -42,37 +49,40 @@ long proc_mapped_kib(pid_t pid)
 	return kib;
 }
 
+/* The fields of /proc/PID/stat from the state on: past the command, which
+ * may itself hold spaces and parentheses. NULL when pid is gone. */
+static const char *proc_stat(pid_t pid, char *buf, int len)
+{
+	FILE *f = proc_open(pid, "stat");
+	char *p;
+
+	if (!f)
+		return NULL;
+	p = fgets(buf, len, f) ? strrchr(buf, ')') : NULL;
+	fclose(f);
+	return p && p[1] == ' ' ? p + 2 : NULL;
+}
+
 long cpu_ticks(pid_t pid)
 {
-	char path[64], buf[1024], *p;
+	char buf[1024];
+	const char *p = proc_stat(pid, buf, sizeof(buf));
 	unsigned long ut = 0, st = 0;
-	FILE *f;
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	p = fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
-	fclose(f);
-	/* Fields after the command: state is 3rd; utime, stime are 14th, 15th. */
-	if (!p ||
-	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+	/* State is the 3rd field; utime, stime are the 14th, 15th. */
+	if (!p || sscanf(p, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
 		return -1;
 	return (long)(ut + st);
 }
 
 void wait_stopped(pid_t pid)
 {
-	char path[64], buf[512], *p;
+	char buf[1024];
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
 	for (int i = 0; i < 1000; i++) {
-		FILE *f = fopen(path, "r");
+		const char *p = proc_stat(pid, buf, sizeof(buf));
 
-		p = f && fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
-		if (f)
-			fclose(f);
-		if (p && p[1] == ' ' && p[2] == 'T')
+		if (p && p[0] == 'T')
 			return;
 		sleep_ms(1);
 	}
@@ -88,6 +98,23 @@ double cpu_share(pid_t pid, unsigned ms)
 	return (double)(t1 - t0) / (double)sysconf(_SC_CLK_TCK) / (ms / 1000.0);
 }
 
+int exit_code(int status)
+{
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int wait_exit(pid_t pid, unsigned timeout_ms)
+{
+	int status;
+
+	for (unsigned i = 0; i < timeout_ms / 10; i++) {
+		if (waitpid(pid, &status, WNOHANG) == pid)
+			return exit_code(status);
+		sleep_ms(10);
+	}
+	return -1;
+}
+
 int wait_child(pid_t pid)
 {
 	int status;
@@ -95,7 +122,7 @@ int wait_child(pid_t pid)
 	cr_assert_eq(waitpid(pid, &status, 0), pid);
 	if (pid == child_pid)
 		child_pid = 0;
-	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+	return exit_code(status);
 }
 
 bool pipe_get(int fd, char want)

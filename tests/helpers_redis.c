@@ -164,15 +164,10 @@ void dir_redis_kill(struct redis_srv *r)
 
 void dir_teardown(void)
 {
-	char path[160];
-
 	fab_teardown();
 	dir_redis_kill(&dir_redis);
-	if (dir_redis.dir[0]) {
-		snprintf(path, sizeof(path), "rm -rf %s", dir_redis.dir);
-		if (system(path))
-			fprintf(stderr, "could not remove %s\n", dir_redis.dir);
-	}
+	if (dir_redis.dir[0] && remove_tree(dir_redis.dir))
+		fprintf(stderr, "could not remove %s: %s\n", dir_redis.dir, strerror(errno));
 	memset(&dir_redis, 0, sizeof(dir_redis));
 }
 

@@ -4,7 +4,6 @@
  * private socket and log, stopped, killed, reaped by the suites' .fini;
  * what their logs say, fault-injection builds and their exit report.
  */
-#include <dirent.h>
 #include <sys/prctl.h>
 #include <sys/un.h>
 
@@ -119,23 +118,13 @@ int svc_start_in(struct svc *s, const char *const *prefix, const char *const *ex
 
 static void remove_dir(struct svc *s)
 {
-	char path[400], stats[DP_STATS_NAME_MAX];
-	DIR *d = opendir(s->dir);
-	struct dirent *e;
+	char stats[DP_STATS_NAME_MAX];
 
 	/* The stats region a killed service could not remove (its default
 	 * name; tests that name one remove it themselves). */
 	dp_stats_default_name(s->sock, stats, sizeof(stats));
 	shm_unlink(stats);
-	if (!d)
-		return;
-	while ((e = readdir(d)))
-		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-			snprintf(path, sizeof(path), "%s/%s", s->dir, e->d_name);
-			unlink(path);
-		}
-	closedir(d);
-	rmdir(s->dir);
+	remove_tree(s->dir);
 }
 
 /* Where each thread of a hung process is: its kernel stack, and its user
@@ -155,18 +144,12 @@ static void dump_threads(pid_t pid)
 
 int svc_stop(struct svc *s)
 {
-	int status, rc = -1;
+	int status, rc;
 
 	if (s->pid <= 0)
 		return -1;
 	kill(s->pid, SIGTERM);
-	for (int i = 0; i < 1000; i++) {
-		if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
-			rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-			break;
-		}
-		sleep_ms(10);
-	}
+	rc = wait_exit(s->pid, 10000);
 	if (rc == -1) {
 		fprintf(stderr, "dataplaned (pid %d) still running 10 s after SIGTERM:\n",
 			(int)s->pid);
@@ -306,11 +289,9 @@ struct injected stop_and_count(struct svc *s)
 	char line[1024];
 	bool found = false;
 	FILE *f = fopen(s->log, "r");
-	int rc;
 
 	cr_assert_not_null(f, "%s: %s", s->log, strerror(errno));
-	rc = svc_stop(s);
-	cr_assert_eq(rc, 0, "dataplaned exit status %d, want 0", rc);
+	stop_svc(s);
 	rewind(f);
 	while (!found && fgets(line, sizeof(line), f)) {
 		const char *p = strstr(line, "faults injected: ");

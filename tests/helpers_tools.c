@@ -32,7 +32,7 @@ static char *slurp_fd(int fd)
 struct tool_run run_tool(const char *bin, const char *const *args)
 {
 	char out_path[] = "/tmp/dp-tool-out-XXXXXX", err_path[] = "/tmp/dp-tool-err-XXXXXX";
-	int out = mkstemp(out_path), err = mkstemp(err_path), status = 0;
+	int out = mkstemp(out_path), err = mkstemp(err_path), status;
 	struct tool_run r = {.status = -1};
 	const char *argv[32];
 	int argc = 0;
@@ -53,13 +53,7 @@ struct tool_run run_tool(const char *bin, const char *const *args)
 		execv(argv[0], (char *const *)argv);
 		_exit(127);
 	}
-	for (int i = 0; i < 3000; i++) {
-		if (waitpid(pid, &status, WNOHANG) == pid) {
-			r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-			break;
-		}
-		sleep_ms(10);
-	}
+	r.status = wait_exit(pid, 30000);
 	if (r.status == -1) {
 		kill(pid, SIGKILL);
 		waitpid(pid, &status, 0);
