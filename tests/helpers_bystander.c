@@ -33,55 +33,76 @@ static int bystander_one(struct dp_queue *q, struct dp_desc *d)
 	return cqe.status;
 }
 
+/* The bystander's own client, as a probe's but for its source region of
+ * 2 * GOOD_LEN (what it writes, then what it reads back) and a queue of
+ * 16: 0, or the error of the call that failed (told in b). No Criterion
+ * in a thread, so no probe_start. */
+static int bystander_setup(struct bystander *b, struct probe *k)
+{
+	int rd, rc = dp_connect(svc.sock, "bystander", &k->c);
+
+	if (rc) {
+		bystander_fail(b, "connect", rc);
+		return rc;
+	}
+	k->rs = dp_alloc(k->c, 2 * GOOD_LEN, 0, (void **)&k->src);
+	rd = dp_alloc(k->c, GOOD_LEN, 0, (void **)&k->dst);
+	rc = k->rs < 0 ? k->rs : rd;
+	if (rc >= 0)
+		rc = dp_segment_export(k->c, rd, "bystander", DP_ACCESS_RW);
+	if (rc >= 0)
+		rc = k->seg = dp_segment_open(k->c, NULL, "bystander", DP_ACCESS_RW);
+	if (rc >= 0)
+		rc = dp_queue_create(k->c, 16, &k->q);
+	if (rc < 0) {
+		bystander_fail(b, "setup", rc);
+		dp_close(k->c);
+		return rc;
+	}
+	return 0;
+}
+
+/* Round i: pattern i WRITTEN into the export and READ back, each checked;
+ * false once one fails (told in b). */
+static bool bystander_round(struct bystander *b, const struct probe *k, uint64_t i)
+{
+	struct dp_desc d;
+	int rc;
+
+	pattern_fill(k->src, GOOD_LEN, i);
+	dp_prep_write(&d, k->rs, 0, k->seg, 0, GOOD_LEN, 2 * i);
+	if ((rc = bystander_one(k->q, &d))) {
+		bystander_fail(b, "WRITE", rc);
+		return false;
+	}
+	if (pattern_check(k->dst, GOOD_LEN, i) != -1) {
+		bystander_fail(b, "WRITE moved the wrong bytes", 0);
+		return false;
+	}
+	dp_prep_read(&d, k->rs, GOOD_LEN, k->seg, 0, GOOD_LEN, 2 * i + 1);
+	if ((rc = bystander_one(k->q, &d))) {
+		bystander_fail(b, "READ", rc);
+		return false;
+	}
+	if (pattern_check(k->src + GOOD_LEN, GOOD_LEN, i) != -1) {
+		bystander_fail(b, "READ moved the wrong bytes", 0);
+		return false;
+	}
+	return true;
+}
+
 static void *bystander_main(void *arg)
 {
 	struct bystander *b = arg;
-	struct dp_client *c;
-	struct dp_queue *q;
-	uint8_t *src, *dst;
-	int rs, rd, seg, rc;
-	struct dp_desc d;
+	struct probe k;
+	int rc = bystander_setup(b, &k);
 
-	if ((rc = dp_connect(svc.sock, "bystander", &c))) {
-		bystander_fail(b, "connect", rc);
-		atomic_store(&b->ready, 1);
-		return NULL;
-	}
-	rs = dp_alloc(c, 2 * GOOD_LEN, 0, (void **)&src);
-	rd = dp_alloc(c, GOOD_LEN, 0, (void **)&dst);
-	rc = rs < 0 ? rs : rd < 0 ? rd : dp_segment_export(c, rd, "bystander", DP_ACCESS_RW);
-	seg = rc ? rc : dp_segment_open(c, NULL, "bystander", DP_ACCESS_RW);
-	rc = seg < 0 ? seg : dp_queue_create(c, 16, &q);
-	if (rc < 0) {
-		bystander_fail(b, "setup", rc);
-		atomic_store(&b->ready, 1);
-		dp_close(c);
-		return NULL;
-	}
 	atomic_store(&b->ready, 1);
-	for (uint64_t i = 1; !atomic_load(&b->stop); i++) {
-		pattern_fill(src, GOOD_LEN, i);
-		dp_prep_write(&d, rs, 0, seg, 0, GOOD_LEN, 2 * i);
-		if ((rc = bystander_one(q, &d))) {
-			bystander_fail(b, "WRITE", rc);
-			break;
-		}
-		if (pattern_check(dst, GOOD_LEN, i) != -1) {
-			bystander_fail(b, "WRITE moved the wrong bytes", 0);
-			break;
-		}
-		dp_prep_read(&d, rs, GOOD_LEN, seg, 0, GOOD_LEN, 2 * i + 1);
-		if ((rc = bystander_one(q, &d))) {
-			bystander_fail(b, "READ", rc);
-			break;
-		}
-		if (pattern_check(src + GOOD_LEN, GOOD_LEN, i) != -1) {
-			bystander_fail(b, "READ moved the wrong bytes", 0);
-			break;
-		}
+	if (rc)
+		return NULL;
+	for (uint64_t i = 1; !atomic_load(&b->stop) && bystander_round(b, &k, i); i++)
 		atomic_fetch_add(&b->ops, 1);
-	}
-	dp_close(c);
+	dp_close(k.c);
 	return NULL;
 }
 

@@ -110,6 +110,12 @@ void fab_pair_shapes(struct fab_pair *p, const struct xfer_shape *xs, unsigned n
 #define MANY_OPS 64
 #define MANY_Q 4
 
+/* The length of fab_pair_many's op i. */
+static uint64_t many_len(uint64_t stride, uint64_t (*op_len)(unsigned i), unsigned i)
+{
+	return op_len ? op_len(i) : stride;
+}
+
 /* A batch of many_ops' completions: each a distinct op of it, whole,
  * through the fabric. */
 static void many_check(const struct dp_cqe *cqes, unsigned n, bool *seen, uint64_t base_ud,
@@ -125,7 +131,7 @@ static void many_check(const struct dp_cqe *cqes, unsigned n, bool *seen, uint64
 		seen[k] = true;
 		cr_assert_eq(cqes[i].status, 0, "op %llu: %s", (unsigned long long)k,
 			     dp_strerror(cqes[i].status));
-		cr_assert_eq(cqes[i].bytes, op_len ? op_len((unsigned)k) : stride);
+		cr_assert_eq(cqes[i].bytes, many_len(stride, op_len, (unsigned)k));
 		cr_assert_eq(cqes[i].flags & (DP_CQE_F_FABRIC | DP_CQE_F_LOCAL | DP_CQE_F_GPU),
 			     DP_CQE_F_FABRIC, "flags 0x%x", cqes[i].flags);
 	}
@@ -159,7 +165,7 @@ void fab_pair_many(struct fab_pair *p, const char *name, uint64_t stride,
 		q[k] = make_queue(p->ca, 64);
 	/* WRITEs: op i carries pattern 1000 + i to B's offset i * stride + 17. */
 	for (unsigned i = 0; i < MANY_OPS; i++) {
-		uint64_t n = op_len ? op_len(i) : stride;
+		uint64_t n = many_len(stride, op_len, i);
 
 		pattern_fill(p->loc + i * stride, n, 1000 + i);
 		dp_prep_write(&d[i % MANY_Q][i / MANY_Q], p->lreg, i * stride, p->seg,
@@ -167,12 +173,12 @@ void fab_pair_many(struct fab_pair *p, const char *name, uint64_t stride,
 	}
 	many_run(q, d, 5000, stride, op_len, timeout_ms);
 	for (unsigned i = 0; i < MANY_OPS; i++)
-		cr_assert_eq(pattern_check(p->tgt + i * stride + 17, op_len ? op_len(i) : stride,
+		cr_assert_eq(pattern_check(p->tgt + i * stride + 17, many_len(stride, op_len, i),
 					   1000 + i),
 			     -1, "WRITE %u: bytes wrong", i);
 	/* READs: pattern 2000 + i back from B into A's zeroed region. */
 	for (unsigned i = 0; i < MANY_OPS; i++) {
-		uint64_t n = op_len ? op_len(i) : stride;
+		uint64_t n = many_len(stride, op_len, i);
 
 		pattern_fill(p->tgt + i * stride + 17, n, 2000 + i);
 		dp_prep_read(&d[i % MANY_Q][i / MANY_Q], p->lreg, i * stride, p->seg,
@@ -182,7 +188,7 @@ void fab_pair_many(struct fab_pair *p, const char *name, uint64_t stride,
 	many_run(q, d, 7000, stride, op_len, timeout_ms);
 	for (unsigned i = 0; i < MANY_OPS; i++)
 		cr_assert_eq(
-			pattern_check(p->loc + i * stride, op_len ? op_len(i) : stride, 2000 + i),
+			pattern_check(p->loc + i * stride, many_len(stride, op_len, i), 2000 + i),
 			-1, "READ %u: bytes wrong", i);
 	for (unsigned k = 1; k < MANY_Q; k++)
 		dp_queue_destroy(q[k]);
@@ -204,39 +210,84 @@ bool fabric_error(int status)
 	       status == -ECONNRESET;
 }
 
+#define KILL_RUN_MAX 4096 /* descriptors of one run */
+
+/* Until the kill, keeps `inflight` descriptors in flight. */
+static void kill_run_fill(struct kill_run *r, unsigned reaped)
+{
+	unsigned limit = r->t_kill ? 0 : r->inflight;
+	struct dp_desc d;
+
+	while (r->sent - reaped < limit && r->sent < KILL_RUN_MAX) {
+		uint64_t off = (r->sent % r->inflight) * r->len;
+
+		if (r->mixed && r->sent % 2)
+			dp_prep_read(&d, r->lreg, off, r->seg, off, r->len, r->sent);
+		else
+			dp_prep_write(&d, r->lreg, off, r->seg, off, r->len, r->sent);
+		submit_all(r->q, &d, 1, 10000);
+		r->sent++;
+	}
+}
+
+/* Once kill_after have succeeded: the kill, then 16 WRITEs handed over
+ * for the dead peer. */
+static void kill_run_kill(struct kill_run *r)
+{
+	struct dp_desc d;
+
+	if (r->t_kill || r->ok < r->kill_after)
+		return;
+	r->kill(r->arg);
+	r->t_kill = now_ns();
+	for (unsigned i = 0; i < 16; i++, r->sent++) {
+		dp_prep_write(&d, r->lreg, 0, r->seg, 0, r->len, r->sent);
+		submit_all(r->q, &d, 1, 10000);
+	}
+}
+
+/* One completion of the run: of a descriptor sent and not yet answered,
+ * failed only as a dead peer fails it and only after the kill. */
+static void kill_run_check(struct kill_run *r, const struct dp_cqe *c, uint8_t *done)
+{
+	uint64_t ud = c->user_data;
+
+	cr_assert_lt(ud, r->sent, "unknown user_data %llu", (unsigned long long)ud);
+	cr_assert_not(done[ud], "user_data %llu completed twice", (unsigned long long)ud);
+	done[ud] = 1;
+	/* Every one through the fabric, but those refused before routing
+	 * (-ECONNRESET, no path flag): a kill that lets the owner's client
+	 * leave first, and a failed transfer's probe that reaches the owner
+	 * in between, find the segment unexported. */
+	cr_assert(c->flags & DP_CQE_F_FABRIC || c->status == -ECONNRESET, "op %llu: %s, flags %#x",
+		  (unsigned long long)ud, dp_strerror(c->status), c->flags);
+	if (c->status == 0) {
+		r->ok++;
+	} else {
+		cr_assert(fabric_error(c->status), "op %llu failed with %s", (unsigned long long)ud,
+			  dp_strerror(c->status));
+		cr_assert(r->t_kill, "op %llu failed before the kill: %s", (unsigned long long)ud,
+			  dp_strerror(c->status));
+		r->failed++;
+	}
+	r->t_last = now_ns();
+}
+
 void fab_kill_run(struct kill_run *r)
 {
 	static struct dp_cqe cqes[256];
-	static uint8_t done[4096];
+	static uint8_t done[KILL_RUN_MAX];
 	unsigned reaped = 0;
-	struct dp_desc d;
 
 	memset(done, 0, sizeof(done));
 	r->sent = r->ok = r->failed = 0;
 	r->t_kill = r->t_last = 0;
 	for (;;) {
 		uint64_t now = now_ns();
-		unsigned limit = r->t_kill ? 0 : r->inflight;
 		int k;
 
-		while (r->sent - reaped < limit && r->sent < sizeof(done)) {
-			uint64_t off = (r->sent % r->inflight) * r->len;
-
-			if (r->mixed && r->sent % 2)
-				dp_prep_read(&d, r->lreg, off, r->seg, off, r->len, r->sent);
-			else
-				dp_prep_write(&d, r->lreg, off, r->seg, off, r->len, r->sent);
-			submit_all(r->q, &d, 1, 10000);
-			r->sent++;
-		}
-		if (!r->t_kill && r->ok >= r->kill_after) {
-			r->kill(r->arg);
-			r->t_kill = now_ns();
-			for (unsigned i = 0; i < 16; i++, r->sent++) {
-				dp_prep_write(&d, r->lreg, 0, r->seg, 0, r->len, r->sent);
-				submit_all(r->q, &d, 1, 10000);
-			}
-		}
+		kill_run_fill(r, reaped);
+		kill_run_kill(r);
 		if (r->t_kill && reaped == r->sent)
 			break;
 		cr_assert(!r->t_kill || now < r->t_kill + r->answer_ms * 1000000ull,
@@ -246,32 +297,8 @@ void fab_kill_run(struct kill_run *r)
 			  r->kill_after);
 		k = dp_wait(r->q, cqes, sizeof(cqes) / sizeof(cqes[0]), 100);
 		cr_assert_geq(k, 0, "dp_wait: %s", dp_strerror(k));
-		for (int i = 0; i < k; i++) {
-			uint64_t ud = cqes[i].user_data;
-
-			cr_assert_lt(ud, r->sent, "unknown user_data %llu", (unsigned long long)ud);
-			cr_assert_not(done[ud], "user_data %llu completed twice",
-				      (unsigned long long)ud);
-			done[ud] = 1;
-			/* Every one through the fabric, but those refused
-			 * before routing (-ECONNRESET, no path flag): a kill
-			 * that lets the owner's client leave first, and a
-			 * failed transfer's probe that reaches the owner in
-			 * between, find the segment unexported. */
-			cr_assert(cqes[i].flags & DP_CQE_F_FABRIC || cqes[i].status == -ECONNRESET,
-				  "op %llu: %s, flags %#x", (unsigned long long)ud,
-				  dp_strerror(cqes[i].status), cqes[i].flags);
-			if (cqes[i].status == 0) {
-				r->ok++;
-			} else {
-				cr_assert(fabric_error(cqes[i].status), "op %llu failed with %s",
-					  (unsigned long long)ud, dp_strerror(cqes[i].status));
-				cr_assert(r->t_kill, "op %llu failed before the kill: %s",
-					  (unsigned long long)ud, dp_strerror(cqes[i].status));
-				r->failed++;
-			}
-			r->t_last = now_ns();
-		}
+		for (int i = 0; i < k; i++)
+			kill_run_check(r, &cqes[i], done);
 		reaped += (unsigned)k;
 	}
 	cr_assert_geq(r->failed, 16, "only %u of %u failed after the kill", r->failed, r->sent);

@@ -11,6 +11,45 @@ static void skip_ws(const char **p)
 		(*p)++;
 }
 
+/* The value of hex digit h, -1 when it is none. */
+static int hex_digit(char h)
+{
+	if (h >= '0' && h <= '9')
+		return h - '0';
+	if (h >= 'a' && h <= 'f')
+		return h - 'a' + 10;
+	if (h >= 'A' && h <= 'F')
+		return h - 'A' + 10;
+	return -1;
+}
+
+/* The escape at *p (past its backslash) into *out, *p left on its last
+ * character; false when JSON has no such escape. A \u escape beyond ASCII
+ * becomes '?'. */
+static bool parse_escape(const char **p, char *out)
+{
+	static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+	const char *at = **p ? strchr(from, **p) : NULL;
+	unsigned v = 0;
+
+	if (at) {
+		*out = to[at - from];
+		return true;
+	}
+	if (**p != 'u')
+		return false;
+	for (int i = 1; i <= 4; i++) {
+		int h = hex_digit((*p)[i]);
+
+		if (h < 0)
+			return false;
+		v = v << 4 | (unsigned)h;
+	}
+	*p += 4;
+	*out = v < 0x80 ? (char)v : '?';
+	return true;
+}
+
 static char *parse_string(const char **p)
 {
 	size_t cap = 16, n = 0;
@@ -22,60 +61,15 @@ static char *parse_string(const char **p)
 	s = malloc(cap);
 	while (s && **p != '"') {
 		char c = **p;
+		bool ok = c && (unsigned char)c >= 0x20;
 
-		if (!c || (unsigned char)c < 0x20) {
+		if (ok && c == '\\') {
+			(*p)++;
+			ok = parse_escape(p, &c);
+		}
+		if (!ok) {
 			free(s);
 			return NULL;
-		}
-		if (c == '\\') {
-			(*p)++;
-			switch (**p) {
-			case '"':
-			case '\\':
-			case '/':
-				c = **p;
-				break;
-			case 'b':
-				c = '\b';
-				break;
-			case 'f':
-				c = '\f';
-				break;
-			case 'n':
-				c = '\n';
-				break;
-			case 'r':
-				c = '\r';
-				break;
-			case 't':
-				c = '\t';
-				break;
-			case 'u': {
-				unsigned v = 0;
-
-				for (int i = 1; i <= 4; i++) {
-					char h = (*p)[i];
-
-					v <<= 4;
-					if (h >= '0' && h <= '9')
-						v |= (unsigned)(h - '0');
-					else if (h >= 'a' && h <= 'f')
-						v |= (unsigned)(h - 'a' + 10);
-					else if (h >= 'A' && h <= 'F')
-						v |= (unsigned)(h - 'A' + 10);
-					else {
-						free(s);
-						return NULL;
-					}
-				}
-				*p += 4;
-				c = v < 0x80 ? (char)v : '?';
-				break;
-			}
-			default:
-				free(s);
-				return NULL;
-			}
 		}
 		if (n + 2 > cap) {
 			char *t = realloc(s, cap *= 2);
@@ -177,6 +171,62 @@ static const char *json_digits(const char *q)
 	return q;
 }
 
+/* The end of the number at s, NULL when there is none (RFC 8259: no
+ * leading zero, no '+', digits after a '.'); *integer tells whether it is
+ * a non-negative integer literal. */
+static const char *number_end(const char *s, bool *integer)
+{
+	const char *q = s;
+
+	*integer = *q != '-';
+	if (*q == '-')
+		q++;
+	if (!(*q >= '0' && *q <= '9') || (*q == '0' && q[1] >= '0' && q[1] <= '9'))
+		return NULL;
+	q = json_digits(q);
+	if (*q == '.') {
+		*integer = false;
+		q = json_digits(q + 1);
+	}
+	if (q && (*q == 'e' || *q == 'E')) {
+		*integer = false;
+		q++;
+		if (*q == '+' || *q == '-')
+			q++;
+		q = json_digits(q);
+	}
+	return q;
+}
+
+/* true, false, null or a number at *p into v; false when there is none. */
+static bool parse_scalar(const char **p, struct jv *v)
+{
+	const char *end;
+	bool integer;
+
+	if (!strncmp(*p, "true", 4) || !strncmp(*p, "false", 5)) {
+		v->t = J_BOOL;
+		v->b = **p == 't';
+		*p += v->b ? 4 : 5;
+		return true;
+	}
+	if (!strncmp(*p, "null", 4)) {
+		*p += 4;
+		return true;
+	}
+	end = number_end(*p, &integer);
+	if (!end)
+		return false;
+	v->t = J_NUM;
+	v->num = strtod(*p, NULL);
+	if (integer) {
+		v->u = strtoull(*p, NULL, 10);
+		v->is_uint = true;
+	}
+	*p = end;
+	return true;
+}
+
 static struct jv *parse_value(const char **p, int depth)
 {
 	struct jv *v;
@@ -184,77 +234,23 @@ static struct jv *parse_value(const char **p, int depth)
 	if (depth > 64)
 		return NULL;
 	skip_ws(p);
-	switch (**p) {
-	case '{':
+	if (**p == '{')
 		return parse_container(p, depth, J_OBJ);
-	case '[':
+	if (**p == '[')
 		return parse_container(p, depth, J_ARR);
-	case '"': {
-		char *s = parse_string(p);
-
-		if (!s)
-			return NULL;
-		v = calloc(1, sizeof(*v));
-		if (!v) {
-			free(s);
-			return NULL;
-		}
-		v->t = J_STR;
-		v->str = s;
-		return v;
-	}
-	}
 	v = calloc(1, sizeof(*v));
 	if (!v)
 		return NULL;
-	if (!strncmp(*p, "true", 4) || !strncmp(*p, "false", 5)) {
-		v->t = J_BOOL;
-		v->b = **p == 't';
-		*p += v->b ? 4 : 5;
+	if (**p == '"') {
+		v->t = J_STR;
+		v->str = parse_string(p);
+		if (v->str)
+			return v;
+	} else if (parse_scalar(p, v)) {
 		return v;
 	}
-	if (!strncmp(*p, "null", 4)) {
-		*p += 4;
-		return v;
-	}
-	{
-		const char *s = *p, *q = s;
-		bool integer = true;
-		char *end;
-
-		if (*q == '-') {
-			q++;
-			integer = false;
-		}
-		if (!(*q >= '0' && *q <= '9') || (*q == '0' && q[1] >= '0' && q[1] <= '9')) {
-			free(v);
-			return NULL;
-		}
-		q = json_digits(q);
-		if (*q == '.') {
-			integer = false;
-			q = json_digits(q + 1);
-		}
-		if (q && (*q == 'e' || *q == 'E')) {
-			integer = false;
-			q++;
-			if (*q == '+' || *q == '-')
-				q++;
-			q = json_digits(q);
-		}
-		if (!q) {
-			free(v);
-			return NULL;
-		}
-		v->t = J_NUM;
-		v->num = strtod(s, &end);
-		if (integer) {
-			v->u = strtoull(s, NULL, 10);
-			v->is_uint = true;
-		}
-		*p = q;
-		return v;
-	}
+	free(v);
+	return NULL;
 }
 
 struct jv *json_parse(const char *text, const char **end)

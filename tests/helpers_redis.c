@@ -106,39 +106,32 @@ long dir_calls(const struct redis_srv *r, const char *cmd)
 	return n;
 }
 
-void dir_redis_start(struct redis_srv *r, int port, const char *password)
+/* In the child: redis-server on r's port, in r's dir, with nothing
+ * persisted; requiring `password` unless it is NULL. */
+__attribute__((noreturn)) static void redis_exec(const struct redis_srv *r, const char *password)
 {
 	char portstr[16];
+	const char *argv[20] = {"redis-server", "--save",     "",	   "--appendonly",
+				"no",		"--port",     portstr,	   "--daemonize",
+				"no",		"--bind",     "127.0.0.1", "--dir",
+				r->dir,		"--loglevel", "warning"};
+	int argc = 15;
+	FILE *f = freopen("/dev/null", "w", stdout);
 
-	if (!dir_have_redis())
-		cr_skip_test("redis-server is not installed (make deps)");
-	if (!r->dir[0]) {
-		snprintf(r->dir, sizeof(r->dir), "/tmp/dp-redis-XXXXXX");
-		cr_assert_not_null(mkdtemp(r->dir), "mkdtemp: %s", strerror(errno));
-	}
-	r->port = port ? port : fab_free_port();
-	snprintf(r->password, sizeof(r->password), "%s", password ? password : "");
-	snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
+	(void)f;
 	snprintf(portstr, sizeof(portstr), "%d", r->port);
-	r->pid = fork();
-	cr_assert_geq(r->pid, 0);
-	if (r->pid == 0) {
-		const char *argv[20] = {"redis-server", "--save",     "",	   "--appendonly",
-					"no",		"--port",     portstr,	   "--daemonize",
-					"no",		"--bind",     "127.0.0.1", "--dir",
-					r->dir,		"--loglevel", "warning"};
-		int argc = 15;
-		FILE *f = freopen("/dev/null", "w", stdout);
-
-		(void)f;
-		if (password) {
-			argv[argc++] = "--requirepass";
-			argv[argc++] = password;
-		}
-		argv[argc] = NULL;
-		execvp(argv[0], (char *const *)argv);
-		_exit(127);
+	if (password) {
+		argv[argc++] = "--requirepass";
+		argv[argc++] = password;
 	}
+	argv[argc] = NULL;
+	execvp(argv[0], (char *const *)argv);
+	_exit(127);
+}
+
+/* Waits up to 5 s until the server answers PING. */
+static void redis_wait_up(const struct redis_srv *r)
+{
 	for (int i = 0; i < 500; i++) {
 		redisReply *rep = dir_cmd(r, "PING");
 		bool up = rep && rep->type == REDIS_REPLY_STATUS;
@@ -151,6 +144,24 @@ void dir_redis_start(struct redis_srv *r, int port, const char *password)
 		sleep_ms(10);
 	}
 	cr_assert_fail("redis-server on port %d did not answer within 5 s", r->port);
+}
+
+void dir_redis_start(struct redis_srv *r, int port, const char *password)
+{
+	if (!dir_have_redis())
+		cr_skip_test("redis-server is not installed (make deps)");
+	if (!r->dir[0]) {
+		snprintf(r->dir, sizeof(r->dir), "/tmp/dp-redis-XXXXXX");
+		cr_assert_not_null(mkdtemp(r->dir), "mkdtemp: %s", strerror(errno));
+	}
+	r->port = port ? port : fab_free_port();
+	snprintf(r->password, sizeof(r->password), "%s", password ? password : "");
+	snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
+	r->pid = fork();
+	cr_assert_geq(r->pid, 0);
+	if (r->pid == 0)
+		redis_exec(r, password);
+	redis_wait_up(r);
 }
 
 void dir_redis_kill(struct redis_srv *r)

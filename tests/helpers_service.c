@@ -55,18 +55,14 @@ int svc_start(struct svc *s, const char *const *extra)
 	return svc_start_in(s, NULL, extra);
 }
 
-int svc_start_in(struct svc *s, const char *const *prefix, const char *const *extra)
+/* The service's command line in argv[0..63]: the prefix, dataplaned with
+ * the socket and log level of a test, the extra flags. */
+static void svc_argv(const struct svc *s, const char *const *prefix, const char *const *extra,
+		     const char **argv)
 {
-	const char *argv[64];
-	int argc = 0, status;
+	int argc = 0;
 	bool same_host = false;
 
-	memset(s, 0, sizeof(*s));
-	snprintf(s->dir, sizeof(s->dir), "/tmp/dp-test-XXXXXX");
-	if (!mkdtemp(s->dir))
-		return -errno;
-	snprintf(s->sock, sizeof(s->sock), "%s/dp.sock", s->dir);
-	snprintf(s->log, sizeof(s->log), "%s/dataplaned.log", s->dir);
 	for (; prefix && *prefix && argc < 16; prefix++)
 		argv[argc++] = *prefix;
 	argv[argc++] = build_path("dataplaned");
@@ -86,21 +82,28 @@ int svc_start_in(struct svc *s, const char *const *prefix, const char *const *ex
 	if (!same_host)
 		argv[argc++] = "--no-same-host";
 	argv[argc] = NULL;
-	s->pid = fork();
-	if (s->pid < 0)
-		return -errno;
-	if (s->pid == 0) {
-		FILE *f = freopen(s->log, "w", stderr);
+}
 
-		(void)f;
-		/* Stdout to the log too, and no service outlives the test
-		 * process (a crashed or timed-out test would leave it
-		 * spinning, holding the runner's output pipe open). */
-		dup2(STDERR_FILENO, STDOUT_FILENO);
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		execvp(argv[0], (char *const *)argv);
-		_exit(127);
-	}
+/* In the child: the service, its stdout and stderr into its log. */
+__attribute__((noreturn)) static void svc_exec(const struct svc *s, const char **argv)
+{
+	FILE *f = freopen(s->log, "w", stderr);
+
+	(void)f;
+	/* Stdout to the log too, and no service outlives the test process (a
+	 * crashed or timed-out test would leave it spinning, holding the
+	 * runner's output pipe open). */
+	dup2(STDERR_FILENO, STDOUT_FILENO);
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	execvp(argv[0], (char *const *)argv);
+	_exit(127);
+}
+
+/* Waits up to 5 s until the service accepts clients. */
+static int svc_wait_up(struct svc *s)
+{
+	int status;
+
 	for (int i = 0; i < 500; i++) {
 		if (can_connect(s->sock))
 			return 0;
@@ -114,6 +117,25 @@ int svc_start_in(struct svc *s, const char *const *prefix, const char *const *ex
 	dump_log(s, "dataplaned");
 	svc_kill(s);
 	return -ETIMEDOUT;
+}
+
+int svc_start_in(struct svc *s, const char *const *prefix, const char *const *extra)
+{
+	const char *argv[64];
+
+	memset(s, 0, sizeof(*s));
+	snprintf(s->dir, sizeof(s->dir), "/tmp/dp-test-XXXXXX");
+	if (!mkdtemp(s->dir))
+		return -errno;
+	snprintf(s->sock, sizeof(s->sock), "%s/dp.sock", s->dir);
+	snprintf(s->log, sizeof(s->log), "%s/dataplaned.log", s->dir);
+	svc_argv(s, prefix, extra, argv);
+	s->pid = fork();
+	if (s->pid < 0)
+		return -errno;
+	if (s->pid == 0)
+		svc_exec(s, argv);
+	return svc_wait_up(s);
 }
 
 static void remove_dir(struct svc *s)
