@@ -115,7 +115,9 @@ RING_SRCS := ring/ring.c
 COMMON_SRCS := $(wildcard common/*.c)
 CLIENT_SRCS := $(wildcard libclient/*.c) $(COMMON_SRCS)
 SERVICE_SRCS := $(wildcard dataplane/*.c dataplane/*/*.c) $(COMMON_SRCS)
-TEST_SRCS := $(filter-out tests/helpers.c,$(wildcard tests/*.c))
+# The helper library every test binary links (tests/helpers.h declares it).
+HELPER_SRCS := $(wildcard tests/helpers_*.c)
+TEST_SRCS := $(filter-out $(HELPER_SRCS),$(wildcard tests/*.c))
 RING_TEST_SRCS := $(wildcard tests/ring_*.c)
 GPU_TEST_SRCS := $(wildcard tests/gpu_*.c)
 
@@ -222,14 +224,14 @@ $(B)/python/dataplane/%: $(PY_SRC)/%
 # ---- tests ----
 # fabric_rpc speaks the peer protocol itself: it links the service's HMAC;
 # fabric_topo tests the PCI distances of its rail choice.
-$(B)/tests/dp-tests: $(call obj,$(TEST_SRCS) tests/helpers.c dataplane/control/auth.c \
+$(B)/tests/dp-tests: $(call obj,$(TEST_SRCS) $(HELPER_SRCS) dataplane/control/auth.c \
 	dataplane/engines/topo.c) $(LIBCLIENT_A)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDLIBS) $(TEST_LIBS) $(CRYPTO_LIBS)
-$(B)/tests/ring-tests: $(call obj,$(RING_TEST_SRCS) tests/helpers.c) $(LIBCLIENT_A)
+$(B)/tests/ring-tests: $(call obj,$(RING_TEST_SRCS) $(HELPER_SRCS)) $(LIBCLIENT_A)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDLIBS) $(TEST_LIBS)
-$(B)/tests/gpu_%: $(B)/obj/tests/gpu_%.o $(B)/obj/tests/helpers.o $(LIBCLIENT_A)
+$(B)/tests/gpu_%: $(B)/obj/tests/gpu_%.o $(call obj,$(HELPER_SRCS)) $(LIBCLIENT_A)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDLIBS) $(TEST_LIBS)
 

@@ -1,11 +1,26 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * helpers.h - the one helper library of the test suites (helpers.c): real
- * dataplaned processes and what they tell through the API and the stats
- * region, clients, queues, regions and descriptors run to completion,
- * patterned bytes, scratch files, a redis-server for the directory suites,
- * ring-stat and the other tools, a bystander client, GPU buffers, private
- * rings. Every helper is declared here once and defined in helpers.c once.
+ * helpers.h - the one helper library of the test suites, and the only
+ * header of it a test includes: real dataplaned processes and what they
+ * tell through the API and the stats region, clients and descriptors run to
+ * completion, patterned bytes, a redis-server for the directory suites,
+ * ring-stat and the other tools, GPU buffers, private rings. Each section
+ * below names the one file that defines it:
+ *
+ *   helpers_base.c       the clock, patterned bytes, cheap numbers, removing a tree
+ *   helpers_proc.c       /proc figures, exits, child processes and pipes, shell commands
+ *   helpers_service.c    dataplaned processes, their logs, fault-injection builds
+ *   helpers_netns.c      network namespaces
+ *   helpers_stats.c      a service's stats region and RPC port
+ *   helpers_client.c     clients, regions, segments, descriptors run to completion
+ *   helpers_fabric.c     pairs of clients and of services, a peer killed mid-transfer
+ *   helpers_bystander.c  bystanders and the service's health
+ *   helpers_file.c       scratch files, how the service moved file bytes
+ *   helpers_redis.c      a redis-server as the cluster directory
+ *   helpers_json.c       a strict JSON parser, for ring-stat --json
+ *   helpers_tools.c      ring-stat and the other tools
+ *   helpers_gpu.c        GPU buffers (CUDA builds)
+ *   helpers_ring.c       private rings
  *
  * Helpers named for a check fail the running Criterion test (cr_assert) when
  * a step fails; the rest return an error the caller checks.
@@ -41,7 +56,72 @@
 
 #define MiB (1ull << 20)
 
-/* ---- service processes ---- */
+/* ---- the clock, patterned bytes, cheap numbers (helpers_base.c) ---- */
+
+uint64_t now_ns(void);
+void sleep_ms(unsigned ms);
+/* Deterministic pattern byte for (seed, offset). */
+uint8_t pattern_byte(uint64_t seed, uint64_t off);
+void pattern_fill(void *buf, uint64_t len, uint64_t seed);
+/* Offset of the first mismatch, or -1 when buf holds the pattern. */
+int64_t pattern_check(const void *buf, uint64_t len, uint64_t seed);
+/* The pattern of `seed` must be at p[0..len), and the `guard` bytes just
+ * outside it (within [lo, hi)) must be untouched. */
+void fab_check(const uint8_t *p, uint64_t len, uint64_t seed, const uint8_t *lo, const uint8_t *hi,
+	       uint8_t guard, const char *what);
+/* xorshift64* and xorshift64 (13, 7, 17): cheap deterministic numbers. */
+uint64_t xorshift64s(uint64_t *state);
+uint64_t xorshift64(uint64_t *state);
+/* qsort order of uint64_t. */
+int cmp_u64(const void *a, const void *b);
+/* Guard bytes (0x5a) over [off - 64, off + len + 64), clipped to the buffer. */
+void guard_fill(uint8_t *buf, uint64_t buf_len, uint64_t off, uint64_t len);
+/* Removes `dir` and everything below it, links not followed: 0, or -1
+ * with errno. */
+int remove_tree(const char *dir);
+
+/* ---- processes (helpers_proc.c) ---- */
+
+/* Open fds and mapped bytes of a process, from /proc. */
+int proc_fd_count(pid_t pid);
+long proc_mapped_kib(pid_t pid);
+/* CPU time (user + system) the process has used, in clock ticks; its share
+ * of one CPU over `ms`. */
+long cpu_ticks(pid_t pid);
+/* Waits (up to 1 s) until the kernel has stopped pid after a SIGSTOP
+ * (state T): what completes afterwards is not its work. */
+void wait_stopped(pid_t pid);
+double cpu_share(pid_t pid, unsigned ms);
+/* A waitpid status as a shell tells it: the exit code, 128 + the signal
+ * when one ended the process. */
+int exit_code(int status);
+/* Waits up to timeout_ms for pid to exit: its exit_code(), or -1 when it
+ * still runs. */
+int wait_exit(pid_t pid, unsigned timeout_ms);
+/* Child processes report through their exit status: 0, or the failed step. */
+int wait_child(pid_t pid);
+/* One byte through a pipe between a test and its child: pipe_get reads one
+ * and tells whether it is `want`; pipe_put writes one, and a process that
+ * cannot ends with status 90 (no Criterion in a child). */
+bool pipe_get(int fd, char want);
+void pipe_put(int fd, char c);
+/* Makes pipe `up` (the child writes up[1], the test reads up[0]) and, unless
+ * NULL, pipe `down` (the test writes down[1], the child reads down[0]),
+ * and forks: each process closes the ends that are the other's. Returns 0
+ * in the child and its pid in the test (the test fails if fork fails). */
+pid_t fork_piped(int up[2], int down[2]);
+/* A child's result of `len` bytes: child_report (in the child) writes it
+ * to fd and exits (0, or 2 when the write fails); child_result (in the
+ * test) reads exactly `len` bytes from fd, closes it, and the child `pid`
+ * must exit 0. */
+__attribute__((noreturn)) void child_report(int fd, const void *res, size_t len);
+void child_result(pid_t pid, int fd, void *res, size_t len);
+/* Runs a shell command built printf-style: its exit status, or -1 when it
+ * could not run (ip netns, tc, ...). Its output is shown, on stderr, only
+ * when it fails. */
+int run_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- service processes (helpers_service.c) ---- */
 
 struct svc {
 	pid_t pid;
@@ -88,10 +168,29 @@ void svc_kill(struct svc *s);
 void start_svc(struct svc *s, const char *const *args);
 void start_svc_in(struct svc *s, const char *const *prefix, const char *const *args);
 void stop_svc(struct svc *s);
-/* Runs a shell command built printf-style: its exit status, or -1 when it
- * could not run (ip netns, tc, ...). Its output is shown, on stderr, only
- * when it fails. */
-int run_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* .fini of the suites with one service (and a child): kills what is left. */
+void svc_teardown(void);
+/* .fini of the suites with fab_svc[]; FAB_LOGS=1 prints the services' logs. */
+void fab_teardown(void);
+/* Path of a binary in the build tree ($DP_BUILD/name). */
+const char *build_path(const char *name);
+/* Whether the service's log (so far) has a line containing @what; how many. */
+bool svc_log_has(const struct svc *s, const char *what);
+unsigned svc_log_count(const struct svc *s, const char *what);
+
+/* Fault-injection builds (make faults; docs/reliability.md). */
+/* Skips the test unless dataplaned is one (its --help documents DP_FAULTS). */
+void need_fault_build(void);
+/* The exit report of a fault-injection build ("faults injected: site=N ..."). */
+struct injected {
+	unsigned long long eagain, post_fail, cq_err, submit, eio, uring_eagain, cuda;
+};
+/* Stops the service (it must exit 0) and returns what it injected, read from
+ * its exit report, the only place that tells. */
+struct injected stop_and_count(struct svc *s);
+
+/* ---- network namespaces (helpers_netns.c) ---- */
+
 /* Network namespaces of the multi-host suites. A namespace is entered with
  * `nsenter --net` alone: `ip -n` and `ip netns exec` also remount /sys for
  * the command, which a sandboxed machine (CI's) may refuse while the
@@ -108,45 +207,8 @@ void netns_del_all(void);
 /* .fini of the suites with fab_svc[] in namespaces: fab_teardown, then
  * netns_del_all. */
 void netns_teardown(void);
-/* .fini of the suites with one service (and a child): kills what is left. */
-void svc_teardown(void);
-/* .fini of the suites with fab_svc[]; FAB_LOGS=1 prints the services' logs. */
-void fab_teardown(void);
-/* Path of a binary in the build tree ($DP_BUILD/name). */
-const char *build_path(const char *name);
-/* Whether the service's log (so far) has a line containing @what; how many. */
-bool svc_log_has(const struct svc *s, const char *what);
-unsigned svc_log_count(const struct svc *s, const char *what);
-/* Open fds and mapped bytes of a process, from /proc. */
-int proc_fd_count(pid_t pid);
-long proc_mapped_kib(pid_t pid);
-/* CPU time (user + system) the process has used, in clock ticks; its share
- * of one CPU over `ms`. */
-long cpu_ticks(pid_t pid);
-/* Waits (up to 1 s) until the kernel has stopped pid after a SIGSTOP
- * (state T): what completes afterwards is not its work. */
-void wait_stopped(pid_t pid);
-double cpu_share(pid_t pid, unsigned ms);
-/* Child processes report through their exit status: 0, or the failed step. */
-int wait_child(pid_t pid);
-/* One byte through a pipe between a test and its child: pipe_get reads one
- * and tells whether it is `want`; pipe_put writes one, and a process that
- * cannot ends with status 90 (no Criterion in a child). */
-bool pipe_get(int fd, char want);
-void pipe_put(int fd, char c);
-/* Makes pipe `up` (the child writes up[1], the test reads up[0]) and, unless
- * NULL, pipe `down` (the test writes down[1], the child reads down[0]),
- * and forks: each process closes the ends that are the other's. Returns 0
- * in the child and its pid in the test (the test fails if fork fails). */
-pid_t fork_piped(int up[2], int down[2]);
-/* A child's result of `len` bytes: child_report (in the child) writes it
- * to fd and exits (0, or 2 when the write fails); child_result (in the
- * test) reads exactly `len` bytes from fd, closes it, and the child `pid`
- * must exit 0. */
-__attribute__((noreturn)) void child_report(int fd, const void *res, size_t len);
-void child_result(pid_t pid, int fd, void *res, size_t len);
 
-/* ---- what a service tells through the API and its stats region ---- */
+/* ---- what a service tells through its stats region (helpers_stats.c) ---- */
 
 /* The service's stats region (its default name), mapped read-only; fails the
  * test when it has none. Unmap with stats_unmap. */
@@ -166,29 +228,7 @@ void svc_rail(const struct svc *s, unsigned i, char *provider, size_t plen, char
  * across a restart. */
 int fab_free_port(void);
 
-/* ---- time ---- */
-
-uint64_t now_ns(void);
-void sleep_ms(unsigned ms);
-
-/* ---- patterned bytes ---- */
-
-/* Deterministic pattern byte for (seed, offset). */
-uint8_t pattern_byte(uint64_t seed, uint64_t off);
-void pattern_fill(void *buf, uint64_t len, uint64_t seed);
-/* Offset of the first mismatch, or -1 when buf holds the pattern. */
-int64_t pattern_check(const void *buf, uint64_t len, uint64_t seed);
-/* The pattern of `seed` must be at p[0..len), and the `guard` bytes just
- * outside it (within [lo, hi)) must be untouched. */
-void fab_check(const uint8_t *p, uint64_t len, uint64_t seed, const uint8_t *lo, const uint8_t *hi,
-	       uint8_t guard, const char *what);
-/* xorshift64* and xorshift64 (13, 7, 17): cheap deterministic numbers. */
-uint64_t xorshift64s(uint64_t *state);
-uint64_t xorshift64(uint64_t *state);
-/* qsort order of uint64_t. */
-int cmp_u64(const void *a, const void *b);
-
-/* ---- clients, regions, segments, descriptors ---- */
+/* ---- clients, regions, segments, descriptors (helpers_client.c) ---- */
 
 struct dp_client *connect_client(const struct svc *s, const char *name);
 struct dp_queue *make_queue(struct dp_client *c, uint32_t depth);
@@ -206,6 +246,9 @@ int raw_connect(const char *sock, int timeout_s);
  * type and the sequence number. Returns the reply's status; *id (unless
  * NULL) gets the id of an id reply (0 when the reply has none). */
 int raw_call(int fd, uint16_t type, const void *payload, size_t len, uint32_t *id);
+/* The same, passing `nfds` fds (SCM_RIGHTS) with the request. */
+int raw_call_with_fds(int fd, uint16_t type, const void *payload, size_t len, const int *fds,
+		      int nfds, uint32_t *id);
 /* Submits all `n` descriptors (the caller keeps within the queue's credit),
  * retrying while the ring is short; fails after timeout_ms of no progress. */
 void submit_all(struct dp_queue *q, const struct dp_desc *d, unsigned n, int timeout_ms);
@@ -226,8 +269,6 @@ struct dp_cqe run1(struct dp_queue *q, bool write, int lreg, uint64_t loff, int 
  * the batch). Each must come exactly once, all within timeout_ms. */
 void run_batch(struct dp_queue *q, const struct dp_desc *d, unsigned n, struct dp_cqe *out,
 	       int timeout_ms);
-/* Guard bytes (0x5a) over [off - 64, off + len + 64), clipped to the buffer. */
-void guard_fill(uint8_t *buf, uint64_t buf_len, uint64_t off, uint64_t len);
 
 /* A client of its own with a source region and an exported destination
  * (each `len` bytes) and a queue of 8: probes whether the service serves. */
@@ -239,6 +280,8 @@ struct probe {
 	uint64_t n;
 };
 void probe_start(struct probe *p, const struct svc *s, size_t len);
+
+/* ---- pairs of clients and of services (helpers_fabric.c) ---- */
 
 /* A segment between two clients: `target` exports a region as `name`
  * (DP_ACCESS_RW); `init` has a region of its own, the segment opened
@@ -325,7 +368,7 @@ struct kill_run {
 };
 void fab_kill_run(struct kill_run *r);
 
-/* ---- a bystander in a thread, and the service's health ---- */
+/* ---- a bystander in a thread, and the service's health (helpers_bystander.c) ---- */
 
 #define GOOD_LEN (64u * 1024)
 
@@ -373,7 +416,7 @@ void wait_disconnected(struct dp_client *c, int timeout_ms);
 /* Waits until the service holds `want` fds (back to a baseline). */
 void wait_fds(int want, int timeout_ms);
 
-/* ---- files ---- */
+/* ---- files (helpers_file.c) ---- */
 
 /* The scratch directory of the running test (file_dir() makes it,
  * file_teardown removes it). /var/tmp rather than /tmp: the latter is often
@@ -419,19 +462,7 @@ struct io_tally {
 struct io_counts free_and_count(struct dp_client *c, int region, unsigned completions,
 				struct io_tally *t);
 
-/* ---- fault-injection builds (make faults; docs/reliability.md) ---- */
-
-/* Skips the test unless dataplaned is one (its --help documents DP_FAULTS). */
-void need_fault_build(void);
-/* The exit report of a fault-injection build ("faults injected: site=N ..."). */
-struct injected {
-	unsigned long long eagain, post_fail, cq_err, submit, eio, uring_eagain, cuda;
-};
-/* Stops the service (it must exit 0) and returns what it injected, read from
- * its exit report, the only place that tells. */
-struct injected stop_and_count(struct svc *s);
-
-/* ---- a redis-server as the cluster directory ---- */
+/* ---- a redis-server as the cluster directory (helpers_redis.c) ---- */
 
 #define DIR_KEY(name) "dataplane:seg:" name
 
@@ -471,7 +502,7 @@ void dir_svc_start(unsigned i, const char *url, unsigned ttl, const char *const 
 void dir_server_name(unsigned i, char *out, size_t len);
 uint64_t dir_ms_since(uint64_t t0_ns);
 
-/* ---- JSON: a strict little parser (RFC 8259, no extensions) for ring-stat --json ---- */
+/* ---- JSON, a strict parser for ring-stat --json (helpers_json.c) ---- */
 
 enum jtype { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ };
 
@@ -499,7 +530,7 @@ const struct jv *json_path(const struct jv *o, const char *path);
  * or not a non-negative integer. */
 uint64_t json_u64(const struct jv *o, const char *path);
 
-/* ---- ring-stat and the other tools ---- */
+/* ---- ring-stat and the other tools (helpers_tools.c) ---- */
 
 struct tool_run {
 	int status; /* exit code, 128 + signal when killed */
@@ -518,7 +549,7 @@ const struct jv *json_queue(const struct jv *sample, int pid, unsigned qid);
 /* A stats region name private to this test process. */
 const char *test_region_name(void);
 
-/* ---- GPUs (the gpu_* suites) ---- */
+/* ---- GPUs, the gpu_* suites (helpers_gpu.c) ---- */
 
 #ifdef DP_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -560,7 +591,7 @@ void gpu_run_one_fails(struct dp_queue *q, const struct dp_desc *d, int status, 
 int gpu_region(struct dp_client *c, size_t len, int64_t seed, void *addr);
 #endif
 
-/* ---- private rings (the ring_* suites) ---- */
+/* ---- private rings, the ring_* suites (helpers_ring.c) ---- */
 
 /* A ring formatted in private heap memory, allocated exactly
  * dp_ring_bytes() long so that ASan reports any access past its end. Binds

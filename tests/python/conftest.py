@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """Fixtures of the Python suite: real dataplaned processes, started from
-$DP_BUILD (make test sets it) like tests/helpers.c starts them: a temp dir,
+$DP_BUILD (make test sets it) like tests/helpers_service.c starts them: a temp dir,
 its socket there, --spin-us 20 (two cores shared with the tests), killed if
 the test process dies (PR_SET_PDEATHSIG)."""
 import ctypes
