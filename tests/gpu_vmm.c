@@ -24,30 +24,6 @@ static void vmm_teardown(void)
 
 TestSuite(gpu_vmm, .fini = vmm_teardown, .timeout = 300);
 
-/* One request with @nfds fds (raw_call carries none): its reply's status. */
-static int raw_call_fds(int fd, uint16_t type, const void *payload, size_t len, const int *fds,
-			int nfds)
-{
-	static uint32_t seq;
-	struct dp_msg_hdr hdr = {.magic = DP_PROTO_MAGIC,
-				 .version = DP_PROTO_VERSION,
-				 .type = type,
-				 .len = (uint32_t)len,
-				 .seq = ++seq};
-	struct iovec iov[2] = {{&hdr, sizeof(hdr)}, {(void *)payload, len}};
-	_Alignas(8) char buf[DP_MSG_MAX];
-	int32_t status;
-	ssize_t n;
-
-	cr_assert_eq(dp_net_send_fds(fd, iov, 2, fds, nfds, 0), 0);
-	n = recv(fd, buf, sizeof(buf), 0);
-	cr_assert_geq(n, (ssize_t)(sizeof(hdr) + sizeof(status)), "reply to type %u: %zd", type, n);
-	memcpy(&hdr, buf, sizeof(hdr));
-	cr_assert_eq(hdr.type, type | DP_MSG_REPLY);
-	memcpy(&status, buf + sizeof(hdr), sizeof(status));
-	return status;
-}
-
 /* The service's checks before any GPU is asked: the length, the pieces'
  * tiling, one fd per piece; then a well-formed message naming a device the
  * service does not have is -ENODEV (no GPU here, or a UUID of none). One
@@ -77,32 +53,33 @@ Test(gpu_vmm, VmmMessageChecks)
 	m.piece[1] = (struct dp_cuda_vmm_piece){2 * MiB, 4 * MiB};
 	m.offset = 4096;
 	m.len = 3 * MiB;
-	rc = raw_call_fds(fd, DP_MSG_REGION_REGISTER_CUDA_VMM, &m, sizeof(m) - 8, fds, 2);
+	rc = raw_call_with_fds(fd, DP_MSG_REGION_REGISTER_CUDA_VMM, &m, sizeof(m) - 8, fds, 2,
+			       NULL);
 	cr_assert_eq(rc, -EBADMSG, "short message: %d", rc);
-	rc = raw_call_fds(fd, DP_MSG_REGION_REGISTER_CUDA_VMM, &m, sizeof(m), fds, 1);
+	rc = raw_call_with_fds(fd, DP_MSG_REGION_REGISTER_CUDA_VMM, &m, sizeof(m), fds, 1, NULL);
 	cr_assert_eq(rc, -EBADF, "one fd for two pieces: %d", rc);
-	rc = raw_call_fds(fd, DP_MSG_REGION_REGISTER_CUDA_VMM, &m, sizeof(m), fds, 3);
+	rc = raw_call_with_fds(fd, DP_MSG_REGION_REGISTER_CUDA_VMM, &m, sizeof(m), fds, 3, NULL);
 	cr_assert_eq(rc, -EBADF, "three fds for two pieces: %d", rc);
 	m.piece[1].offset = 3 * MiB;
-	rc = raw_call_fds(fd, DP_MSG_REGION_REGISTER_CUDA_VMM, &m, sizeof(m), fds, 2);
+	rc = raw_call_with_fds(fd, DP_MSG_REGION_REGISTER_CUDA_VMM, &m, sizeof(m), fds, 2, NULL);
 	cr_assert_eq(rc, -EINVAL, "a gap between the pieces: %d", rc);
 	m.piece[1].offset = 2 * MiB;
 	m.len = 6 * MiB;
-	rc = raw_call_fds(fd, DP_MSG_REGION_REGISTER_CUDA_VMM, &m, sizeof(m), fds, 2);
+	rc = raw_call_with_fds(fd, DP_MSG_REGION_REGISTER_CUDA_VMM, &m, sizeof(m), fds, 2, NULL);
 	cr_assert_eq(rc, -EINVAL, "a range past the last piece: %d", rc);
 	m.len = MiB;
-	rc = raw_call_fds(fd, DP_MSG_REGION_REGISTER_CUDA_VMM, &m, sizeof(m), fds, 2);
+	rc = raw_call_with_fds(fd, DP_MSG_REGION_REGISTER_CUDA_VMM, &m, sizeof(m), fds, 2, NULL);
 	cr_assert_eq(rc, -EINVAL, "a piece the range does not reach: %d", rc);
 	m.len = 3 * MiB;
 	m.npieces = 0;
-	rc = raw_call_fds(fd, DP_MSG_REGION_REGISTER_CUDA_VMM, &m, sizeof(m), NULL, 0);
+	rc = raw_call_with_fds(fd, DP_MSG_REGION_REGISTER_CUDA_VMM, &m, sizeof(m), NULL, 0, NULL);
 	cr_assert_eq(rc, -EINVAL, "no piece: %d", rc);
 	m.npieces = 2;
 	m.piece[5].size = 1;
-	rc = raw_call_fds(fd, DP_MSG_REGION_REGISTER_CUDA_VMM, &m, sizeof(m), fds, 2);
+	rc = raw_call_with_fds(fd, DP_MSG_REGION_REGISTER_CUDA_VMM, &m, sizeof(m), fds, 2, NULL);
 	cr_assert_eq(rc, -EINVAL, "an unused slot not 0: %d", rc);
 	m.piece[5].size = 0;
-	rc = raw_call_fds(fd, DP_MSG_REGION_REGISTER_CUDA_VMM, &m, sizeof(m), fds, 2);
+	rc = raw_call_with_fds(fd, DP_MSG_REGION_REGISTER_CUDA_VMM, &m, sizeof(m), fds, 2, NULL);
 	cr_assert_eq(rc, -ENODEV, "a device the service does not have: %d", rc);
 	/* Still connected, one strike down: an ordinary error reply. */
 	cr_assert_eq(raw_call(fd, DP_MSG_QUEUE_DESTROY, &id, sizeof(id), NULL), -EBADF);
