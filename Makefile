@@ -318,7 +318,8 @@ FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_CFLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	-D_GNU_SOURCE -Iring -Ilibclient -Icommon $(DP_INC)
 FUZZ_LINK_fuzz_ring_attach := ring/ring.c
-FUZZ_LINK_fuzz_rpc_reply := dataplane/control/rpc.c dataplane/control/auth.c dataplane/core/event.c \
+FUZZ_LINK_fuzz_rpc_reply := dataplane/control/rpc.c dataplane/control/rpc_server.c \
+	dataplane/control/rpc_client.c dataplane/control/auth.c dataplane/core/event.c \
 	dataplane/core/config.c common/net.c
 FUZZ_LINK_fuzz_desc := ring/ring.c dataplane/core/poller.c dataplane/core/stats.c dataplane/core/log.c \
 	dataplane/control/notif.c

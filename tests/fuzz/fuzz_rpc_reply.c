@@ -43,8 +43,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	return 0;
 }
 
-/* rpc.c's server half is linked but never run here: the service-wide
- * symbols it refers to are stubs (the configuration is core/config.c's). */
+/* The rest of the RPC layer (rpc_server.c, rpc_client.c) is linked but
+ * never run here: the service-wide symbols it refers to are stubs (the
+ * configuration is core/config.c's). */
 void dp_log(int level, const char *fmt, ...)
 {
 	(void)level;
