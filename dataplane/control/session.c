@@ -30,10 +30,18 @@
 #define SESSION_LOOKUPS 16
 /* Questions of all handles in flight at once: a quarter of the service's
  * lookups (RPC_MAX_CALLS), and their same-host follow-ups (a lookup each)
- * another quarter at most, so that sessions' questions, whoever asks them,
- * never leave a segment open without a lookup slot (-EAGAIN); a handle
- * over it waits its turn (stalled). */
-#define SESSION_LOOKUPS_ALL (RPC_MAX_CALLS / 4)
+ * as many at most, so that sessions' questions, whoever asks them, never
+ * leave a segment open without a lookup slot (-EAGAIN); and, with those
+ * follow-ups, half the connections a peer's RPC server keeps
+ * (RPC_MAX_CONNS), which evicts its oldest beyond them. A handle over it
+ * waits its turn (stalled). */
+#define SESSION_LOOKUPS_ALL                                                                        \
+	(RPC_MAX_CALLS / 4 < RPC_MAX_CONNS / 4 ? RPC_MAX_CALLS / 4 : RPC_MAX_CONNS / 4)
+/* Tries of a question whose connection to the session's port was cut: a
+ * peer's RPC server that is full closes its oldest connection (rpc.h), so
+ * a cut is a session gone only when it comes again (a port nobody listens
+ * on refuses at once). */
+#define ASK_TRIES 4
 /* A held descriptor whose answer did not come runs again after this. */
 #define HOLD_MAX_NS (3ull * DP_RPC_TIMEOUT_MS * 1000000ull)
 
@@ -502,14 +510,35 @@ static void batch_end(struct session_cli *s)
 
 struct ask_ctx {
 	struct session_cli *s;
-	uint64_t va, len;
+	struct ask a;	  /* the question */
+	uint64_t va, len; /* the member that answered it */
+	unsigned tries;
 };
+
+static void on_ask_reply(void *arg, int rc, const struct dp_rpc_lookup_reply *r, int *fds,
+			 unsigned nfds);
+
+/* Asks the session's port x's question: 0 or rpc_lookup_start's -errno. */
+static int ask_start(struct ask_ctx *x)
+{
+	char q[DP_NAME_MAX];
+
+	if (x->a.idx)
+		snprintf(q, sizeof(q), "@#%u", x->a.idx - 1);
+	else
+		snprintf(q, sizeof(q), "@%" PRIx64 "+%" PRIx64, x->a.va, x->a.len);
+	x->tries++;
+	return rpc_lookup_start(x->s->name, q, on_ask_reply, x);
+}
 
 /* A question's end: its member installed, or its error noted. */
 static void ask_done(struct ask_ctx *x, int rc, struct segment *seg, bool from_port)
 {
 	struct session_cli *s = x->s;
 
+	/* Cut before its answer: asked again, in the same slot. */
+	if (rc == -EHOSTUNREACH && from_port && x->tries < ASK_TRIES && !s->closed && !ask_start(x))
+		return;
 	if (!rc && !s->closed)
 		rc = map_insert(s, x->va, x->len, seg);
 	/* The session's port went away: so did its client. */
@@ -600,19 +629,14 @@ static void batch_issue(struct session_cli *s)
 	       s->next_work < s->nwork) {
 		const struct ask *a = &s->work[s->next_work++];
 		struct ask_ctx *x = malloc(sizeof(*x));
-		char q[DP_NAME_MAX];
 		int rc;
 
 		if (!x) {
 			atomic_store(&s->miss_err, -ENOMEM);
 			continue;
 		}
-		*x = (struct ask_ctx){.s = s, .va = a->va, .len = a->len};
-		if (a->idx)
-			snprintf(q, sizeof(q), "@#%u", a->idx - 1);
-		else
-			snprintf(q, sizeof(q), "@%" PRIx64 "+%" PRIx64, a->va, a->len);
-		rc = rpc_lookup_start(s->name, q, on_ask_reply, x);
+		*x = (struct ask_ctx){.s = s, .a = *a, .va = a->va, .len = a->len};
+		rc = ask_start(x);
 		if (rc) {
 			free(x);
 			atomic_store(&s->miss_err, rc);
