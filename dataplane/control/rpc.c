@@ -48,6 +48,8 @@ int rpc_reply_check(const struct dp_rpc_hdr *h, const struct dp_rpc_lookup_reply
 		return -EBADMSG;
 	if (r->status)
 		return r->status;
+	if (r->flags & ~DP_RPC_F_ALL)
+		return -EBADMSG;
 	if (r->flags & DP_RPC_F_SESSION) {
 		if (strnlen(r->member, sizeof(r->member)) == sizeof(r->member))
 			return -EBADMSG;
@@ -61,7 +63,7 @@ int rpc_reply_check(const struct dp_rpc_hdr *h, const struct dp_rpc_lookup_reply
 		return -EBADMSG;
 	if (!r->len || r->base + r->len < r->base)
 		return -EBADMSG;
-	if (r->nrails > DP_MAX_RAILS || r->flags & ~DP_RPC_F_ALL)
+	if (r->nrails > DP_MAX_RAILS)
 		return -EBADMSG;
 	/* Without rails, the export is for services of its host only (a
 	 * session's member: or for its own service's clients). */

@@ -1,8 +1,10 @@
 /* fuzz_rpc_reply.c - libFuzzer target: rpc_reply_check() on a peer's reply, as
  * received off the wire. Whatever it accepts is safe to use: a status the API
- * knows, an access mode, a range that does not wrap, rails with sane address
- * lengths (or none, for an export its own host's services reach directly),
- * strings that end. */
+ * knows, known flags, strings that end; then, unless it is an engine
+ * session's "yes, a session" (no member named: nothing else is read), an
+ * access mode, ranges that do not wrap, rails with sane address lengths (or
+ * none, for an export its own host's services reach directly, or a
+ * session's member). */
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -26,15 +28,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (rc > 0 || rc < -4095)
 		abort();
 	if (rc == 0) {
+		if (m.r.flags & ~DP_RPC_F_ALL ||
+		    strnlen(m.r.server_name, sizeof(m.r.server_name)) == sizeof(m.r.server_name))
+			abort();
+		if (m.r.flags & DP_RPC_F_SESSION) {
+			if (strnlen(m.r.member, sizeof(m.r.member)) == sizeof(m.r.member))
+				abort();
+			if (!m.r.member[0])
+				return 0;
+			if (m.r.va + m.r.len < m.r.va)
+				abort();
+		}
 		if (m.r.access != DP_ACCESS_READ && m.r.access != DP_ACCESS_RW)
 			abort();
 		if (!m.r.len || m.r.base + m.r.len < m.r.base)
 			abort();
 		/* No rails only for an export its host's services reach directly. */
-		if (m.r.nrails > DP_MAX_RAILS || (!m.r.nrails && !(m.r.flags & DP_RPC_F_SAME_HOST)))
+		if (m.r.nrails > DP_MAX_RAILS ||
+		    (!m.r.nrails && !(m.r.flags & (DP_RPC_F_SAME_HOST | DP_RPC_F_SESSION))))
 			abort();
-		if (strnlen(m.r.server_name, sizeof(m.r.server_name)) == sizeof(m.r.server_name) ||
-		    strnlen(m.r.local_path, sizeof(m.r.local_path)) == sizeof(m.r.local_path))
+		if (strnlen(m.r.local_path, sizeof(m.r.local_path)) == sizeof(m.r.local_path))
 			abort();
 		for (unsigned i = 0; i < m.r.nrails; i++)
 			if (!m.r.rail[i].addr_len || m.r.rail[i].addr_len > DP_FABRIC_ADDR_MAX)
