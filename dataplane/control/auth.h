@@ -3,7 +3,7 @@
  * auth.h - who a service trusts as a peer: the holders of its fleet key.
  *
  * A peer lookup is answered only to a peer that proves it holds the same
- * key, and a reply is believed only when it proves the same (rpc.c): both
+ * key, and a reply is believed only when it proves the same (rpc_client.c): both
  * sides MAC the other's fresh nonce with HMAC-SHA256 under the key, so a
  * recorded exchange cannot be replayed and a key never crosses the wire.
  * The key is a file readable by the service's user alone (docs/reliability.md,

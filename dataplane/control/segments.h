@@ -89,7 +89,7 @@ struct dp_rpc_lookup_reply;
 int segment_resolve_reply(const char *peer, const char *name, const struct dp_rpc_lookup_reply *r,
 			  segment_resolved_fn fn, void *arg);
 
-/* A peer that asked us (rpc.c, after it proved the fleet key) and sent its
+/* A peer that asked us (rpc_server.c, after it proved the fleet key) and sent its
  * rail addresses: inserted into our address vectors like a peer we asked,
  * so that providers whose target must know its initiator work. */
 struct dp_rpc_rail;

@@ -7,7 +7,7 @@
  *
  * Owner side (control thread). dp_session_create makes the service listen
  * on one more TCP port for that client; the port speaks the peer protocol
- * (rpc.c, with the fleet key) and answers only questions about that
+ * (rpc_server.c, with the fleet key) and answers only questions about that
  * client's registrations. Each region the client adds at its address
  * (SESSION_ADD: dp_alloc, dp_register_mem, dp_register_cuda do it for it)
  * becomes a member: an export of the region under a name of its own
@@ -65,7 +65,7 @@ int session_add(struct client *c, uint32_t region, uint64_t addr);
 void session_region_gone(struct client *c, const struct region *reg);
 /* c goes: its port closes. */
 void session_client_gone(struct client *c);
-/* rpc.c: the answer of session port `port` to lookup `name`. */
+/* rpc_server.c: the answer of session port `port` to lookup `name`. */
 void session_fill_reply(uint16_t port, const char *name, struct dp_rpc_lookup_reply *r);
 /* Is this member's export name one the directory must not publish? */
 static inline bool session_member_name(const char *name)

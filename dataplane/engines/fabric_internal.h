@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fabric_internal.h - what the fabric engine's files share, and nothing
- * else includes (fabric.h is the public side: control thread, rpc.c).
+ * else includes (fabric.h is the public side: control thread, the RPC).
  *
  *   fabric_rail.c  rails (one fabric, domain and AV per NIC), every poller's
  *                  endpoints and CQs, registration of regions and exports

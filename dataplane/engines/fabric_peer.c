@@ -52,7 +52,7 @@ int fabric_peer_insert(struct peer *p, const uint8_t addrs[][DP_FABRIC_ADDR_MAX]
 }
 
 /* Marks a peer gone: its cached segments are dropped by the control thread
- * (rpc.c), which checks `dead` on the next open. Callers have evidence of
+ * (segments.c), which checks `dead` on the next open. Callers have evidence of
  * loss (fabric_internal.h); one slow transfer is none. */
 void fabric_peer_lost(struct peer *pr)
 {

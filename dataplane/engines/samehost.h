@@ -100,7 +100,7 @@ const char *samehost_path(void);
 /* The control loop's epoll set, for the exporters' pidfds. */
 void samehost_start(int epfd);
 
-/* Exporter (rpc.c): the description of export `s` for a same-host asker,
+/* Exporter (rpc_server.c): the description of export `s` for a same-host asker,
  * and the fds to send (dup'ed: the caller closes them once sent). 0,
  * -ENOTSUP (a file region; no word left), -EMFILE. */
 int samehost_describe(const struct segment *s, struct dp_samehost_desc *d, int *fds,

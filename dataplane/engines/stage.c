@@ -1211,7 +1211,7 @@ static void stage_cancel_all(struct poller *p)
 /* An export of memory the rails could not register (the fabric engine's
  * hook ran first and left it without registrations: GPU memory without
  * FI_HMEM, a client's process memory): given an id and a secret, which
- * peers learn from its description (rpc.c) and put in their requests. Not
+ * peers learn from its description (rpc_server.c) and put in their requests. Not
  * staged (peers get -ENOTSUP) when we have no owner side. */
 static int stage_export(struct segment *s)
 {
