@@ -52,7 +52,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -72,113 +71,79 @@ static const char *target_sock, *target_peer; /* P12: the other service */
 static int client_cpu = 0, service_cpu = -1, device = 0;
 static bool quick, with_peers = true;
 
-static void usage(void)
-{
-	printf("usage: gpu-bench [--socket PATH] [--cpu N] [--service-cpu N] [--device N] "
-	       "[--quick]\n"
-	       "                 [--file PATH] [--no-peers] [--json] "
-	       "[--peer-socket PATH --peer HOST:PORT]\n"
-	       "                 [p8|p9|p10|p12|p13|vmm|pages|file|all|probe]\n"
-	       "GPU copies through dataplaned against the raw CUDA runtime on the same GPU\n"
-	       "(P8-P10, file -> GPU; default all).\n"
-	       "  --socket PATH   dataplaned's control socket (default $DP_SOCKET, else\n"
-	       "                  $XDG_RUNTIME_DIR/dataplane/dataplane.sock, else\n"
-	       "                  /run/dataplane/dataplane.sock)\n"
-	       "  --cpu N         pin this client to CPU N (default 0)\n"
-	       "  --service-cpu N the service's poller CPU, for the placement figure (a\n"
-	       "                  cache-line ping-pong with --cpu, printed first; default 1,\n"
-	       "                  or 0 when --cpu is not 0)\n"
-	       "  --device N      CUDA device (default 0)\n"
-	       "  --quick         fewer sizes and repetitions\n"
-	       "  --file PATH     the file of the file -> GPU run (default "
-	       "/var/tmp/dp-gpu-bench.file)\n"
-	       "  --no-peers      our side only: the raw CUDA runs are not made and nothing\n"
-	       "                  of them printed\n"
-	       "  --json          one JSON object with every figure on stdout (the text goes\n"
-	       "                  to stderr)\n"
-	       "  --peer-socket PATH, --peer HOST:PORT\n"
-	       "                  p12, p13: another dataplaned (its control socket, and its\n"
-	       "                  server name as ours reaches it), which exports the target\n"
-	       "  -h, --help      this text\n"
-	       "  --version       print the version and exit\n"
-	       "Exit codes: 0 every run completed and verified, 1 a failure, 2 bad usage,\n"
-	       "77 no CUDA (build or device).\n");
-}
+static bool json;
+
+static const struct dp_tool_flag flags[] = {
+	{.name = "socket",
+	 .arg = "PATH",
+	 .str = &sock_path,
+	 .help = "dataplaned's control socket (default $DP_SOCKET, else\n"
+		 "$XDG_RUNTIME_DIR/dataplane/dataplane.sock, else\n"
+		 "/run/dataplane/dataplane.sock)"},
+	{.name = "cpu",
+	 .arg = "N",
+	 .num = &client_cpu,
+	 .help = "pin this client to CPU N (default 0)"},
+	{.name = "service-cpu",
+	 .arg = "N",
+	 .num = &service_cpu,
+	 .help = "the service's poller CPU, for the placement figure (a\n"
+		 "cache-line ping-pong with --cpu, printed first; default 1,\n"
+		 "or 0 when --cpu is not 0)"},
+	{.name = "device", .arg = "N", .num = &device, .help = "CUDA device (default 0)"},
+	{.name = "quick", .on = &quick, .help = "fewer sizes and repetitions"},
+	{.name = "file",
+	 .arg = "PATH",
+	 .str = &file_path,
+	 .help = "the file of the file -> GPU run (default /var/tmp/dp-gpu-bench.file)"},
+	{.name = "no-peers",
+	 .off = &with_peers,
+	 .help = "our side only: the raw CUDA runs are not made and nothing\n"
+		 "of them printed"},
+	{.name = "json",
+	 .on = &json,
+	 .help = "one JSON object with every figure on stdout (the text goes\n"
+		 "to stderr)"},
+	{.name = "peer-socket", .arg = "PATH", .str = &target_sock, .help = ""},
+	{.name = "peer",
+	 .arg = "HOST:PORT",
+	 .str = &target_peer,
+	 .help = "p12, p13: another dataplaned (its control socket, and its\n"
+		 "server name as ours reaches it), which exports the target"},
+	{.name = "help", .letter = 'h', .help = "this text"},
+	{.name = "version", .help = "print the version and exit"},
+	{0},
+};
+
+static const struct dp_tool_cli cli = {
+	.prog = "gpu-bench",
+	.head = "usage: gpu-bench [--socket PATH] [--cpu N] [--service-cpu N] [--device N] "
+		"[--quick]\n"
+		"                 [--file PATH] [--no-peers] [--json] "
+		"[--peer-socket PATH --peer HOST:PORT]\n"
+		"                 [p8|p9|p10|p12|p13|vmm|pages|file|all|probe]\n"
+		"GPU copies through dataplaned against the raw CUDA runtime on the same GPU\n"
+		"(P8-P10, file -> GPU; default all).\n",
+	.tail = "Exit codes: 0 every run completed and verified, 1 a failure, 2 bad usage,\n"
+		"77 no CUDA (build or device).\n",
+	.col = 18,
+	.flags = flags,
+};
 
 /* The flags; returns the benchmark to run, exits on --help, --version and
  * bad usage (2). */
 static const char *parse_args(int argc, char **argv)
 {
-	static const struct option opts[] = {{"socket", required_argument, 0, 's'},
-					     {"cpu", required_argument, 0, 'c'},
-					     {"device", required_argument, 0, 'd'},
-					     {"quick", no_argument, 0, 'q'},
-					     {"file", required_argument, 0, 'f'},
-					     {"help", no_argument, 0, 'h'},
-					     {"version", no_argument, 0, 'V'},
-					     {"service-cpu", required_argument, 0, 'S'},
-					     {"no-peers", no_argument, 0, 'n'},
-					     {"json", no_argument, 0, 'j'},
-					     {"peer-socket", required_argument, 0, 't'},
-					     {"peer", required_argument, 0, 'p'},
-					     {0, 0, 0, 0}};
-	const char *what = "all";
-	bool json = false;
-	int o;
+	int first = dp_tool_parse(&cli, argc, argv);
+	const char *what = first < argc ? argv[first] : "all";
 
-	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (o) {
-		case 's':
-			sock_path = optarg;
-			break;
-		case 'c':
-			client_cpu = atoi(optarg);
-			break;
-		case 'd':
-			device = atoi(optarg);
-			break;
-		case 'q':
-			quick = true;
-			break;
-		case 'f':
-			file_path = optarg;
-			break;
-		case 'S':
-			service_cpu = atoi(optarg);
-			break;
-		case 'n':
-			with_peers = false;
-			break;
-		case 'j':
-			json = true;
-			break;
-		case 't':
-			target_sock = optarg;
-			break;
-		case 'p':
-			target_peer = optarg;
-			break;
-		case 'h':
-			usage();
-			exit(0);
-		case 'V':
-			dp_tool_version("gpu-bench");
-			exit(0);
-		default:
-			fprintf(stderr, "Try 'gpu-bench --help'.\n");
-			exit(2);
-		}
-	}
-	if (optind < argc)
-		what = argv[optind];
-	if (argc - optind > 1 ||
+	if (argc - first > 1 ||
 	    (strcmp(what, "p8") && strcmp(what, "p9") && strcmp(what, "p10") &&
 	     strcmp(what, "p12") && strcmp(what, "p13") && strcmp(what, "file") &&
 	     strcmp(what, "vmm") && strcmp(what, "pages") && strcmp(what, "all") &&
 	     strcmp(what, "probe"))) {
-		fprintf(stderr, "gpu-bench: unknown benchmark '%s'\nTry 'gpu-bench --help'.\n",
-			argv[argc - 1]);
-		exit(2);
+		fprintf(stderr, "gpu-bench: unknown benchmark '%s'\n", argv[argc - 1]);
+		dp_tool_try_help("gpu-bench");
 	}
 	if ((!strcmp(what, "p12") || !strcmp(what, "p13") || !strcmp(what, "vmm")) &&
 	    (!target_sock || !target_peer)) {
