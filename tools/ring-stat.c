@@ -11,7 +11,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <dirent.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -29,7 +28,7 @@
 
 #include "clock.h"
 #include "dp_stats.h"
-#include "dp_version.h"
+#include "dp_tool.h"
 
 /* Exit codes (docs/ring-stat.md). */
 enum {
@@ -437,18 +436,12 @@ static void socket_region(const char *path, char *name, size_t len)
 static void pick_region(char *name, size_t len)
 {
 	char path[256], err[512];
-	const char *env = getenv("DP_SOCKET"), *xdg = getenv("XDG_RUNTIME_DIR");
 	struct region r;
 	DIR *d;
 	struct dirent *e;
 	int running = 0;
 
-	if (env && *env)
-		snprintf(path, sizeof(path), "%s", env);
-	else if (xdg && *xdg)
-		snprintf(path, sizeof(path), "%s/dataplane/dataplane.sock", xdg);
-	else
-		snprintf(path, sizeof(path), "/run/dataplane/dataplane.sock");
+	dp_default_socket(path, sizeof(path));
 	if (region_of_socket(path, name, len))
 		return;
 	dp_stats_default_name(path, name, len);
@@ -2155,31 +2148,6 @@ static void print_prom(const struct view *v)
 
 /* ---- main ---- */
 
-static void usage(FILE *f)
-{
-	fprintf(f,
-		"usage: ring-stat [options]\n"
-		"  --stats NAME      read stats region NAME (/dev/shm/NAME)\n"
-		"  --socket PATH     read the region of the service on control socket PATH,\n"
-		"                    whatever its --stats name (default: $DP_SOCKET's, else\n"
-		"                    the only running service's)\n"
-		"  -l, --list        list the stats regions in /dev/shm and their state\n"
-		"  -w, --watch SECS  refresh every SECS seconds, showing rates over the interval\n"
-		"  -c, --count N     stop after N samples (default 1, or unlimited with -w;\n"
-		"                    without -w, 1 s apart)\n"
-		"  -q, --queue Q     only queues of client Q (a name or pid), or Q:ID for one "
-		"queue\n"
-		"  --sort KEY        slot (default), ops, bytes, fail, p99, inflight, name\n"
-		"  --json            one JSON object per sample (fields: docs/ring-stat.md)\n"
-		"  --prometheus      Prometheus text exposition format, one sample (no -w)\n"
-		"  --wide            every column (the default fits 80 columns)\n"
-		"  --color WHEN      auto (default: on a terminal), always, never\n"
-		"  -h, --help        this text\n"
-		"  --version         print the version and exit\n"
-		"Exit codes: 0 ok, 1 error, 2 usage, 3 no service running, 4 not a stats region\n"
-		"or another ABI version, 5 truncated or corrupt region.\n");
-}
-
 static volatile sig_atomic_t stop;
 
 static void on_stop(int sig)
@@ -2187,98 +2155,130 @@ static void on_stop(int sig)
 	(void)sig;
 	stop = 1;
 }
+
+/* ---- the command line ---- */
+
+static const char *color_when = "auto"; /* --color */
+
+static void set_watch(const char *a)
+{
+	char *end;
+
+	opt.interval = strtod(a, &end);
+	if (*end || !(opt.interval > 0) || opt.interval > 86400)
+		fail(EX_USAGE, "-w %s: want seconds, e.g. 1 or 0.5", a);
+}
+
+static void set_count(const char *a)
+{
+	char *end;
+
+	opt.count = strtol(a, &end, 10);
+	if (*end || opt.count < 1)
+		fail(EX_USAGE, "-c %s: want a count >= 1", a);
+}
+
+static void set_sort(const char *a)
+{
+	static const char *const sorts[] = {"slot", "ops",	"bytes", "fail",
+					    "p99",  "inflight", "name"};
+	unsigned k;
+
+	for (k = 0; k < sizeof(sorts) / sizeof(sorts[0]); k++)
+		if (!strcmp(a, sorts[k]))
+			break;
+	if (k == sizeof(sorts) / sizeof(sorts[0]))
+		fail(EX_USAGE, "--sort %s: want slot, ops, bytes, fail, p99, inflight or name", a);
+	opt.sort = (enum sort_key)k;
+}
+
+static void set_json(const char *a)
+{
+	(void)a;
+	opt.out = OUT_JSON;
+}
+
+static void set_prom(const char *a)
+{
+	(void)a;
+	opt.out = OUT_PROM;
+}
+
+static void set_color(const char *a)
+{
+	if (strcmp(a, "auto") && strcmp(a, "always") && strcmp(a, "never"))
+		fail(EX_USAGE, "--color %s: want auto, always or never", a);
+	color_when = a;
+}
+
+static const struct dp_tool_flag flags[] = {
+	{.name = "stats",
+	 .arg = "NAME",
+	 .str = &opt.name,
+	 .help = "read stats region NAME (/dev/shm/NAME)"},
+	{.name = "socket",
+	 .arg = "PATH",
+	 .str = &opt.socket,
+	 .help = "read the region of the service on control socket PATH,\n"
+		 "whatever its --stats name (default: $DP_SOCKET's, else\n"
+		 "the only running service's)"},
+	{.name = "list",
+	 .letter = 'l',
+	 .on = &opt.list,
+	 .help = "list the stats regions in /dev/shm and their state"},
+	{.name = "watch",
+	 .letter = 'w',
+	 .arg = "SECS",
+	 .fn = set_watch,
+	 .help = "refresh every SECS seconds, showing rates over the interval"},
+	{.name = "count",
+	 .letter = 'c',
+	 .arg = "N",
+	 .fn = set_count,
+	 .help = "stop after N samples (default 1, or unlimited with -w;\n"
+		 "without -w, 1 s apart)"},
+	{.name = "queue",
+	 .letter = 'q',
+	 .arg = "Q",
+	 .str = &opt.queue,
+	 .help = "only queues of client Q (a name or pid), or Q:ID for one queue"},
+	{.name = "sort",
+	 .arg = "KEY",
+	 .fn = set_sort,
+	 .help = "slot (default), ops, bytes, fail, p99, inflight, name"},
+	{.name = "json",
+	 .fn = set_json,
+	 .help = "one JSON object per sample (fields: docs/ring-stat.md)"},
+	{.name = "prometheus",
+	 .fn = set_prom,
+	 .help = "Prometheus text exposition format, one sample (no -w)"},
+	{.name = "wide", .on = &opt.wide, .help = "every column (the default fits 80 columns)"},
+	{.name = "color",
+	 .arg = "WHEN",
+	 .fn = set_color,
+	 .help = "auto (default: on a terminal), always, never"},
+	{.name = "help", .letter = 'h', .help = "this text"},
+	{.name = "version", .help = "print the version and exit"},
+	{0},
+};
+
+static const struct dp_tool_cli cli = {
+	.prog = "ring-stat",
+	.head = "usage: ring-stat [options]\n",
+	.tail = "Exit codes: 0 ok, 1 error, 2 usage, 3 no service running, 4 not a stats region\n"
+		"or another ABI version, 5 truncated or corrupt region.\n",
+	.col = 20,
+	.flags = flags,
+};
+
 /* Parses the command line into opt; exits on --help, --version and bad
  * usage. */
 static void parse_options(int argc, char **argv)
 {
-	enum { O_STATS = 256, O_SOCKET, O_SORT, O_JSON, O_PROM, O_WIDE, O_COLOR, O_VERSION };
-	static const struct option opts[] = {{"stats", required_argument, 0, O_STATS},
-					     {"socket", required_argument, 0, O_SOCKET},
-					     {"list", no_argument, 0, 'l'},
-					     {"watch", required_argument, 0, 'w'},
-					     {"count", required_argument, 0, 'c'},
-					     {"queue", required_argument, 0, 'q'},
-					     {"sort", required_argument, 0, O_SORT},
-					     {"json", no_argument, 0, O_JSON},
-					     {"prometheus", no_argument, 0, O_PROM},
-					     {"wide", no_argument, 0, O_WIDE},
-					     {"color", required_argument, 0, O_COLOR},
-					     {"help", no_argument, 0, 'h'},
-					     {"version", no_argument, 0, O_VERSION},
-					     {0, 0, 0, 0}};
-	static const char *const sorts[] = {"slot", "ops",	"bytes", "fail",
-					    "p99",  "inflight", "name"};
-	const char *color = "auto";
-	int o;
+	int first = dp_tool_parse(&cli, argc, argv);
 
-	while ((o = getopt_long(argc, argv, "lw:c:q:h", opts, NULL)) != -1) {
-		char *end;
-
-		switch (o) {
-		case O_STATS:
-			opt.name = optarg;
-			break;
-		case O_SOCKET:
-			opt.socket = optarg;
-			break;
-		case 'l':
-			opt.list = true;
-			break;
-		case 'w':
-			opt.interval = strtod(optarg, &end);
-			if (*end || !(opt.interval > 0) || opt.interval > 86400)
-				fail(EX_USAGE, "-w %s: want seconds, e.g. 1 or 0.5", optarg);
-			break;
-		case 'c':
-			opt.count = strtol(optarg, &end, 10);
-			if (*end || opt.count < 1)
-				fail(EX_USAGE, "-c %s: want a count >= 1", optarg);
-			break;
-		case 'q':
-			opt.queue = optarg;
-			break;
-		case O_SORT: {
-			unsigned k;
-
-			for (k = 0; k < sizeof(sorts) / sizeof(sorts[0]); k++)
-				if (!strcmp(optarg, sorts[k]))
-					break;
-			if (k == sizeof(sorts) / sizeof(sorts[0]))
-				fail(EX_USAGE,
-				     "--sort %s: want slot, ops, bytes, fail, p99, inflight "
-				     "or name",
-				     optarg);
-			opt.sort = (enum sort_key)k;
-			break;
-		}
-		case O_JSON:
-			opt.out = OUT_JSON;
-			break;
-		case O_PROM:
-			opt.out = OUT_PROM;
-			break;
-		case O_WIDE:
-			opt.wide = true;
-			break;
-		case O_COLOR:
-			color = optarg;
-			if (strcmp(color, "auto") && strcmp(color, "always") &&
-			    strcmp(color, "never"))
-				fail(EX_USAGE, "--color %s: want auto, always or never", optarg);
-			break;
-		case 'h':
-			usage(stdout);
-			exit(EX_OK);
-		case O_VERSION:
-			printf("ring-stat (dataplane) %s\n", DP_VERSION_STRING);
-			exit(EX_OK);
-		default:
-			fprintf(stderr, "Try 'ring-stat --help'.\n");
-			exit(EX_USAGE);
-		}
-	}
-	if (optind < argc)
-		fail(EX_USAGE, "unexpected argument '%s' (try --help)", argv[optind]);
+	if (first < argc)
+		fail(EX_USAGE, "unexpected argument '%s' (try --help)", argv[first]);
 	if (opt.name && opt.socket)
 		fail(EX_USAGE, "--stats and --socket both name a service; give one");
 	/* One exposition is one scrape: repeated ones in one stream are no
@@ -2289,9 +2289,9 @@ static void parse_options(int argc, char **argv)
 	/* -c N alone: N reports, a second apart. */
 	if (opt.count > 1 && !opt.interval)
 		opt.interval = 1;
-	if (!strcmp(color, "always"))
+	if (!strcmp(color_when, "always"))
 		opt.color = true;
-	else if (!strcmp(color, "auto"))
+	else if (!strcmp(color_when, "auto"))
 		opt.color = opt.out == OUT_TABLE && isatty(STDOUT_FILENO) && !getenv("NO_COLOR") &&
 			    (!getenv("TERM") || strcmp(getenv("TERM"), "dumb"));
 }
