@@ -137,25 +137,14 @@ static bool layout_ok(const struct dp_stats_header *h)
 		 h->queues_off % 8 || h->poller_size % 8 || h->rail_info_size % 8);
 }
 
-/*
- * Opens and checks a region. Returns EX_OK, or an exit code with a message
- * for people in err.
- */
-static int region_open(const char *name, struct region *r, char *err, size_t errlen)
+/* Maps region name read-only into r. Returns EX_OK, or an exit code with a
+ * message for people in err. */
+static int region_map(const char *name, struct region *r, char *err, size_t errlen)
 {
-	const struct dp_stats_header *h;
 	struct stat st;
-	uint32_t magic;
 	void *map;
-	int fd;
+	int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
 
-	memset(r, 0, sizeof(*r));
-	snprintf(r->name, sizeof(r->name), "%s", name);
-	if (!name_ok(name)) {
-		snprintf(err, errlen, "'%s' is not a region name (1..63 bytes, no '/')", name);
-		return EX_USAGE;
-	}
-	fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
 	if (fd < 0) {
 		if (errno == ENOENT) {
 			snprintf(err, errlen,
@@ -194,7 +183,18 @@ static int region_open(const char *name, struct region *r, char *err, size_t err
 	}
 	r->map = map;
 	r->size = (size_t)st.st_size;
-	h = r->h = map;
+	r->h = map;
+	return EX_OK;
+}
+
+/* The mapped region is a finished one of this ABI, whole, and its service
+ * runs. Returns EX_OK, or an exit code with a message in err. */
+static int region_check(const struct region *r, char *err, size_t errlen)
+{
+	const struct dp_stats_header *h = r->h;
+	const char *name = r->name;
+	uint32_t magic;
+
 	/* A service that is creating the region stores the magic last. */
 	for (int i = 0; i < 100; i++) {
 		/* Acquire: pairs with the release store of magic in stats.c. */
@@ -247,6 +247,25 @@ static int region_open(const char *name, struct region *r, char *err, size_t err
 		return EX_NOSERVICE;
 	}
 	return EX_OK;
+}
+
+/*
+ * Opens and checks a region. Returns EX_OK, or an exit code with a message
+ * for people in err; r->map is set (for region_close) once the file is
+ * mapped, whatever the checks then say.
+ */
+static int region_open(const char *name, struct region *r, char *err, size_t errlen)
+{
+	int rc;
+
+	memset(r, 0, sizeof(*r));
+	snprintf(r->name, sizeof(r->name), "%s", name);
+	if (!name_ok(name)) {
+		snprintf(err, errlen, "'%s' is not a region name (1..63 bytes, no '/')", name);
+		return EX_USAGE;
+	}
+	rc = region_map(name, r, err, errlen);
+	return rc ? rc : region_check(r, err, errlen);
 }
 
 static void region_close(struct region *r)
@@ -594,30 +613,59 @@ static bool read_queue(const struct dp_stats_queue *b, unsigned slot, struct qsn
 	return false;
 }
 
-/* Takes a snapshot; EX_OK, or EX_TRUNC when the file shrank under us. */
-static int snap_take(const struct region *r, struct snap *s)
+static void snap_alloc(struct snap *s, const struct dp_stats_header *h)
 {
-	const struct dp_stats_header *h = r->h;
-	uint32_t seq0[4096], seq1;
-
 	memset(s, 0, sizeof(*s));
 	s->np = h->npollers;
 	s->nr = h->nrails;
 	s->p = calloc(s->np ? s->np : 1, sizeof(*s->p));
 	s->pq = calloc(s->np ? s->np : 1, sizeof(*s->pq));
 	s->r = calloc(s->nr ? s->nr : 1, sizeof(*s->r));
-	s->q = NULL;
 	if (!s->p || !s->pq || !s->r)
 		fail(EX_FAIL, "out of memory");
-	if (sigsetjmp(bus_jmp, 1)) {
-		bus_armed = 0;
-		snap_free(s);
-		return EX_TRUNC;
+}
+
+/* The header, the pollers and the active queues, once. */
+static void snap_copy(const struct region *r, struct snap *s)
+{
+	const struct dp_stats_header *h = r->h;
+	unsigned cap = 0;
+
+	s->mono_ns = dp_now_ns();
+	s->real_ns = real_ns();
+	copy_words(&s->h, h, sizeof(s->h));
+	for (unsigned i = 0; i < s->np; i++) {
+		copy_words(&s->p[i], poller_at(r, i), sizeof(s->p[i]));
+		s->pq[i] = 0;
 	}
-	bus_armed = 1;
+	s->nq = 0;
+	for (unsigned i = 0; i < h->nqueues; i++) {
+		const struct dp_stats_queue *b = queue_at(r, i);
+
+		if (__atomic_load_n(&b->state, __ATOMIC_RELAXED) != DP_STATS_Q_ACTIVE)
+			continue;
+		if (s->nq == cap) {
+			cap = cap ? cap * 2 : 16;
+			s->q = realloc(s->q, cap * sizeof(*s->q));
+			if (!s->q)
+				fail(EX_FAIL, "out of memory");
+		}
+		if (read_queue(b, i, &s->q[s->nq]))
+			s->nq++;
+	}
+}
+
+/*
+ * snap_copy until no poller retired a queue meanwhile (the pollers' retired
+ * sums and the live queues then add up), or 1000 tries: a queue retired
+ * between the two copies would be counted twice or not at all.
+ */
+static void snap_copy_stable(const struct region *r, struct snap *s)
+{
+	uint32_t seq0[4096];
+
 	for (int attempt = 0;; attempt++) {
 		bool stable = true;
-		unsigned cap = 0;
 
 		/* Acquire: pairs with the release of the even retire_seq in
 		 * stats_queue_retire(). */
@@ -630,37 +678,24 @@ static int snap_take(const struct region *r, struct snap *s)
 			usleep(10);
 			continue;
 		}
-		s->mono_ns = dp_now_ns();
-		s->real_ns = real_ns();
-		copy_words(&s->h, h, sizeof(s->h));
-		for (unsigned i = 0; i < s->np; i++) {
-			copy_words(&s->p[i], poller_at(r, i), sizeof(s->p[i]));
-			s->pq[i] = 0;
-		}
-		s->nq = 0;
-		for (unsigned i = 0; i < h->nqueues; i++) {
-			const struct dp_stats_queue *b = queue_at(r, i);
-
-			if (__atomic_load_n(&b->state, __ATOMIC_RELAXED) != DP_STATS_Q_ACTIVE)
-				continue;
-			if (s->nq == cap) {
-				cap = cap ? cap * 2 : 16;
-				s->q = realloc(s->q, cap * sizeof(*s->q));
-				if (!s->q)
-					fail(EX_FAIL, "out of memory");
-			}
-			if (read_queue(b, i, &s->q[s->nq]))
-				s->nq++;
-		}
+		snap_copy(r, s);
+		/* Acquire fence: the copies complete before retire_seq is read
+		 * again. */
 		__atomic_thread_fence(__ATOMIC_ACQUIRE);
-		for (unsigned i = 0; i < s->np; i++) {
-			seq1 = __atomic_load_n(&poller_at(r, i)->retire_seq, __ATOMIC_RELAXED);
-			if (seq1 != seq0[i])
+		for (unsigned i = 0; i < s->np; i++)
+			if (__atomic_load_n(&poller_at(r, i)->retire_seq, __ATOMIC_RELAXED) !=
+			    seq0[i])
 				stable = false;
-		}
 		if (stable || attempt >= 1000)
-			break;
+			return;
 	}
+}
+
+/* Each rail's description, and its counters summed over the pollers. */
+static void snap_rails(const struct region *r, struct snap *s)
+{
+	const struct dp_stats_header *h = r->h;
+
 	for (unsigned i = 0; i < s->nr; i++) {
 		const uint8_t *info = r->map + h->rail_info_off + (size_t)i * h->rail_info_size;
 
@@ -682,7 +717,11 @@ static int snap_take(const struct region *r, struct snap *s)
 			s->r[i].c.bytes += c.bytes;
 		}
 	}
-	bus_armed = 0;
+}
+
+/* The service-wide totals and the queues per poller, from the copy. */
+static void snap_totals(struct snap *s)
+{
 	for (unsigned i = 0; i < s->np; i++) {
 		const struct dp_stats_poller *p = &s->p[i];
 
@@ -700,6 +739,22 @@ static int snap_take(const struct region *r, struct snap *s)
 		if (s->q[i].poller < s->np)
 			s->pq[s->q[i].poller]++;
 	}
+}
+
+/* Takes a snapshot; EX_OK, or EX_TRUNC when the file shrank under us. */
+static int snap_take(const struct region *r, struct snap *s)
+{
+	snap_alloc(s, r->h);
+	if (sigsetjmp(bus_jmp, 1)) {
+		bus_armed = 0;
+		snap_free(s);
+		return EX_TRUNC;
+	}
+	bus_armed = 1;
+	snap_copy_stable(r, s);
+	snap_rails(r, s);
+	bus_armed = 0;
+	snap_totals(s);
 	return EX_OK;
 }
 
