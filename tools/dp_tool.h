@@ -63,6 +63,34 @@ struct dp_tool_cli {
 	const struct dp_tool_flag *flags;
 };
 
+/* Flags that several tools share, worded alike in their --help. */
+#define DP_TOOL_FLAG_SOCKET(var)                                                                   \
+	{                                                                                          \
+		.name = "socket", .arg = "PATH", .str = (var),                                     \
+		.help = "dataplaned's control socket (default $DP_SOCKET, else\n"                  \
+			"$XDG_RUNTIME_DIR/dataplane/dataplane.sock, else\n"                        \
+			"/run/dataplane/dataplane.sock)"                                           \
+	}
+#define DP_TOOL_FLAG_CPU(var)                                                                      \
+	{                                                                                          \
+		.name = "cpu", .arg = "N", .num = (var),                                           \
+		.help = "pin this client to CPU N (default 0)"                                     \
+	}
+#define DP_TOOL_FLAG_JSON(var)                                                                     \
+	{                                                                                          \
+		.name = "json", .on = (var),                                                       \
+		.help = "one JSON object with every figure on stdout (the text goes\n"             \
+			"to stderr)"                                                               \
+	}
+#define DP_TOOL_FLAG_HELP                                                                          \
+	{                                                                                          \
+		.name = "help", .letter = 'h', .help = "this text"                                 \
+	}
+#define DP_TOOL_FLAG_VERSION                                                                       \
+	{                                                                                          \
+		.name = "version", .help = "print the version and exit"                            \
+	}
+
 /* --help: head, a line or more per flag, tail. */
 static inline void dp_tool_usage(FILE *f, const struct dp_tool_cli *cli)
 {

@@ -301,12 +301,7 @@ static bool bench(const char *mode, bool direct)
 static bool json;
 
 static const struct dp_tool_flag flags[] = {
-	{.name = "socket",
-	 .arg = "PATH",
-	 .str = &sock_path,
-	 .help = "dataplaned's control socket (default $DP_SOCKET, else\n"
-		 "$XDG_RUNTIME_DIR/dataplane/dataplane.sock, else\n"
-		 "/run/dataplane/dataplane.sock)"},
+	DP_TOOL_FLAG_SOCKET(&sock_path),
 	{.name = "file",
 	 .arg = "PATH",
 	 .str = &file_path,
@@ -322,10 +317,7 @@ static const struct dp_tool_flag flags[] = {
 	 .arg = "N",
 	 .uns = &reps,
 	 .help = "timed runs of each side, 1..31; medians reported (default 7)"},
-	{.name = "cpu",
-	 .arg = "N",
-	 .num = &client_cpu,
-	 .help = "pin this client to CPU N (default 0)"},
+	DP_TOOL_FLAG_CPU(&client_cpu),
 	{.name = "service-cpu",
 	 .arg = "N",
 	 .num = &service_cpu,
@@ -340,16 +332,13 @@ static const struct dp_tool_flag flags[] = {
 	 .off = &with_fio,
 	 .help = "our side only: fio is not run and nothing of it printed"},
 	{.name = "no-fio", .off = &with_fio, .help = "the same as --no-peers"},
-	{.name = "json",
-	 .on = &json,
-	 .help = "one JSON object with every figure on stdout (the text goes\n"
-		 "to stderr)"},
+	DP_TOOL_FLAG_JSON(&json),
 	{.name = "reuse",
 	 .on = &reuse,
 	 .help = "read into qd reused buffers of --bs bytes (fio's footprint)\n"
 		 "instead of one buffer the size of the file"},
-	{.name = "help", .letter = 'h', .help = "this text"},
-	{.name = "version", .help = "print the version and exit"},
+	DP_TOOL_FLAG_HELP,
+	DP_TOOL_FLAG_VERSION,
 	{0},
 };
 

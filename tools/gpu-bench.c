@@ -74,16 +74,8 @@ static bool quick, with_peers = true;
 static bool json;
 
 static const struct dp_tool_flag flags[] = {
-	{.name = "socket",
-	 .arg = "PATH",
-	 .str = &sock_path,
-	 .help = "dataplaned's control socket (default $DP_SOCKET, else\n"
-		 "$XDG_RUNTIME_DIR/dataplane/dataplane.sock, else\n"
-		 "/run/dataplane/dataplane.sock)"},
-	{.name = "cpu",
-	 .arg = "N",
-	 .num = &client_cpu,
-	 .help = "pin this client to CPU N (default 0)"},
+	DP_TOOL_FLAG_SOCKET(&sock_path),
+	DP_TOOL_FLAG_CPU(&client_cpu),
 	{.name = "service-cpu",
 	 .arg = "N",
 	 .num = &service_cpu,
@@ -100,18 +92,15 @@ static const struct dp_tool_flag flags[] = {
 	 .off = &with_peers,
 	 .help = "our side only: the raw CUDA runs are not made and nothing\n"
 		 "of them printed"},
-	{.name = "json",
-	 .on = &json,
-	 .help = "one JSON object with every figure on stdout (the text goes\n"
-		 "to stderr)"},
+	DP_TOOL_FLAG_JSON(&json),
 	{.name = "peer-socket", .arg = "PATH", .str = &target_sock, .help = ""},
 	{.name = "peer",
 	 .arg = "HOST:PORT",
 	 .str = &target_peer,
 	 .help = "p12, p13: another dataplaned (its control socket, and its\n"
 		 "server name as ours reaches it), which exports the target"},
-	{.name = "help", .letter = 'h', .help = "this text"},
-	{.name = "version", .help = "print the version and exit"},
+	DP_TOOL_FLAG_HELP,
+	DP_TOOL_FLAG_VERSION,
 	{0},
 };
 

@@ -2312,8 +2312,8 @@ static const struct dp_tool_flag flags[] = {
 	 .arg = "WHEN",
 	 .fn = set_color,
 	 .help = "auto (default: on a terminal), always, never"},
-	{.name = "help", .letter = 'h', .help = "this text"},
-	{.name = "version", .help = "print the version and exit"},
+	DP_TOOL_FLAG_HELP,
+	DP_TOOL_FLAG_VERSION,
 	{0},
 };
 
