@@ -330,21 +330,64 @@ static double median_gbs(uint64_t *ns, unsigned n, uint64_t len)
 	return (double)len / (double)ns[n / 2];
 }
 
+/* A device -> device run: WRITEs from region rs (at src) into segment seg
+ * (at dst), both buffers span bytes. */
+struct d2d {
+	uint64_t (*write)(int region, uint64_t loff, int seg, uint64_t toff, uint64_t len);
+	int rs, seg;
+	void *src, *dst;
+	uint64_t span;
+	unsigned reps;
+	bool raw; /* the raw copies beside ours */
+	const char *what;
+};
+
+/* One size of a device -> device run: x->reps WRITEs of len through the
+ * service, then as many raw copies (with x->raw), and the bytes checked;
+ * the medians in GB/s in *o and *r. */
+static void d2d_size(const struct d2d *x, uint64_t len, double *o, double *r)
+{
+	uint64_t t_ours[16], t_raw[16];
+
+	/* Each side in a block after a warm-up: the GPU switches between the
+	 * service's context and ours at a cost of about 150 us, which
+	 * alternating copies would pay every time. Offsets rotate through the
+	 * buffers: nothing stays in L2. */
+	x->write(x->rs, 0, x->seg, 0, len);
+	for (unsigned i = 0; i < x->reps; i++) {
+		uint64_t off = (i % (x->span / len)) * len;
+
+		t_ours[i] = x->write(x->rs, off, x->seg, off, len);
+	}
+	if (x->raw)
+		raw(x->dst, x->src, len);
+	for (unsigned i = 0; x->raw && i < x->reps; i++) {
+		uint64_t off = (i % (x->span / len)) * len;
+
+		t_raw[i] = raw((uint8_t *)x->dst + off, (uint8_t *)x->src + off, len);
+	}
+	zero(x->dst, len);
+	x->write(x->rs, 0, x->seg, 0, len);
+	verify_gpu(x->dst, x->src, len, x->what);
+	*o = median_gbs(t_ours, x->reps, len);
+	if (x->raw)
+		*r = median_gbs(t_raw, x->reps, len);
+}
+
 static void bench_p8(void)
 {
 	const uint64_t max = 1024 * MiB;
 	unsigned reps = quick ? 3 : 10;
-	uint64_t t_ours[16], t_raw[16];
-	void *src, *dst;
-	int rs, rd, seg;
+	struct d2d x = {.write = ours, .span = max, .reps = reps, .raw = with_peers, .what = "P8"};
+	int rd;
 	bool all = true;
 
-	src = gpu_random(max, 1);
-	ck(cudaMalloc(&dst, max), "cudaMalloc");
-	zero(dst, max);
-	rs = reg_gpu(src, max);
-	rd = reg_gpu(dst, max);
-	seg = segment(rd, "p8-dst");
+	x.src = gpu_random(max, 1);
+	ck(cudaMalloc(&x.dst, max), "cudaMalloc");
+	zero(x.dst, max);
+	x.rs = reg_gpu(x.src, max);
+	rd = reg_gpu(x.dst, max);
+	x.seg = segment(rd, "p8-dst");
 	printf("P8 GPU loopback, device -> device WRITE, GB/s (median of %u)\n", reps);
 	if (with_peers)
 		printf("  %9s %10s %10s %7s\n", "size", "dataplane", "raw", "ratio");
@@ -359,27 +402,7 @@ static void bench_p8(void)
 	for (uint64_t len = 64 * MiB; len <= max; len *= 2) {
 		double o, r;
 
-		/* Each side in a block after a warm-up: the GPU switches
-		 * between the service's context and ours at a cost of about
-		 * 150 us, which alternating copies would pay every time.
-		 * Offsets rotate through the buffers: nothing stays in L2. */
-		ours(rs, 0, seg, 0, len);
-		for (unsigned i = 0; i < reps; i++) {
-			uint64_t off = (i % (max / len)) * len;
-
-			t_ours[i] = ours(rs, off, seg, off, len);
-		}
-		if (with_peers)
-			raw(dst, src, len);
-		for (unsigned i = 0; with_peers && i < reps; i++) {
-			uint64_t off = (i % (max / len)) * len;
-
-			t_raw[i] = raw((uint8_t *)dst + off, (uint8_t *)src + off, len);
-		}
-		zero(dst, len);
-		ours(rs, 0, seg, 0, len);
-		verify_gpu(dst, src, len, "P8");
-		o = median_gbs(t_ours, reps, len);
+		d2d_size(&x, len, &o, &r);
 		report_obj(NULL);
 		report_u64("size", len);
 		report_num("gb_per_s", o);
@@ -388,7 +411,6 @@ static void bench_p8(void)
 			report_end();
 			continue;
 		}
-		r = median_gbs(t_raw, reps, len);
 		all &= o >= 0.95 * r;
 		printf("  %5llu MiB %10.1f %10.1f %6.3fx  %s\n", (unsigned long long)(len / MiB), o,
 		       r, o / r, verdict(o >= 0.95 * r));
@@ -404,11 +426,11 @@ static void bench_p8(void)
 		report_bool("pass", all);
 	}
 	report_end();
-	dp_free(cl, rs);
+	dp_free(cl, x.rs);
 	dp_free(cl, rd);
-	dp_segment_close(cl, seg);
-	ck(cudaFree(src), "cudaFree");
-	ck(cudaFree(dst), "cudaFree");
+	dp_segment_close(cl, x.seg);
+	ck(cudaFree(x.src), "cudaFree");
+	ck(cudaFree(x.dst), "cudaFree");
 }
 
 /* One direction of P9: its line and its JSON object. */
@@ -758,6 +780,53 @@ static double small_p50(int rs, int seg, uint64_t *t, unsigned n)
 	return t[n / 2] / 1e3;
 }
 
+/* P12's destination: dst registered and exported by client tc of the other
+ * service, and opened here through it; the segment. */
+static int p12_target(struct dp_client *tc, void *dst, uint64_t len)
+{
+	int rd = dp_register_cuda(tc, dst, len), rc, seg;
+
+	if (rd < 0)
+		die("dp_register_cuda (target service)", rd);
+	if ((rc = dp_segment_export(tc, rd, "p12-dst", DP_ACCESS_RW)))
+		die("dp_segment_export (target service)", rc);
+	seg = dp_segment_open(cl, target_peer, "p12-dst", DP_ACCESS_RW);
+	if (seg < 0)
+		die("dp_segment_open (the other service's export)", seg);
+	return seg;
+}
+
+/* P12's 4 KiB WRITEs from rs: into segment seg, across services, against
+ * the same inside this one; n samples each. */
+static void p12_small(int rs, int seg, unsigned n)
+{
+	uint64_t *t_small = malloc(n * sizeof(uint64_t));
+	double small, local_small;
+	void *ldst = NULL;
+	int rl, lseg;
+
+	if (!t_small)
+		die("malloc", -ENOMEM);
+	ck(cudaMalloc(&ldst, 256 * 4096), "cudaMalloc");
+	rl = reg_gpu(ldst, 256 * 4096);
+	lseg = segment(rl, "p12-local");
+	local_small = small_p50(rs, lseg, t_small, n);
+	small = small_p50(rs, seg, t_small, n);
+	printf("  4 KiB p50: across services %.2f us (p99 %.2f), inside one service %.2f us: "
+	       "%.2fx  target <= 1.5x  %s\n",
+	       small, t_small[n * 99 / 100] / 1e3, local_small, small / local_small,
+	       verdict(small <= 1.5 * local_small));
+	report_num("small_p50_us", small);
+	report_num("small_p99_us", t_small[n * 99 / 100] / 1e3);
+	report_num("local_small_p50_us", local_small);
+	report_num("small_ratio", small / local_small);
+	report_bool("small_pass", small <= 1.5 * local_small);
+	dp_segment_close(cl, lseg);
+	dp_free(cl, rl);
+	ck(cudaFree(ldst), "cudaFree");
+	free(t_small);
+}
+
 /*
  * P12: GPU -> GPU into another service's export on this host. A second
  * client of the target service registers and exports the destination; this
@@ -766,33 +835,22 @@ static double small_p50(int rs, int seg, uint64_t *t, unsigned n)
 static void bench_p12(void)
 {
 	const uint64_t max = 1024 * MiB;
-	unsigned reps = quick ? 3 : 10, n = quick ? 5000 : 20000;
-	uint64_t t_ours[16], t_raw[16], *t_small = malloc(n * sizeof(uint64_t));
+	unsigned reps = quick ? 3 : 10;
+	struct d2d x = {.write = ours_any, .span = max, .reps = reps, .raw = true, .what = "P12"};
 	struct dp_client *tc;
-	void *src, *dst, *ldst;
-	int rs, rd, rl, seg, lseg, rc;
-	double small, local_small;
 	bool all = true;
+	int rc;
 
-	if (!t_small)
-		die("malloc", -ENOMEM);
 	if ((rc = dp_connect(target_sock, "gpu-bench-target", &tc)) < 0) {
 		dp_tool_connect_error("gpu-bench", target_sock, rc);
 		exit(1);
 	}
-	src = gpu_random(max, 12);
-	ck(cudaMalloc(&dst, max), "cudaMalloc");
-	zero(dst, max);
-	rs = reg_gpu(src, max);
-	rd = dp_register_cuda(tc, dst, max);
-	if (rd < 0)
-		die("dp_register_cuda (target service)", rd);
-	if ((rc = dp_segment_export(tc, rd, "p12-dst", DP_ACCESS_RW)))
-		die("dp_segment_export (target service)", rc);
-	seg = dp_segment_open(cl, target_peer, "p12-dst", DP_ACCESS_RW);
-	if (seg < 0)
-		die("dp_segment_open (the other service's export)", seg);
-	ours_any(rs, 0, seg, 0, 4096);
+	x.src = gpu_random(max, 12);
+	ck(cudaMalloc(&x.dst, max), "cudaMalloc");
+	zero(x.dst, max);
+	x.rs = reg_gpu(x.src, max);
+	x.seg = p12_target(tc, x.dst, max);
+	ours_any(x.rs, 0, x.seg, 0, 4096);
 	printf("P12 GPU -> GPU across services of this host (%s), device -> device WRITE, GB/s "
 	       "(median of %u)\n",
 	       path_name(last_flags), reps);
@@ -807,23 +865,7 @@ static void bench_p12(void)
 		double o, r;
 		bool gated = len >= 64 * MiB;
 
-		ours_any(rs, 0, seg, 0, len);
-		for (unsigned i = 0; i < reps; i++) {
-			uint64_t off = (i % (max / len)) * len;
-
-			t_ours[i] = ours_any(rs, off, seg, off, len);
-		}
-		raw(dst, src, len);
-		for (unsigned i = 0; i < reps; i++) {
-			uint64_t off = (i % (max / len)) * len;
-
-			t_raw[i] = raw((uint8_t *)dst + off, (uint8_t *)src + off, len);
-		}
-		zero(dst, len);
-		ours_any(rs, 0, seg, 0, len);
-		verify_gpu(dst, src, len, "P12");
-		o = median_gbs(t_ours, reps, len);
-		r = median_gbs(t_raw, reps, len);
+		d2d_size(&x, len, &o, &r);
 		if (gated)
 			all &= o >= 0.8 * r;
 		printf("  %5llu MiB %10.1f %10.1f %6.3fx  %s\n", (unsigned long long)(len / MiB), o,
@@ -839,32 +881,13 @@ static void bench_p12(void)
 	printf("  target >= 0.8x raw cudaMemcpyAsync at 64 MiB and above: %s\n", verdict(all));
 	report_str("target", ">= 0.8x at 64 MiB and above");
 	report_bool("pass", all);
-	/* 4 KiB across services vs inside this one. */
-	ldst = NULL;
-	ck(cudaMalloc(&ldst, 256 * 4096), "cudaMalloc");
-	rl = reg_gpu(ldst, 256 * 4096);
-	lseg = segment(rl, "p12-local");
-	local_small = small_p50(rs, lseg, t_small, n);
-	small = small_p50(rs, seg, t_small, n);
-	printf("  4 KiB p50: across services %.2f us (p99 %.2f), inside one service %.2f us: "
-	       "%.2fx  target <= 1.5x  %s\n",
-	       small, t_small[n * 99 / 100] / 1e3, local_small, small / local_small,
-	       verdict(small <= 1.5 * local_small));
-	report_num("small_p50_us", small);
-	report_num("small_p99_us", t_small[n * 99 / 100] / 1e3);
-	report_num("local_small_p50_us", local_small);
-	report_num("small_ratio", small / local_small);
-	report_bool("small_pass", small <= 1.5 * local_small);
+	p12_small(x.rs, x.seg, quick ? 5000 : 20000);
 	report_end();
-	dp_segment_close(cl, lseg);
-	dp_segment_close(cl, seg);
-	dp_free(cl, rl);
-	dp_free(cl, rs);
+	dp_segment_close(cl, x.seg);
+	dp_free(cl, x.rs);
 	dp_close(tc);
-	ck(cudaFree(ldst), "cudaFree");
-	ck(cudaFree(src), "cudaFree");
-	ck(cudaFree(dst), "cudaFree");
-	free(t_small);
+	ck(cudaFree(x.src), "cudaFree");
+	ck(cudaFree(x.dst), "cudaFree");
 }
 
 /*
