@@ -1023,13 +1023,14 @@ static void bench_vmm(void)
 }
 
 /*
- * Not a target, a probe of the hardware under the engine's design: how long
- * a 4 KiB device -> device cudaMemcpyAsync takes alone, and issued 50 us
- * after a 1 GiB copy on another stream (greatest or least priority) or on
- * the same stream. The engine relies on the other-stream case.
+ * The probe's first part: a 4 KiB D2D copy alone, and issued 50 us after a
+ * 1 GiB copy on another stream (greatest or least priority) or on the same
+ * stream; the median of 9 each.
  */
-static void bench_probe(void)
+static void probe_small_after_big(void)
 {
+	static const char *const names[] = {"alone", "other stream, greatest priority",
+					    "other stream, least priority", "same stream"};
 	const uint64_t big = 1024 * MiB, small = 4096;
 	cudaStream_t s_hi, s_lo, s_big;
 	cudaEvent_t ev_big, ev_small;
@@ -1048,11 +1049,8 @@ static void bench_probe(void)
 	ck(cudaMalloc(&sdst, small), "cudaMalloc");
 	printf("probe: 4 KiB D2D latency (us, median of 9), a 1 GiB D2D copy started 50 us "
 	       "before\n");
-	report_obj("probe");
 	report_arr("small_after_big");
 	for (int mode = 0; mode < 4; mode++) {
-		static const char *const names[] = {"alone", "other stream, greatest priority",
-						    "other stream, least priority", "same stream"};
 		cudaStream_t s = mode == 1 ? s_hi : mode == 2 ? s_lo : s_big;
 		uint64_t t[9], tbig[9];
 
@@ -1090,48 +1088,63 @@ static void bench_probe(void)
 	cudaFree(bdst);
 	cudaFree(ssrc);
 	cudaFree(sdst);
+}
 
-	/* What one large raw copy costs, timed four ways (64 MiB, us). */
-	{
-		const uint64_t len = 64 * MiB;
-		uint64_t t[4][9], t0;
+/* The probe's second part: what one large raw copy costs, timed four ways
+ * (64 MiB, us, the median of 9). */
+static void probe_copy_64mib(void)
+{
+	const uint64_t big = 1024 * MiB, len = 64 * MiB;
+	uint64_t t[4][9], t0;
+	void *bsrc, *bdst;
 
-		bsrc = gpu_random(big, 9);
-		ck(cudaMalloc(&bdst, big), "cudaMalloc");
-		zero(bdst, big);
-		raw(bdst, bsrc, len);
-		for (int r = 0; r < 9; r++) {
-			uint64_t off = (uint64_t)(r % 16) * len;
+	bsrc = gpu_random(big, 9);
+	ck(cudaMalloc(&bdst, big), "cudaMalloc");
+	zero(bdst, big);
+	raw(bdst, bsrc, len);
+	for (int r = 0; r < 9; r++) {
+		uint64_t off = (uint64_t)(r % 16) * len;
 
-			t[0][r] = raw((uint8_t *)bdst + off, (uint8_t *)bsrc + off, len);
-			t[1][r] = raw(bdst, bsrc, len);
-			t0 = dp_now_ns();
-			for (int k = 0; k < 10; k++)
-				ck(cudaMemcpyAsync(bdst, bsrc, len, cudaMemcpyDefault, raw_stream),
-				   "copy");
-			ck(cudaStreamSynchronize(raw_stream), "sync");
-			t[2][r] = (dp_now_ns() - t0) / 10;
-		}
-		ck(cudaMemset(bsrc, 0x5a, big), "cudaMemset");
-		ck(cudaDeviceSynchronize(), "sync");
-		for (int r = 0; r < 9; r++)
-			t[3][r] = raw(bdst, bsrc, len);
-		for (int i = 0; i < 4; i++)
-			qsort(t[i], 9, sizeof(t[i][0]), cmp_u64);
-		printf("probe: one 64 MiB D2D cudaMemcpyAsync, us (median of 9): random data, "
-		       "rotating "
-		       "offsets %.1f; same offset %.1f; 10 back to back, per copy %.1f; constant "
-		       "data %.1f\n",
-		       t[0][4] / 1e3, t[1][4] / 1e3, t[2][4] / 1e3, t[3][4] / 1e3);
-		report_obj("copy_64mib_us");
-		report_num("random_rotating_offsets", t[0][4] / 1e3);
-		report_num("same_offset", t[1][4] / 1e3);
-		report_num("back_to_back_per_copy", t[2][4] / 1e3);
-		report_num("constant_data", t[3][4] / 1e3);
-		report_end();
-		cudaFree(bsrc);
-		cudaFree(bdst);
+		t[0][r] = raw((uint8_t *)bdst + off, (uint8_t *)bsrc + off, len);
+		t[1][r] = raw(bdst, bsrc, len);
+		t0 = dp_now_ns();
+		for (int k = 0; k < 10; k++)
+			ck(cudaMemcpyAsync(bdst, bsrc, len, cudaMemcpyDefault, raw_stream), "copy");
+		ck(cudaStreamSynchronize(raw_stream), "sync");
+		t[2][r] = (dp_now_ns() - t0) / 10;
 	}
+	ck(cudaMemset(bsrc, 0x5a, big), "cudaMemset");
+	ck(cudaDeviceSynchronize(), "sync");
+	for (int r = 0; r < 9; r++)
+		t[3][r] = raw(bdst, bsrc, len);
+	for (int i = 0; i < 4; i++)
+		qsort(t[i], 9, sizeof(t[i][0]), cmp_u64);
+	printf("probe: one 64 MiB D2D cudaMemcpyAsync, us (median of 9): random data, "
+	       "rotating "
+	       "offsets %.1f; same offset %.1f; 10 back to back, per copy %.1f; constant "
+	       "data %.1f\n",
+	       t[0][4] / 1e3, t[1][4] / 1e3, t[2][4] / 1e3, t[3][4] / 1e3);
+	report_obj("copy_64mib_us");
+	report_num("random_rotating_offsets", t[0][4] / 1e3);
+	report_num("same_offset", t[1][4] / 1e3);
+	report_num("back_to_back_per_copy", t[2][4] / 1e3);
+	report_num("constant_data", t[3][4] / 1e3);
+	report_end();
+	cudaFree(bsrc);
+	cudaFree(bdst);
+}
+
+/*
+ * Not a target, a probe of the hardware under the engine's design: how long
+ * a 4 KiB device -> device cudaMemcpyAsync takes alone, and issued 50 us
+ * after a 1 GiB copy on another stream (greatest or least priority) or on
+ * the same stream. The engine relies on the other-stream case.
+ */
+static void bench_probe(void)
+{
+	report_obj("probe");
+	probe_small_after_big();
+	probe_copy_64mib();
 	report_end();
 }
 
