@@ -1346,13 +1346,35 @@ static unsigned *pages_perm(unsigned n)
 	return p;
 }
 
-/* The batch through the service: N WRITEs (READs with @read: the segment's
- * page perm[i] -> our page i) of @size, up to PAGES_DEPTH in flight; ns. */
-static uint64_t pages_ours(struct dp_queue *pq, int rs, int seg, uint64_t size, unsigned n,
-			   const unsigned *perm, bool read, uint32_t *flags)
+/* The raw peers' scratch: cudaMemcpyBatchAsync's arrays and the page
+ * kernel's table, for batches of up to 4096 pages. */
+struct pages_scratch {
+	struct gpu_page *tab;
+	void **dsts, **srcs;
+	size_t *sizes;
+};
+
+/* One page size's run: the batch, its buffers, and the regions and segments
+ * over them. */
+struct pages_run {
+	unsigned n;	      /* pages in the batch */
+	uint64_t size, len;   /* a page, the batch */
+	unsigned *perm;	      /* source page i goes to destination page perm[i] */
+	uint8_t *src, *dst;   /* GPU memory */
+	uint8_t *hsrc, *hdst; /* host regions of ours */
+	int rs, rd, seg;      /* src's and dst's regions, dst's segment */
+	int rhs, rhd, hseg;   /* hsrc's and hdst's regions, hdst's segment */
+	struct dp_client *tc; /* a client of the other service, or NULL */
+	int trd, tseg;	      /* dst registered there, its export opened here */
+	const struct pages_scratch *sc;
+};
+
+/* The batch through the service: N WRITEs (region rs's page i -> segment
+ * seg's page perm[i]), up to PAGES_DEPTH in flight; ns. */
+static uint64_t pages_ours(const struct pages_run *p, int rs, int seg, uint32_t *flags)
 {
 	struct dp_cqe cqe[64];
-	unsigned sent = 0, done = 0;
+	unsigned sent = 0, done = 0, n = p->n;
 	uint64_t t0 = dp_now_ns();
 
 	while (done < n) {
@@ -1364,21 +1386,17 @@ static uint64_t pages_ours(struct dp_queue *pq, int rs, int seg, uint64_t size, 
 			for (; k < 32 && sent + k < n && sent + k - done < PAGES_DEPTH; k++) {
 				unsigned i = sent + k;
 
-				if (read)
-					dp_prep_read(&d[k], rs, (uint64_t)i * size, seg,
-						     (uint64_t)perm[i] * size, size, i);
-				else
-					dp_prep_write(&d[k], rs, (uint64_t)i * size, seg,
-						      (uint64_t)perm[i] * size, size, i);
+				dp_prep_write(&d[k], rs, (uint64_t)i * p->size, seg,
+					      (uint64_t)p->perm[i] * p->size, p->size, i);
 			}
-			rc = dp_submit(pq, d, k);
+			rc = dp_submit(q, d, k);
 			if (rc < 0)
 				die("dp_submit", rc);
 			sent += (unsigned)rc;
 			if ((unsigned)rc < k)
 				break;
 		}
-		int k = dp_poll(pq, cqe, 64);
+		int k = dp_poll(q, cqe, 64);
 
 		if (k < 0)
 			die("dp_poll", k);
@@ -1393,18 +1411,18 @@ static uint64_t pages_ours(struct dp_queue *pq, int rs, int seg, uint64_t size, 
 }
 
 /* Destination page perm[i] holds source page i, every byte. */
-static void pages_verify(const void *src, const void *dst, uint64_t size, unsigned n,
-			 const unsigned *perm, const char *what)
+static void pages_verify(const struct pages_run *p, const void *src, const void *dst,
+			 const char *what)
 {
-	uint64_t len = size * n;
-	uint8_t *hs = malloc(len), *hd = malloc(len);
+	uint8_t *hs = malloc(p->len), *hd = malloc(p->len);
 
 	if (!hs || !hd)
 		die("malloc", -ENOMEM);
-	ck(cudaMemcpy(hs, src, len, cudaMemcpyDefault), "verify copy");
-	ck(cudaMemcpy(hd, dst, len, cudaMemcpyDefault), "verify copy");
-	for (unsigned i = 0; i < n; i++)
-		if (memcmp(hs + (uint64_t)i * size, hd + (uint64_t)perm[i] * size, size)) {
+	ck(cudaMemcpy(hs, src, p->len, cudaMemcpyDefault), "verify copy");
+	ck(cudaMemcpy(hd, dst, p->len, cudaMemcpyDefault), "verify copy");
+	for (unsigned i = 0; i < p->n; i++)
+		if (memcmp(hs + (uint64_t)i * p->size, hd + (uint64_t)p->perm[i] * p->size,
+			   p->size)) {
 			fprintf(stderr, "gpu-bench: DATA MISMATCH after %s (page %u)\n", what, i);
 			exit(1);
 		}
@@ -1415,10 +1433,10 @@ static void pages_verify(const void *src, const void *dst, uint64_t size, unsign
 enum { PG_RAW, PG_BATCH, PG_KERNEL, PG_CONTIG };
 
 /* One in-process peer run of the batch on raw_stream; ns (0: not here). */
-static uint64_t pages_raw(int how, uint8_t *src, uint8_t *dst, uint64_t size, unsigned n,
-			  const unsigned *perm, struct gpu_page *tab, void **dsts, void **srcs,
-			  size_t *sizes)
+static uint64_t pages_raw(const struct pages_run *p, int how, uint8_t *src, uint8_t *dst)
 {
+	const uint64_t size = p->size;
+	const unsigned n = p->n, *perm = p->perm;
 	uint64_t t0 = dp_now_ns();
 
 	switch (how) {
@@ -1435,31 +1453,29 @@ static uint64_t pages_raw(int how, uint8_t *src, uint8_t *dst, uint64_t size, un
 		size_t idx = 0;
 
 		for (unsigned i = 0; i < n; i++) {
-			dsts[i] = dst + (uint64_t)perm[i] * size;
-			srcs[i] = src + (uint64_t)i * size;
-			sizes[i] = size;
+			p->sc->dsts[i] = dst + (uint64_t)perm[i] * size;
+			p->sc->srcs[i] = src + (uint64_t)i * size;
+			p->sc->sizes[i] = size;
 		}
 		t0 = dp_now_ns();
-		if (cudaMemcpyBatchAsync(dsts, (const void *const *)srcs, sizes, n, &attr, &idx, 1,
+		if (cudaMemcpyBatchAsync(p->sc->dsts, (const void *const *)p->sc->srcs,
+					 p->sc->sizes, n, &attr, &idx, 1,
 					 raw_stream) != cudaSuccess) {
 			cudaGetLastError();
 			return 0;
 		}
 #else
-		(void)dsts;
-		(void)srcs;
-		(void)sizes;
 		return 0;
 #endif
 		break;
 	}
 	case PG_KERNEL:
 		for (unsigned i = 0; i < n; i++)
-			tab[i] = (struct gpu_page){
+			p->sc->tab[i] = (struct gpu_page){
 				.src = (uintptr_t)(src + (uint64_t)i * size),
 				.dst = (uintptr_t)(dst + (uint64_t)perm[i] * size),
 				.len = size};
-		ck(gpu_pages_launch(tab, n, raw_stream), "gpu_pages_launch");
+		ck(gpu_pages_launch(p->sc->tab, n, raw_stream), "gpu_pages_launch");
 		break;
 	default:
 		ck(cudaMemcpyAsync(dst, src, size * n, cudaMemcpyDefault, raw_stream),
@@ -1484,197 +1500,229 @@ static void pages_row(const char *what, double gbs, double contig, const char *k
 	report_num(key, gbs);
 }
 
+/* Where a round's figure goes: round 0 is the warm-up, kept in slot 7,
+ * past those the medians read (reps <= 5). */
+static unsigned pages_slot(unsigned round)
+{
+	return round ? round - 1 : 7;
+}
+
+/* The buffers, regions and segments of the run of @n pages of @size, the
+ * @index-th size; with @tc, dst exported by the other service too. */
+static void pages_open(struct pages_run *p, unsigned index, uint64_t size, unsigned n,
+		       struct dp_client *tc, const struct pages_scratch *sc)
+{
+	char name[32];
+	int rc;
+
+	*p = (struct pages_run){
+		.n = n, .size = size, .len = size * n, .tc = tc, .trd = -1, .tseg = -1, .sc = sc};
+	p->perm = pages_perm(n);
+	p->src = gpu_random(p->len, 35 + index);
+	ck(cudaMalloc((void **)&p->dst, p->len), "cudaMalloc");
+	zero(p->dst, p->len);
+	p->rs = reg_gpu(p->src, p->len);
+	p->rd = reg_gpu(p->dst, p->len);
+	snprintf(name, sizeof(name), "pages-%u", index);
+	p->seg = segment(p->rd, name);
+	if (tc) {
+		p->trd = dp_register_cuda(tc, p->dst, p->len);
+		if (p->trd < 0)
+			die("dp_register_cuda (the other service)", p->trd);
+		snprintf(name, sizeof(name), "pages-t-%u", index);
+		if ((rc = dp_segment_export(tc, p->trd, name, DP_ACCESS_RW)))
+			die("dp_segment_export (the other service)", rc);
+		p->tseg = dp_segment_open(cl, target_peer, name, DP_ACCESS_RW);
+		if (p->tseg < 0)
+			die("dp_segment_open (the other service's export)", p->tseg);
+	}
+	/* Host pages: a region of ours (pinned by the service) and a
+	 * cudaHostAlloc buffer for the raw peer. */
+	p->rhs = dp_alloc(cl, p->len, 0, (void **)&p->hsrc);
+	if (p->rhs < 0)
+		die("dp_alloc", p->rhs);
+	fill_random(p->hsrc, p->len, 77 + index);
+	p->rhd = dp_alloc(cl, p->len, 0, (void **)&p->hdst);
+	if (p->rhd < 0)
+		die("dp_alloc", p->rhd);
+	snprintf(name, sizeof(name), "pages-h-%u", index);
+	p->hseg = segment(p->rhd, name);
+}
+
+static void pages_close(struct pages_run *p)
+{
+	dp_free(cl, p->rhd);
+	dp_free(cl, p->rhs);
+	dp_free(cl, p->rd);
+	dp_free(cl, p->rs);
+	if (p->tc)
+		dp_free(p->tc, p->trd);
+	ck(cudaFree(p->src), "cudaFree");
+	ck(cudaFree(p->dst), "cudaFree");
+	free(p->perm);
+}
+
+/*
+ * The GPU -> GPU columns: ours through one service (t[0]) and into the other
+ * service's export (t[1]), the four raw peers (t[2 + PG_*]); and ours host
+ * -> GPU (t[6]): our host region's pages into the GPU segment. A warm-up
+ * round, then reps timed ones, each column in a block of its own (no
+ * context switch per copy), every run's bytes checked. The path of the
+ * two-service completions in *tfl.
+ */
+static void pages_gpu_rounds(const struct pages_run *p, unsigned reps, uint64_t t[7][8],
+			     uint32_t *tfl)
+{
+	uint32_t fl = 0;
+
+	for (unsigned r = 0; r < reps + 1; r++) {
+		unsigned k = pages_slot(r);
+
+		zero(p->dst, p->len);
+		t[0][k] = pages_ours(p, p->rs, p->seg, &fl);
+		pages_verify(p, p->src, p->dst, "dataplane pages");
+		if (p->tc) {
+			zero(p->dst, p->len);
+			t[1][k] = pages_ours(p, p->rs, p->tseg, tfl);
+			pages_verify(p, p->src, p->dst, "dataplane pages, two services");
+		}
+		for (int how = PG_RAW; how <= PG_CONTIG; how++) {
+			uint64_t ns;
+
+			zero(p->dst, p->len);
+			ns = pages_raw(p, how, p->src, p->dst);
+			if (how != PG_CONTIG && ns)
+				pages_verify(p, p->src, p->dst, "raw pages");
+			t[2 + how][k] = ns;
+		}
+		zero(p->dst, p->len);
+		t[6][k] = pages_ours(p, p->rhs, p->seg, &fl);
+		pages_verify(p, p->hsrc, p->dst, "host -> GPU pages");
+	}
+}
+
+/* The GPU -> GPU rows, against one contiguous copy of the same bytes (that
+ * figure returned). */
+static double pages_gpu_report(const struct pages_run *p, unsigned reps, uint64_t t[7][8],
+			       uint32_t tfl)
+{
+	double contig = pages_median(t[5], reps, p->len);
+
+	printf("  %llu KiB x %u (%llu MiB), GPU -> GPU:\n", (unsigned long long)p->size >> 10, p->n,
+	       (unsigned long long)p->len >> 20);
+	report_num("page_bytes", (double)p->size);
+	report_num("pages", p->n);
+	pages_row("dataplane, one service", pages_median(t[0], reps, p->len), contig,
+		  "dataplane_gb_s");
+	if (p->tc) {
+		char w[64];
+
+		snprintf(w, sizeof(w), "dataplane, two services (%s)", path_name(tfl));
+		pages_row(w, pages_median(t[1], reps, p->len), contig, "two_services_gb_s");
+	} else {
+		pages_row("dataplane, two services (no --peer-socket)", 0, contig,
+			  "two_services_gb_s");
+	}
+	pages_row("raw cudaMemcpyAsync per page", pages_median(t[2], reps, p->len), contig,
+		  "raw_per_page_gb_s");
+	pages_row("cudaMemcpyBatchAsync", pages_median(t[3], reps, p->len), contig,
+		  "memcpy_batch_gb_s");
+	pages_row("gather kernel in-process (gpu_pages.cu)", pages_median(t[4], reps, p->len),
+		  contig, "kernel_gb_s");
+	pages_row("one contiguous cudaMemcpyAsync", contig, contig, "contiguous_gb_s");
+	printf("    targets: 16 KiB >= 0.5x, 4 KiB >= 0.25x contiguous: %s\n",
+	       p->size == 16384	 ? verdict(pages_median(t[0], reps, p->len) >= 0.5 * contig)
+	       : p->size == 4096 ? verdict(pages_median(t[0], reps, p->len) >= 0.25 * contig)
+				 : "(no target at this size)");
+	return contig;
+}
+
+/*
+ * Host pages, pinned, both directions: ours GPU -> host (the GPU region's
+ * pages into the host segment), and the raw per-page peer from and into
+ * cudaHostAlloc memory; with ours host -> GPU (t_h2d, of the GPU rounds)
+ * beside them.
+ */
+static void pages_host(const struct pages_run *p, unsigned reps, uint64_t *t_h2d, double contig)
+{
+	uint64_t th[4][8] = {{0}};
+	uint32_t fl = 0;
+	uint8_t *pin;
+
+	ck(cudaHostAlloc((void **)&pin, p->len, cudaHostAllocPortable), "cudaHostAlloc");
+	memcpy(pin, p->hsrc, p->len);
+	for (unsigned r = 0; r < reps + 1; r++) {
+		unsigned k = pages_slot(r);
+
+		memset(p->hdst, 0, p->len);
+		/* GPU -> host: READs of the GPU segment's page perm[i] into our
+		 * host page i = WRITEs of it from the GPU source: the source is
+		 * the GPU region, the target the host segment. */
+		th[1][k] = pages_ours(p, p->rs, p->hseg, &fl);
+		pages_verify(p, p->src, p->hdst, "GPU -> host pages");
+		zero(p->dst, p->len);
+		th[2][k] = pages_raw(p, PG_RAW, pin, p->dst);
+		pages_verify(p, pin, p->dst, "raw host -> GPU pages");
+		memset(pin, 0, p->len);
+		th[3][k] = pages_raw(p, PG_RAW, p->src, pin);
+		pages_verify(p, p->src, pin, "raw GPU -> host pages");
+		memcpy(pin, p->hsrc, p->len);
+	}
+	printf("  %llu KiB x %u, host memory (pinned) <-> GPU:\n",
+	       (unsigned long long)p->size >> 10, p->n);
+	pages_row("dataplane host -> GPU", pages_median(t_h2d, reps, p->len), contig,
+		  "h2d_dataplane_gb_s");
+	pages_row("raw cudaMemcpyAsync per page host -> GPU", pages_median(th[2], reps, p->len),
+		  contig, "h2d_raw_per_page_gb_s");
+	pages_row("dataplane GPU -> host", pages_median(th[1], reps, p->len), contig,
+		  "d2h_dataplane_gb_s");
+	pages_row("raw cudaMemcpyAsync per page GPU -> host", pages_median(th[3], reps, p->len),
+		  contig, "d2h_raw_per_page_gb_s");
+	cudaFreeHost(pin);
+}
+
 static void bench_pages(void)
 {
 	static const uint64_t sizes[] = {4096, 16384, 65536, 262144};
 	static const unsigned counts[] = {4096, 4096, 2048, 1024};
 	const unsigned reps = quick ? 3 : 5;
 	struct dp_client *tc = NULL;
-	struct gpu_page *tab;
-	void **dsts, **srcs;
-	size_t *szs;
+	struct pages_scratch sc;
 	int rc;
 
 	if (target_sock && target_peer &&
 	    (rc = dp_connect(target_sock, "gpu-bench-pages", &tc)) < 0)
 		die("dp_connect (the other service)", rc);
-	ck(cudaHostAlloc((void **)&tab, 4096 * sizeof(*tab), cudaHostAllocMapped), "cudaHostAlloc");
-	dsts = malloc(4096 * sizeof(*dsts));
-	srcs = malloc(4096 * sizeof(*srcs));
-	szs = malloc(4096 * sizeof(*szs));
-	if (!dsts || !srcs || !szs)
+	ck(cudaHostAlloc((void **)&sc.tab, 4096 * sizeof(*sc.tab), cudaHostAllocMapped),
+	   "cudaHostAlloc");
+	sc.dsts = malloc(4096 * sizeof(*sc.dsts));
+	sc.srcs = malloc(4096 * sizeof(*sc.srcs));
+	sc.sizes = malloc(4096 * sizeof(*sc.sizes));
+	if (!sc.dsts || !sc.srcs || !sc.sizes)
 		die("malloc", -ENOMEM);
 	printf("pages: a batch of N pages at scattered indices (a fixed permutation), queue depth "
 	       "%d, GB/s median of %u, every run's bytes checked\n",
 	       PAGES_DEPTH, reps);
 	report_arr("pages");
 	for (unsigned s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
-		const uint64_t size = sizes[s], len = size * counts[s];
-		const unsigned n = counts[s];
-		unsigned *perm = pages_perm(n);
+		struct pages_run p;
 		uint64_t t[7][8] = {{0}};
-		uint8_t *src = gpu_random(len, 35 + s), *dst, *hsrc, *hdst;
-		int rs, rd, seg, rhs, rhd, hseg, tseg = -1, trd = -1;
-		uint32_t fl = 0, tfl = 0;
-		char name[32];
+		uint32_t tfl = 0;
 		double contig;
 
-		ck(cudaMalloc((void **)&dst, len), "cudaMalloc");
-		zero(dst, len);
-		rs = reg_gpu(src, len);
-		rd = reg_gpu(dst, len);
-		snprintf(name, sizeof(name), "pages-%u", s);
-		seg = segment(rd, name);
-		if (tc) {
-			trd = dp_register_cuda(tc, dst, len);
-			if (trd < 0)
-				die("dp_register_cuda (the other service)", trd);
-			snprintf(name, sizeof(name), "pages-t-%u", s);
-			if ((rc = dp_segment_export(tc, trd, name, DP_ACCESS_RW)))
-				die("dp_segment_export (the other service)", rc);
-			tseg = dp_segment_open(cl, target_peer, name, DP_ACCESS_RW);
-			if (tseg < 0)
-				die("dp_segment_open (the other service's export)", tseg);
-		}
-		/* Host pages: a region of ours (pinned by the service) and a
-		 * cudaHostAlloc buffer for the raw peer. */
-		rhs = dp_alloc(cl, len, 0, (void **)&hsrc);
-		if (rhs < 0)
-			die("dp_alloc", rhs);
-		fill_random(hsrc, len, 77 + s);
-		rhd = dp_alloc(cl, len, 0, (void **)&hdst);
-		if (rhd < 0)
-			die("dp_alloc", rhd);
-		snprintf(name, sizeof(name), "pages-h-%u", s);
-		hseg = segment(rhd, name);
-		for (unsigned r = 0; r < reps + 1; r++) {
-			/* One warm-up round, then reps timed ones, each column
-			 * in a block of its own (no context switch per copy). */
-			unsigned k = r ? r - 1 : 7;
-			uint64_t ns;
-
-			zero(dst, len);
-			ns = pages_ours(q, rs, seg, size, n, perm, false, &fl);
-			pages_verify(src, dst, size, n, perm, "dataplane pages");
-			if (k < 8)
-				t[0][k] = ns;
-			if (tc) {
-				zero(dst, len);
-				ns = pages_ours(q, rs, tseg, size, n, perm, false, &tfl);
-				pages_verify(src, dst, size, n, perm,
-					     "dataplane pages, two services");
-				if (k < 8)
-					t[1][k] = ns;
-			}
-			for (int how = PG_RAW; how <= PG_CONTIG; how++) {
-				zero(dst, len);
-				ns = pages_raw(how, src, dst, size, n, perm, tab, dsts, srcs, szs);
-				if (how != PG_CONTIG && ns)
-					pages_verify(src, dst, size, n, perm, "raw pages");
-				if (k < 8)
-					t[2 + how][k] = ns;
-			}
-			/* host -> GPU: our host region's pages into the GPU
-			 * segment; GPU -> host: READs of them back into the
-			 * host segment's region, checked against the source. */
-			zero(dst, len);
-			ns = pages_ours(q, rhs, seg, size, n, perm, false, &fl);
-			pages_verify(hsrc, dst, size, n, perm, "host -> GPU pages");
-			if (k < 8)
-				t[6][k] = ns;
-		}
-		contig = pages_median(t[5], reps, len);
-		printf("  %llu KiB x %u (%llu MiB), GPU -> GPU:\n", (unsigned long long)size >> 10,
-		       n, (unsigned long long)len >> 20);
+		pages_open(&p, s, sizes[s], counts[s], tc, &sc);
+		pages_gpu_rounds(&p, reps, t, &tfl);
 		report_obj(NULL);
-		report_num("page_bytes", (double)size);
-		report_num("pages", n);
-		pages_row("dataplane, one service", pages_median(t[0], reps, len), contig,
-			  "dataplane_gb_s");
-		if (tc) {
-			char w[64];
-
-			snprintf(w, sizeof(w), "dataplane, two services (%s)", path_name(tfl));
-			pages_row(w, pages_median(t[1], reps, len), contig, "two_services_gb_s");
-		} else {
-			pages_row("dataplane, two services (no --peer-socket)", 0, contig,
-				  "two_services_gb_s");
-		}
-		pages_row("raw cudaMemcpyAsync per page", pages_median(t[2], reps, len), contig,
-			  "raw_per_page_gb_s");
-		pages_row("cudaMemcpyBatchAsync", pages_median(t[3], reps, len), contig,
-			  "memcpy_batch_gb_s");
-		pages_row("gather kernel in-process (gpu_pages.cu)", pages_median(t[4], reps, len),
-			  contig, "kernel_gb_s");
-		pages_row("one contiguous cudaMemcpyAsync", contig, contig, "contiguous_gb_s");
-		printf("    targets: 16 KiB >= 0.5x, 4 KiB >= 0.25x contiguous: %s\n",
-		       size == 16384  ? verdict(pages_median(t[0], reps, len) >= 0.5 * contig)
-		       : size == 4096 ? verdict(pages_median(t[0], reps, len) >= 0.25 * contig)
-				      : "(no target at this size)");
-		/* Host pages, pinned: ours, and the raw per-page peer from
-		 * cudaHostAlloc memory, both directions. */
-		{
-			uint8_t *pin;
-			uint64_t th[4][8] = {{0}};
-
-			ck(cudaHostAlloc((void **)&pin, len, cudaHostAllocPortable),
-			   "cudaHostAlloc");
-			memcpy(pin, hsrc, len);
-			for (unsigned r = 0; r < reps + 1; r++) {
-				unsigned k = r ? r - 1 : 7;
-				uint64_t ns;
-
-				memset(hdst, 0, len);
-				/* GPU -> host: READs of the GPU segment's page
-				 * perm[i] into our host page i = WRITEs of it
-				 * from the GPU source: the source is the GPU
-				 * region, the target the host segment. */
-				ns = pages_ours(q, rs, hseg, size, n, perm, false, &fl);
-				pages_verify(src, hdst, size, n, perm, "GPU -> host pages");
-				if (k < 8)
-					th[1][k] = ns;
-				zero(dst, len);
-				ns = pages_raw(PG_RAW, pin, dst, size, n, perm, tab, dsts, srcs,
-					       szs);
-				pages_verify(pin, dst, size, n, perm, "raw host -> GPU pages");
-				if (k < 8)
-					th[2][k] = ns;
-				memset(pin, 0, len);
-				ns = pages_raw(PG_RAW, src, pin, size, n, perm, tab, dsts, srcs,
-					       szs);
-				pages_verify(src, pin, size, n, perm, "raw GPU -> host pages");
-				if (k < 8)
-					th[3][k] = ns;
-				memcpy(pin, hsrc, len);
-			}
-			printf("  %llu KiB x %u, host memory (pinned) <-> GPU:\n",
-			       (unsigned long long)size >> 10, n);
-			pages_row("dataplane host -> GPU", pages_median(t[6], reps, len), contig,
-				  "h2d_dataplane_gb_s");
-			pages_row("raw cudaMemcpyAsync per page host -> GPU",
-				  pages_median(th[2], reps, len), contig, "h2d_raw_per_page_gb_s");
-			pages_row("dataplane GPU -> host", pages_median(th[1], reps, len), contig,
-				  "d2h_dataplane_gb_s");
-			pages_row("raw cudaMemcpyAsync per page GPU -> host",
-				  pages_median(th[3], reps, len), contig, "d2h_raw_per_page_gb_s");
-			cudaFreeHost(pin);
-		}
+		contig = pages_gpu_report(&p, reps, t, tfl);
+		pages_host(&p, reps, t[6], contig);
 		report_end();
-		dp_free(cl, rhd);
-		dp_free(cl, rhs);
-		dp_free(cl, rd);
-		dp_free(cl, rs);
-		if (tc)
-			dp_free(tc, trd);
-		ck(cudaFree(src), "cudaFree");
-		ck(cudaFree(dst), "cudaFree");
-		free(perm);
+		pages_close(&p);
 	}
 	report_end();
-	cudaFreeHost(tab);
-	free(dsts);
-	free(srcs);
-	free(szs);
+	cudaFreeHost(sc.tab);
+	free(sc.dsts);
+	free(sc.srcs);
+	free(sc.sizes);
 	if (tc)
 		dp_close(tc);
 }
