@@ -27,7 +27,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -299,135 +298,73 @@ static bool bench(const char *mode, bool direct)
 	return true;
 }
 
-static void usage(void)
-{
-	printf("usage: file-bench [--socket PATH] --file PATH [options] [direct|buffered|all]\n"
-	       "P11: a file read into host memory through dataplaned, against fio on the same\n"
-	       "file (direct: O_DIRECT; buffered: through the warm page cache; default all).\n"
-	       "  --socket PATH   dataplaned's control socket (default $DP_SOCKET, else\n"
-	       "                  $XDG_RUNTIME_DIR/dataplane/dataplane.sock, else\n"
-	       "                  /run/dataplane/dataplane.sock)\n"
-	       "  --file PATH     the file to read; created (patterned) when missing or of\n"
-	       "                  another size\n"
-	       "  --size BYTES    file size, a multiple of --bs and of 4096 (default 1 GiB)\n"
-	       "  --bs BYTES      bytes per READ (default 1 MiB)\n"
-	       "  --qd N          READs in flight, 1..4096 (default 32)\n"
-	       "  --reps N        timed runs of each side, 1..31; medians reported (default 7)\n"
-	       "  --cpu N         pin this client to CPU N (default 0)\n"
-	       "  --service-cpu N the service's poller CPU, for the placement figure (a\n"
-	       "                  cache-line ping-pong with --cpu, printed first; default\n"
-	       "                  --fio-cpu when given, else 1, or 0 when --cpu is not 0)\n"
-	       "  --fio-cpu N     pin fio to CPU N (default: not pinned)\n"
-	       "  --no-peers      our side only: fio is not run and nothing of it printed\n"
-	       "  --no-fio        the same as --no-peers\n"
-	       "  --json          one JSON object with every figure on stdout (the text goes\n"
-	       "                  to stderr)\n"
-	       "  --reuse         read into qd reused buffers of --bs bytes (fio's footprint)\n"
-	       "                  instead of one buffer the size of the file\n"
-	       "  -h, --help      this text\n"
-	       "  --version       print the version and exit\n"
-	       "Exit codes: 0 every run completed and verified, 1 a failure, 2 bad usage.\n");
-}
+static bool json;
+
+static const struct dp_tool_flag flags[] = {
+	DP_TOOL_FLAG_SOCKET(&sock_path),
+	{.name = "file",
+	 .arg = "PATH",
+	 .str = &file_path,
+	 .help = "the file to read; created (patterned) when missing or of\n"
+		 "another size"},
+	{.name = "size",
+	 .arg = "BYTES",
+	 .u64 = &size,
+	 .help = "file size, a multiple of --bs and of 4096 (default 1 GiB)"},
+	{.name = "bs", .arg = "BYTES", .u64 = &bs, .help = "bytes per READ (default 1 MiB)"},
+	{.name = "qd", .arg = "N", .uns = &qd, .help = "READs in flight, 1..4096 (default 32)"},
+	{.name = "reps",
+	 .arg = "N",
+	 .uns = &reps,
+	 .help = "timed runs of each side, 1..31; medians reported (default 7)"},
+	DP_TOOL_FLAG_CPU(&client_cpu),
+	{.name = "service-cpu",
+	 .arg = "N",
+	 .num = &service_cpu,
+	 .help = "the service's poller CPU, for the placement figure (a\n"
+		 "cache-line ping-pong with --cpu, printed first; default\n"
+		 "--fio-cpu when given, else 1, or 0 when --cpu is not 0)"},
+	{.name = "fio-cpu",
+	 .arg = "N",
+	 .num = &fio_cpu,
+	 .help = "pin fio to CPU N (default: not pinned)"},
+	{.name = "no-peers",
+	 .off = &with_fio,
+	 .help = "our side only: fio is not run and nothing of it printed"},
+	{.name = "no-fio", .off = &with_fio, .help = "the same as --no-peers"},
+	DP_TOOL_FLAG_JSON(&json),
+	{.name = "reuse",
+	 .on = &reuse,
+	 .help = "read into qd reused buffers of --bs bytes (fio's footprint)\n"
+		 "instead of one buffer the size of the file"},
+	DP_TOOL_FLAG_HELP,
+	DP_TOOL_FLAG_VERSION,
+	{0},
+};
+
+static const struct dp_tool_cli cli = {
+	.prog = "file-bench",
+	.head = "usage: file-bench [--socket PATH] --file PATH [options] [direct|buffered|all]\n"
+		"P11: a file read into host memory through dataplaned, against fio on the same\n"
+		"file (direct: O_DIRECT; buffered: through the warm page cache; default all).\n",
+	.tail = "Exit codes: 0 every run completed and verified, 1 a failure, 2 bad usage.\n",
+	.col = 18,
+	.flags = flags,
+};
 
 /* The flags into the globals; returns the benchmark to run, exits on
  * --help, --version and bad usage (2). */
 static const char *parse_args(int argc, char **argv)
 {
-	enum {
-		O_SOCK = 256,
-		O_FILE,
-		O_SIZE,
-		O_BS,
-		O_QD,
-		O_REPS,
-		O_CPU,
-		O_FIOCPU,
-		O_NOFIO,
-		O_SVCCPU,
-		O_JSON,
-		O_REUSE,
-		O_VERSION
-	};
-	static const struct option opts[] = {
-		{"socket", required_argument, 0, O_SOCK},
-		{"file", required_argument, 0, O_FILE},
-		{"size", required_argument, 0, O_SIZE},
-		{"bs", required_argument, 0, O_BS},
-		{"qd", required_argument, 0, O_QD},
-		{"reps", required_argument, 0, O_REPS},
-		{"cpu", required_argument, 0, O_CPU},
-		{"fio-cpu", required_argument, 0, O_FIOCPU},
-		{"no-fio", no_argument, 0, O_NOFIO},
-		{"no-peers", no_argument, 0, O_NOFIO},
-		{"service-cpu", required_argument, 0, O_SVCCPU},
-		{"json", no_argument, 0, O_JSON},
-		{"reuse", no_argument, 0, O_REUSE},
-		{"help", no_argument, 0, 'h'},
-		{"version", no_argument, 0, O_VERSION},
-		{0, 0, 0, 0},
-	};
-	const char *what = "all";
-	bool json = false;
-	int c;
+	int first = dp_tool_parse(&cli, argc, argv);
+	const char *what = first < argc ? argv[first] : "all";
 
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (c) {
-		case O_SOCK:
-			sock_path = optarg;
-			break;
-		case O_FILE:
-			file_path = optarg;
-			break;
-		case O_SIZE:
-			size = strtoull(optarg, NULL, 0);
-			break;
-		case O_BS:
-			bs = strtoull(optarg, NULL, 0);
-			break;
-		case O_QD:
-			qd = (unsigned)strtoul(optarg, NULL, 0);
-			break;
-		case O_REPS:
-			reps = (unsigned)strtoul(optarg, NULL, 0);
-			break;
-		case O_CPU:
-			client_cpu = atoi(optarg);
-			break;
-		case O_FIOCPU:
-			fio_cpu = atoi(optarg);
-			break;
-		case O_NOFIO:
-			with_fio = false;
-			break;
-		case O_SVCCPU:
-			service_cpu = atoi(optarg);
-			break;
-		case O_JSON:
-			json = true;
-			break;
-		case O_REUSE:
-			reuse = true;
-			break;
-		case 'h':
-			usage();
-			exit(0);
-		case O_VERSION:
-			dp_tool_version("file-bench");
-			exit(0);
-		default:
-			fprintf(stderr, "Try 'file-bench --help'.\n");
-			exit(2);
-		}
-	}
-	if (optind < argc)
-		what = argv[optind];
-	if (argc - optind > 1 || !file_path || !bs || size % bs || size % 4096 || !qd ||
-	    qd > 4096 || !reps || reps > MAX_REPS ||
+	if (argc - first > 1 || !file_path || !bs || size % bs || size % 4096 || !qd || qd > 4096 ||
+	    !reps || reps > MAX_REPS ||
 	    (strcmp(what, "direct") && strcmp(what, "buffered") && strcmp(what, "all"))) {
 		fprintf(stderr, "file-bench: want --file, --size a multiple of --bs and of 4096, "
-				"--qd 1..4096, --reps 1..31, and direct|buffered|all\n"
-				"Try 'file-bench --help'.\n");
-		exit(2);
+				"--qd 1..4096, --reps 1..31, and direct|buffered|all\n");
+		dp_tool_try_help("file-bench");
 	}
 	/* Flags parsed: the text goes to stderr from here on with --json. */
 	if (json)

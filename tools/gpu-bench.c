@@ -52,7 +52,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -72,113 +71,68 @@ static const char *target_sock, *target_peer; /* P12: the other service */
 static int client_cpu = 0, service_cpu = -1, device = 0;
 static bool quick, with_peers = true;
 
-static void usage(void)
-{
-	printf("usage: gpu-bench [--socket PATH] [--cpu N] [--service-cpu N] [--device N] "
-	       "[--quick]\n"
-	       "                 [--file PATH] [--no-peers] [--json] "
-	       "[--peer-socket PATH --peer HOST:PORT]\n"
-	       "                 [p8|p9|p10|p12|p13|vmm|pages|file|all|probe]\n"
-	       "GPU copies through dataplaned against the raw CUDA runtime on the same GPU\n"
-	       "(P8-P10, file -> GPU; default all).\n"
-	       "  --socket PATH   dataplaned's control socket (default $DP_SOCKET, else\n"
-	       "                  $XDG_RUNTIME_DIR/dataplane/dataplane.sock, else\n"
-	       "                  /run/dataplane/dataplane.sock)\n"
-	       "  --cpu N         pin this client to CPU N (default 0)\n"
-	       "  --service-cpu N the service's poller CPU, for the placement figure (a\n"
-	       "                  cache-line ping-pong with --cpu, printed first; default 1,\n"
-	       "                  or 0 when --cpu is not 0)\n"
-	       "  --device N      CUDA device (default 0)\n"
-	       "  --quick         fewer sizes and repetitions\n"
-	       "  --file PATH     the file of the file -> GPU run (default "
-	       "/var/tmp/dp-gpu-bench.file)\n"
-	       "  --no-peers      our side only: the raw CUDA runs are not made and nothing\n"
-	       "                  of them printed\n"
-	       "  --json          one JSON object with every figure on stdout (the text goes\n"
-	       "                  to stderr)\n"
-	       "  --peer-socket PATH, --peer HOST:PORT\n"
-	       "                  p12, p13: another dataplaned (its control socket, and its\n"
-	       "                  server name as ours reaches it), which exports the target\n"
-	       "  -h, --help      this text\n"
-	       "  --version       print the version and exit\n"
-	       "Exit codes: 0 every run completed and verified, 1 a failure, 2 bad usage,\n"
-	       "77 no CUDA (build or device).\n");
-}
+static bool json;
+
+static const struct dp_tool_flag flags[] = {
+	DP_TOOL_FLAG_SOCKET(&sock_path),
+	DP_TOOL_FLAG_CPU(&client_cpu),
+	{.name = "service-cpu",
+	 .arg = "N",
+	 .num = &service_cpu,
+	 .help = "the service's poller CPU, for the placement figure (a\n"
+		 "cache-line ping-pong with --cpu, printed first; default 1,\n"
+		 "or 0 when --cpu is not 0)"},
+	{.name = "device", .arg = "N", .num = &device, .help = "CUDA device (default 0)"},
+	{.name = "quick", .on = &quick, .help = "fewer sizes and repetitions"},
+	{.name = "file",
+	 .arg = "PATH",
+	 .str = &file_path,
+	 .help = "the file of the file -> GPU run (default /var/tmp/dp-gpu-bench.file)"},
+	{.name = "no-peers",
+	 .off = &with_peers,
+	 .help = "our side only: the raw CUDA runs are not made and nothing\n"
+		 "of them printed"},
+	DP_TOOL_FLAG_JSON(&json),
+	{.name = "peer-socket", .arg = "PATH", .str = &target_sock, .help = ""},
+	{.name = "peer",
+	 .arg = "HOST:PORT",
+	 .str = &target_peer,
+	 .help = "p12, p13: another dataplaned (its control socket, and its\n"
+		 "server name as ours reaches it), which exports the target"},
+	DP_TOOL_FLAG_HELP,
+	DP_TOOL_FLAG_VERSION,
+	{0},
+};
+
+static const struct dp_tool_cli cli = {
+	.prog = "gpu-bench",
+	.head = "usage: gpu-bench [--socket PATH] [--cpu N] [--service-cpu N] [--device N] "
+		"[--quick]\n"
+		"                 [--file PATH] [--no-peers] [--json] "
+		"[--peer-socket PATH --peer HOST:PORT]\n"
+		"                 [p8|p9|p10|p12|p13|vmm|pages|file|all|probe]\n"
+		"GPU copies through dataplaned against the raw CUDA runtime on the same GPU\n"
+		"(P8-P10, file -> GPU; default all).\n",
+	.tail = "Exit codes: 0 every run completed and verified, 1 a failure, 2 bad usage,\n"
+		"77 no CUDA (build or device).\n",
+	.col = 18,
+	.flags = flags,
+};
 
 /* The flags; returns the benchmark to run, exits on --help, --version and
  * bad usage (2). */
 static const char *parse_args(int argc, char **argv)
 {
-	static const struct option opts[] = {{"socket", required_argument, 0, 's'},
-					     {"cpu", required_argument, 0, 'c'},
-					     {"device", required_argument, 0, 'd'},
-					     {"quick", no_argument, 0, 'q'},
-					     {"file", required_argument, 0, 'f'},
-					     {"help", no_argument, 0, 'h'},
-					     {"version", no_argument, 0, 'V'},
-					     {"service-cpu", required_argument, 0, 'S'},
-					     {"no-peers", no_argument, 0, 'n'},
-					     {"json", no_argument, 0, 'j'},
-					     {"peer-socket", required_argument, 0, 't'},
-					     {"peer", required_argument, 0, 'p'},
-					     {0, 0, 0, 0}};
-	const char *what = "all";
-	bool json = false;
-	int o;
+	int first = dp_tool_parse(&cli, argc, argv);
+	const char *what = first < argc ? argv[first] : "all";
 
-	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (o) {
-		case 's':
-			sock_path = optarg;
-			break;
-		case 'c':
-			client_cpu = atoi(optarg);
-			break;
-		case 'd':
-			device = atoi(optarg);
-			break;
-		case 'q':
-			quick = true;
-			break;
-		case 'f':
-			file_path = optarg;
-			break;
-		case 'S':
-			service_cpu = atoi(optarg);
-			break;
-		case 'n':
-			with_peers = false;
-			break;
-		case 'j':
-			json = true;
-			break;
-		case 't':
-			target_sock = optarg;
-			break;
-		case 'p':
-			target_peer = optarg;
-			break;
-		case 'h':
-			usage();
-			exit(0);
-		case 'V':
-			dp_tool_version("gpu-bench");
-			exit(0);
-		default:
-			fprintf(stderr, "Try 'gpu-bench --help'.\n");
-			exit(2);
-		}
-	}
-	if (optind < argc)
-		what = argv[optind];
-	if (argc - optind > 1 ||
+	if (argc - first > 1 ||
 	    (strcmp(what, "p8") && strcmp(what, "p9") && strcmp(what, "p10") &&
 	     strcmp(what, "p12") && strcmp(what, "p13") && strcmp(what, "file") &&
 	     strcmp(what, "vmm") && strcmp(what, "pages") && strcmp(what, "all") &&
 	     strcmp(what, "probe"))) {
-		fprintf(stderr, "gpu-bench: unknown benchmark '%s'\nTry 'gpu-bench --help'.\n",
-			argv[argc - 1]);
-		exit(2);
+		fprintf(stderr, "gpu-bench: unknown benchmark '%s'\n", argv[argc - 1]);
+		dp_tool_try_help("gpu-bench");
 	}
 	if ((!strcmp(what, "p12") || !strcmp(what, "p13") || !strcmp(what, "vmm")) &&
 	    (!target_sock || !target_peer)) {
@@ -376,21 +330,64 @@ static double median_gbs(uint64_t *ns, unsigned n, uint64_t len)
 	return (double)len / (double)ns[n / 2];
 }
 
+/* A device -> device run: WRITEs from region rs (at src) into segment seg
+ * (at dst), both buffers span bytes. */
+struct d2d {
+	uint64_t (*write)(int region, uint64_t loff, int seg, uint64_t toff, uint64_t len);
+	int rs, seg;
+	void *src, *dst;
+	uint64_t span;
+	unsigned reps;
+	bool raw; /* the raw copies beside ours */
+	const char *what;
+};
+
+/* One size of a device -> device run: x->reps WRITEs of len through the
+ * service, then as many raw copies (with x->raw), and the bytes checked;
+ * the medians in GB/s in *o and *r. */
+static void d2d_size(const struct d2d *x, uint64_t len, double *o, double *r)
+{
+	uint64_t t_ours[16], t_raw[16];
+
+	/* Each side in a block after a warm-up: the GPU switches between the
+	 * service's context and ours at a cost of about 150 us, which
+	 * alternating copies would pay every time. Offsets rotate through the
+	 * buffers: nothing stays in L2. */
+	x->write(x->rs, 0, x->seg, 0, len);
+	for (unsigned i = 0; i < x->reps; i++) {
+		uint64_t off = (i % (x->span / len)) * len;
+
+		t_ours[i] = x->write(x->rs, off, x->seg, off, len);
+	}
+	if (x->raw)
+		raw(x->dst, x->src, len);
+	for (unsigned i = 0; x->raw && i < x->reps; i++) {
+		uint64_t off = (i % (x->span / len)) * len;
+
+		t_raw[i] = raw((uint8_t *)x->dst + off, (uint8_t *)x->src + off, len);
+	}
+	zero(x->dst, len);
+	x->write(x->rs, 0, x->seg, 0, len);
+	verify_gpu(x->dst, x->src, len, x->what);
+	*o = median_gbs(t_ours, x->reps, len);
+	if (x->raw)
+		*r = median_gbs(t_raw, x->reps, len);
+}
+
 static void bench_p8(void)
 {
 	const uint64_t max = 1024 * MiB;
 	unsigned reps = quick ? 3 : 10;
-	uint64_t t_ours[16], t_raw[16];
-	void *src, *dst;
-	int rs, rd, seg;
+	struct d2d x = {.write = ours, .span = max, .reps = reps, .raw = with_peers, .what = "P8"};
+	int rd;
 	bool all = true;
 
-	src = gpu_random(max, 1);
-	ck(cudaMalloc(&dst, max), "cudaMalloc");
-	zero(dst, max);
-	rs = reg_gpu(src, max);
-	rd = reg_gpu(dst, max);
-	seg = segment(rd, "p8-dst");
+	x.src = gpu_random(max, 1);
+	ck(cudaMalloc(&x.dst, max), "cudaMalloc");
+	zero(x.dst, max);
+	x.rs = reg_gpu(x.src, max);
+	rd = reg_gpu(x.dst, max);
+	x.seg = segment(rd, "p8-dst");
 	printf("P8 GPU loopback, device -> device WRITE, GB/s (median of %u)\n", reps);
 	if (with_peers)
 		printf("  %9s %10s %10s %7s\n", "size", "dataplane", "raw", "ratio");
@@ -405,27 +402,7 @@ static void bench_p8(void)
 	for (uint64_t len = 64 * MiB; len <= max; len *= 2) {
 		double o, r;
 
-		/* Each side in a block after a warm-up: the GPU switches
-		 * between the service's context and ours at a cost of about
-		 * 150 us, which alternating copies would pay every time.
-		 * Offsets rotate through the buffers: nothing stays in L2. */
-		ours(rs, 0, seg, 0, len);
-		for (unsigned i = 0; i < reps; i++) {
-			uint64_t off = (i % (max / len)) * len;
-
-			t_ours[i] = ours(rs, off, seg, off, len);
-		}
-		if (with_peers)
-			raw(dst, src, len);
-		for (unsigned i = 0; with_peers && i < reps; i++) {
-			uint64_t off = (i % (max / len)) * len;
-
-			t_raw[i] = raw((uint8_t *)dst + off, (uint8_t *)src + off, len);
-		}
-		zero(dst, len);
-		ours(rs, 0, seg, 0, len);
-		verify_gpu(dst, src, len, "P8");
-		o = median_gbs(t_ours, reps, len);
+		d2d_size(&x, len, &o, &r);
 		report_obj(NULL);
 		report_u64("size", len);
 		report_num("gb_per_s", o);
@@ -434,7 +411,6 @@ static void bench_p8(void)
 			report_end();
 			continue;
 		}
-		r = median_gbs(t_raw, reps, len);
 		all &= o >= 0.95 * r;
 		printf("  %5llu MiB %10.1f %10.1f %6.3fx  %s\n", (unsigned long long)(len / MiB), o,
 		       r, o / r, verdict(o >= 0.95 * r));
@@ -450,11 +426,11 @@ static void bench_p8(void)
 		report_bool("pass", all);
 	}
 	report_end();
-	dp_free(cl, rs);
+	dp_free(cl, x.rs);
 	dp_free(cl, rd);
-	dp_segment_close(cl, seg);
-	ck(cudaFree(src), "cudaFree");
-	ck(cudaFree(dst), "cudaFree");
+	dp_segment_close(cl, x.seg);
+	ck(cudaFree(x.src), "cudaFree");
+	ck(cudaFree(x.dst), "cudaFree");
 }
 
 /* One direction of P9: its line and its JSON object. */
@@ -804,6 +780,53 @@ static double small_p50(int rs, int seg, uint64_t *t, unsigned n)
 	return t[n / 2] / 1e3;
 }
 
+/* P12's destination: dst registered and exported by client tc of the other
+ * service, and opened here through it; the segment. */
+static int p12_target(struct dp_client *tc, void *dst, uint64_t len)
+{
+	int rd = dp_register_cuda(tc, dst, len), rc, seg;
+
+	if (rd < 0)
+		die("dp_register_cuda (target service)", rd);
+	if ((rc = dp_segment_export(tc, rd, "p12-dst", DP_ACCESS_RW)))
+		die("dp_segment_export (target service)", rc);
+	seg = dp_segment_open(cl, target_peer, "p12-dst", DP_ACCESS_RW);
+	if (seg < 0)
+		die("dp_segment_open (the other service's export)", seg);
+	return seg;
+}
+
+/* P12's 4 KiB WRITEs from rs: into segment seg, across services, against
+ * the same inside this one; n samples each. */
+static void p12_small(int rs, int seg, unsigned n)
+{
+	uint64_t *t_small = malloc(n * sizeof(uint64_t));
+	double small, local_small;
+	void *ldst = NULL;
+	int rl, lseg;
+
+	if (!t_small)
+		die("malloc", -ENOMEM);
+	ck(cudaMalloc(&ldst, 256 * 4096), "cudaMalloc");
+	rl = reg_gpu(ldst, 256 * 4096);
+	lseg = segment(rl, "p12-local");
+	local_small = small_p50(rs, lseg, t_small, n);
+	small = small_p50(rs, seg, t_small, n);
+	printf("  4 KiB p50: across services %.2f us (p99 %.2f), inside one service %.2f us: "
+	       "%.2fx  target <= 1.5x  %s\n",
+	       small, t_small[n * 99 / 100] / 1e3, local_small, small / local_small,
+	       verdict(small <= 1.5 * local_small));
+	report_num("small_p50_us", small);
+	report_num("small_p99_us", t_small[n * 99 / 100] / 1e3);
+	report_num("local_small_p50_us", local_small);
+	report_num("small_ratio", small / local_small);
+	report_bool("small_pass", small <= 1.5 * local_small);
+	dp_segment_close(cl, lseg);
+	dp_free(cl, rl);
+	ck(cudaFree(ldst), "cudaFree");
+	free(t_small);
+}
+
 /*
  * P12: GPU -> GPU into another service's export on this host. A second
  * client of the target service registers and exports the destination; this
@@ -812,33 +835,22 @@ static double small_p50(int rs, int seg, uint64_t *t, unsigned n)
 static void bench_p12(void)
 {
 	const uint64_t max = 1024 * MiB;
-	unsigned reps = quick ? 3 : 10, n = quick ? 5000 : 20000;
-	uint64_t t_ours[16], t_raw[16], *t_small = malloc(n * sizeof(uint64_t));
+	unsigned reps = quick ? 3 : 10;
+	struct d2d x = {.write = ours_any, .span = max, .reps = reps, .raw = true, .what = "P12"};
 	struct dp_client *tc;
-	void *src, *dst, *ldst;
-	int rs, rd, rl, seg, lseg, rc;
-	double small, local_small;
 	bool all = true;
+	int rc;
 
-	if (!t_small)
-		die("malloc", -ENOMEM);
 	if ((rc = dp_connect(target_sock, "gpu-bench-target", &tc)) < 0) {
 		dp_tool_connect_error("gpu-bench", target_sock, rc);
 		exit(1);
 	}
-	src = gpu_random(max, 12);
-	ck(cudaMalloc(&dst, max), "cudaMalloc");
-	zero(dst, max);
-	rs = reg_gpu(src, max);
-	rd = dp_register_cuda(tc, dst, max);
-	if (rd < 0)
-		die("dp_register_cuda (target service)", rd);
-	if ((rc = dp_segment_export(tc, rd, "p12-dst", DP_ACCESS_RW)))
-		die("dp_segment_export (target service)", rc);
-	seg = dp_segment_open(cl, target_peer, "p12-dst", DP_ACCESS_RW);
-	if (seg < 0)
-		die("dp_segment_open (the other service's export)", seg);
-	ours_any(rs, 0, seg, 0, 4096);
+	x.src = gpu_random(max, 12);
+	ck(cudaMalloc(&x.dst, max), "cudaMalloc");
+	zero(x.dst, max);
+	x.rs = reg_gpu(x.src, max);
+	x.seg = p12_target(tc, x.dst, max);
+	ours_any(x.rs, 0, x.seg, 0, 4096);
 	printf("P12 GPU -> GPU across services of this host (%s), device -> device WRITE, GB/s "
 	       "(median of %u)\n",
 	       path_name(last_flags), reps);
@@ -853,23 +865,7 @@ static void bench_p12(void)
 		double o, r;
 		bool gated = len >= 64 * MiB;
 
-		ours_any(rs, 0, seg, 0, len);
-		for (unsigned i = 0; i < reps; i++) {
-			uint64_t off = (i % (max / len)) * len;
-
-			t_ours[i] = ours_any(rs, off, seg, off, len);
-		}
-		raw(dst, src, len);
-		for (unsigned i = 0; i < reps; i++) {
-			uint64_t off = (i % (max / len)) * len;
-
-			t_raw[i] = raw((uint8_t *)dst + off, (uint8_t *)src + off, len);
-		}
-		zero(dst, len);
-		ours_any(rs, 0, seg, 0, len);
-		verify_gpu(dst, src, len, "P12");
-		o = median_gbs(t_ours, reps, len);
-		r = median_gbs(t_raw, reps, len);
+		d2d_size(&x, len, &o, &r);
 		if (gated)
 			all &= o >= 0.8 * r;
 		printf("  %5llu MiB %10.1f %10.1f %6.3fx  %s\n", (unsigned long long)(len / MiB), o,
@@ -885,32 +881,13 @@ static void bench_p12(void)
 	printf("  target >= 0.8x raw cudaMemcpyAsync at 64 MiB and above: %s\n", verdict(all));
 	report_str("target", ">= 0.8x at 64 MiB and above");
 	report_bool("pass", all);
-	/* 4 KiB across services vs inside this one. */
-	ldst = NULL;
-	ck(cudaMalloc(&ldst, 256 * 4096), "cudaMalloc");
-	rl = reg_gpu(ldst, 256 * 4096);
-	lseg = segment(rl, "p12-local");
-	local_small = small_p50(rs, lseg, t_small, n);
-	small = small_p50(rs, seg, t_small, n);
-	printf("  4 KiB p50: across services %.2f us (p99 %.2f), inside one service %.2f us: "
-	       "%.2fx  target <= 1.5x  %s\n",
-	       small, t_small[n * 99 / 100] / 1e3, local_small, small / local_small,
-	       verdict(small <= 1.5 * local_small));
-	report_num("small_p50_us", small);
-	report_num("small_p99_us", t_small[n * 99 / 100] / 1e3);
-	report_num("local_small_p50_us", local_small);
-	report_num("small_ratio", small / local_small);
-	report_bool("small_pass", small <= 1.5 * local_small);
+	p12_small(x.rs, x.seg, quick ? 5000 : 20000);
 	report_end();
-	dp_segment_close(cl, lseg);
-	dp_segment_close(cl, seg);
-	dp_free(cl, rl);
-	dp_free(cl, rs);
+	dp_segment_close(cl, x.seg);
+	dp_free(cl, x.rs);
 	dp_close(tc);
-	ck(cudaFree(ldst), "cudaFree");
-	ck(cudaFree(src), "cudaFree");
-	ck(cudaFree(dst), "cudaFree");
-	free(t_small);
+	ck(cudaFree(x.src), "cudaFree");
+	ck(cudaFree(x.dst), "cudaFree");
 }
 
 /*
@@ -1046,13 +1023,14 @@ static void bench_vmm(void)
 }
 
 /*
- * Not a target, a probe of the hardware under the engine's design: how long
- * a 4 KiB device -> device cudaMemcpyAsync takes alone, and issued 50 us
- * after a 1 GiB copy on another stream (greatest or least priority) or on
- * the same stream. The engine relies on the other-stream case.
+ * The probe's first part: a 4 KiB D2D copy alone, and issued 50 us after a
+ * 1 GiB copy on another stream (greatest or least priority) or on the same
+ * stream; the median of 9 each.
  */
-static void bench_probe(void)
+static void probe_small_after_big(void)
 {
+	static const char *const names[] = {"alone", "other stream, greatest priority",
+					    "other stream, least priority", "same stream"};
 	const uint64_t big = 1024 * MiB, small = 4096;
 	cudaStream_t s_hi, s_lo, s_big;
 	cudaEvent_t ev_big, ev_small;
@@ -1071,11 +1049,8 @@ static void bench_probe(void)
 	ck(cudaMalloc(&sdst, small), "cudaMalloc");
 	printf("probe: 4 KiB D2D latency (us, median of 9), a 1 GiB D2D copy started 50 us "
 	       "before\n");
-	report_obj("probe");
 	report_arr("small_after_big");
 	for (int mode = 0; mode < 4; mode++) {
-		static const char *const names[] = {"alone", "other stream, greatest priority",
-						    "other stream, least priority", "same stream"};
 		cudaStream_t s = mode == 1 ? s_hi : mode == 2 ? s_lo : s_big;
 		uint64_t t[9], tbig[9];
 
@@ -1113,48 +1088,63 @@ static void bench_probe(void)
 	cudaFree(bdst);
 	cudaFree(ssrc);
 	cudaFree(sdst);
+}
 
-	/* What one large raw copy costs, timed four ways (64 MiB, us). */
-	{
-		const uint64_t len = 64 * MiB;
-		uint64_t t[4][9], t0;
+/* The probe's second part: what one large raw copy costs, timed four ways
+ * (64 MiB, us, the median of 9). */
+static void probe_copy_64mib(void)
+{
+	const uint64_t big = 1024 * MiB, len = 64 * MiB;
+	uint64_t t[4][9], t0;
+	void *bsrc, *bdst;
 
-		bsrc = gpu_random(big, 9);
-		ck(cudaMalloc(&bdst, big), "cudaMalloc");
-		zero(bdst, big);
-		raw(bdst, bsrc, len);
-		for (int r = 0; r < 9; r++) {
-			uint64_t off = (uint64_t)(r % 16) * len;
+	bsrc = gpu_random(big, 9);
+	ck(cudaMalloc(&bdst, big), "cudaMalloc");
+	zero(bdst, big);
+	raw(bdst, bsrc, len);
+	for (int r = 0; r < 9; r++) {
+		uint64_t off = (uint64_t)(r % 16) * len;
 
-			t[0][r] = raw((uint8_t *)bdst + off, (uint8_t *)bsrc + off, len);
-			t[1][r] = raw(bdst, bsrc, len);
-			t0 = dp_now_ns();
-			for (int k = 0; k < 10; k++)
-				ck(cudaMemcpyAsync(bdst, bsrc, len, cudaMemcpyDefault, raw_stream),
-				   "copy");
-			ck(cudaStreamSynchronize(raw_stream), "sync");
-			t[2][r] = (dp_now_ns() - t0) / 10;
-		}
-		ck(cudaMemset(bsrc, 0x5a, big), "cudaMemset");
-		ck(cudaDeviceSynchronize(), "sync");
-		for (int r = 0; r < 9; r++)
-			t[3][r] = raw(bdst, bsrc, len);
-		for (int i = 0; i < 4; i++)
-			qsort(t[i], 9, sizeof(t[i][0]), cmp_u64);
-		printf("probe: one 64 MiB D2D cudaMemcpyAsync, us (median of 9): random data, "
-		       "rotating "
-		       "offsets %.1f; same offset %.1f; 10 back to back, per copy %.1f; constant "
-		       "data %.1f\n",
-		       t[0][4] / 1e3, t[1][4] / 1e3, t[2][4] / 1e3, t[3][4] / 1e3);
-		report_obj("copy_64mib_us");
-		report_num("random_rotating_offsets", t[0][4] / 1e3);
-		report_num("same_offset", t[1][4] / 1e3);
-		report_num("back_to_back_per_copy", t[2][4] / 1e3);
-		report_num("constant_data", t[3][4] / 1e3);
-		report_end();
-		cudaFree(bsrc);
-		cudaFree(bdst);
+		t[0][r] = raw((uint8_t *)bdst + off, (uint8_t *)bsrc + off, len);
+		t[1][r] = raw(bdst, bsrc, len);
+		t0 = dp_now_ns();
+		for (int k = 0; k < 10; k++)
+			ck(cudaMemcpyAsync(bdst, bsrc, len, cudaMemcpyDefault, raw_stream), "copy");
+		ck(cudaStreamSynchronize(raw_stream), "sync");
+		t[2][r] = (dp_now_ns() - t0) / 10;
 	}
+	ck(cudaMemset(bsrc, 0x5a, big), "cudaMemset");
+	ck(cudaDeviceSynchronize(), "sync");
+	for (int r = 0; r < 9; r++)
+		t[3][r] = raw(bdst, bsrc, len);
+	for (int i = 0; i < 4; i++)
+		qsort(t[i], 9, sizeof(t[i][0]), cmp_u64);
+	printf("probe: one 64 MiB D2D cudaMemcpyAsync, us (median of 9): random data, "
+	       "rotating "
+	       "offsets %.1f; same offset %.1f; 10 back to back, per copy %.1f; constant "
+	       "data %.1f\n",
+	       t[0][4] / 1e3, t[1][4] / 1e3, t[2][4] / 1e3, t[3][4] / 1e3);
+	report_obj("copy_64mib_us");
+	report_num("random_rotating_offsets", t[0][4] / 1e3);
+	report_num("same_offset", t[1][4] / 1e3);
+	report_num("back_to_back_per_copy", t[2][4] / 1e3);
+	report_num("constant_data", t[3][4] / 1e3);
+	report_end();
+	cudaFree(bsrc);
+	cudaFree(bdst);
+}
+
+/*
+ * Not a target, a probe of the hardware under the engine's design: how long
+ * a 4 KiB device -> device cudaMemcpyAsync takes alone, and issued 50 us
+ * after a 1 GiB copy on another stream (greatest or least priority) or on
+ * the same stream. The engine relies on the other-stream case.
+ */
+static void bench_probe(void)
+{
+	report_obj("probe");
+	probe_small_after_big();
+	probe_copy_64mib();
 	report_end();
 }
 
@@ -1356,13 +1346,35 @@ static unsigned *pages_perm(unsigned n)
 	return p;
 }
 
-/* The batch through the service: N WRITEs (READs with @read: the segment's
- * page perm[i] -> our page i) of @size, up to PAGES_DEPTH in flight; ns. */
-static uint64_t pages_ours(struct dp_queue *pq, int rs, int seg, uint64_t size, unsigned n,
-			   const unsigned *perm, bool read, uint32_t *flags)
+/* The raw peers' scratch: cudaMemcpyBatchAsync's arrays and the page
+ * kernel's table, for batches of up to 4096 pages. */
+struct pages_scratch {
+	struct gpu_page *tab;
+	void **dsts, **srcs;
+	size_t *sizes;
+};
+
+/* One page size's run: the batch, its buffers, and the regions and segments
+ * over them. */
+struct pages_run {
+	unsigned n;	      /* pages in the batch */
+	uint64_t size, len;   /* a page, the batch */
+	unsigned *perm;	      /* source page i goes to destination page perm[i] */
+	uint8_t *src, *dst;   /* GPU memory */
+	uint8_t *hsrc, *hdst; /* host regions of ours */
+	int rs, rd, seg;      /* src's and dst's regions, dst's segment */
+	int rhs, rhd, hseg;   /* hsrc's and hdst's regions, hdst's segment */
+	struct dp_client *tc; /* a client of the other service, or NULL */
+	int trd, tseg;	      /* dst registered there, its export opened here */
+	const struct pages_scratch *sc;
+};
+
+/* The batch through the service: N WRITEs (region rs's page i -> segment
+ * seg's page perm[i]), up to PAGES_DEPTH in flight; ns. */
+static uint64_t pages_ours(const struct pages_run *p, int rs, int seg, uint32_t *flags)
 {
 	struct dp_cqe cqe[64];
-	unsigned sent = 0, done = 0;
+	unsigned sent = 0, done = 0, n = p->n;
 	uint64_t t0 = dp_now_ns();
 
 	while (done < n) {
@@ -1374,21 +1386,17 @@ static uint64_t pages_ours(struct dp_queue *pq, int rs, int seg, uint64_t size, 
 			for (; k < 32 && sent + k < n && sent + k - done < PAGES_DEPTH; k++) {
 				unsigned i = sent + k;
 
-				if (read)
-					dp_prep_read(&d[k], rs, (uint64_t)i * size, seg,
-						     (uint64_t)perm[i] * size, size, i);
-				else
-					dp_prep_write(&d[k], rs, (uint64_t)i * size, seg,
-						      (uint64_t)perm[i] * size, size, i);
+				dp_prep_write(&d[k], rs, (uint64_t)i * p->size, seg,
+					      (uint64_t)p->perm[i] * p->size, p->size, i);
 			}
-			rc = dp_submit(pq, d, k);
+			rc = dp_submit(q, d, k);
 			if (rc < 0)
 				die("dp_submit", rc);
 			sent += (unsigned)rc;
 			if ((unsigned)rc < k)
 				break;
 		}
-		int k = dp_poll(pq, cqe, 64);
+		int k = dp_poll(q, cqe, 64);
 
 		if (k < 0)
 			die("dp_poll", k);
@@ -1403,18 +1411,18 @@ static uint64_t pages_ours(struct dp_queue *pq, int rs, int seg, uint64_t size, 
 }
 
 /* Destination page perm[i] holds source page i, every byte. */
-static void pages_verify(const void *src, const void *dst, uint64_t size, unsigned n,
-			 const unsigned *perm, const char *what)
+static void pages_verify(const struct pages_run *p, const void *src, const void *dst,
+			 const char *what)
 {
-	uint64_t len = size * n;
-	uint8_t *hs = malloc(len), *hd = malloc(len);
+	uint8_t *hs = malloc(p->len), *hd = malloc(p->len);
 
 	if (!hs || !hd)
 		die("malloc", -ENOMEM);
-	ck(cudaMemcpy(hs, src, len, cudaMemcpyDefault), "verify copy");
-	ck(cudaMemcpy(hd, dst, len, cudaMemcpyDefault), "verify copy");
-	for (unsigned i = 0; i < n; i++)
-		if (memcmp(hs + (uint64_t)i * size, hd + (uint64_t)perm[i] * size, size)) {
+	ck(cudaMemcpy(hs, src, p->len, cudaMemcpyDefault), "verify copy");
+	ck(cudaMemcpy(hd, dst, p->len, cudaMemcpyDefault), "verify copy");
+	for (unsigned i = 0; i < p->n; i++)
+		if (memcmp(hs + (uint64_t)i * p->size, hd + (uint64_t)p->perm[i] * p->size,
+			   p->size)) {
 			fprintf(stderr, "gpu-bench: DATA MISMATCH after %s (page %u)\n", what, i);
 			exit(1);
 		}
@@ -1425,10 +1433,10 @@ static void pages_verify(const void *src, const void *dst, uint64_t size, unsign
 enum { PG_RAW, PG_BATCH, PG_KERNEL, PG_CONTIG };
 
 /* One in-process peer run of the batch on raw_stream; ns (0: not here). */
-static uint64_t pages_raw(int how, uint8_t *src, uint8_t *dst, uint64_t size, unsigned n,
-			  const unsigned *perm, struct gpu_page *tab, void **dsts, void **srcs,
-			  size_t *sizes)
+static uint64_t pages_raw(const struct pages_run *p, int how, uint8_t *src, uint8_t *dst)
 {
+	const uint64_t size = p->size;
+	const unsigned n = p->n, *perm = p->perm;
 	uint64_t t0 = dp_now_ns();
 
 	switch (how) {
@@ -1445,31 +1453,29 @@ static uint64_t pages_raw(int how, uint8_t *src, uint8_t *dst, uint64_t size, un
 		size_t idx = 0;
 
 		for (unsigned i = 0; i < n; i++) {
-			dsts[i] = dst + (uint64_t)perm[i] * size;
-			srcs[i] = src + (uint64_t)i * size;
-			sizes[i] = size;
+			p->sc->dsts[i] = dst + (uint64_t)perm[i] * size;
+			p->sc->srcs[i] = src + (uint64_t)i * size;
+			p->sc->sizes[i] = size;
 		}
 		t0 = dp_now_ns();
-		if (cudaMemcpyBatchAsync(dsts, (const void *const *)srcs, sizes, n, &attr, &idx, 1,
+		if (cudaMemcpyBatchAsync(p->sc->dsts, (const void *const *)p->sc->srcs,
+					 p->sc->sizes, n, &attr, &idx, 1,
 					 raw_stream) != cudaSuccess) {
 			cudaGetLastError();
 			return 0;
 		}
 #else
-		(void)dsts;
-		(void)srcs;
-		(void)sizes;
 		return 0;
 #endif
 		break;
 	}
 	case PG_KERNEL:
 		for (unsigned i = 0; i < n; i++)
-			tab[i] = (struct gpu_page){
+			p->sc->tab[i] = (struct gpu_page){
 				.src = (uintptr_t)(src + (uint64_t)i * size),
 				.dst = (uintptr_t)(dst + (uint64_t)perm[i] * size),
 				.len = size};
-		ck(gpu_pages_launch(tab, n, raw_stream), "gpu_pages_launch");
+		ck(gpu_pages_launch(p->sc->tab, n, raw_stream), "gpu_pages_launch");
 		break;
 	default:
 		ck(cudaMemcpyAsync(dst, src, size * n, cudaMemcpyDefault, raw_stream),
@@ -1494,197 +1500,229 @@ static void pages_row(const char *what, double gbs, double contig, const char *k
 	report_num(key, gbs);
 }
 
+/* Where a round's figure goes: round 0 is the warm-up, kept in slot 7,
+ * past those the medians read (reps <= 5). */
+static unsigned pages_slot(unsigned round)
+{
+	return round ? round - 1 : 7;
+}
+
+/* The buffers, regions and segments of the run of @n pages of @size, the
+ * @index-th size; with @tc, dst exported by the other service too. */
+static void pages_open(struct pages_run *p, unsigned index, uint64_t size, unsigned n,
+		       struct dp_client *tc, const struct pages_scratch *sc)
+{
+	char name[32];
+	int rc;
+
+	*p = (struct pages_run){
+		.n = n, .size = size, .len = size * n, .tc = tc, .trd = -1, .tseg = -1, .sc = sc};
+	p->perm = pages_perm(n);
+	p->src = gpu_random(p->len, 35 + index);
+	ck(cudaMalloc((void **)&p->dst, p->len), "cudaMalloc");
+	zero(p->dst, p->len);
+	p->rs = reg_gpu(p->src, p->len);
+	p->rd = reg_gpu(p->dst, p->len);
+	snprintf(name, sizeof(name), "pages-%u", index);
+	p->seg = segment(p->rd, name);
+	if (tc) {
+		p->trd = dp_register_cuda(tc, p->dst, p->len);
+		if (p->trd < 0)
+			die("dp_register_cuda (the other service)", p->trd);
+		snprintf(name, sizeof(name), "pages-t-%u", index);
+		if ((rc = dp_segment_export(tc, p->trd, name, DP_ACCESS_RW)))
+			die("dp_segment_export (the other service)", rc);
+		p->tseg = dp_segment_open(cl, target_peer, name, DP_ACCESS_RW);
+		if (p->tseg < 0)
+			die("dp_segment_open (the other service's export)", p->tseg);
+	}
+	/* Host pages: a region of ours (pinned by the service) and a
+	 * cudaHostAlloc buffer for the raw peer. */
+	p->rhs = dp_alloc(cl, p->len, 0, (void **)&p->hsrc);
+	if (p->rhs < 0)
+		die("dp_alloc", p->rhs);
+	fill_random(p->hsrc, p->len, 77 + index);
+	p->rhd = dp_alloc(cl, p->len, 0, (void **)&p->hdst);
+	if (p->rhd < 0)
+		die("dp_alloc", p->rhd);
+	snprintf(name, sizeof(name), "pages-h-%u", index);
+	p->hseg = segment(p->rhd, name);
+}
+
+static void pages_close(struct pages_run *p)
+{
+	dp_free(cl, p->rhd);
+	dp_free(cl, p->rhs);
+	dp_free(cl, p->rd);
+	dp_free(cl, p->rs);
+	if (p->tc)
+		dp_free(p->tc, p->trd);
+	ck(cudaFree(p->src), "cudaFree");
+	ck(cudaFree(p->dst), "cudaFree");
+	free(p->perm);
+}
+
+/*
+ * The GPU -> GPU columns: ours through one service (t[0]) and into the other
+ * service's export (t[1]), the four raw peers (t[2 + PG_*]); and ours host
+ * -> GPU (t[6]): our host region's pages into the GPU segment. A warm-up
+ * round, then reps timed ones, each column in a block of its own (no
+ * context switch per copy), every run's bytes checked. The path of the
+ * two-service completions in *tfl.
+ */
+static void pages_gpu_rounds(const struct pages_run *p, unsigned reps, uint64_t t[7][8],
+			     uint32_t *tfl)
+{
+	uint32_t fl = 0;
+
+	for (unsigned r = 0; r < reps + 1; r++) {
+		unsigned k = pages_slot(r);
+
+		zero(p->dst, p->len);
+		t[0][k] = pages_ours(p, p->rs, p->seg, &fl);
+		pages_verify(p, p->src, p->dst, "dataplane pages");
+		if (p->tc) {
+			zero(p->dst, p->len);
+			t[1][k] = pages_ours(p, p->rs, p->tseg, tfl);
+			pages_verify(p, p->src, p->dst, "dataplane pages, two services");
+		}
+		for (int how = PG_RAW; how <= PG_CONTIG; how++) {
+			uint64_t ns;
+
+			zero(p->dst, p->len);
+			ns = pages_raw(p, how, p->src, p->dst);
+			if (how != PG_CONTIG && ns)
+				pages_verify(p, p->src, p->dst, "raw pages");
+			t[2 + how][k] = ns;
+		}
+		zero(p->dst, p->len);
+		t[6][k] = pages_ours(p, p->rhs, p->seg, &fl);
+		pages_verify(p, p->hsrc, p->dst, "host -> GPU pages");
+	}
+}
+
+/* The GPU -> GPU rows, against one contiguous copy of the same bytes (that
+ * figure returned). */
+static double pages_gpu_report(const struct pages_run *p, unsigned reps, uint64_t t[7][8],
+			       uint32_t tfl)
+{
+	double contig = pages_median(t[5], reps, p->len);
+
+	printf("  %llu KiB x %u (%llu MiB), GPU -> GPU:\n", (unsigned long long)p->size >> 10, p->n,
+	       (unsigned long long)p->len >> 20);
+	report_num("page_bytes", (double)p->size);
+	report_num("pages", p->n);
+	pages_row("dataplane, one service", pages_median(t[0], reps, p->len), contig,
+		  "dataplane_gb_s");
+	if (p->tc) {
+		char w[64];
+
+		snprintf(w, sizeof(w), "dataplane, two services (%s)", path_name(tfl));
+		pages_row(w, pages_median(t[1], reps, p->len), contig, "two_services_gb_s");
+	} else {
+		pages_row("dataplane, two services (no --peer-socket)", 0, contig,
+			  "two_services_gb_s");
+	}
+	pages_row("raw cudaMemcpyAsync per page", pages_median(t[2], reps, p->len), contig,
+		  "raw_per_page_gb_s");
+	pages_row("cudaMemcpyBatchAsync", pages_median(t[3], reps, p->len), contig,
+		  "memcpy_batch_gb_s");
+	pages_row("gather kernel in-process (gpu_pages.cu)", pages_median(t[4], reps, p->len),
+		  contig, "kernel_gb_s");
+	pages_row("one contiguous cudaMemcpyAsync", contig, contig, "contiguous_gb_s");
+	printf("    targets: 16 KiB >= 0.5x, 4 KiB >= 0.25x contiguous: %s\n",
+	       p->size == 16384	 ? verdict(pages_median(t[0], reps, p->len) >= 0.5 * contig)
+	       : p->size == 4096 ? verdict(pages_median(t[0], reps, p->len) >= 0.25 * contig)
+				 : "(no target at this size)");
+	return contig;
+}
+
+/*
+ * Host pages, pinned, both directions: ours GPU -> host (the GPU region's
+ * pages into the host segment), and the raw per-page peer from and into
+ * cudaHostAlloc memory; with ours host -> GPU (t_h2d, of the GPU rounds)
+ * beside them.
+ */
+static void pages_host(const struct pages_run *p, unsigned reps, uint64_t *t_h2d, double contig)
+{
+	uint64_t th[4][8] = {{0}};
+	uint32_t fl = 0;
+	uint8_t *pin;
+
+	ck(cudaHostAlloc((void **)&pin, p->len, cudaHostAllocPortable), "cudaHostAlloc");
+	memcpy(pin, p->hsrc, p->len);
+	for (unsigned r = 0; r < reps + 1; r++) {
+		unsigned k = pages_slot(r);
+
+		memset(p->hdst, 0, p->len);
+		/* GPU -> host: READs of the GPU segment's page perm[i] into our
+		 * host page i = WRITEs of it from the GPU source: the source is
+		 * the GPU region, the target the host segment. */
+		th[1][k] = pages_ours(p, p->rs, p->hseg, &fl);
+		pages_verify(p, p->src, p->hdst, "GPU -> host pages");
+		zero(p->dst, p->len);
+		th[2][k] = pages_raw(p, PG_RAW, pin, p->dst);
+		pages_verify(p, pin, p->dst, "raw host -> GPU pages");
+		memset(pin, 0, p->len);
+		th[3][k] = pages_raw(p, PG_RAW, p->src, pin);
+		pages_verify(p, p->src, pin, "raw GPU -> host pages");
+		memcpy(pin, p->hsrc, p->len);
+	}
+	printf("  %llu KiB x %u, host memory (pinned) <-> GPU:\n",
+	       (unsigned long long)p->size >> 10, p->n);
+	pages_row("dataplane host -> GPU", pages_median(t_h2d, reps, p->len), contig,
+		  "h2d_dataplane_gb_s");
+	pages_row("raw cudaMemcpyAsync per page host -> GPU", pages_median(th[2], reps, p->len),
+		  contig, "h2d_raw_per_page_gb_s");
+	pages_row("dataplane GPU -> host", pages_median(th[1], reps, p->len), contig,
+		  "d2h_dataplane_gb_s");
+	pages_row("raw cudaMemcpyAsync per page GPU -> host", pages_median(th[3], reps, p->len),
+		  contig, "d2h_raw_per_page_gb_s");
+	cudaFreeHost(pin);
+}
+
 static void bench_pages(void)
 {
 	static const uint64_t sizes[] = {4096, 16384, 65536, 262144};
 	static const unsigned counts[] = {4096, 4096, 2048, 1024};
 	const unsigned reps = quick ? 3 : 5;
 	struct dp_client *tc = NULL;
-	struct gpu_page *tab;
-	void **dsts, **srcs;
-	size_t *szs;
+	struct pages_scratch sc;
 	int rc;
 
 	if (target_sock && target_peer &&
 	    (rc = dp_connect(target_sock, "gpu-bench-pages", &tc)) < 0)
 		die("dp_connect (the other service)", rc);
-	ck(cudaHostAlloc((void **)&tab, 4096 * sizeof(*tab), cudaHostAllocMapped), "cudaHostAlloc");
-	dsts = malloc(4096 * sizeof(*dsts));
-	srcs = malloc(4096 * sizeof(*srcs));
-	szs = malloc(4096 * sizeof(*szs));
-	if (!dsts || !srcs || !szs)
+	ck(cudaHostAlloc((void **)&sc.tab, 4096 * sizeof(*sc.tab), cudaHostAllocMapped),
+	   "cudaHostAlloc");
+	sc.dsts = malloc(4096 * sizeof(*sc.dsts));
+	sc.srcs = malloc(4096 * sizeof(*sc.srcs));
+	sc.sizes = malloc(4096 * sizeof(*sc.sizes));
+	if (!sc.dsts || !sc.srcs || !sc.sizes)
 		die("malloc", -ENOMEM);
 	printf("pages: a batch of N pages at scattered indices (a fixed permutation), queue depth "
 	       "%d, GB/s median of %u, every run's bytes checked\n",
 	       PAGES_DEPTH, reps);
 	report_arr("pages");
 	for (unsigned s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
-		const uint64_t size = sizes[s], len = size * counts[s];
-		const unsigned n = counts[s];
-		unsigned *perm = pages_perm(n);
+		struct pages_run p;
 		uint64_t t[7][8] = {{0}};
-		uint8_t *src = gpu_random(len, 35 + s), *dst, *hsrc, *hdst;
-		int rs, rd, seg, rhs, rhd, hseg, tseg = -1, trd = -1;
-		uint32_t fl = 0, tfl = 0;
-		char name[32];
+		uint32_t tfl = 0;
 		double contig;
 
-		ck(cudaMalloc((void **)&dst, len), "cudaMalloc");
-		zero(dst, len);
-		rs = reg_gpu(src, len);
-		rd = reg_gpu(dst, len);
-		snprintf(name, sizeof(name), "pages-%u", s);
-		seg = segment(rd, name);
-		if (tc) {
-			trd = dp_register_cuda(tc, dst, len);
-			if (trd < 0)
-				die("dp_register_cuda (the other service)", trd);
-			snprintf(name, sizeof(name), "pages-t-%u", s);
-			if ((rc = dp_segment_export(tc, trd, name, DP_ACCESS_RW)))
-				die("dp_segment_export (the other service)", rc);
-			tseg = dp_segment_open(cl, target_peer, name, DP_ACCESS_RW);
-			if (tseg < 0)
-				die("dp_segment_open (the other service's export)", tseg);
-		}
-		/* Host pages: a region of ours (pinned by the service) and a
-		 * cudaHostAlloc buffer for the raw peer. */
-		rhs = dp_alloc(cl, len, 0, (void **)&hsrc);
-		if (rhs < 0)
-			die("dp_alloc", rhs);
-		fill_random(hsrc, len, 77 + s);
-		rhd = dp_alloc(cl, len, 0, (void **)&hdst);
-		if (rhd < 0)
-			die("dp_alloc", rhd);
-		snprintf(name, sizeof(name), "pages-h-%u", s);
-		hseg = segment(rhd, name);
-		for (unsigned r = 0; r < reps + 1; r++) {
-			/* One warm-up round, then reps timed ones, each column
-			 * in a block of its own (no context switch per copy). */
-			unsigned k = r ? r - 1 : 7;
-			uint64_t ns;
-
-			zero(dst, len);
-			ns = pages_ours(q, rs, seg, size, n, perm, false, &fl);
-			pages_verify(src, dst, size, n, perm, "dataplane pages");
-			if (k < 8)
-				t[0][k] = ns;
-			if (tc) {
-				zero(dst, len);
-				ns = pages_ours(q, rs, tseg, size, n, perm, false, &tfl);
-				pages_verify(src, dst, size, n, perm,
-					     "dataplane pages, two services");
-				if (k < 8)
-					t[1][k] = ns;
-			}
-			for (int how = PG_RAW; how <= PG_CONTIG; how++) {
-				zero(dst, len);
-				ns = pages_raw(how, src, dst, size, n, perm, tab, dsts, srcs, szs);
-				if (how != PG_CONTIG && ns)
-					pages_verify(src, dst, size, n, perm, "raw pages");
-				if (k < 8)
-					t[2 + how][k] = ns;
-			}
-			/* host -> GPU: our host region's pages into the GPU
-			 * segment; GPU -> host: READs of them back into the
-			 * host segment's region, checked against the source. */
-			zero(dst, len);
-			ns = pages_ours(q, rhs, seg, size, n, perm, false, &fl);
-			pages_verify(hsrc, dst, size, n, perm, "host -> GPU pages");
-			if (k < 8)
-				t[6][k] = ns;
-		}
-		contig = pages_median(t[5], reps, len);
-		printf("  %llu KiB x %u (%llu MiB), GPU -> GPU:\n", (unsigned long long)size >> 10,
-		       n, (unsigned long long)len >> 20);
+		pages_open(&p, s, sizes[s], counts[s], tc, &sc);
+		pages_gpu_rounds(&p, reps, t, &tfl);
 		report_obj(NULL);
-		report_num("page_bytes", (double)size);
-		report_num("pages", n);
-		pages_row("dataplane, one service", pages_median(t[0], reps, len), contig,
-			  "dataplane_gb_s");
-		if (tc) {
-			char w[64];
-
-			snprintf(w, sizeof(w), "dataplane, two services (%s)", path_name(tfl));
-			pages_row(w, pages_median(t[1], reps, len), contig, "two_services_gb_s");
-		} else {
-			pages_row("dataplane, two services (no --peer-socket)", 0, contig,
-				  "two_services_gb_s");
-		}
-		pages_row("raw cudaMemcpyAsync per page", pages_median(t[2], reps, len), contig,
-			  "raw_per_page_gb_s");
-		pages_row("cudaMemcpyBatchAsync", pages_median(t[3], reps, len), contig,
-			  "memcpy_batch_gb_s");
-		pages_row("gather kernel in-process (gpu_pages.cu)", pages_median(t[4], reps, len),
-			  contig, "kernel_gb_s");
-		pages_row("one contiguous cudaMemcpyAsync", contig, contig, "contiguous_gb_s");
-		printf("    targets: 16 KiB >= 0.5x, 4 KiB >= 0.25x contiguous: %s\n",
-		       size == 16384  ? verdict(pages_median(t[0], reps, len) >= 0.5 * contig)
-		       : size == 4096 ? verdict(pages_median(t[0], reps, len) >= 0.25 * contig)
-				      : "(no target at this size)");
-		/* Host pages, pinned: ours, and the raw per-page peer from
-		 * cudaHostAlloc memory, both directions. */
-		{
-			uint8_t *pin;
-			uint64_t th[4][8] = {{0}};
-
-			ck(cudaHostAlloc((void **)&pin, len, cudaHostAllocPortable),
-			   "cudaHostAlloc");
-			memcpy(pin, hsrc, len);
-			for (unsigned r = 0; r < reps + 1; r++) {
-				unsigned k = r ? r - 1 : 7;
-				uint64_t ns;
-
-				memset(hdst, 0, len);
-				/* GPU -> host: READs of the GPU segment's page
-				 * perm[i] into our host page i = WRITEs of it
-				 * from the GPU source: the source is the GPU
-				 * region, the target the host segment. */
-				ns = pages_ours(q, rs, hseg, size, n, perm, false, &fl);
-				pages_verify(src, hdst, size, n, perm, "GPU -> host pages");
-				if (k < 8)
-					th[1][k] = ns;
-				zero(dst, len);
-				ns = pages_raw(PG_RAW, pin, dst, size, n, perm, tab, dsts, srcs,
-					       szs);
-				pages_verify(pin, dst, size, n, perm, "raw host -> GPU pages");
-				if (k < 8)
-					th[2][k] = ns;
-				memset(pin, 0, len);
-				ns = pages_raw(PG_RAW, src, pin, size, n, perm, tab, dsts, srcs,
-					       szs);
-				pages_verify(src, pin, size, n, perm, "raw GPU -> host pages");
-				if (k < 8)
-					th[3][k] = ns;
-				memcpy(pin, hsrc, len);
-			}
-			printf("  %llu KiB x %u, host memory (pinned) <-> GPU:\n",
-			       (unsigned long long)size >> 10, n);
-			pages_row("dataplane host -> GPU", pages_median(t[6], reps, len), contig,
-				  "h2d_dataplane_gb_s");
-			pages_row("raw cudaMemcpyAsync per page host -> GPU",
-				  pages_median(th[2], reps, len), contig, "h2d_raw_per_page_gb_s");
-			pages_row("dataplane GPU -> host", pages_median(th[1], reps, len), contig,
-				  "d2h_dataplane_gb_s");
-			pages_row("raw cudaMemcpyAsync per page GPU -> host",
-				  pages_median(th[3], reps, len), contig, "d2h_raw_per_page_gb_s");
-			cudaFreeHost(pin);
-		}
+		contig = pages_gpu_report(&p, reps, t, tfl);
+		pages_host(&p, reps, t[6], contig);
 		report_end();
-		dp_free(cl, rhd);
-		dp_free(cl, rhs);
-		dp_free(cl, rd);
-		dp_free(cl, rs);
-		if (tc)
-			dp_free(tc, trd);
-		ck(cudaFree(src), "cudaFree");
-		ck(cudaFree(dst), "cudaFree");
-		free(perm);
+		pages_close(&p);
 	}
 	report_end();
-	cudaFreeHost(tab);
-	free(dsts);
-	free(srcs);
-	free(szs);
+	cudaFreeHost(sc.tab);
+	free(sc.dsts);
+	free(sc.srcs);
+	free(sc.sizes);
 	if (tc)
 		dp_close(tc);
 }

@@ -45,7 +45,6 @@
 #include "dp_ring.h"
 
 #include <fcntl.h>
-#include <getopt.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdbool.h>
@@ -58,6 +57,7 @@
 #include <rte_ring.h>
 #include <rte_ring_elem.h>
 
+#include "dp_tool.h"
 #include "dp_version.h"
 /* The ping-pong, the dataplaned check and --json (bench-report.c, shared
  * with dp-bench). */
@@ -810,94 +810,82 @@ static double median_ratio(const double *values, enum metric ours, enum metric p
 	return bench_median(r, opt.reps);
 }
 
-static void usage(FILE *f, int rc)
+static bool json;
+
+static void set_cpus(const char *a)
 {
-	if (rc) {
-		fprintf(f, "Try 'ring-bench --help'.\n");
-		exit(rc);
+	if (sscanf(a, "%d,%d", &opt.cpu[0], &opt.cpu[1]) != 2) {
+		fprintf(stderr, "ring-bench: --cpus wants A,B\n");
+		dp_tool_try_help("ring-bench");
 	}
-	fprintf(f, "usage: ring-bench [--iters N] [--rt-iters N] [--reps N] [--retries N] "
-		   "[--size SLOTS] [--cpus A,B]\n"
-		   "                  [--no-seq] [--no-peers] [--json] [--help] [--version]\n"
-		   "  --iters N     entries per P1 run and P4 rings run (default 5000000)\n"
-		   "  --rt-iters N  round trips per P2 run (default 1000000)\n"
-		   "  --reps N      timed runs per measurement, median reported (default 5)\n"
-		   "  --retries N   repeats of a run disturbed by other programs (default 20)\n"
-		   "  --size SLOTS  ring size of P1 and P2, a power of two >= 32 (default 1024;\n"
-		   "                P4's rings have 256 slots each, as dp-bench's P4 queue)\n"
-		   "  --cpus A,B    producer/client CPU and consumer/echo CPU (default 0,1)\n"
-		   "  --no-seq      our rings without sequence words: the consumer polls the tail\n"
-		   "                (the default has them, as the service's queues do)\n"
-		   "  --no-peers    ours and the placement ping-pong only: no rte_ring, no ratios\n"
-		   "  --json        every figure as one JSON object on stdout (text on stderr)\n");
-	exit(rc);
 }
+
+static const struct dp_tool_flag flags[] = {
+	{.name = "iters",
+	 .arg = "N",
+	 .u64 = &opt.p1_entries,
+	 .help = "entries per P1 run and P4 rings run (default 5000000)"},
+	{.name = "rt-iters",
+	 .arg = "N",
+	 .u64 = &opt.p2_round_trips,
+	 .help = "round trips per P2 run (default 1000000)"},
+	{.name = "reps",
+	 .arg = "N",
+	 .uns = &opt.reps,
+	 .help = "timed runs per measurement, median reported (default 5)"},
+	{.name = "retries",
+	 .arg = "N",
+	 .uns = &opt.retries,
+	 .help = "repeats of a run disturbed by other programs (default 20)"},
+	{.name = "size",
+	 .arg = "SLOTS",
+	 .uns = &opt.ring_size,
+	 .help = "ring size of P1 and P2, a power of two >= 32 (default 1024;\n"
+		 "P4's rings have 256 slots each, as dp-bench's P4 queue)"},
+	{.name = "cpus",
+	 .arg = "A,B",
+	 .fn = set_cpus,
+	 .help = "producer/client CPU and consumer/echo CPU (default 0,1)"},
+	{.name = "no-seq",
+	 .on = &opt.no_seq,
+	 .help = "our rings without sequence words: the consumer polls the tail\n"
+		 "(the default has them, as the service's queues do)"},
+	{.name = "no-peers",
+	 .off = &opt.peers,
+	 .help = "ours and the placement ping-pong only: no rte_ring, no ratios"},
+	{.name = "json",
+	 .on = &json,
+	 .help = "every figure as one JSON object on stdout (text on stderr)"},
+	/* Named in the usage line, not listed. */
+	{.name = "help", .letter = 'h'},
+	{.name = "version"},
+	{0},
+};
+
+static const struct dp_tool_cli cli = {
+	.prog = "ring-bench",
+	.head = "usage: ring-bench [--iters N] [--rt-iters N] [--reps N] [--retries N] "
+		"[--size SLOTS] [--cpus A,B]\n"
+		"                  [--no-seq] [--no-peers] [--json] [--help] [--version]\n",
+	.tail = "",
+	.col = 16,
+	.flags = flags,
+};
 
 static void parse(int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		{"iters", required_argument, NULL, 'i'}, {"rt-iters", required_argument, NULL, 'r'},
-		{"reps", required_argument, NULL, 'n'},	 {"retries", required_argument, NULL, 'R'},
-		{"size", required_argument, NULL, 's'},	 {"cpus", required_argument, NULL, 'c'},
-		{"no-peers", no_argument, NULL, 'P'},	 {"no-seq", no_argument, NULL, 'S'},
-		{"json", no_argument, NULL, 'j'},	 {"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, 'V'},	 {NULL, 0, NULL, 0},
-	};
-	bool json = false;
-	int c;
+	int first = dp_tool_parse(&cli, argc, argv);
 
-	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-		switch (c) {
-		case 'i':
-			opt.p1_entries = strtoull(optarg, NULL, 0);
-			break;
-		case 'r':
-			opt.p2_round_trips = strtoull(optarg, NULL, 0);
-			break;
-		case 'n':
-			opt.reps = (unsigned)strtoul(optarg, NULL, 0);
-			break;
-		case 'R':
-			opt.retries = (unsigned)strtoul(optarg, NULL, 0);
-			break;
-		case 's':
-			opt.ring_size = (uint32_t)strtoul(optarg, NULL, 0);
-			break;
-		case 'c':
-			if (sscanf(optarg, "%d,%d", &opt.cpu[0], &opt.cpu[1]) != 2) {
-				fprintf(stderr, "ring-bench: --cpus wants A,B\n");
-				usage(stderr, 2);
-			}
-			break;
-		case 'P':
-			opt.peers = false;
-			break;
-		case 'S':
-			opt.no_seq = true;
-			break;
-		case 'j':
-			json = true;
-			break;
-		case 'h':
-			usage(stdout, 0);
-			break;
-		case 'V':
-			printf("ring-bench (dataplane) %s\n", DP_VERSION_STRING);
-			exit(0);
-		default:
-			usage(stderr, 2);
-		}
-	}
-	if (optind != argc) {
-		fprintf(stderr, "ring-bench: unexpected argument '%s'\n", argv[optind]);
-		usage(stderr, 2);
+	if (first != argc) {
+		fprintf(stderr, "ring-bench: unexpected argument '%s'\n", argv[first]);
+		dp_tool_try_help("ring-bench");
 	}
 	if (!opt.p1_entries || !opt.p2_round_trips || !opt.reps || opt.reps > 1000 ||
 	    opt.ring_size < MAX_BURST || opt.ring_size > DP_RING_MAX_ENTRIES ||
 	    (opt.ring_size & (opt.ring_size - 1)) || opt.cpu[0] == opt.cpu[1]) {
 		fprintf(stderr, "ring-bench: --iters, --rt-iters and --reps (<= 1000) must be > 0, "
 				"--size a power of two >= 32, --cpus two different CPUs\n");
-		usage(stderr, 2);
+		dp_tool_try_help("ring-bench");
 	}
 	if (json)
 		report_json_begin();
@@ -913,53 +901,9 @@ static bool is_peer(enum metric m)
 	return m == P1_RTE_B1 || m == P1_RTE_B32 || m == PIPE_RTE || m == P2_RTE;
 }
 
-/* One figure with its runs (and, with peers, rte_ring's and the ratio) in
- * the JSON object. */
-static void report_pair(const char *key, const double *values, const double *med, enum metric ours,
-			enum metric peer, const char *unit, const char *target, bool pass)
+/* The settings, on the first line and in the JSON object. */
+static void report_settings(void)
 {
-	char k[64];
-
-	report_obj(key);
-	snprintf(k, sizeof(k), "ours_%s", unit);
-	report_num(k, med[ours]);
-	report_arr("ours_runs");
-	for (unsigned rep = 0; rep < opt.reps; rep++)
-		report_num(NULL, values[ours * opt.reps + rep]);
-	report_end();
-	if (opt.peers) {
-		const char *pk = peer == P2_PINGPONG	? "pingpong"
-				 : peer == P2_PINGPONG2 ? "pingpong_two_lines"
-							: "rte_ring";
-
-		snprintf(k, sizeof(k), "%s_%s", pk, unit);
-		report_num(k, med[peer]);
-		snprintf(k, sizeof(k), "%s_runs", pk);
-		report_arr(k);
-		for (unsigned rep = 0; rep < opt.reps; rep++)
-			report_num(NULL, values[peer * opt.reps + rep]);
-		report_end();
-		report_num("ratio", median_ratio(values, ours, peer));
-		if (target) {
-			report_str("target", target);
-			report_bool("pass", pass);
-		}
-	}
-	report_end();
-}
-
-int main(int argc, char **argv)
-{
-	static const char *names[METRICS] = {"ours-b1",	  "rte-b1",	"ours-b32", "rte-b32",
-					     "ours-pipe", "rte-pipe",	"ours-rt",  "rte-rt",
-					     "pingpong",  "pingpong-2l"};
-	double *values, med[METRICS], b1 = 0, b32 = 0, pp = 0, rt = 0, rt_floor = 0, rt_two = 0;
-	struct peer_check before, after;
-
-	parse(argc, argv);
-	values = calloc((size_t)opt.reps * METRICS, sizeof(*values));
-	if (!values)
-		die("calloc");
 	printf("ring-bench (dataplane %s): 64-byte entries, %u-slot rings (ours %s), "
 	       "producer/client on CPU %d, consumer/echo on CPU %d\n"
 	       "P1 and P4's rings: %lu entries per run; P2: %lu round trips per run; 1 warm-up + "
@@ -982,7 +926,15 @@ int main(int argc, char **argv)
 	report_num("producer_client", opt.cpu[0]);
 	report_num("consumer_echo", opt.cpu[1]);
 	report_end();
-	peer_check_take(&before, opt.cpu, 2);
+}
+
+/* Every measurement once to warm up, then opt.reps rounds of them all, a
+ * line per round; values[m * opt.reps + rep]. */
+static void measure_all(double *values)
+{
+	static const char *names[METRICS] = {"ours-b1",	  "rte-b1",	"ours-b32", "rte-b32",
+					     "ours-pipe", "rte-pipe",	"ours-rt",  "rte-rt",
+					     "pingpong",  "pingpong-2l"};
 
 	for (int m = 0; m < METRICS; m++) {
 		struct run_ctl warm_up = {.may_abandon = true};
@@ -1004,17 +956,138 @@ int main(int argc, char **argv)
 		printf("\n");
 		fflush(stdout);
 	}
-	peer_check_take(&after, opt.cpu, 2);
-	/* Each ratio is the median of the runs' own ratios: the two figures of
-	 * one run were measured back to back, under the same conditions. */
-	if (opt.peers) {
-		b1 = median_ratio(values, P1_OURS_B1, P1_RTE_B1);
-		b32 = median_ratio(values, P1_OURS_B32, P1_RTE_B32);
-		pp = median_ratio(values, PIPE_OURS, PIPE_RTE);
-		rt = median_ratio(values, P2_OURS, P2_RTE);
-		rt_floor = median_ratio(values, P2_OURS, P2_PINGPONG);
-		rt_two = median_ratio(values, P2_OURS, P2_PINGPONG2);
+}
+
+/*
+ * What the summary compares, ours against a peer: a row of the table and an
+ * object of the JSON. Each ratio is the median of the runs' own ratios: the
+ * two figures of one run were measured back to back, under the same
+ * conditions.
+ */
+static const struct comparison {
+	const char *row, *key;
+	enum metric ours, peer;
+	const char *unit;	  /* of the JSON's figures */
+	const char *target;	  /* NULL: none, the table shows note */
+	double at_least, at_most; /* the target's bound on the ratio; 0: none */
+	const char *note;
+} comparisons[] = {
+	{"P1 burst 1, Mops/s", "p1_burst1", P1_OURS_B1, P1_RTE_B1, "mops", NULL, 0, 0, "-"},
+	{"P1 burst 32, Mops/s", "p1_burst32", P1_OURS_B32, P1_RTE_B32, "mops", ">= 1.0x rte_ring",
+	 1.0, 0, NULL},
+	{"P4's rings, Mops/s", "p4_rings", PIPE_OURS, PIPE_RTE, "mops", NULL, 0, 0,
+	 "- (P4's ceiling)"},
+	{"P2 round trip, ns", "p2_round_trip", P2_OURS, P2_RTE, "ns", "<= 1.1x rte_ring", 0, 1.1,
+	 NULL},
+	{"P2 vs ping-pong, ns", "p2_vs_pingpong", P2_OURS, P2_PINGPONG, "ns", "<= 2.5x ping-pong",
+	 0, 2.5, NULL},
+	{"P2 vs 2-line pp, ns", "p2_vs_two_line_pingpong", P2_OURS, P2_PINGPONG2, "ns", NULL, 0, 0,
+	 "- (two rings' floor)"},
+};
+
+#define NCOMPARISONS (sizeof(comparisons) / sizeof(comparisons[0]))
+
+static double comparison_ratio(const struct comparison *c, const double *values)
+{
+	return median_ratio(values, c->ours, c->peer);
+}
+
+static bool comparison_pass(const struct comparison *c, double ratio)
+{
+	return (!c->at_least || ratio >= c->at_least) && (!c->at_most || ratio <= c->at_most);
+}
+
+/* The summary with peers: the comparisons, what the columns mean, and the
+ * dataplaned processes on our CPUs. */
+static void print_comparisons(const double *values, const double *med,
+			      const struct peer_check *before, const struct peer_check *after)
+{
+	printf("\n%-22s %9s %9s %8s  %-18s %s\n", "metric", "ours", "peer", "ratio", "target",
+	       "result");
+	for (unsigned i = 0; i < NCOMPARISONS; i++) {
+		const struct comparison *c = &comparisons[i];
+		double r = comparison_ratio(c, values);
+
+		printf("%-22s %9.1f %9.1f %7.2fx  %-18s %s\n", c->row, med[c->ours], med[c->peer],
+		       r, c->target ? c->target : c->note,
+		       c->target ? verdict(comparison_pass(c, r)) : "-");
 	}
+	printf("(ours, peer: medians of the runs; ratio: median of the runs' ratios. Peer: "
+	       "rte_ring SP/SC *_burst_elem,\n"
+	       " a bare cache-line ping-pong for the ping-pong row; the 2-line ping-pong "
+	       "writes one line\n"
+	       " and polls another, a line each way as two rings have. P2 and the\n"
+	       " ping-pongs are full"
+	       " round trips, A -> B -> A, on both sides. P4's rings: 64 B entries out\n"
+	       " in bursts of 32, a 32 B completion back for each, %u in flight, nothing\n"
+	       " else: the most P4 could do on these CPUs.)\n",
+	       PIPE_DEPTH);
+	printf("CPUs: ours and rte_ring alike, producer/client %d, consumer/echo %d; no "
+	       "service started\n",
+	       opt.cpu[0], opt.cpu[1]);
+	peer_check_print(before->clean ? after : before);
+}
+
+/* The summary with --no-peers: our medians alone. */
+static void print_ours(const double *med)
+{
+	printf("\n%-22s %9s\n", "metric", "ours");
+	printf("%-22s %9.1f\n", "P1 burst 1, Mops/s", med[P1_OURS_B1]);
+	printf("%-22s %9.1f\n", "P1 burst 32, Mops/s", med[P1_OURS_B32]);
+	printf("%-22s %9.1f\n", "P4's rings, Mops/s", med[PIPE_OURS]);
+	printf("%-22s %9.1f\n", "P2 round trip, ns", med[P2_OURS]);
+	printf("%-22s %9.1f\n", "2-line ping-pong, ns", med[P2_PINGPONG2]);
+	printf("(medians of the runs; P2 is a full round trip, A -> B -> A)\n");
+}
+
+/* One comparison in the JSON object: our runs and median (and, with peers,
+ * the peer's, the ratio and the target). */
+static void report_comparison(const struct comparison *c, const double *values, const double *med)
+{
+	char k[64];
+
+	report_obj(c->key);
+	snprintf(k, sizeof(k), "ours_%s", c->unit);
+	report_num(k, med[c->ours]);
+	report_arr("ours_runs");
+	for (unsigned rep = 0; rep < opt.reps; rep++)
+		report_num(NULL, values[c->ours * opt.reps + rep]);
+	report_end();
+	if (opt.peers) {
+		const char *pk = c->peer == P2_PINGPONG	   ? "pingpong"
+				 : c->peer == P2_PINGPONG2 ? "pingpong_two_lines"
+							   : "rte_ring";
+		double r = comparison_ratio(c, values);
+
+		snprintf(k, sizeof(k), "%s_%s", pk, c->unit);
+		report_num(k, med[c->peer]);
+		snprintf(k, sizeof(k), "%s_runs", pk);
+		report_arr(k);
+		for (unsigned rep = 0; rep < opt.reps; rep++)
+			report_num(NULL, values[c->peer * opt.reps + rep]);
+		report_end();
+		report_num("ratio", r);
+		if (c->target) {
+			report_str("target", c->target);
+			report_bool("pass", comparison_pass(c, r));
+		}
+	}
+	report_end();
+}
+
+int main(int argc, char **argv)
+{
+	double *values, med[METRICS];
+	struct peer_check before, after;
+
+	parse(argc, argv);
+	values = calloc((size_t)opt.reps * METRICS, sizeof(*values));
+	if (!values)
+		die("calloc");
+	report_settings();
+	peer_check_take(&before, opt.cpu, 2);
+	measure_all(values);
+	peer_check_take(&after, opt.cpu, 2);
 	for (int m = 0; m < METRICS; m++) {
 		double v[opt.reps];
 
@@ -1027,58 +1100,15 @@ int main(int argc, char **argv)
 	report_u64("runs_repeated", runs_repeated);
 	report_u64("runs_kept_disturbed", runs_kept_disturbed);
 	placement_report(opt.cpu[0], opt.cpu[1], med[P2_PINGPONG], opt.reps);
-
-	if (opt.peers) {
-		printf("\n%-22s %9s %9s %8s  %-18s %s\n", "metric", "ours", "peer", "ratio",
-		       "target", "result");
-		printf("%-22s %9.1f %9.1f %7.2fx  %-18s %s\n", "P1 burst 1, Mops/s",
-		       med[P1_OURS_B1], med[P1_RTE_B1], b1, "-", "-");
-		printf("%-22s %9.1f %9.1f %7.2fx  %-18s %s\n", "P1 burst 32, Mops/s",
-		       med[P1_OURS_B32], med[P1_RTE_B32], b32, ">= 1.0x rte_ring",
-		       verdict(b32 >= 1.0));
-		printf("%-22s %9.1f %9.1f %7.2fx  %-18s %s\n", "P4's rings, Mops/s", med[PIPE_OURS],
-		       med[PIPE_RTE], pp, "- (P4's ceiling)", "-");
-		printf("%-22s %9.1f %9.1f %7.2fx  %-18s %s\n", "P2 round trip, ns", med[P2_OURS],
-		       med[P2_RTE], rt, "<= 1.1x rte_ring", verdict(rt <= 1.1));
-		printf("%-22s %9.1f %9.1f %7.2fx  %-18s %s\n", "P2 vs ping-pong, ns", med[P2_OURS],
-		       med[P2_PINGPONG], rt_floor, "<= 2.5x ping-pong", verdict(rt_floor <= 2.5));
-		printf("%-22s %9.1f %9.1f %7.2fx  %-18s %s\n", "P2 vs 2-line pp, ns", med[P2_OURS],
-		       med[P2_PINGPONG2], rt_two, "- (two rings' floor)", "-");
-		printf("(ours, peer: medians of the runs; ratio: median of the runs' ratios. Peer: "
-		       "rte_ring SP/SC *_burst_elem,\n"
-		       " a bare cache-line ping-pong for the ping-pong row; the 2-line ping-pong "
-		       "writes one line\n"
-		       " and polls another, a line each way as two rings have. P2 and the\n"
-		       " ping-pongs are full"
-		       " round trips, A -> B -> A, on both sides. P4's rings: 64 B entries out\n"
-		       " in bursts of 32, a 32 B completion back for each, %u in flight, nothing\n"
-		       " else: the most P4 could do on these CPUs.)\n",
-		       PIPE_DEPTH);
-		printf("CPUs: ours and rte_ring alike, producer/client %d, consumer/echo %d; no "
-		       "service started\n",
-		       opt.cpu[0], opt.cpu[1]);
-		peer_check_print(before.clean ? &after : &before);
-	} else {
-		printf("\n%-22s %9s\n", "metric", "ours");
-		printf("%-22s %9.1f\n", "P1 burst 1, Mops/s", med[P1_OURS_B1]);
-		printf("%-22s %9.1f\n", "P1 burst 32, Mops/s", med[P1_OURS_B32]);
-		printf("%-22s %9.1f\n", "P4's rings, Mops/s", med[PIPE_OURS]);
-		printf("%-22s %9.1f\n", "P2 round trip, ns", med[P2_OURS]);
-		printf("%-22s %9.1f\n", "2-line ping-pong, ns", med[P2_PINGPONG2]);
-		printf("(medians of the runs; P2 is a full round trip, A -> B -> A)\n");
-	}
-	report_pair("p1_burst1", values, med, P1_OURS_B1, P1_RTE_B1, "mops", NULL, false);
-	report_pair("p1_burst32", values, med, P1_OURS_B32, P1_RTE_B32, "mops", ">= 1.0x rte_ring",
-		    b32 >= 1.0);
-	report_pair("p4_rings", values, med, PIPE_OURS, PIPE_RTE, "mops", NULL, false);
-	report_pair("p2_round_trip", values, med, P2_OURS, P2_RTE, "ns", "<= 1.1x rte_ring",
-		    rt <= 1.1);
 	if (opt.peers)
-		report_pair("p2_vs_pingpong", values, med, P2_OURS, P2_PINGPONG, "ns",
-			    "<= 2.5x ping-pong", rt_floor <= 2.5);
-	if (opt.peers)
-		report_pair("p2_vs_two_line_pingpong", values, med, P2_OURS, P2_PINGPONG2, "ns",
-			    NULL, false);
+		print_comparisons(values, med, &before, &after);
+	else
+		print_ours(med);
+	/* Without peers the ping-pong comparisons would only repeat
+	 * p2_round_trip's figures. */
+	for (unsigned i = 0; i < NCOMPARISONS; i++)
+		if (opt.peers || is_peer(comparisons[i].peer))
+			report_comparison(&comparisons[i], values, med);
 	report_close();
 	free(values);
 	return 0;

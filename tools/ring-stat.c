@@ -11,7 +11,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <dirent.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -29,7 +28,7 @@
 
 #include "clock.h"
 #include "dp_stats.h"
-#include "dp_version.h"
+#include "dp_tool.h"
 
 /* Exit codes (docs/ring-stat.md). */
 enum {
@@ -138,25 +137,14 @@ static bool layout_ok(const struct dp_stats_header *h)
 		 h->queues_off % 8 || h->poller_size % 8 || h->rail_info_size % 8);
 }
 
-/*
- * Opens and checks a region. Returns EX_OK, or an exit code with a message
- * for people in err.
- */
-static int region_open(const char *name, struct region *r, char *err, size_t errlen)
+/* Maps region name read-only into r. Returns EX_OK, or an exit code with a
+ * message for people in err. */
+static int region_map(const char *name, struct region *r, char *err, size_t errlen)
 {
-	const struct dp_stats_header *h;
 	struct stat st;
-	uint32_t magic;
 	void *map;
-	int fd;
+	int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
 
-	memset(r, 0, sizeof(*r));
-	snprintf(r->name, sizeof(r->name), "%s", name);
-	if (!name_ok(name)) {
-		snprintf(err, errlen, "'%s' is not a region name (1..63 bytes, no '/')", name);
-		return EX_USAGE;
-	}
-	fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
 	if (fd < 0) {
 		if (errno == ENOENT) {
 			snprintf(err, errlen,
@@ -195,7 +183,18 @@ static int region_open(const char *name, struct region *r, char *err, size_t err
 	}
 	r->map = map;
 	r->size = (size_t)st.st_size;
-	h = r->h = map;
+	r->h = map;
+	return EX_OK;
+}
+
+/* The mapped region is a finished one of this ABI, whole, and its service
+ * runs. Returns EX_OK, or an exit code with a message in err. */
+static int region_check(const struct region *r, char *err, size_t errlen)
+{
+	const struct dp_stats_header *h = r->h;
+	const char *name = r->name;
+	uint32_t magic;
+
 	/* A service that is creating the region stores the magic last. */
 	for (int i = 0; i < 100; i++) {
 		/* Acquire: pairs with the release store of magic in stats.c. */
@@ -248,6 +247,25 @@ static int region_open(const char *name, struct region *r, char *err, size_t err
 		return EX_NOSERVICE;
 	}
 	return EX_OK;
+}
+
+/*
+ * Opens and checks a region. Returns EX_OK, or an exit code with a message
+ * for people in err; r->map is set (for region_close) once the file is
+ * mapped, whatever the checks then say.
+ */
+static int region_open(const char *name, struct region *r, char *err, size_t errlen)
+{
+	int rc;
+
+	memset(r, 0, sizeof(*r));
+	snprintf(r->name, sizeof(r->name), "%s", name);
+	if (!name_ok(name)) {
+		snprintf(err, errlen, "'%s' is not a region name (1..63 bytes, no '/')", name);
+		return EX_USAGE;
+	}
+	rc = region_map(name, r, err, errlen);
+	return rc ? rc : region_check(r, err, errlen);
 }
 
 static void region_close(struct region *r)
@@ -437,18 +455,12 @@ static void socket_region(const char *path, char *name, size_t len)
 static void pick_region(char *name, size_t len)
 {
 	char path[256], err[512];
-	const char *env = getenv("DP_SOCKET"), *xdg = getenv("XDG_RUNTIME_DIR");
 	struct region r;
 	DIR *d;
 	struct dirent *e;
 	int running = 0;
 
-	if (env && *env)
-		snprintf(path, sizeof(path), "%s", env);
-	else if (xdg && *xdg)
-		snprintf(path, sizeof(path), "%s/dataplane/dataplane.sock", xdg);
-	else
-		snprintf(path, sizeof(path), "/run/dataplane/dataplane.sock");
+	dp_default_socket(path, sizeof(path));
 	if (region_of_socket(path, name, len))
 		return;
 	dp_stats_default_name(path, name, len);
@@ -601,30 +613,59 @@ static bool read_queue(const struct dp_stats_queue *b, unsigned slot, struct qsn
 	return false;
 }
 
-/* Takes a snapshot; EX_OK, or EX_TRUNC when the file shrank under us. */
-static int snap_take(const struct region *r, struct snap *s)
+static void snap_alloc(struct snap *s, const struct dp_stats_header *h)
 {
-	const struct dp_stats_header *h = r->h;
-	uint32_t seq0[4096], seq1;
-
 	memset(s, 0, sizeof(*s));
 	s->np = h->npollers;
 	s->nr = h->nrails;
 	s->p = calloc(s->np ? s->np : 1, sizeof(*s->p));
 	s->pq = calloc(s->np ? s->np : 1, sizeof(*s->pq));
 	s->r = calloc(s->nr ? s->nr : 1, sizeof(*s->r));
-	s->q = NULL;
 	if (!s->p || !s->pq || !s->r)
 		fail(EX_FAIL, "out of memory");
-	if (sigsetjmp(bus_jmp, 1)) {
-		bus_armed = 0;
-		snap_free(s);
-		return EX_TRUNC;
+}
+
+/* The header, the pollers and the active queues, once. */
+static void snap_copy(const struct region *r, struct snap *s)
+{
+	const struct dp_stats_header *h = r->h;
+	unsigned cap = 0;
+
+	s->mono_ns = dp_now_ns();
+	s->real_ns = real_ns();
+	copy_words(&s->h, h, sizeof(s->h));
+	for (unsigned i = 0; i < s->np; i++) {
+		copy_words(&s->p[i], poller_at(r, i), sizeof(s->p[i]));
+		s->pq[i] = 0;
 	}
-	bus_armed = 1;
+	s->nq = 0;
+	for (unsigned i = 0; i < h->nqueues; i++) {
+		const struct dp_stats_queue *b = queue_at(r, i);
+
+		if (__atomic_load_n(&b->state, __ATOMIC_RELAXED) != DP_STATS_Q_ACTIVE)
+			continue;
+		if (s->nq == cap) {
+			cap = cap ? cap * 2 : 16;
+			s->q = realloc(s->q, cap * sizeof(*s->q));
+			if (!s->q)
+				fail(EX_FAIL, "out of memory");
+		}
+		if (read_queue(b, i, &s->q[s->nq]))
+			s->nq++;
+	}
+}
+
+/*
+ * snap_copy until no poller retired a queue meanwhile (the pollers' retired
+ * sums and the live queues then add up), or 1000 tries: a queue retired
+ * between the two copies would be counted twice or not at all.
+ */
+static void snap_copy_stable(const struct region *r, struct snap *s)
+{
+	uint32_t seq0[4096];
+
 	for (int attempt = 0;; attempt++) {
 		bool stable = true;
-		unsigned cap = 0;
 
 		/* Acquire: pairs with the release of the even retire_seq in
 		 * stats_queue_retire(). */
@@ -637,37 +678,24 @@ static int snap_take(const struct region *r, struct snap *s)
 			usleep(10);
 			continue;
 		}
-		s->mono_ns = dp_now_ns();
-		s->real_ns = real_ns();
-		copy_words(&s->h, h, sizeof(s->h));
-		for (unsigned i = 0; i < s->np; i++) {
-			copy_words(&s->p[i], poller_at(r, i), sizeof(s->p[i]));
-			s->pq[i] = 0;
-		}
-		s->nq = 0;
-		for (unsigned i = 0; i < h->nqueues; i++) {
-			const struct dp_stats_queue *b = queue_at(r, i);
-
-			if (__atomic_load_n(&b->state, __ATOMIC_RELAXED) != DP_STATS_Q_ACTIVE)
-				continue;
-			if (s->nq == cap) {
-				cap = cap ? cap * 2 : 16;
-				s->q = realloc(s->q, cap * sizeof(*s->q));
-				if (!s->q)
-					fail(EX_FAIL, "out of memory");
-			}
-			if (read_queue(b, i, &s->q[s->nq]))
-				s->nq++;
-		}
+		snap_copy(r, s);
+		/* Acquire fence: the copies complete before retire_seq is read
+		 * again. */
 		__atomic_thread_fence(__ATOMIC_ACQUIRE);
-		for (unsigned i = 0; i < s->np; i++) {
-			seq1 = __atomic_load_n(&poller_at(r, i)->retire_seq, __ATOMIC_RELAXED);
-			if (seq1 != seq0[i])
+		for (unsigned i = 0; i < s->np; i++)
+			if (__atomic_load_n(&poller_at(r, i)->retire_seq, __ATOMIC_RELAXED) !=
+			    seq0[i])
 				stable = false;
-		}
 		if (stable || attempt >= 1000)
-			break;
+			return;
 	}
+}
+
+/* Each rail's description, and its counters summed over the pollers. */
+static void snap_rails(const struct region *r, struct snap *s)
+{
+	const struct dp_stats_header *h = r->h;
+
 	for (unsigned i = 0; i < s->nr; i++) {
 		const uint8_t *info = r->map + h->rail_info_off + (size_t)i * h->rail_info_size;
 
@@ -689,7 +717,11 @@ static int snap_take(const struct region *r, struct snap *s)
 			s->r[i].c.bytes += c.bytes;
 		}
 	}
-	bus_armed = 0;
+}
+
+/* The service-wide totals and the queues per poller, from the copy. */
+static void snap_totals(struct snap *s)
+{
 	for (unsigned i = 0; i < s->np; i++) {
 		const struct dp_stats_poller *p = &s->p[i];
 
@@ -707,6 +739,22 @@ static int snap_take(const struct region *r, struct snap *s)
 		if (s->q[i].poller < s->np)
 			s->pq[s->q[i].poller]++;
 	}
+}
+
+/* Takes a snapshot; EX_OK, or EX_TRUNC when the file shrank under us. */
+static int snap_take(const struct region *r, struct snap *s)
+{
+	snap_alloc(s, r->h);
+	if (sigsetjmp(bus_jmp, 1)) {
+		bus_armed = 0;
+		snap_free(s);
+		return EX_TRUNC;
+	}
+	bus_armed = 1;
+	snap_copy_stable(r, s);
+	snap_rails(r, s);
+	bus_armed = 0;
+	snap_totals(s);
 	return EX_OK;
 }
 
@@ -2155,31 +2203,6 @@ static void print_prom(const struct view *v)
 
 /* ---- main ---- */
 
-static void usage(FILE *f)
-{
-	fprintf(f,
-		"usage: ring-stat [options]\n"
-		"  --stats NAME      read stats region NAME (/dev/shm/NAME)\n"
-		"  --socket PATH     read the region of the service on control socket PATH,\n"
-		"                    whatever its --stats name (default: $DP_SOCKET's, else\n"
-		"                    the only running service's)\n"
-		"  -l, --list        list the stats regions in /dev/shm and their state\n"
-		"  -w, --watch SECS  refresh every SECS seconds, showing rates over the interval\n"
-		"  -c, --count N     stop after N samples (default 1, or unlimited with -w;\n"
-		"                    without -w, 1 s apart)\n"
-		"  -q, --queue Q     only queues of client Q (a name or pid), or Q:ID for one "
-		"queue\n"
-		"  --sort KEY        slot (default), ops, bytes, fail, p99, inflight, name\n"
-		"  --json            one JSON object per sample (fields: docs/ring-stat.md)\n"
-		"  --prometheus      Prometheus text exposition format, one sample (no -w)\n"
-		"  --wide            every column (the default fits 80 columns)\n"
-		"  --color WHEN      auto (default: on a terminal), always, never\n"
-		"  -h, --help        this text\n"
-		"  --version         print the version and exit\n"
-		"Exit codes: 0 ok, 1 error, 2 usage, 3 no service running, 4 not a stats region\n"
-		"or another ABI version, 5 truncated or corrupt region.\n");
-}
-
 static volatile sig_atomic_t stop;
 
 static void on_stop(int sig)
@@ -2187,98 +2210,130 @@ static void on_stop(int sig)
 	(void)sig;
 	stop = 1;
 }
+
+/* ---- the command line ---- */
+
+static const char *color_when = "auto"; /* --color */
+
+static void set_watch(const char *a)
+{
+	char *end;
+
+	opt.interval = strtod(a, &end);
+	if (*end || !(opt.interval > 0) || opt.interval > 86400)
+		fail(EX_USAGE, "-w %s: want seconds, e.g. 1 or 0.5", a);
+}
+
+static void set_count(const char *a)
+{
+	char *end;
+
+	opt.count = strtol(a, &end, 10);
+	if (*end || opt.count < 1)
+		fail(EX_USAGE, "-c %s: want a count >= 1", a);
+}
+
+static void set_sort(const char *a)
+{
+	static const char *const sorts[] = {"slot", "ops",	"bytes", "fail",
+					    "p99",  "inflight", "name"};
+	unsigned k;
+
+	for (k = 0; k < sizeof(sorts) / sizeof(sorts[0]); k++)
+		if (!strcmp(a, sorts[k]))
+			break;
+	if (k == sizeof(sorts) / sizeof(sorts[0]))
+		fail(EX_USAGE, "--sort %s: want slot, ops, bytes, fail, p99, inflight or name", a);
+	opt.sort = (enum sort_key)k;
+}
+
+static void set_json(const char *a)
+{
+	(void)a;
+	opt.out = OUT_JSON;
+}
+
+static void set_prom(const char *a)
+{
+	(void)a;
+	opt.out = OUT_PROM;
+}
+
+static void set_color(const char *a)
+{
+	if (strcmp(a, "auto") && strcmp(a, "always") && strcmp(a, "never"))
+		fail(EX_USAGE, "--color %s: want auto, always or never", a);
+	color_when = a;
+}
+
+static const struct dp_tool_flag flags[] = {
+	{.name = "stats",
+	 .arg = "NAME",
+	 .str = &opt.name,
+	 .help = "read stats region NAME (/dev/shm/NAME)"},
+	{.name = "socket",
+	 .arg = "PATH",
+	 .str = &opt.socket,
+	 .help = "read the region of the service on control socket PATH,\n"
+		 "whatever its --stats name (default: $DP_SOCKET's, else\n"
+		 "the only running service's)"},
+	{.name = "list",
+	 .letter = 'l',
+	 .on = &opt.list,
+	 .help = "list the stats regions in /dev/shm and their state"},
+	{.name = "watch",
+	 .letter = 'w',
+	 .arg = "SECS",
+	 .fn = set_watch,
+	 .help = "refresh every SECS seconds, showing rates over the interval"},
+	{.name = "count",
+	 .letter = 'c',
+	 .arg = "N",
+	 .fn = set_count,
+	 .help = "stop after N samples (default 1, or unlimited with -w;\n"
+		 "without -w, 1 s apart)"},
+	{.name = "queue",
+	 .letter = 'q',
+	 .arg = "Q",
+	 .str = &opt.queue,
+	 .help = "only queues of client Q (a name or pid), or Q:ID for one queue"},
+	{.name = "sort",
+	 .arg = "KEY",
+	 .fn = set_sort,
+	 .help = "slot (default), ops, bytes, fail, p99, inflight, name"},
+	{.name = "json",
+	 .fn = set_json,
+	 .help = "one JSON object per sample (fields: docs/ring-stat.md)"},
+	{.name = "prometheus",
+	 .fn = set_prom,
+	 .help = "Prometheus text exposition format, one sample (no -w)"},
+	{.name = "wide", .on = &opt.wide, .help = "every column (the default fits 80 columns)"},
+	{.name = "color",
+	 .arg = "WHEN",
+	 .fn = set_color,
+	 .help = "auto (default: on a terminal), always, never"},
+	DP_TOOL_FLAG_HELP,
+	DP_TOOL_FLAG_VERSION,
+	{0},
+};
+
+static const struct dp_tool_cli cli = {
+	.prog = "ring-stat",
+	.head = "usage: ring-stat [options]\n",
+	.tail = "Exit codes: 0 ok, 1 error, 2 usage, 3 no service running, 4 not a stats region\n"
+		"or another ABI version, 5 truncated or corrupt region.\n",
+	.col = 20,
+	.flags = flags,
+};
+
 /* Parses the command line into opt; exits on --help, --version and bad
  * usage. */
 static void parse_options(int argc, char **argv)
 {
-	enum { O_STATS = 256, O_SOCKET, O_SORT, O_JSON, O_PROM, O_WIDE, O_COLOR, O_VERSION };
-	static const struct option opts[] = {{"stats", required_argument, 0, O_STATS},
-					     {"socket", required_argument, 0, O_SOCKET},
-					     {"list", no_argument, 0, 'l'},
-					     {"watch", required_argument, 0, 'w'},
-					     {"count", required_argument, 0, 'c'},
-					     {"queue", required_argument, 0, 'q'},
-					     {"sort", required_argument, 0, O_SORT},
-					     {"json", no_argument, 0, O_JSON},
-					     {"prometheus", no_argument, 0, O_PROM},
-					     {"wide", no_argument, 0, O_WIDE},
-					     {"color", required_argument, 0, O_COLOR},
-					     {"help", no_argument, 0, 'h'},
-					     {"version", no_argument, 0, O_VERSION},
-					     {0, 0, 0, 0}};
-	static const char *const sorts[] = {"slot", "ops",	"bytes", "fail",
-					    "p99",  "inflight", "name"};
-	const char *color = "auto";
-	int o;
+	int first = dp_tool_parse(&cli, argc, argv);
 
-	while ((o = getopt_long(argc, argv, "lw:c:q:h", opts, NULL)) != -1) {
-		char *end;
-
-		switch (o) {
-		case O_STATS:
-			opt.name = optarg;
-			break;
-		case O_SOCKET:
-			opt.socket = optarg;
-			break;
-		case 'l':
-			opt.list = true;
-			break;
-		case 'w':
-			opt.interval = strtod(optarg, &end);
-			if (*end || !(opt.interval > 0) || opt.interval > 86400)
-				fail(EX_USAGE, "-w %s: want seconds, e.g. 1 or 0.5", optarg);
-			break;
-		case 'c':
-			opt.count = strtol(optarg, &end, 10);
-			if (*end || opt.count < 1)
-				fail(EX_USAGE, "-c %s: want a count >= 1", optarg);
-			break;
-		case 'q':
-			opt.queue = optarg;
-			break;
-		case O_SORT: {
-			unsigned k;
-
-			for (k = 0; k < sizeof(sorts) / sizeof(sorts[0]); k++)
-				if (!strcmp(optarg, sorts[k]))
-					break;
-			if (k == sizeof(sorts) / sizeof(sorts[0]))
-				fail(EX_USAGE,
-				     "--sort %s: want slot, ops, bytes, fail, p99, inflight "
-				     "or name",
-				     optarg);
-			opt.sort = (enum sort_key)k;
-			break;
-		}
-		case O_JSON:
-			opt.out = OUT_JSON;
-			break;
-		case O_PROM:
-			opt.out = OUT_PROM;
-			break;
-		case O_WIDE:
-			opt.wide = true;
-			break;
-		case O_COLOR:
-			color = optarg;
-			if (strcmp(color, "auto") && strcmp(color, "always") &&
-			    strcmp(color, "never"))
-				fail(EX_USAGE, "--color %s: want auto, always or never", optarg);
-			break;
-		case 'h':
-			usage(stdout);
-			exit(EX_OK);
-		case O_VERSION:
-			printf("ring-stat (dataplane) %s\n", DP_VERSION_STRING);
-			exit(EX_OK);
-		default:
-			fprintf(stderr, "Try 'ring-stat --help'.\n");
-			exit(EX_USAGE);
-		}
-	}
-	if (optind < argc)
-		fail(EX_USAGE, "unexpected argument '%s' (try --help)", argv[optind]);
+	if (first < argc)
+		fail(EX_USAGE, "unexpected argument '%s' (try --help)", argv[first]);
 	if (opt.name && opt.socket)
 		fail(EX_USAGE, "--stats and --socket both name a service; give one");
 	/* One exposition is one scrape: repeated ones in one stream are no
@@ -2289,9 +2344,9 @@ static void parse_options(int argc, char **argv)
 	/* -c N alone: N reports, a second apart. */
 	if (opt.count > 1 && !opt.interval)
 		opt.interval = 1;
-	if (!strcmp(color, "always"))
+	if (!strcmp(color_when, "always"))
 		opt.color = true;
-	else if (!strcmp(color, "auto"))
+	else if (!strcmp(color_when, "auto"))
 		opt.color = opt.out == OUT_TABLE && isatty(STDOUT_FILENO) && !getenv("NO_COLOR") &&
 			    (!getenv("TERM") || strcmp(getenv("TERM"), "dumb"));
 }
