@@ -283,6 +283,12 @@ static void stripe_counts(struct stripe_run *s)
 		for (unsigned n = 1; n <= (unsigned)s->nsvc && s->nn < 3; n *= 2)
 			s->ns[s->nn++] = n;
 	}
+	/* A --pollers that does not parse, or is empty, leaves no N to run
+	 * and none for the storm. */
+	if (s->nn <= 0) {
+		fprintf(stderr, "dp-bench: --pollers wants a list of 1..%d\n", s->nsvc);
+		exit(2);
+	}
 	for (int i = 0; i < s->nn; i++)
 		if (s->ns[i] < 1 || s->ns[i] > (unsigned)s->nsvc) {
 			fprintf(stderr, "dp-bench: %u pollers, but --service-cpus has %d CPUs\n",

@@ -75,6 +75,9 @@ static pid_t fi_pingpong_server(const char *prov, unsigned size, unsigned iters)
 
 	fflush(stdout); /* the child's freopen would write our buffer again */
 	srv = fork();
+	/* Never kill(-1, ...) below: that is every process we may signal. */
+	if (srv < 0)
+		die("fork", -errno);
 	if (srv)
 		return srv;
 	bench_pin(opt.service_cpu);
