@@ -202,7 +202,11 @@ $(B)/obj/tools/ring-bench.o: CFLAGS += $(shell pkg-config --cflags libdpdk 2>/de
 	-Wno-error=cast-qual -Wno-error=pedantic
 $(B)/%: $(B)/obj/tools/%.o $(LIBCLIENT_A)
 	$(CC) -o $@ $^ $(LDLIBS)
-$(B)/dp-bench: $(B)/obj/tools/bench-report.o
+# dp-bench's benchmarks are files of their own (tools/dp-bench.h), linked
+# before libclient, which they call.
+$(B)/dp-bench: $(call obj,tools/dp-bench.c $(wildcard tools/dp-bench-*.c) tools/bench-report.c) \
+		$(LIBCLIENT_A)
+	$(CC) -o $@ $^ $(LDLIBS)
 $(B)/file-bench: $(B)/obj/tools/bench-report.o
 $(B)/gpu-bench: $(B)/obj/tools/bench-report.o $(GPU_OBJS)
 $(B)/%: $(B)/obj/examples/%.o $(LIBCLIENT_A)
