@@ -16,8 +16,8 @@
 #include "dp_version.h"
 #include "helpers.h"
 
-static const char *const bins[] = {"dataplaned",  "ring-stat",	"dp-demo",
-				   "api-example", "file-bench", "gpu-bench"};
+static const char *const bins[] = {"dataplaned", "ring-stat", "dp-demo", "api-example",
+				   "file-bench", "gpu-bench", "dp-bench"};
 
 Test(tools_cli, help_is_usage_on_stdout, .timeout = 60)
 {
