@@ -558,18 +558,15 @@ static void lookup_dir_done(void *arg, int rc, const struct dp_rpc_lookup_reply 
 	lookup_done(arg, rc, r, NULL, 0);
 }
 
-/*
- * Asks `peer` (or, "", the directory) for `name`, without waiting: `fn` is
- * called from the loop. Opens of the same (peer, name) while one lookup is
- * in flight share its answer.
- */
-static int lookup_join(const char *peer, const char *name, segment_resolved_fn fn, void *arg)
+/* A waiter (fn, arg) for `name` at `peer`: it joins the lookup of the
+ * same (peer, name) in flight (SEGMENT_PENDING), or is the first of a new
+ * one, in *out, not listed yet (0); -ENOMEM. */
+static int lookup_waiter(const char *peer, const char *name, segment_resolved_fn fn, void *arg,
+			 struct lookup **out)
 {
+	struct waiter *w = calloc(1, sizeof(*w));
 	struct lookup *lk;
-	struct waiter *w;
-	int rc;
 
-	w = calloc(1, sizeof(*w));
 	if (!w)
 		return -ENOMEM;
 	w->fn = fn;
@@ -588,6 +585,22 @@ static int lookup_join(const char *peer, const char *name, segment_resolved_fn f
 	snprintf(lk->peer, sizeof(lk->peer), "%s", peer);
 	snprintf(lk->name, sizeof(lk->name), "%s", name);
 	lk->waiters = w;
+	*out = lk;
+	return 0;
+}
+
+/*
+ * Asks `peer` (or, "", the directory) for `name`, without waiting: `fn` is
+ * called from the loop. Opens of the same (peer, name) while one lookup is
+ * in flight share its answer.
+ */
+static int lookup_join(const char *peer, const char *name, segment_resolved_fn fn, void *arg)
+{
+	struct lookup *lk;
+	int rc = lookup_waiter(peer, name, fn, arg, &lk);
+
+	if (rc)
+		return rc;
 	if (peer[0])
 		rc = rpc_lookup_start(peer, name, lookup_done, lk);
 	else
@@ -595,7 +608,7 @@ static int lookup_join(const char *peer, const char *name, segment_resolved_fn f
 	if (rc < 0) {
 		log_info("segment '%s' on %s: %s", name, peer[0] ? peer : "the directory",
 			 strerror(-rc));
-		free(w);
+		free(lk->waiters);
 		free(lk);
 		return rc;
 	}
@@ -608,29 +621,10 @@ int segment_resolve_reply(const char *peer, const char *name, const struct dp_rp
 			  segment_resolved_fn fn, void *arg)
 {
 	struct lookup *lk;
-	struct waiter *w;
+	int rc = lookup_waiter(peer, name, fn, arg, &lk);
 
-	for (lk = lookups; lk; lk = lk->next)
-		if (!strcmp(lk->peer, peer) && !strcmp(lk->name, name))
-			break;
-	w = calloc(1, sizeof(*w));
-	if (!w)
-		return -ENOMEM;
-	w->fn = fn;
-	w->arg = arg;
-	if (lk) {
-		w->next = lk->waiters;
-		lk->waiters = w;
-		return SEGMENT_PENDING;
-	}
-	lk = calloc(1, sizeof(*lk));
-	if (!lk) {
-		free(w);
-		return -ENOMEM;
-	}
-	snprintf(lk->peer, sizeof(lk->peer), "%s", peer);
-	snprintf(lk->name, sizeof(lk->name), "%s", name);
-	lk->waiters = w;
+	if (rc)
+		return rc;
 	lk->next = lookups;
 	lookups = lk;
 	/* As if the peer's RPC port had answered `r` about `name`. */
@@ -808,9 +802,10 @@ static void probe_done(void *arg, int rc, const struct dp_rpc_lookup_reply *r, i
 	segment_probes_run();
 }
 
-void segment_probes_run(void)
+/* What pollers asked since the last call, onto the waiting list. */
+static void probes_take(void)
 {
-	struct segment *s, **pp;
+	struct segment *s;
 
 	pthread_mutex_lock(&probes.lock);
 	while ((s = probes.asked)) {
@@ -819,6 +814,13 @@ void segment_probes_run(void)
 		probes_waiting = s;
 	}
 	pthread_mutex_unlock(&probes.lock);
+}
+
+void segment_probes_run(void)
+{
+	struct segment *s, **pp;
+
+	probes_take();
 	for (pp = &probes_waiting; (s = *pp);) {
 		struct peer *pr = s->remote->peer;
 		int rc;
@@ -855,13 +857,7 @@ static void probes_drop_all(void)
 {
 	struct segment *s;
 
-	pthread_mutex_lock(&probes.lock);
-	while ((s = probes.asked)) {
-		probes.asked = s->probe_next;
-		s->probe_next = probes_waiting;
-		probes_waiting = s;
-	}
-	pthread_mutex_unlock(&probes.lock);
+	probes_take();
 	while ((s = probes_waiting)) {
 		probes_waiting = s->probe_next;
 		probe_drop(s);

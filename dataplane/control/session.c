@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,20 +139,30 @@ int session_create(struct client *c, unsigned port, struct dp_msg_session_reply 
 	return 0;
 }
 
-/* The index of the last member starting at or below va; -1 none. */
-static int srv_find(const struct session_srv *ss, uint64_t va)
+/* Of @n members sorted by address, @stride bytes apart from @m, each
+ * beginning with its address (srv_member, sess_member): how many start at
+ * or below @va. */
+static inline unsigned va_upper(const void *m, size_t stride, unsigned n, uint64_t va)
 {
-	unsigned lo = 0, hi = ss->n;
+	unsigned lo = 0, hi = n;
 
 	while (lo < hi) {
 		unsigned mid = (lo + hi) / 2;
+		uint64_t at;
 
-		if (ss->m[mid].va <= va)
+		memcpy(&at, (const char *)m + (size_t)mid * stride, sizeof(at));
+		if (at <= va)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	return (int)lo - 1;
+	return lo;
+}
+
+/* The index of the last member starting at or below va; -1 none. */
+static int srv_find(const struct session_srv *ss, uint64_t va)
+{
+	return (int)va_upper(ss->m, sizeof(ss->m[0]), ss->n, va) - 1;
 }
 
 int session_add(struct client *c, uint32_t region, uint64_t addr)
@@ -301,6 +312,8 @@ struct sess_member {
 	uint64_t va, len;
 	struct segment *seg; /* one reference */
 };
+_Static_assert(offsetof(struct sess_member, va) == 0 && offsetof(struct srv_member, va) == 0,
+	       "va_upper reads a member's address at its start");
 
 struct sess_map {
 	unsigned n;
@@ -904,16 +917,8 @@ int session_translate(struct session_cli *s, uint64_t va, uint64_t len, bool fin
 	if (gone)
 		return gone;
 	if (m) {
-		unsigned lo = 0, hi = m->n;
+		unsigned lo = va_upper(m->m, sizeof(m->m[0]), m->n, va);
 
-		while (lo < hi) {
-			unsigned mid = (lo + hi) / 2;
-
-			if (m->m[mid].va <= va)
-				lo = mid + 1;
-			else
-				hi = mid;
-		}
 		if (lo) {
 			const struct sess_member *e = &m->m[lo - 1];
 			struct segment *sg = e->seg;

@@ -882,6 +882,19 @@ static void own_chunk(struct own_op *o)
 	o->chunk = left < fab_cfg.slice ? left : fab_cfg.slice;
 }
 
+/* The chunk in hand is done: the next one is set up (true), or the whole
+ * request is and its status goes out (false). */
+static bool own_next(struct own_op *o)
+{
+	o->cur_off += o->chunk;
+	if (o->cur_off == o->req.len) {
+		own_status_start(o);
+		return false;
+	}
+	own_chunk(o);
+	return true;
+}
+
 /* Between our buffer and the export: the GPU's staging stream,
  * process_vm_readv/writev for a client's process memory (dp_register_mem:
  * its unmapped pages fail the request -EFAULT), or memcpy for host memory
@@ -971,13 +984,8 @@ static bool own_advance(struct stage_poller *sp, struct own_op *o)
 			own_copy(o, false);
 			break;
 		}
-		o->cur_off += o->chunk;
-		if (o->cur_off == o->req.len) {
-			own_status_start(o);
-			break;
-		}
-		own_chunk(o);
-		own_copy(o, true);
+		if (own_next(o))
+			own_copy(o, true);
 		break;
 	case OWN_COPY:
 		if (s->copying) {
@@ -998,13 +1006,8 @@ static bool own_advance(struct stage_poller *sp, struct own_op *o)
 			own_rma(o, DP_OP_WRITE);
 			break;
 		}
-		o->cur_off += o->chunk;
-		if (o->cur_off == o->req.len) {
-			own_status_start(o);
-			break;
-		}
-		own_chunk(o);
-		own_rma(o, DP_OP_READ);
+		if (own_next(o))
+			own_rma(o, DP_OP_READ);
 		break;
 	case OWN_STATUS:
 		break;
