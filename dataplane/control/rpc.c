@@ -19,9 +19,10 @@
  * from there. A resolution still running when its lookup ends (deadline,
  * shutdown) is left to finish, and freed then.
  *
- * Deadlines are kept by rpc_sweep(), which the loop runs after every batch
- * with rpc_timeout_ms() as its epoll timeout; objects closed during a batch
- * are freed there too (an event of the same batch may still point at one).
+ * Deadlines are kept by rpc_sweep(), run by a timer of the loop that is
+ * armed for each deadline set; objects closed during a batch are freed
+ * there too, the timer armed for after the batch (an event of the same
+ * batch may still point at one).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -154,6 +155,7 @@ struct call {
 
 static struct {
 	int epfd;
+	struct ev_timer *deadlines; /* runs rpc_sweep() */
 	struct srv_conn *conns, *conns_tail;
 	unsigned nconns;
 	struct call *calls;
@@ -306,6 +308,7 @@ static void srv_close(struct srv_conn *k)
 	k->ev.fd = -1;
 	k->next = rpc.dead_conns;
 	rpc.dead_conns = k;
+	ev_timer_arm(rpc.deadlines, dp_now_ns());
 }
 
 /* The request is whole (or cannot become so: status set): the reply. A
@@ -580,6 +583,7 @@ void rpc_accept(int lfd, uint16_t session_port)
 		k->out_len = sizeof(k->out.challenge);
 		k->accepted_ns = dp_now_ns();
 		k->deadline_ns = k->accepted_ns + RPC_SERVE_TIMEOUT_MS * NS_PER_MS;
+		ev_timer_arm(rpc.deadlines, k->deadline_ns);
 		if (ev_add(rpc.epfd, &k->ev, EPOLLIN, "a peer RPC connection")) {
 			close(fd);
 			free(k);
@@ -753,6 +757,7 @@ static void call_unlink(struct call *k)
 	k->gai = NULL;
 	k->next = rpc.dead_calls;
 	rpc.dead_calls = k;
+	ev_timer_arm(rpc.deadlines, dp_now_ns());
 }
 
 /* A whole reply: from a holder of the fleet key, for this lookup (-EACCES
@@ -1108,6 +1113,7 @@ static struct call *call_new(const char *peer, const char *name, bool local, rpc
 		return NULL;
 	k->ev = (struct ev_handler){.fd = -1, .on_event = on_call_event};
 	k->deadline_ns = dp_now_ns() + DP_RPC_TIMEOUT_MS * NS_PER_MS;
+	ev_timer_arm(rpc.deadlines, k->deadline_ns);
 	k->done = done;
 	k->arg = arg;
 	snprintf(k->peer, sizeof(k->peer), "%s", peer);
@@ -1271,11 +1277,12 @@ static int local_listen(const char *path)
 	return fd;
 }
 
-void rpc_start(int epfd)
+void rpc_start(int epfd, struct ev_timer *deadlines)
 {
 	int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 
 	rpc.epfd = epfd;
+	rpc.deadlines = deadlines;
 	samehost_start(epfd);
 	/* Never closed: a resolution still running at exit may write it. */
 	if (fd < 0) {
