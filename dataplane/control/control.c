@@ -1324,16 +1324,12 @@ static void on_signal_event(struct ev_handler *h, uint32_t events)
 	atomic_store_explicit(&dp_stopping, 1, memory_order_release);
 }
 
+/* A poller found a client's queue corrupt (control_wake_efd). */
 static void on_wake_event(struct ev_handler *h, uint32_t events)
 {
 	(void)events;
 	wake_efd_drain(h->fd);
 	ev_timer_arm(&ctl.reap, dp_now_ns());
-	/* Or notifications for other services' exports were handed over,
-	 * or a fabric transfer asks whether its segment still stands. */
-	notif_outbox_run();
-	segment_probes_run();
-	sessions_run();
 }
 
 /* ---- the socket and the loop ---- */
@@ -1464,6 +1460,8 @@ int control_run(int rpc_fd)
 		return loop_fail(rc);
 	}
 	rpc_start(ctl.epfd, &ctl.rpc_deadlines);
+	segments_start(ctl.epfd);
+	notif_remote_start(ctl.epfd);
 	if (rpc_fd >= 0)
 		session_start(ctl.epfd);
 	rc = directory_start(ctl.epfd, remotes_invalidate);

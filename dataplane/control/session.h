@@ -97,9 +97,7 @@ struct segment *session_any_member(struct session_cli *s);
 int session_refresh(struct session_cli *s, void (*fn)(void *arg), void *arg);
 /* The handle that held the reference closed (after its grace period). */
 void session_close(struct session_cli *s);
-/* Control thread: takes the pollers' questions (control_wake_efd). */
-void sessions_run(void);
-/* At exit. */
+/* At exit, the pollers stopped. */
 void sessions_cleanup(void);
 
 /* Pollers: the member of s holding [va, va + len): 0 with *seg and *off;

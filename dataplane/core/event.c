@@ -2,12 +2,15 @@
 /*
  * event.c - the control thread's loop (event.h): epoll registrations of
  * struct ev_handler, one place where epoll_ctl is called, each result
- * checked and logged; timers.
+ * checked and logged; wake-ups other threads ring; timers.
  */
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "dp_internal.h"
@@ -42,6 +45,44 @@ int ev_mod(int epfd, struct ev_handler *h, uint32_t events, const char *what)
 int ev_del(int epfd, struct ev_handler *h, const char *what)
 {
 	return ctl(epfd, EPOLL_CTL_DEL, h, 0, what);
+}
+
+/* ---- wake-ups ---- */
+
+static void on_wake(struct ev_handler *h, uint32_t events)
+{
+	struct ev_wake *w = (struct ev_wake *)((char *)h - offsetof(struct ev_wake, ev));
+
+	(void)events;
+	/* Drained first: a ring that comes while `run` works is not lost. */
+	wake_efd_drain(h->fd);
+	w->run();
+}
+
+int ev_wake_open(int epfd, struct ev_wake *w, void (*run)(void), const char *what)
+{
+	int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK), rc;
+
+	if (fd < 0) {
+		rc = -errno;
+		log_warn("%s: eventfd: %s", what, strerror(-rc));
+		return rc;
+	}
+	*w = (struct ev_wake){.ev = {.fd = fd, .on_event = on_wake}, .run = run};
+	rc = ev_add(epfd, &w->ev, EPOLLIN, what);
+	if (rc) {
+		close(fd);
+		w->ev.fd = -1;
+	}
+	return rc;
+}
+
+void ev_wake_close(struct ev_wake *w)
+{
+	/* Closing takes it out of the epoll set: no one else holds it. */
+	if (w->ev.fd >= 0)
+		close(w->ev.fd);
+	w->ev.fd = -1;
 }
 
 /* ---- timers ---- */

@@ -33,6 +33,22 @@ int ev_add(int epfd, struct ev_handler *h, uint32_t events, const char *what);
 int ev_mod(int epfd, struct ev_handler *h, uint32_t events, const char *what);
 int ev_del(int epfd, struct ev_handler *h, const char *what);
 
+/*
+ * A wake-up other threads ring: an eventfd no client holds, rung with
+ * wake_efd_ring(w->ev.fd) (dp_internal.h), and `run` called on the loop's
+ * thread once for any number of rings since the last. ev_wake_open makes
+ * the eventfd and adds it to the set: 0, or -errno (logged; w->ev.fd
+ * stays -1, and a ring goes nowhere). A wake-up is never closed while a
+ * thread that rings it runs.
+ */
+struct ev_wake {
+	struct ev_handler ev;
+	void (*run)(void);
+};
+
+int ev_wake_open(int epfd, struct ev_wake *w, void (*run)(void), const char *what);
+void ev_wake_close(struct ev_wake *w);
+
 #define EV_TIMER_NOMORE (-1)
 
 struct ev_timer {
