@@ -1438,6 +1438,24 @@ static int loop_fail(int rc)
 	return rc;
 }
 
+/* What registers fds, wake-ups and timers of its own in the loop: 0, or
+ * the first failure (logged), which stops the service. */
+static int loop_start(int rpc_fd)
+{
+	int rc, dir_rc;
+
+	rpc_start(ctl.epfd, &ctl.rpc_deadlines);
+	rc = segments_start(ctl.epfd);
+	if (!rc)
+		rc = notif_remote_start(ctl.epfd);
+	if (!rc && rpc_fd >= 0)
+		rc = session_start(ctl.epfd);
+	dir_rc = directory_start(ctl.epfd, remotes_invalidate);
+	if (dir_rc)
+		log_err("directory: %s", strerror(-dir_rc));
+	return rc ? rc : dir_rc;
+}
+
 int control_run(int rpc_fd)
 {
 	int lfd, rc;
@@ -1459,16 +1477,9 @@ int control_run(int rpc_fd)
 			close(ctl.signals.fd);
 		return loop_fail(rc);
 	}
-	rpc_start(ctl.epfd, &ctl.rpc_deadlines);
-	segments_start(ctl.epfd);
-	notif_remote_start(ctl.epfd);
-	if (rpc_fd >= 0)
-		session_start(ctl.epfd);
-	rc = directory_start(ctl.epfd, remotes_invalidate);
-	if (rc) {
-		log_err("directory: %s", strerror(-rc));
+	rc = loop_start(rpc_fd);
+	if (rc)
 		atomic_store(&dp_stopping, 1);
-	}
 	log_info("listening on %s", cfg.socket_path);
 	if (!atomic_load(&dp_stopping))
 		service_notify("READY=1\nSTATUS=accepting clients");

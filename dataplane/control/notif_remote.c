@@ -332,9 +332,9 @@ int notif_receive(const struct dp_rpc_notify *q)
 	return 0;
 }
 
-void notif_remote_start(int epfd)
+int notif_remote_start(int epfd)
 {
-	ev_wake_open(epfd, &outbox_wake, notif_outbox_run, "the notifications' outbox");
+	return ev_wake_open(epfd, &outbox_wake, notif_outbox_run, "the notifications' outbox");
 }
 
 void notif_remote_cleanup(void)

@@ -876,9 +876,9 @@ static void probes_drop_all(void)
 	ev_wake_close(&probes_wake);
 }
 
-void segments_start(int epfd)
+int segments_start(int epfd)
 {
-	ev_wake_open(epfd, &probes_wake, segment_probes_run, "the segments' probes");
+	return ev_wake_open(epfd, &probes_wake, segment_probes_run, "the segments' probes");
 }
 
 void segments_cleanup(void)

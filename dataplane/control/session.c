@@ -43,10 +43,10 @@ static struct ev_wake ask_wake = {.ev.fd = -1};
 
 static void sessions_run(void);
 
-void session_start(int epfd)
+int session_start(int epfd)
 {
 	sess_epfd = epfd;
-	ev_wake_open(epfd, &ask_wake, sessions_run, "the sessions' questions");
+	return ev_wake_open(epfd, &ask_wake, sessions_run, "the sessions' questions");
 }
 
 /* ---- owner side ---- */

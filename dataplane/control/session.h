@@ -49,8 +49,9 @@ struct session_cli;
 struct dp_rpc_lookup_reply;
 struct dp_msg_session_reply;
 
-/* The control loop's epoll set, for the sessions' listening sockets. */
-void session_start(int epfd);
+/* The control loop's epoll set, for the sessions' listening sockets and
+ * the pollers' questions' wake-up: 0 or -errno (logged). */
+int session_start(int epfd);
 
 /* ---- owner side (control thread) ---- */
 
