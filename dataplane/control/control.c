@@ -28,7 +28,6 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/timerfd.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -62,15 +61,22 @@ struct conn {
 	struct conn *next;
 };
 
+/* While no mapping is quarantined (host.c), how often the loop asks:
+ * a poller that drops a region's last reference quarantines it without
+ * telling this thread, whose timer then finds it within this long. */
+#define QUARANTINE_POLL_MS 200
+
 static struct {
 	int epfd;
 	struct ev_handler listen, rpc, signals, wake;
-	bool reap_broken; /* a poller found a client's queue corrupt, or a HELLO is late */
-	/* The HELLO deadline: a timerfd armed for the earliest connection
-	 * still without HELLO (0: disarmed). */
-	struct ev_handler hello_timer;
-	uint64_t hello_armed_ns;
-} ctl = {.epfd = -1, .hello_timer.fd = -1};
+	struct ev_timers timers;
+	/* Connections to drop: broken ones (a poller found a queue corrupt),
+	 * silent ones evicted, and those past their HELLO deadline (armed
+	 * for the earliest). */
+	struct ev_timer reap;
+	struct ev_timer rpc_deadlines; /* armed by rpc.c */
+	struct ev_timer quarantine;    /* host.c's quarantined mappings */
+} ctl = {.epfd = -1};
 
 int control_wake_efd = -1; /* made by main before any thread starts */
 
@@ -1080,25 +1086,6 @@ static void on_client_event(struct ev_handler *h, uint32_t events)
 		client_drop(k);
 }
 
-/* Arms the HELLO timer for `deadline_ns` (CLOCK_MONOTONIC) unless it is
- * armed for an earlier one; 0 disarms it. */
-static void hello_timer_arm(uint64_t deadline_ns)
-{
-	struct itimerspec its = {0};
-
-	if (deadline_ns && ctl.hello_armed_ns && ctl.hello_armed_ns <= deadline_ns)
-		return;
-	if (!deadline_ns && !ctl.hello_armed_ns)
-		return;
-	its.it_value.tv_sec = (time_t)(deadline_ns / 1000000000u);
-	its.it_value.tv_nsec = (long)(deadline_ns % 1000000000u);
-	if (timerfd_settime(ctl.hello_timer.fd, TFD_TIMER_ABSTIME, &its, NULL) < 0) {
-		log_err("HELLO deadline timer: %s", strerror(errno));
-		return;
-	}
-	ctl.hello_armed_ns = deadline_ns;
-}
-
 /* The oldest connection of `p` without HELLO and not yet marked to go
  * (refused ones alone when `refused`), or NULL. The list is newest first. */
 static struct conn *oldest_silent(const struct proc_acct *p, bool refused)
@@ -1114,7 +1101,7 @@ static struct conn *oldest_silent(const struct proc_acct *p, bool refused)
 /*
  * Makes room among `p`'s connections without HELLO (refused ones alone
  * when `refused`): its oldest silent one is marked to go after the batch
- * (reap_broken; a connection may still have an event of its own in this
+ * (the reap timer; a connection may still have an event of its own in this
  * batch). Each candidate is read first, as the loop would: one whose HELLO
  * is waiting is served, and is not silent. So a flood without HELLO cycles
  * through its own connections, and a newcomer, of this process or any
@@ -1131,7 +1118,7 @@ static bool evict_silent(struct proc_acct *p, bool refused, const char *why)
 		if (keep && c->hello)
 			continue;
 		c->evict = true;
-		ctl.reap_broken = true;
+		ev_timer_arm(&ctl.reap, dp_now_ns());
 		if (!p->evicted++)
 			log_warn("pid %d uid %d: a connection without HELLO hung up on (%s); "
 				 "further ones of this process are counted, not logged",
@@ -1250,7 +1237,7 @@ static void client_accept(int lfd)
 	conns = k;
 	p->refs++;
 	p->connecting++;
-	hello_timer_arm(c->accepted_ns + (uint64_t)cfg.hello_timeout_ms * 1000000u);
+	ev_timer_arm(&ctl.reap, c->accepted_ns + (uint64_t)cfg.hello_timeout_ms * 1000000u);
 	if (refuse) {
 		nrefusing++;
 		p->refusing++;
@@ -1264,17 +1251,17 @@ static void client_accept(int lfd)
 }
 
 /* Broken clients, and connections past their HELLO deadline, go after
- * the batch: a client dropped here may still have an event of its own
- * later in the batch, and its fd number may already belong to a client
- * accepted in it. The HELLO timer is armed again for the earliest
- * connection still without HELLO. */
-static void reap_broken(void)
+ * the batch (a timer: ctl.reap): a client dropped in the batch may still
+ * have an event of its own later in it, and its fd number may already
+ * belong to a client accepted in it. Due again at the earliest HELLO
+ * deadline of the connections left. */
+static int reap_broken(struct ev_timer *t)
 {
 	uint64_t now = dp_now_ns(), timeout = (uint64_t)cfg.hello_timeout_ms * 1000000u;
 	uint64_t next_deadline = 0;
 	struct conn *k, *next;
 
-	ctl.reap_broken = false;
+	(void)t;
 	for (k = conns; k; k = next) {
 		struct client *c = k->c;
 
@@ -1291,7 +1278,26 @@ static void reap_broken(void)
 			next_deadline = c->accepted_ns + timeout;
 		}
 	}
-	hello_timer_arm(next_deadline);
+	if (!next_deadline)
+		return EV_TIMER_NOMORE;
+	return (int)((next_deadline - now + 999999u) / 1000000u);
+}
+
+/* The peer RPC's deadlines (rpc.c arms this timer for each it sets), and
+ * the connections and lookups a batch closed, freed after it. */
+static int rpc_deadlines(struct ev_timer *t)
+{
+	(void)t;
+	rpc_sweep();
+	return rpc_timeout_ms();
+}
+
+static int quarantine_sweep(struct ev_timer *t)
+{
+	int ms = host_quarantine_sweep();
+
+	(void)t;
+	return ms >= 0 ? ms : QUARANTINE_POLL_MS;
 }
 
 /* ---- the loop's other fds ---- */
@@ -1318,27 +1324,12 @@ static void on_signal_event(struct ev_handler *h, uint32_t events)
 	atomic_store_explicit(&dp_stopping, 1, memory_order_release);
 }
 
-/* The HELLO deadline passed for someone: the sweep runs after the batch. */
-static void on_hello_timer(struct ev_handler *h, uint32_t events)
-{
-	uint64_t n;
-
-	(void)events;
-	(void)!read(h->fd, &n, sizeof(n));
-	ctl.hello_armed_ns = 0;
-	ctl.reap_broken = true;
-}
-
+/* A poller found a client's queue corrupt (control_wake_efd). */
 static void on_wake_event(struct ev_handler *h, uint32_t events)
 {
 	(void)events;
 	wake_efd_drain(h->fd);
-	ctl.reap_broken = true;
-	/* Or notifications for other services' exports were handed over,
-	 * or a fabric transfer asks whether its segment still stands. */
-	notif_outbox_run();
-	segment_probes_run();
-	sessions_run();
+	ev_timer_arm(&ctl.reap, dp_now_ns());
 }
 
 /* ---- the socket and the loop ---- */
@@ -1405,7 +1396,7 @@ static void control_cleanup(void)
 }
 
 /* The signals, the wake-up eventfd, the control socket and the peer RPC
- * port into a new epoll set: 0 or -errno (logged). */
+ * port into a new epoll set, and the loop's timers: 0 or -errno (logged). */
 static int loop_open(int lfd, int rpc_fd)
 {
 	sigset_t sigs;
@@ -1424,12 +1415,14 @@ static int loop_open(int lfd, int rpc_fd)
 	ctl.listen = (struct ev_handler){.fd = lfd, .on_event = on_listen_event};
 	ctl.wake = (struct ev_handler){.fd = control_wake_efd, .on_event = on_wake_event};
 	ctl.rpc = (struct ev_handler){.fd = rpc_fd, .on_event = on_rpc_event};
-	ctl.hello_timer.fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-	if (ctl.hello_timer.fd < 0)
-		return -errno;
-	ctl.hello_timer.on_event = on_hello_timer;
+	ctl.rpc_deadlines.on_timer = rpc_deadlines;
+	ctl.reap.on_timer = reap_broken;
+	ctl.quarantine.on_timer = quarantine_sweep;
+	ev_timer_add(&ctl.timers, &ctl.rpc_deadlines);
+	ev_timer_add(&ctl.timers, &ctl.reap);
+	ev_timer_add(&ctl.timers, &ctl.quarantine);
+	ev_timer_arm(&ctl.quarantine, dp_now_ns());
 	if (ev_add(ctl.epfd, &ctl.listen, EPOLLIN, "the control socket") ||
-	    ev_add(ctl.epfd, &ctl.hello_timer, EPOLLIN, "the HELLO deadline timer") ||
 	    ev_add(ctl.epfd, &ctl.signals, EPOLLIN, "the signalfd") ||
 	    ev_add(ctl.epfd, &ctl.wake, EPOLLIN, "the wake-up eventfd") ||
 	    (rpc_fd >= 0 && ev_add(ctl.epfd, &ctl.rpc, EPOLLIN, "the peer RPC port")))
@@ -1445,9 +1438,26 @@ static int loop_fail(int rc)
 	return rc;
 }
 
+/* What registers fds, wake-ups and timers of its own in the loop: 0, or
+ * the first failure (logged), which stops the service. */
+static int loop_start(int rpc_fd)
+{
+	int rc, dir_rc;
+
+	rpc_start(ctl.epfd, &ctl.rpc_deadlines);
+	rc = segments_start(ctl.epfd);
+	if (!rc)
+		rc = notif_remote_start(ctl.epfd);
+	if (!rc && rpc_fd >= 0)
+		rc = session_start(ctl.epfd);
+	dir_rc = directory_start(ctl.epfd, remotes_invalidate);
+	if (dir_rc)
+		log_err("directory: %s", strerror(-dir_rc));
+	return rc ? rc : dir_rc;
+}
+
 int control_run(int rpc_fd)
 {
-	struct epoll_event evs[64];
 	int lfd, rc;
 
 	ctl.signals.fd = -1;
@@ -1465,38 +1475,17 @@ int control_run(int rpc_fd)
 			close(ctl.epfd);
 		if (ctl.signals.fd >= 0)
 			close(ctl.signals.fd);
-		if (ctl.hello_timer.fd >= 0)
-			close(ctl.hello_timer.fd);
 		return loop_fail(rc);
 	}
-	rpc_start(ctl.epfd);
-	if (rpc_fd >= 0)
-		session_start(ctl.epfd);
-	rc = directory_start(ctl.epfd, remotes_invalidate);
-	if (rc) {
-		log_err("directory: %s", strerror(-rc));
+	rc = loop_start(rpc_fd);
+	if (rc)
 		atomic_store(&dp_stopping, 1);
-	}
 	log_info("listening on %s", cfg.socket_path);
 	if (!atomic_load(&dp_stopping))
 		service_notify("READY=1\nSTATUS=accepting clients");
 
-	while (!atomic_load(&dp_stopping)) {
-		/* Woken for the next deadline of a peer RPC connection or
-		 * lookup, or of a quarantined mapping (host.c), if none of
-		 * its fds is ready before. */
-		int tq = host_quarantine_sweep(), t = rpc_timeout_ms();
-		int n = epoll_wait(ctl.epfd, evs, 64, tq >= 0 && (t < 0 || tq < t) ? tq : t);
-
-		for (int i = 0; i < n; i++) {
-			struct ev_handler *h = evs[i].data.ptr;
-
-			h->on_event(h, evs[i].events);
-		}
-		rpc_sweep();
-		if (ctl.reap_broken)
-			reap_broken();
-	}
+	while (!atomic_load(&dp_stopping))
+		ev_process(ctl.epfd, &ctl.timers);
 	service_notify("STOPPING=1");
 	/* Stop accepting at once; clients stay connected until the pollers
 	 * have answered everything they handed over. */
@@ -1511,6 +1500,5 @@ int control_run(int rpc_fd)
 	directory_stop();
 	close(ctl.epfd);
 	close(ctl.signals.fd);
-	close(ctl.hello_timer.fd);
 	return rc;
 }

@@ -116,13 +116,14 @@ struct dp_rpc_notify;
  */
 #define NOTIF_OUT_MAX 65536
 void notif_forward(const char *server, const char *segment, struct notif_req *n);
-/* Control thread: sends what pollers handed over (the wake-up eventfd). */
-void notif_outbox_run(void);
 /* Control thread: a batch a peer sent for exports of this service, its
  * MAC checked already: 0 when whole (each entry delivered or dropped
  * there), -EINVAL when its entries do not fill it exactly as count and
  * bytes say (nothing delivered). */
 int notif_receive(const struct dp_rpc_notify *q);
+/* The control loop's epoll set, for the wake-up of notif_forward: 0 or
+ * -errno (logged). */
+int notif_remote_start(int epfd);
 /* Control thread, at exit, after rpc_shutdown: frees what is left. */
 void notif_remote_cleanup(void);
 /* Control thread: puts one on the ring of `seg`'s owner (notif.c);

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "event.h"
 #include "notif.h"
 #include "rpc.h"
 #include "segments.h"
@@ -41,6 +42,8 @@ static struct {
 	unsigned n;
 	atomic_ulong lost; /* pushes refused (full, out of memory) */
 } outbox = {.lock = PTHREAD_MUTEX_INITIALIZER};
+/* Rung by a push onto an empty outbox. */
+static struct ev_wake outbox_wake = {.ev.fd = -1};
 
 /* A peer's queue and the batch in flight (control thread). */
 struct notif_peer {
@@ -100,7 +103,7 @@ void notif_forward(const char *server, const char *segment, struct notif_req *n)
 	pthread_mutex_unlock(&outbox.lock);
 	/* One wake-up per batch the control thread has not taken yet. */
 	if (was_empty)
-		wake_efd_ring(control_wake_efd);
+		wake_efd_ring(outbox_wake.ev.fd);
 }
 
 static struct notif_peer *peer_find(const char *server)
@@ -201,7 +204,8 @@ static void peer_send(struct notif_peer *p)
 	}
 }
 
-void notif_outbox_run(void)
+/* Sends what pollers handed over (outbox_wake). */
+static void notif_outbox_run(void)
 {
 	struct notif_out *o, *next;
 	unsigned long lost;
@@ -328,9 +332,15 @@ int notif_receive(const struct dp_rpc_notify *q)
 	return 0;
 }
 
+int notif_remote_start(int epfd)
+{
+	return ev_wake_open(epfd, &outbox_wake, notif_outbox_run, "the notifications' outbox");
+}
+
 void notif_remote_cleanup(void)
 {
 	notif_outbox_run(); /* after dp_stopping: queues them, sends nothing */
+	ev_wake_close(&outbox_wake);
 	while (peers) {
 		struct notif_peer *p = peers;
 

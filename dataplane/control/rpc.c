@@ -9,9 +9,10 @@
  * (the connections this service serves) and rpc_client.c (the lookups
  * and notifications it sends, and the resolver thread of host names).
  *
- * Deadlines are kept by rpc_sweep(), which the loop runs after every batch
- * with rpc_timeout_ms() as its epoll timeout; sockets closed during a batch
- * are freed there too (an event of the same batch may still point at one).
+ * Deadlines are kept by rpc_sweep(), run by a timer of the loop that is
+ * armed for each socket's deadline as it is listed; sockets closed during
+ * a batch are freed there too, the timer armed for after the batch (an
+ * event of the same batch may still point at one).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@
 #include "rpc_internal.h"
 
 int rpc_epfd = -1;
+static struct ev_timer *deadlines; /* the loop's timer that runs rpc_sweep() */
 struct rpc_socks rpc_conns = RPC_SOCKS_INIT(rpc_conns, "a peer RPC connection");
 struct rpc_socks rpc_calls = RPC_SOCKS_INIT(rpc_calls, "a peer RPC lookup");
 
@@ -149,6 +151,7 @@ int rpc_step(int fd, enum rpc_dir dir, void *buf, size_t *off, size_t len, struc
 
 void rpc_socks_push(struct rpc_socks *l, struct rpc_sock *s)
 {
+	ev_timer_arm(deadlines, s->deadline_ns);
 	s->prev = &l->ends;
 	s->next = l->ends.next;
 	s->next->prev = s;
@@ -169,6 +172,7 @@ void rpc_socks_close(struct rpc_socks *l, struct rpc_sock *s)
 	}
 	s->next = l->dead;
 	l->dead = s;
+	ev_timer_arm(deadlines, dp_now_ns());
 }
 
 static uint64_t socks_next_deadline(const struct rpc_socks *l, uint64_t next)
@@ -191,9 +195,10 @@ static void socks_free_dead(struct rpc_socks *l)
 
 /* ---- the loop's side ---- */
 
-void rpc_start(int epfd)
+void rpc_start(int epfd, struct ev_timer *sweep)
 {
 	rpc_epfd = epfd;
+	deadlines = sweep;
 	samehost_start(epfd);
 	rpc_client_start();
 	rpc_server_start();

@@ -194,8 +194,11 @@ struct dp_stage_status {
 #define DP_STAGE_CHECK(seq, status)                                                                \
 	((uint32_t)(seq) ^ (uint32_t)((seq) >> 32) ^ (uint32_t)(status) ^ 0xa5a5a5a5u)
 
-/* The control loop's epoll set, for the connections and lookups below. */
-void rpc_start(int epfd);
+/* The control loop's epoll set, for the connections and lookups below,
+ * and its timer that runs rpc_sweep(): armed here for every deadline set,
+ * and for after the batch when something was closed. */
+struct ev_timer;
+void rpc_start(int epfd, struct ev_timer *deadlines);
 
 /* Server side: the listening socket (updates cfg.rpc_port and
  * cfg.server_name when the port was 0), and the handler of its readiness:
@@ -206,9 +209,9 @@ int rpc_listen(void);
 int rpc_listen_port(uint16_t port);
 void rpc_accept(int lfd, uint16_t session_port);
 
-/* The loop's epoll timeout (ms until the next deadline of a connection or
- * lookup; -1 none), and the sweep it runs after every batch: ends what is
- * past its deadline and frees what was closed. */
+/* Ms until the next deadline of a connection or lookup (-1: none), and
+ * the sweep the deadlines' timer runs: ends what is past its deadline and
+ * frees what was closed. */
 int rpc_timeout_ms(void);
 void rpc_sweep(void);
 /* At exit: closes the connections; lookups in flight end -ECANCELED. */

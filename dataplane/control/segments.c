@@ -14,6 +14,7 @@
 
 #include "directory.h"
 #include "engine.h"
+#include "event.h"
 #include "fabric.h"
 #include "file.h"
 #include "rpc.h"
@@ -703,6 +704,10 @@ static struct {
 	struct segment *asked;
 } probes = {.lock = PTHREAD_MUTEX_INITIALIZER};
 static struct segment *probes_waiting;
+/* segment_probe_ask's, for the control thread. */
+static struct ev_wake probes_wake = {.ev.fd = -1};
+
+static void segment_probes_run(void);
 
 uint32_t segment_probe_ask(struct segment *s)
 {
@@ -721,7 +726,7 @@ uint32_t segment_probe_ask(struct segment *s)
 	}
 	pthread_mutex_unlock(&probes.lock);
 	if (first)
-		wake_efd_ring(control_wake_efd);
+		wake_efd_ring(probes_wake.ev.fd);
 	return ticket;
 }
 
@@ -816,7 +821,9 @@ static void probes_take(void)
 	pthread_mutex_unlock(&probes.lock);
 }
 
-void segment_probes_run(void)
+/* Starts the probes asked for since the last run (probes_wake), and
+ * those whose peer's probe in flight ended. */
+static void segment_probes_run(void)
 {
 	struct segment *s, **pp;
 
@@ -862,6 +869,12 @@ static void probes_drop_all(void)
 		probes_waiting = s->probe_next;
 		probe_drop(s);
 	}
+	ev_wake_close(&probes_wake);
+}
+
+int segments_start(int epfd)
+{
+	return ev_wake_open(epfd, &probes_wake, segment_probes_run, "the segments' probes");
 }
 
 void segments_cleanup(void)

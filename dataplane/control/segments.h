@@ -124,10 +124,10 @@ static inline bool segment_probe_answered(struct segment *s, uint32_t ticket)
 {
 	return (int32_t)(atomic_load_explicit(&s->probe_done, memory_order_acquire) - ticket) >= 0;
 }
-/* Control thread: starts the probes asked for since (control_wake_efd). */
-void segment_probes_run(void);
-
-/* At exit: ends the lookups in flight (their waiters are told
+/* The control loop's epoll set, for the wake-up of segment_probe_ask: 0
+ * or -errno (logged). */
+int segments_start(int epfd);
+/* At exit, the pollers stopped: ends the lookups in flight (their waiters are told
  * -ECANCELED), drops the remote-segment cache and frees the peers. */
 void segments_cleanup(void);
 

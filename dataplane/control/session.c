@@ -47,10 +47,15 @@
 #define HOLD_MAX_NS (3ull * DP_RPC_TIMEOUT_MS * 1000000ull)
 
 static int sess_epfd = -1;
+/* Pollers' questions (session_ask) for the control thread. */
+static struct ev_wake ask_wake = {.ev.fd = -1};
 
-void session_start(int epfd)
+static void sessions_run(void);
+
+int session_start(int epfd)
 {
 	sess_epfd = epfd;
+	return ev_wake_open(epfd, &ask_wake, sessions_run, "the sessions' questions");
 }
 
 /* ---- owner side ---- */
@@ -672,7 +677,8 @@ static void batch_issue(struct session_cli *s)
 		batch_end(s);
 }
 
-void sessions_run(void)
+/* The pollers' questions since the last run (ask_wake). */
+static void sessions_run(void)
 {
 	struct session_cli *list, *s;
 
@@ -902,6 +908,7 @@ void sessions_cleanup(void)
 {
 	while (srvs)
 		session_client_gone(srvs->c);
+	ev_wake_close(&ask_wake);
 }
 
 /* ---- pollers ---- */
@@ -960,7 +967,7 @@ static uint32_t session_ask(struct session_cli *s, uint64_t va, uint64_t len)
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (wake)
-		wake_efd_ring(control_wake_efd);
+		wake_efd_ring(ask_wake.ev.fd);
 	return t;
 }
 

@@ -49,8 +49,9 @@ struct session_cli;
 struct dp_rpc_lookup_reply;
 struct dp_msg_session_reply;
 
-/* The control loop's epoll set, for the sessions' listening sockets. */
-void session_start(int epfd);
+/* The control loop's epoll set, for the sessions' listening sockets and
+ * the pollers' questions' wake-up: 0 or -errno (logged). */
+int session_start(int epfd);
 
 /* ---- owner side (control thread) ---- */
 
@@ -97,9 +98,7 @@ struct segment *session_any_member(struct session_cli *s);
 int session_refresh(struct session_cli *s, void (*fn)(void *arg), void *arg);
 /* The handle that held the reference closed (after its grace period). */
 void session_close(struct session_cli *s);
-/* Control thread: takes the pollers' questions (control_wake_efd). */
-void sessions_run(void);
-/* At exit. */
+/* At exit, the pollers stopped. */
 void sessions_cleanup(void);
 
 /* Pollers: the member of s holding [va, va + len): 0 with *seg and *off;

@@ -154,11 +154,6 @@ void stats_tsc_recalibrate(struct stats_poller *sp, uint64_t t, uint64_t tsc)
 	}
 }
 
-/*
- * A region of this name already exists. A live service's is left alone; a
- * crashed one's is replaced; a file that is no stats region is not ours to
- * remove.
- */
 /* Whether process @pid has the region @name mapped: a pid recorded in a
  * region left by a killed service may since belong to another dataplaned.
  * Unreadable maps (another user's service) count as mapped. */
@@ -182,6 +177,11 @@ static bool region_mapped_by(int32_t pid, const char *name)
 	return found;
 }
 
+/*
+ * A region of this name may exist already. A live service's is left alone
+ * (-EADDRINUSE); a crashed one's is replaced (0); a file that is no stats
+ * region is not ours to remove (-EEXIST).
+ */
 static int stats_existing(const char *name)
 {
 	struct dp_stats_header h;
@@ -217,31 +217,21 @@ static int stats_existing(const char *name)
 	return 0;
 }
 
-int stats_init(void)
+/* The region's layout (its blocks' sizes, counts and offsets) and the
+ * service's identity, as the header says them to readers. */
+static void header_fill(struct dp_stats_header *h)
 {
-	size_t off;
-	int fd, rc;
-	void *map;
-
-	if (cfg.no_stats) {
-		log_info("stats region disabled (--no-stats)");
-		return 0;
-	}
-	if (cfg.stats_name[0])
-		snprintf(region_name, sizeof(region_name), "%s", cfg.stats_name);
-	else
-		dp_stats_default_name(cfg.socket_path, region_name, sizeof(region_name));
-
 	uint64_t nq = (uint64_t)cfg.max_clients * cfg.max_queues + STATS_QUEUE_SLACK;
-	uint32_t nqueues = nq > STATS_MAX_QUEUE_BLOCKS ? STATS_MAX_QUEUE_BLOCKS : (uint32_t)nq;
-	struct dp_stats_header h = {
+	size_t off;
+
+	*h = (struct dp_stats_header){
 		.abi_version = DP_STATS_ABI_VERSION,
 		.header_size = sizeof(struct dp_stats_header),
 		.queue_size = sizeof(struct dp_stats_queue),
 		.poller_size = (uint32_t)align64(sizeof(struct dp_stats_poller)),
 		.rail_info_size = (uint32_t)align64(sizeof(struct dp_stats_rail_info)),
 		.rail_size = sizeof(struct dp_stats_rail),
-		.nqueues = nqueues,
+		.nqueues = nq > STATS_MAX_QUEUE_BLOCKS ? STATS_MAX_QUEUE_BLOCKS : (uint32_t)nq,
 		.npollers = cfg.pollers,
 		.nrails = DP_STATS_MAX_RAILS,
 		.hist_buckets = DP_STATS_HIST_BUCKETS,
@@ -249,23 +239,30 @@ int stats_init(void)
 		.pid = getpid(),
 		.state = DP_STATS_RUNNING,
 	};
-	off = align64(sizeof(h));
-	h.pollers_off = off;
-	off += (size_t)h.npollers * h.poller_size;
-	h.rail_info_off = off;
-	off += (size_t)h.nrails * h.rail_info_size;
-	h.rails_off = off;
-	off += (size_t)h.nrails * h.npollers * h.rail_size;
-	h.queues_off = off;
-	off += (size_t)h.nqueues * h.queue_size;
-	h.region_size = off;
-	h.start_mono_ns = dp_now_ns();
-	h.start_real_ns = dp_clock_ns(CLOCK_REALTIME);
-	snprintf(h.name, sizeof(h.name), "%s", region_name);
-	snprintf(h.server_name, sizeof(h.server_name), "%s", cfg.server_name);
-	snprintf(h.socket_path, sizeof(h.socket_path), "%s", cfg.socket_path);
+	off = align64(sizeof(*h));
+	h->pollers_off = off;
+	off += (size_t)h->npollers * h->poller_size;
+	h->rail_info_off = off;
+	off += (size_t)h->nrails * h->rail_info_size;
+	h->rails_off = off;
+	off += (size_t)h->nrails * h->npollers * h->rail_size;
+	h->queues_off = off;
+	off += (size_t)h->nqueues * h->queue_size;
+	h->region_size = off;
+	h->start_mono_ns = dp_now_ns();
+	h->start_real_ns = dp_clock_ns(CLOCK_REALTIME);
+	snprintf(h->name, sizeof(h->name), "%s", region_name);
+	snprintf(h->server_name, sizeof(h->server_name), "%s", cfg.server_name);
+	snprintf(h->socket_path, sizeof(h->socket_path), "%s", cfg.socket_path);
+}
 
-	rc = stats_existing(region_name);
+/* A new shared-memory object of `size` bytes named region_name, in place
+ * of one a crashed service left (stats_existing), mapped: 0 with *map, or
+ * -errno (logged). */
+static int region_create(size_t size, void **map)
+{
+	int fd, rc = stats_existing(region_name);
+
 	if (rc)
 		return rc;
 	shm_unlink(region_name);
@@ -276,51 +273,77 @@ int stats_init(void)
 		return rc;
 	}
 	/* Exactly 0640 whatever the umask: the group may read, nobody writes. */
-	if (fchmod(fd, 0640) < 0 || ftruncate(fd, (off_t)h.region_size) < 0) {
+	if (fchmod(fd, 0640) < 0 || ftruncate(fd, (off_t)size) < 0) {
 		rc = -errno;
 		log_err("stats region %s: %s", region_name, strerror(errno));
 		close(fd);
 		shm_unlink(region_name);
 		return rc;
 	}
-	map = mmap(NULL, h.region_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	*map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	close(fd);
-	if (map == MAP_FAILED) {
+	if (*map == MAP_FAILED) {
 		rc = -errno;
 		log_err("stats region %s: mmap: %s", region_name, strerror(errno));
 		shm_unlink(region_name);
 		return rc;
 	}
+	return 0;
+}
+
+/* Each poller's block and private state, its clock the TSC where that is
+ * usable (calibrated once for all), started at `start_ns`. */
+static void pollers_attach(uint64_t start_ns)
+{
+	uint64_t t0 = 0, c0 = 0;
+	double ns_per_tick = tsc_usable() ? tsc_calibrate(&t0, &c0) : 0;
+
+	for (unsigned i = 0; i < cfg.pollers; i++) {
+		struct dp_stats_poller *b = poller_block(i);
+		struct stats_poller *sp = &spriv[i];
+
+		b->cpu = cfg.cpus[i];
+		b->index = i;
+		b->last_loop_ns = start_ns;
+		sp->sh = b;
+		sp->last = start_ns;
+		if (ns_per_tick > 0) {
+			tsc_set(sp, ns_per_tick);
+			sp->cal_ns = sp->anchor_ns = t0;
+			sp->cal_tsc = sp->anchor_tsc = c0;
+		}
+		pollers[i].stats = sp;
+	}
+	log_debug("stats: %s", ns_per_tick > 0 ? "TSC clock" : "clock_gettime clock");
+}
+
+int stats_init(void)
+{
+	struct dp_stats_header h;
+	void *map;
+	int rc;
+
+	if (cfg.no_stats) {
+		log_info("stats region disabled (--no-stats)");
+		return 0;
+	}
+	if (cfg.stats_name[0])
+		snprintf(region_name, sizeof(region_name), "%s", cfg.stats_name);
+	else
+		dp_stats_default_name(cfg.socket_path, region_name, sizeof(region_name));
+	header_fill(&h);
+	rc = region_create(h.region_size, &map);
+	if (rc)
+		return rc;
 	hdr = map;
 	region_size = h.region_size;
 	memcpy(hdr, &h, sizeof(h));
-	{
-		uint64_t t0 = 0, c0 = 0;
-		double ns_per_tick = tsc_usable() ? tsc_calibrate(&t0, &c0) : 0;
-
-		for (unsigned i = 0; i < cfg.pollers; i++) {
-			struct dp_stats_poller *b = poller_block(i);
-			struct stats_poller *sp = &spriv[i];
-
-			b->cpu = cfg.cpus[i];
-			b->index = i;
-			b->last_loop_ns = h.start_mono_ns;
-			sp->sh = b;
-			sp->last = h.start_mono_ns;
-			if (ns_per_tick > 0) {
-				tsc_set(sp, ns_per_tick);
-				sp->cal_ns = sp->anchor_ns = t0;
-				sp->cal_tsc = sp->anchor_tsc = c0;
-			}
-			pollers[i].stats = sp;
-		}
-		log_debug("stats: %s", ns_per_tick > 0 ? "TSC clock" : "clock_gettime clock");
-	}
+	pollers_attach(h.start_mono_ns);
 	/* Release: a reader that sees the magic sees the whole header. Pairs
 	 * with the acquire load of magic in ring-stat. */
 	__atomic_store_n(&hdr->magic, DP_STATS_MAGIC, __ATOMIC_RELEASE);
 	atexit(stats_unlink_at_exit);
-	log_info("stats region /dev/shm/%s: %u queue blocks, %zu KiB", region_name, nqueues,
+	log_info("stats region /dev/shm/%s: %u queue blocks, %zu KiB", region_name, h.nqueues,
 		 region_size >> 10);
 	return 0;
 }

@@ -42,7 +42,7 @@
 #include "xfer_op.h"
 
 struct fab_slice {
-	struct fab_ctx c; /* first: libfabric hands it back; kind FAB_CTX_SLICE */
+	struct fab_ctx c; /* first: libfabric hands it back; c.on_cq NULL */
 	struct fab_op *op;
 	uint64_t off, len;
 	unsigned rail;
@@ -549,8 +549,8 @@ static int reap(struct poller *p, struct fab_poller *fp)
 			for (ssize_t i = 0; i < n; i++) {
 				struct fab_slice *s = ents[i].op_context;
 
-				if (s->c.kind != FAB_CTX_SLICE) {
-					stage_cq_event(p, &s->c, 0);
+				if (s->c.on_cq) {
+					s->c.on_cq(p, &s->c, 0);
 					continue;
 				}
 				if (DP_FAULT(FI_CQ_ERR)) {
@@ -579,8 +579,8 @@ static int reap(struct poller *p, struct fab_poller *fp)
 			if (fi_cq_readerr(e->cq, &err, 0) == 1 && err.op_context) {
 				struct fab_ctx *c = err.op_context;
 
-				if (c->kind != FAB_CTX_SLICE)
-					stage_cq_event(p, c, err.err);
+				if (c->on_cq)
+					c->on_cq(p, c, err.err);
 				else
 					slice_cq_error(fp, e, r, err.op_context, err.err);
 				done++;

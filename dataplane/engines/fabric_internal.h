@@ -73,15 +73,16 @@ struct fab_slice; /* one RMA operation of it (fabric.c) */
 struct fab_chunk; /* memory of a poller's pools (fabric.c) */
 
 /* What every operation posted on a rail's endpoint hands libfabric as its
- * context, so that the CQ reader (fabric.c reap) knows whose it is: the
- * fabric's own RMA slices (FAB_CTX_SLICE, 0), or the stage engine's
- * messages of the owner-staging protocol (stage_cq_event). */
-#define FAB_CTX_SLICE 0u
-#define FAB_CTX_STAGE_SEND 1u /* an initiator's request (stage.c) */
-#define FAB_CTX_STAGE_RECV 2u /* an owner's posted receive (stage.c) */
+ * context, so that the CQ reader (fabric.c reap) hands each completion to
+ * whoever posted it, as event.h's loop does with fds: the stage engine's
+ * messages of the owner-staging protocol carry their handler; the
+ * fabric's own RMA slices carry none and are read inline (the hot path
+ * takes no indirect call). */
 struct fab_ctx {
 	struct fi_context2 ctx; /* first: libfabric hands it back */
-	uint32_t kind;
+	/* A completion (fi_err 0) or a CQ error read from poller @p's CQ,
+	 * on its thread; NULL: a slice of fabric.c. */
+	void (*on_cq)(struct poller *p, struct fab_ctx *c, int fi_err);
 };
 
 /* A poller's fabric state (poller->eng[ENGINE_fabric]): made with its
@@ -171,10 +172,6 @@ void fabric_pools_fini(struct fab_poller *fp);
 int fabric_errno(int fi_err);
 /* The endpoint of poller @p on @rail (stage.c's messages). */
 struct fid_ep *fabric_ep(struct poller *p, unsigned rail);
-
-/* stage.c: a completion (fi_err 0) or a CQ error of one of its contexts
- * (kind != FAB_CTX_SLICE) read from poller @p's CQ. Poller thread. */
-void stage_cq_event(struct poller *p, struct fab_ctx *c, int fi_err);
 
 /* A slice to @pr completed at @now (ns): the peer lives. Any poller, hot
  * path: stored only when it moves the stamp by a millisecond or more, so

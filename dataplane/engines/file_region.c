@@ -169,6 +169,94 @@ static void dio_probe(struct file_region *f, int fd, const struct stat *st)
 }
 
 /*
+ * Whether open file @fd (its flags @fl) can be a region of @access from
+ * @offset: its mode allows the access (-EPERM), and it is a regular file
+ * or a block device holding the range, or a writable regular file that
+ * may grow to it (-EINVAL). *@len 0 becomes the rest of the file.
+ */
+static int file_check(int fd, int fl, unsigned access, uint64_t offset, uint64_t *len,
+		      struct stat *st)
+{
+	uint64_t size;
+
+	if (fl < 0 || fl & O_PATH)
+		return -EPERM;
+	if (((access & DP_ACCESS_READ) && (fl & O_ACCMODE) == O_WRONLY) ||
+	    ((access & DP_ACCESS_WRITE) && (fl & O_ACCMODE) == O_RDONLY))
+		return -EPERM;
+	if (fstat(fd, st) < 0)
+		return -EINVAL;
+	if (S_ISREG(st->st_mode))
+		size = (uint64_t)st->st_size;
+	else if (!S_ISBLK(st->st_mode) || ioctl(fd, BLKGETSIZE64, &size) < 0)
+		return -EINVAL;
+	if (!*len) {
+		if (offset >= size)
+			return -EINVAL;
+		*len = size - offset;
+	}
+	/* A writable regular file may grow; anything else must already hold
+	 * the range. Offsets stay below 2^63 (off_t). */
+	if (offset > (uint64_t)INT64_MAX || *len > (uint64_t)INT64_MAX - offset)
+		return -EINVAL;
+	if ((access == DP_ACCESS_READ || S_ISBLK(st->st_mode)) && offset + *len > size)
+		return -EINVAL;
+	/* O_APPEND would make every write land at the end, whatever its offset. */
+	if ((access & DP_ACCESS_WRITE) && (fl & O_APPEND))
+		return -EINVAL;
+	return 0;
+}
+
+/*
+ * The region's fds, from *@fd (flags @fl, taken over): a buffered,
+ * blocking one of our own in *@fd, and f->dfd for direct I/O (opened with
+ * @acc) unless @buffered or the file takes none (-1). 0, or -EINVAL with
+ * *@fd left for the caller to close.
+ */
+static int file_fds(struct file_region *f, int *fd, int fl, int acc, bool buffered)
+{
+	f->dfd = -1;
+	if (fl & (O_DIRECT | O_NONBLOCK)) {
+		/* The client's description is shared with it: we never change
+		 * its flags, we open our own buffered, blocking one. */
+		int b = reopen(*fd, acc);
+
+		if (b < 0)
+			return -EINVAL;
+		if (fl & O_DIRECT)
+			f->dfd = *fd;
+		else
+			close(*fd);
+		*fd = b;
+	}
+	if (buffered && f->dfd >= 0) {
+		close(f->dfd);
+		f->dfd = -1;
+	} else if (f->dfd < 0 && !buffered) {
+		f->dfd = reopen(*fd, acc | O_DIRECT);
+		if (f->dfd < 0)
+			f->dfd = -1;
+	}
+	return 0;
+}
+
+static void log_opened(const struct region *reg, const struct file_region *f, const char *path)
+{
+	char shown[DP_PATH_MAX];
+
+	/* The path is the client's: no control characters into our log. */
+	snprintf(shown, sizeof(shown), "%s", path ? path : "client fd");
+	for (char *p = shown; *p; p++)
+		if (*p < 0x20 || *p > 0x7e)
+			*p = '?';
+	log_debug("file region: %s, %llu bytes at %llu, %s, direct I/O %s (align %u/%u), "
+		  "%s files",
+		  shown, (unsigned long long)reg->len, (unsigned long long)reg->file_off,
+		  f->access == DP_ACCESS_RW ? "rw" : "ro", f->dfd >= 0 ? "yes" : "no", f->off_align,
+		  f->mem_align, f->slot >= 0 ? "registered" : "plain");
+}
+
+/*
  * Builds a file region from @fd (taken over: closed on failure too) or, when
  * @fd is -1, from @path opened beneath --file-root. @len 0 means "to the
  * end of the file"; @flags is the access mode, with DP_FILE_BUFFERED for
@@ -184,8 +272,6 @@ static int file_region_open(struct region *reg, int fd, const char *path, uint64
 	unsigned access = flags & ~DP_FILE_BUFFERED;
 	int acc = access == DP_ACCESS_RW ? O_RDWR : O_RDONLY, fl, rc;
 	struct file_region *f = NULL;
-	char shown[DP_PATH_MAX];
-	uint64_t size;
 	struct stat st;
 
 	if (access != DP_ACCESS_READ && access != DP_ACCESS_RW) {
@@ -200,64 +286,15 @@ static int file_region_open(struct region *reg, int fd, const char *path, uint64
 		rc = fd;
 		goto err;
 	}
-	rc = -EPERM;
 	fl = fcntl(fd, F_GETFL);
-	if (fl < 0 || fl & O_PATH)
-		goto err;
-	if (((access & DP_ACCESS_READ) && (fl & O_ACCMODE) == O_WRONLY) ||
-	    ((access & DP_ACCESS_WRITE) && (fl & O_ACCMODE) == O_RDONLY))
-		goto err;
-	rc = -EINVAL;
-	if (fstat(fd, &st) < 0)
-		goto err;
-	if (S_ISREG(st.st_mode))
-		size = (uint64_t)st.st_size;
-	else if (!S_ISBLK(st.st_mode) || ioctl(fd, BLKGETSIZE64, &size) < 0)
-		goto err;
-	if (!len) {
-		if (offset >= size)
-			goto err;
-		len = size - offset;
-	}
-	/* A writable regular file may grow; anything else must already hold
-	 * the range. Offsets stay below 2^63 (off_t). */
-	if (offset > (uint64_t)INT64_MAX || len > (uint64_t)INT64_MAX - offset)
-		goto err;
-	if ((access == DP_ACCESS_READ || S_ISBLK(st.st_mode)) && offset + len > size)
-		goto err;
-	/* O_APPEND would make every write land at the end, whatever its offset. */
-	if ((access & DP_ACCESS_WRITE) && (fl & O_APPEND))
+	rc = file_check(fd, fl, access, offset, &len, &st);
+	if (rc)
 		goto err;
 	f = calloc(1, sizeof(*f));
-	if (!f) {
-		rc = -ENOMEM;
+	rc = f ? file_fds(f, &fd, fl, acc, flags & DP_FILE_BUFFERED) : -ENOMEM;
+	if (rc)
 		goto err;
-	}
 	f->access = access;
-	f->dfd = -1;
-	if (fl & (O_DIRECT | O_NONBLOCK)) {
-		/* The client's description is shared with it: we never change
-		 * its flags, we open our own buffered, blocking one. */
-		int b = reopen(fd, acc);
-
-		if (b < 0) {
-			rc = -EINVAL;
-			goto err;
-		}
-		if (fl & O_DIRECT)
-			f->dfd = fd;
-		else
-			close(fd);
-		fd = b;
-	}
-	if (flags & DP_FILE_BUFFERED && f->dfd >= 0) {
-		close(f->dfd);
-		f->dfd = -1;
-	} else if (f->dfd < 0 && !(flags & DP_FILE_BUFFERED)) {
-		f->dfd = reopen(fd, acc | O_DIRECT);
-		if (f->dfd < 0)
-			f->dfd = -1;
-	}
 	dio_probe(f, fd, &st);
 	f->slot = slot_get(fd);
 	f->dslot = slot_get(f->dfd);
@@ -266,16 +303,7 @@ static int file_region_open(struct region *reg, int fd, const char *path, uint64
 	reg->file_off = offset;
 	reg->len = len;
 	reg->eng[ENGINE_file] = f;
-	/* The path is the client's: no control characters into our log. */
-	snprintf(shown, sizeof(shown), "%s", path ? path : "client fd");
-	for (char *p = shown; *p; p++)
-		if (*p < 0x20 || *p > 0x7e)
-			*p = '?';
-	log_debug("file region: %s, %llu bytes at %llu, %s, direct I/O %s (align %u/%u), "
-		  "%s files",
-		  shown, (unsigned long long)len, (unsigned long long)offset,
-		  access == DP_ACCESS_RW ? "rw" : "ro", f->dfd >= 0 ? "yes" : "no", f->off_align,
-		  f->mem_align, f->slot >= 0 ? "registered" : "plain");
+	log_opened(reg, f, path);
 	return (int)access;
 err:
 	if (fd >= 0)

@@ -110,6 +110,10 @@ struct own_rx {
 	struct dp_stage_req *buf;
 };
 
+/* The fabric's CQ reader hands these their contexts (fab_ctx.on_cq). */
+static void on_send_cq(struct poller *p, struct fab_ctx *c, int fi_err);
+static void on_recv_cq(struct poller *p, struct fab_ctx *c, int fi_err);
+
 enum own_state { OWN_BUF, OWN_FETCH, OWN_COPY, OWN_PUSH, OWN_STATUS };
 
 /* An owner's request in service: one initiator slice. */
@@ -253,7 +257,7 @@ static struct stage_poller *stage_poller_new(struct poller *p)
 		s->sp = sp;
 		s->buf = sp->mem + i * fab_cfg.slice;
 		s->meta = sp->mem + n * fab_cfg.slice + i * META_LEN;
-		s->sctx.kind = FAB_CTX_STAGE_SEND;
+		s->sctx.on_cq = on_send_cq;
 		s->next = sp->free;
 		sp->free = s;
 	}
@@ -284,7 +288,7 @@ static bool owner_start(struct stage_poller *sp)
 		struct own_rx *rx = &sp->rx[i];
 		int rc;
 
-		rx->c.kind = FAB_CTX_STAGE_RECV;
+		rx->c.on_cq = on_recv_cq;
 		rx->rail = i / STAGE_RX_PER_RAIL;
 		rx->buf = (struct dp_stage_req *)sp->rx_mem + i;
 		rc = rx_post(sp, rx);
@@ -792,7 +796,7 @@ static int own_export(struct own_op *o)
 	return 0;
 }
 
-/* A request arrived (stage_cq_event): queued for a bounce buffer. */
+/* A request arrived (on_recv_cq): queued for a bounce buffer. */
 static void own_request(struct stage_poller *sp, const struct dp_stage_req *q)
 {
 	struct own_op *o;
@@ -1056,36 +1060,39 @@ static int own_progress(struct stage_poller *sp)
 	return work;
 }
 
-void stage_cq_event(struct poller *p, struct fab_ctx *c, int fi_err)
+/* An initiator's request went out, or failed. */
+static void on_send_cq(struct poller *p, struct fab_ctx *c, int fi_err)
+{
+	struct stage_slice *s = ctx_owner(c, struct stage_slice, sctx);
+
+	if (!p->eng[ENGINE_stage])
+		return;
+	s->sending = false;
+	if (fi_err) {
+		s->send_err = fabric_errno(fi_err);
+		if (s->send_err == -EHOSTUNREACH && s->op)
+			fabric_peer_lost(s->op->o.seg->remote->peer);
+	}
+	engine_kick(p, ENGINE_stage);
+}
+
+/* An initiator's request came to the owner (or the receive failed): served,
+ * and the receive posted again. */
+static void on_recv_cq(struct poller *p, struct fab_ctx *c, int fi_err)
 {
 	struct stage_poller *sp = p->eng[ENGINE_stage];
+	struct own_rx *rx = ctx_owner(c, struct own_rx, c);
+	int rc;
 
-	if (!sp)
-		return;
-	if (c->kind == FAB_CTX_STAGE_SEND) {
-		struct stage_slice *s = ctx_owner(c, struct stage_slice, sctx);
-
-		s->sending = false;
-		if (fi_err) {
-			s->send_err = fabric_errno(fi_err);
-			if (s->send_err == -EHOSTUNREACH && s->op)
-				fabric_peer_lost(s->op->o.seg->remote->peer);
-		}
-	} else if (c->kind == FAB_CTX_STAGE_RECV) {
-		struct own_rx *rx = ctx_owner(c, struct own_rx, c);
-		int rc;
-
-		if (fi_err == FI_ECANCELED)
-			return; /* at exit */
-		if (!fi_err && owner_on)
-			own_request(sp, rx->buf);
-		else if (fi_err)
-			log_debug("stage: a receive failed: %s", fi_strerror(fi_err));
-		rc = rx_post(sp, rx);
-		if (rc)
-			log_err("stage: rail %u: posting a receive again: %s", rx->rail,
-				fi_strerror(-rc));
-	}
+	if (!sp || fi_err == FI_ECANCELED)
+		return; /* at exit */
+	if (!fi_err && owner_on)
+		own_request(sp, rx->buf);
+	else if (fi_err)
+		log_debug("stage: a receive failed: %s", fi_strerror(fi_err));
+	rc = rx_post(sp, rx);
+	if (rc)
+		log_err("stage: rail %u: posting a receive again: %s", rx->rail, fi_strerror(-rc));
 	engine_kick(p, ENGINE_stage);
 }
 
