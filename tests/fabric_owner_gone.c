@@ -170,3 +170,47 @@ Test(fabric_owner_gone, sockets)
 {
 	owner_gone("sockets");
 }
+
+/* Mappings of a service's process of exactly @len bytes (/proc/PID/maps). */
+static unsigned maps_of_len(pid_t pid, uint64_t len)
+{
+	char path[64], line[512];
+	unsigned n = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	f = fopen(path, "r");
+	cr_assert(f, "%s", path);
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+
+		if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && hi - lo == len)
+			n++;
+	}
+	fclose(f);
+	return n;
+}
+
+/* An export peers could RMA into is kept mapped (as anonymous memory) for
+ * a grace period after its region goes, then unmapped by the control
+ * thread, which a poller's quarantine wakes: an idle service, with no
+ * other event to run its loop, still lets it go. */
+Test(fabric_owner_gone, quarantined_mapping_goes_on_an_idle_service)
+{
+	const uint64_t len = 5 * MiB + 12 * 4096; /* a size nothing else maps */
+	struct fab_pair p;
+	uint8_t *mem;
+	unsigned left = 1;
+	int r;
+
+	fab_pair_start(&p, "tcp", 0, NULL, NULL);
+	r = alloc_region(p.cb, len, &mem);
+	export_segment(p.cb, r, "quarantined", DP_ACCESS_RW);
+	cr_assert_eq(maps_of_len(fab_svc[1].pid, len), 1, "the export's mapping in B");
+	cr_assert_eq(dp_segment_unexport(p.cb, "quarantined"), 0, "%s", dp_last_error());
+	cr_assert_eq(dp_free(p.cb, r), 0, "%s", dp_last_error());
+	for (unsigned i = 0; i < 500 && (left = maps_of_len(fab_svc[1].pid, len)); i++)
+		sleep_ms(10);
+	cr_assert_eq(left, 0, "B still maps the freed region 5 s later");
+	fab_pair_stop(&p);
+}

@@ -61,11 +61,6 @@ struct conn {
 	struct conn *next;
 };
 
-/* While no mapping is quarantined (host.c), how often the loop asks:
- * a poller that drops a region's last reference quarantines it without
- * telling this thread, whose timer then finds it within this long. */
-#define QUARANTINE_POLL_MS 200
-
 static struct {
 	int epfd;
 	struct ev_handler listen, rpc, signals, wake;
@@ -76,6 +71,7 @@ static struct {
 	struct ev_timer reap;
 	struct ev_timer rpc_deadlines; /* armed by rpc.c */
 	struct ev_timer quarantine;    /* host.c's quarantined mappings */
+	struct ev_wake quarantined;    /* host.c: the first one is kept */
 } ctl = {.epfd = -1};
 
 int control_wake_efd = -1; /* made by main before any thread starts */
@@ -1297,7 +1293,13 @@ static int quarantine_sweep(struct ev_timer *t)
 	int ms = host_quarantine_sweep();
 
 	(void)t;
-	return ms >= 0 ? ms : QUARANTINE_POLL_MS;
+	return ms >= 0 ? ms : EV_TIMER_NOMORE;
+}
+
+/* A poller kept a mapping where none was: the sweep's timer runs again. */
+static void quarantine_started(void)
+{
+	ev_timer_arm(&ctl.quarantine, dp_now_ns());
 }
 
 /* ---- the loop's other fds ---- */
@@ -1445,7 +1447,11 @@ static int loop_start(int rpc_fd)
 	int rc, dir_rc;
 
 	rpc_start(ctl.epfd, &ctl.rpc_deadlines);
-	rc = segments_start(ctl.epfd);
+	rc = ev_wake_open(ctl.epfd, &ctl.quarantined, quarantine_started, "the quarantine");
+	if (!rc)
+		host_quarantine_wake(ctl.quarantined.ev.fd);
+	if (!rc)
+		rc = segments_start(ctl.epfd);
 	if (!rc)
 		rc = notif_remote_start(ctl.epfd);
 	if (!rc && rpc_fd >= 0)
@@ -1496,6 +1502,8 @@ int control_run(int rpc_fd)
 	pollers_stop();
 	control_cleanup();
 	host_quarantine_sweep(); /* dp_stopping: all of them */
+	host_quarantine_wake(-1);
+	ev_wake_close(&ctl.quarantined);
 	notif_remote_cleanup();
 	directory_stop();
 	close(ctl.epfd);

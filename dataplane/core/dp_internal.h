@@ -315,8 +315,11 @@ void qsbr_synchronize(void);
 void region_put(struct region *r);
 /* host.c: mappings of regions peers could RMA into, kept (as anonymous
  * memory) for a grace period after the region goes; the control thread
- * sweeps them: ms until the next is due, -1 when none is kept. */
+ * sweeps them: ms until the next is due, -1 when none is kept. The first
+ * kept while none was rings `efd` (host_quarantine_wake; -1: none), so
+ * that the sweep's timer runs again. */
 int host_quarantine_sweep(void);
+void host_quarantine_wake(int efd);
 void segment_put(struct segment *s);
 void client_put(struct client *c);
 

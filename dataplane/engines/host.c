@@ -427,10 +427,18 @@ struct quarantined {
 
 static pthread_mutex_t quarantine_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct quarantined *quarantine_head, **quarantine_tail = &quarantine_head;
+static _Atomic int quarantine_efd = -1;
+
+void host_quarantine_wake(int efd)
+{
+	atomic_store(&quarantine_efd, efd);
+}
 
 static void host_quarantine(void *map, size_t len)
 {
 	struct quarantined *k = malloc(sizeof(*k));
+	bool first;
+	int efd;
 
 	if (!k ||
 	    mmap(map, len, PROT_READ | PROT_WRITE,
@@ -441,9 +449,14 @@ static void host_quarantine(void *map, size_t len)
 	}
 	*k = (struct quarantined){.map = map, .len = len, .until = dp_now_ns() + QUARANTINE_NS};
 	pthread_mutex_lock(&quarantine_lock);
+	first = !quarantine_head;
 	*quarantine_tail = k;
 	quarantine_tail = &k->next;
 	pthread_mutex_unlock(&quarantine_lock);
+	/* Later ones are due after it: the sweep that frees it arms itself
+	 * for them. */
+	if (first && (efd = atomic_load(&quarantine_efd)) >= 0)
+		wake_efd_ring(efd);
 }
 
 int host_quarantine_sweep(void)
