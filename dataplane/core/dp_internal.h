@@ -294,9 +294,9 @@ extern struct poller pollers[DP_MAX_POLLERS]; /* poller.c */
 extern atomic_int dp_stopping;		      /* lifetime.c: the service is stopping */
 extern int control_wake_efd; /* control.c: pollers -> control thread: a client broke */
 
-/* The service's own wake-ups (poller wake_efd, control_wake_efd): eventfds
- * no client ever holds, so their O_NONBLOCK is ours alone. Client doorbells
- * are sockets (dp_doorbell_ring/drain). */
+/* The service's own wake-ups (poller wake_efd, control_wake_efd, event.h's
+ * ev_wake): eventfds no client ever holds, so their O_NONBLOCK is ours
+ * alone. Client doorbells are sockets (dp_doorbell_ring/drain). */
 static inline void wake_efd_ring(int efd)
 {
 	uint64_t one = 1;
