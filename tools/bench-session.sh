@@ -14,35 +14,8 @@ B_CPU=${B_CPU:-1}
 C_CPU=${C_CPU:-0}
 q=${QUICK:+--quick}
 id=$$
-dir=$(mktemp -d /tmp/dp-bench-session-XXXXXX)
-pids=""
-nsA="" nsB=""
-stop_services() {
-	for p in $pids; do kill "$p" 2>/dev/null || true; done
-	for p in $pids; do wait "$p" 2>/dev/null || true; done
-	pids=""
-	rm -f "$dir"/*.sock "$dir"/*.peer
-}
-cleanup() {
-	stop_services
-	[ -z "$nsA" ] || ip netns del "$nsA" 2>/dev/null || true
-	[ -z "$nsB" ] || ip netns del "$nsB" 2>/dev/null || true
-	rm -rf "$dir"
-}
-trap cleanup EXIT INT TERM
-svc() { # NAME CPU PORT NS(or "") -- options...
-	name=$1 cpu=$2 port=$3 ns=$4
-	shift 5
-	if [ -n "$ns" ]; then set -- ip netns exec "$ns" "$B/dataplaned" "$@"; else set -- "$B/dataplaned" "$@"; fi
-	"$@" --socket "$dir/$name.sock" --provider tcp --rpc-port "$port" --cpus "$cpu" \
-		--log-level warn 2>"$dir/$name.log" &
-	pids="$pids $!"
-	for _ in $(seq 200); do [ -S "$dir/$name.sock" ] && return 0; sleep 0.05; done
-	echo "bench-session: dataplaned $name did not start:" >&2
-	cat "$dir/$name.log" >&2
-	exit 1
-}
-echo "bench-session: $(nproc) CPUs, $(uname -r); CPUs: client $C_CPU, a's poller $A_CPU, b's poller $B_CPU"
+BENCH=bench-session
+. "$(dirname "$0")/bench-services.sh"
 "$B/dp-bench" --cpu "$C_CPU" --service-cpu "$B_CPU" placement
 
 echo "== one service"
