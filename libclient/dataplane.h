@@ -104,6 +104,11 @@ struct dp_cqe {
  * mapped and copied directly: no fabric (docs/cluster.md "Same host"); with
  * DP_CQE_F_GPU when a GPU took part. DP_CQE_F_LOCAL is not set. */
 #define DP_CQE_F_SAME_HOST 16u
+/** A copy between two GPUs that have no peer access to each other (no
+ * NVLink or PCIe peer path): the CUDA driver staged it through host
+ * memory. With DP_CQE_F_GPU; never set for a copy within one GPU or
+ * between peers. */
+#define DP_CQE_F_GPU_STAGED 32u
 
 /**
  * A notification: one entry of a client's notification ring, telling the

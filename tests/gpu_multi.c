@@ -46,12 +46,33 @@ static void memset_on(int dev, void *p, size_t len)
 	CK(cudaSetDevice(0));
 }
 
-static void expect_gpu(struct dp_cqe c, uint64_t len, const char *what)
+/* DP_CQE_F_GPU_STAGED where devices a and b have no peer access either
+ * way (the driver stages their copies through host memory), else 0. */
+static uint32_t staged_flag(int a, int b)
+{
+	int ab = 0, ba = 0;
+
+	if (a == b)
+		return 0;
+	CK(cudaDeviceCanAccessPeer(&ab, a, b));
+	CK(cudaDeviceCanAccessPeer(&ba, b, a));
+	return ab || ba ? 0 : DP_CQE_F_GPU_STAGED;
+}
+
+/* A GPU copy's completion, its peer path (@staged) said as it was. */
+static void expect_gpu_path(struct dp_cqe c, uint64_t len, uint32_t staged, const char *what)
 {
 	cr_assert_eq(c.status, 0, "%s of %llu B: %s", what, (unsigned long long)len,
 		     dp_strerror(c.status));
 	cr_assert_eq(c.bytes, len, "%s: %llu bytes", what, (unsigned long long)c.bytes);
 	cr_assert(c.flags & DP_CQE_F_GPU, "%s: flags %#x", what, c.flags);
+	cr_assert_eq(c.flags & DP_CQE_F_GPU_STAGED, staged, "%s: flags %#x, peer path %s", what,
+		     c.flags, staged ? "staged" : "direct");
+}
+
+static void expect_gpu(struct dp_cqe c, uint64_t len, const char *what)
+{
+	expect_gpu_path(c, len, staged_flag(0, 1), what);
 }
 
 /* Device 0's buffer of client A -> device 1's export of client B, and
@@ -127,8 +148,8 @@ Test(gpu_multi, current_device_is_not_the_buffers)
 	rd = gpu_register(c, d0, MiB);
 	seg = export_open(c, rd, "ctx", DP_ACCESS_RW, DP_ACCESS_RW);
 	q = make_queue(c, 8);
-	expect_gpu(run1(q, true, rs, 0, seg, 0, MiB, 1, 30000), MiB,
-		   "WRITE from device 1's context");
+	expect_gpu_path(run1(q, true, rs, 0, seg, 0, MiB, 1, 30000), MiB, 0,
+			"WRITE from device 1's context");
 	CK(cudaSetDevice(0));
 	gpu_expect(d0, MiB, 7, 0, "device 0 buffer written under device 1's context");
 	dp_queue_destroy(q);
@@ -168,9 +189,9 @@ Test(gpu_multi, all_to_all_by_session)
 			int seg = dp_session_open(c[r], dp_session_name(c[p]), DP_ACCESS_RW);
 
 			cr_assert_geq(seg, 0, "rank %d opens rank %d: %s", r, p, dp_last_error());
-			expect_gpu(run1(q[r], false, rin[r], (uint64_t)p * len, seg,
-					(uint64_t)(uintptr_t)buf[p], len, (uint64_t)p, 60000),
-				   len, p == r ? "self READ" : "peer READ");
+			expect_gpu_path(run1(q[r], false, rin[r], (uint64_t)p * len, seg,
+					     (uint64_t)(uintptr_t)buf[p], len, (uint64_t)p, 60000),
+					len, staged_flag(r, p), p == r ? "self READ" : "peer READ");
 			dp_segment_close(c[r], seg);
 		}
 	for (int r = 0; r < n; r++)

@@ -276,6 +276,10 @@ struct gpu_mem {
 
 static int ndev;
 static cudaUUID_t uuids[GPU_MAX_DEVICES];
+/* peer[i][j]: device i reaches device j's memory directly (peer access
+ * enabled at start); a copy between devices without it either way is
+ * staged through host memory by the driver (DP_CQE_F_GPU_STAGED). */
+static bool peer[GPU_MAX_DEVICES][GPU_MAX_DEVICES];
 static void pinner_start(void);
 static void vmm_lookup(void);
 static int prio_small, prio_bulk;
@@ -345,10 +349,12 @@ static int gpu_init(void)
 			cudaSetDevice(i);
 			err = cudaDeviceEnablePeerAccess(j, 0);
 			if (err != cudaSuccess && err != cudaErrorPeerAccessAlreadyEnabled)
-				log_warn("gpu: peer access %d -> %d: %s", i, j,
-					 cudaGetErrorString(err));
+				log_warn("gpu: peer access %d -> %d: %s; copies between them are "
+					 "staged through host memory",
+					 i, j, cudaGetErrorString(err));
 			else
 				log_info("gpu: peer access %d -> %d", i, j);
+			peer[i][j] = err == cudaSuccess || err == cudaErrorPeerAccessAlreadyEnabled;
 		}
 	if (n > 1)
 		cudaSetDevice(0);
@@ -1131,11 +1137,20 @@ static int pages_flush(struct poller *p, struct gpu_poller *g)
 	return n;
 }
 
+/* DP_CQE_F_GPU_STAGED for a copy between two devices with no peer access
+ * either way, else 0. */
+static uint32_t gpu_staged(const struct region *a, const struct region *b)
+{
+	if (a->kind != REGION_CUDA || b->kind != REGION_CUDA || a->device == b->device)
+		return 0;
+	return peer[a->device][b->device] || peer[b->device][a->device] ? 0 : DP_CQE_F_GPU_STAGED;
+}
+
 /* Issues a routed copy on its lane's stream (its host windows pinned, or
  * refused by the pinner's cap: pageable then). */
 static void gpu_issue(struct poller *p, const struct xfer *req)
 {
-	const uint32_t flags = req->path | DP_CQE_F_GPU;
+	uint32_t flags = req->path | DP_CQE_F_GPU;
 	struct gpu_poller *g = gpu_poller_get(p);
 	const struct region *rdst, *rsrc;
 	struct gpu_lane *l;
@@ -1160,6 +1175,7 @@ static void gpu_issue(struct poller *p, const struct xfer *req)
 	rdst = req->d->opcode == DP_OP_WRITE ? req->rb : req->ra;
 	rsrc = rdst == req->ra ? req->rb : req->ra;
 	dev = rdst->kind == REGION_CUDA ? rdst->device : rsrc->device;
+	flags |= gpu_staged(rsrc, rdst);
 	d = &g->dev[dev];
 	l = &d->lane[req->len <= GPU_SMALL_MAX ? LANE_SMALL : LANE_BULK];
 	if (l == &d->lane[LANE_SMALL] && rdst->kind == REGION_CUDA && rsrc->kind == REGION_CUDA &&

@@ -16,6 +16,7 @@ F_FABRIC: int
 F_GPU: int
 F_FILE: int
 F_SAME_HOST: int
+F_GPU_STAGED: int
 SEGMENT_NAME_MAX: int
 DESC_SIZE: int
 COMPLETION_SIZE: int

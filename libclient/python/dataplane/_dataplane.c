@@ -2598,6 +2598,7 @@ PyMODINIT_FUNC PyInit__dataplane(void)
 	    add_int(m, "F_LOCAL", DP_CQE_F_LOCAL) || add_int(m, "F_FABRIC", DP_CQE_F_FABRIC) ||
 	    add_int(m, "F_GPU", DP_CQE_F_GPU) || add_int(m, "F_FILE", DP_CQE_F_FILE) ||
 	    add_int(m, "F_SAME_HOST", DP_CQE_F_SAME_HOST) ||
+	    add_int(m, "F_GPU_STAGED", DP_CQE_F_GPU_STAGED) ||
 	    PyModule_AddStringConstant(m, "VERSION", DP_VERSION_STRING) ||
 	    add_int(m, "ABI_VERSION", DP_ABI_VERSION) ||
 	    add_int(m, "SEGMENT_NAME_MAX", DP_SEGMENT_NAME_MAX) ||
