@@ -70,6 +70,7 @@ static struct {
 	 * for the earliest). */
 	struct ev_timer reap;
 	struct ev_timer rpc_deadlines; /* armed by rpc.c */
+	struct ev_timer notify_retry;  /* armed by notif_remote.c */
 	struct ev_timer quarantine;    /* host.c's quarantined mappings */
 	struct ev_wake quarantined;    /* host.c: the first one is kept */
 } ctl = {.epfd = -1};
@@ -1418,9 +1419,11 @@ static int loop_open(int lfd, int rpc_fd)
 	ctl.wake = (struct ev_handler){.fd = control_wake_efd, .on_event = on_wake_event};
 	ctl.rpc = (struct ev_handler){.fd = rpc_fd, .on_event = on_rpc_event};
 	ctl.rpc_deadlines.on_timer = rpc_deadlines;
+	ctl.notify_retry.on_timer = notif_remote_retry;
 	ctl.reap.on_timer = reap_broken;
 	ctl.quarantine.on_timer = quarantine_sweep;
 	ev_timer_add(&ctl.timers, &ctl.rpc_deadlines);
+	ev_timer_add(&ctl.timers, &ctl.notify_retry);
 	ev_timer_add(&ctl.timers, &ctl.reap);
 	ev_timer_add(&ctl.timers, &ctl.quarantine);
 	ev_timer_arm(&ctl.quarantine, dp_now_ns());
@@ -1442,7 +1445,7 @@ static int loop_fail(int rc)
 
 /* What registers fds, wake-ups and timers of its own in the loop: 0, or
  * the first failure (logged), which stops the service. */
-static int loop_start(int rpc_fd)
+static int loop_start(void)
 {
 	int rc, dir_rc;
 
@@ -1453,8 +1456,8 @@ static int loop_start(int rpc_fd)
 	if (!rc)
 		rc = segments_start(ctl.epfd);
 	if (!rc)
-		rc = notif_remote_start(ctl.epfd);
-	if (!rc && rpc_fd >= 0)
+		rc = notif_remote_start(ctl.epfd, &ctl.notify_retry);
+	if (!rc)
 		rc = session_start(ctl.epfd);
 	dir_rc = directory_start(ctl.epfd, remotes_invalidate);
 	if (dir_rc)
@@ -1483,7 +1486,7 @@ int control_run(int rpc_fd)
 			close(ctl.signals.fd);
 		return loop_fail(rc);
 	}
-	rc = loop_start(rpc_fd);
+	rc = loop_start();
 	if (rc)
 		atomic_store(&dp_stopping, 1);
 	log_info("listening on %s", cfg.socket_path);

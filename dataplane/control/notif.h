@@ -121,9 +121,13 @@ void notif_forward(const char *server, const char *segment, struct notif_req *n)
  * there), -EINVAL when its entries do not fill it exactly as count and
  * bytes say (nothing delivered). */
 int notif_receive(const struct dp_rpc_notify *q);
-/* The control loop's epoll set, for the wake-up of notif_forward: 0 or
+/* The control loop's epoll set, for the wake-up of notif_forward, and
+ * its timer for sending again a batch that found every lookup slot taken
+ * (RPC_MAX_CALLS in flight), whose handler is notif_remote_retry: 0 or
  * -errno (logged). */
-int notif_remote_start(int epfd);
+struct ev_timer;
+int notif_remote_start(int epfd, struct ev_timer *retry);
+int notif_remote_retry(struct ev_timer *t);
 /* Control thread, at exit, after rpc_shutdown: frees what is left. */
 void notif_remote_cleanup(void);
 /* Control thread: puts one on the ring of `seg`'s owner (notif.c);

@@ -26,6 +26,11 @@
 #include "segments.h"
 #include "stats.h"
 
+/* A batch that found every lookup slot taken goes again this much later. */
+#define NOTIF_RETRY_MS 10
+
+static struct ev_timer *retry_timer; /* the loop's; notif_remote_retry */
+
 /* A notification on its way to `server`: its entry and bytes as they go
  * on the wire. */
 struct notif_out {
@@ -195,12 +200,16 @@ static void peer_send(struct notif_peer *p)
 			p->nbatch = n;
 			return;
 		}
-		/* Not even started (the peer's name does not resolve, too
-		 * many calls): that batch is lost, the next one may do. */
+		/* Every lookup slot taken: the batch stays, and is sent again
+		 * once the retry timer fires (nothing else would run it). */
+		if (rc == -EAGAIN) {
+			ev_timer_arm(retry_timer, dp_now_ns() + NOTIF_RETRY_MS * 1000000ull);
+			return;
+		}
+		/* Not even started (the peer's name does not resolve): that
+		 * batch is lost, the next one may do. */
 		p->nbatch = n;
 		batch_end(p, rc);
-		if (rc == -EAGAIN)
-			return;
 	}
 }
 
@@ -332,9 +341,18 @@ int notif_receive(const struct dp_rpc_notify *q)
 	return 0;
 }
 
-int notif_remote_start(int epfd)
+int notif_remote_start(int epfd, struct ev_timer *retry)
 {
+	retry_timer = retry;
 	return ev_wake_open(epfd, &outbox_wake, notif_outbox_run, "the notifications' outbox");
+}
+
+int notif_remote_retry(struct ev_timer *t)
+{
+	(void)t;
+	for (struct notif_peer *p = peers; p; p = p->next)
+		peer_send(p);
+	return EV_TIMER_NOMORE;
 }
 
 void notif_remote_cleanup(void)

@@ -554,9 +554,17 @@ static void ask_done(struct ask_ctx *x, int rc, struct segment *seg, bool from_p
 {
 	struct session_cli *s = x->s;
 
-	/* Cut before its answer: asked again, in the same slot. */
-	if (rc == -EHOSTUNREACH && from_port && x->tries < ASK_TRIES && !s->closed && !ask_start(x))
-		return;
+	/* Cut before its answer: asked again, in the same slot. A retry
+	 * that cannot start (no fd, no memory, no lookup slot) is this
+	 * service's trouble, not a sign the session went. */
+	if (rc == -EHOSTUNREACH && from_port && x->tries < ASK_TRIES && !s->closed) {
+		int again = ask_start(x);
+
+		if (!again)
+			return;
+		rc = again;
+		from_port = false;
+	}
 	if (!rc && !s->closed)
 		rc = map_insert(s, x->va, x->len, seg);
 	/* The session's port went away: so did its client. */
