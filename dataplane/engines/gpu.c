@@ -2,6 +2,7 @@
 /* gpu.c - the service's CUDA code: devices, GPU regions, the GPU copy path.
  * See gpu.h. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -163,7 +164,7 @@ const struct engine gpu_engine = {
 #include "xfer_op.h"
 
 #define GPU_MAX_DEVICES 16
-enum { LANE_BULK, LANE_SMALL, GPU_LANES };
+enum { LANE_BULK, LANE_SMALL, LANE_PAGES, GPU_LANES };
 
 _Static_assert(sizeof(cudaIpcMemHandle_t) ==
 		       sizeof(((struct dp_msg_region_register_cuda *)0)->handle),
@@ -171,15 +172,17 @@ _Static_assert(sizeof(cudaIpcMemHandle_t) ==
 
 /*
  * Batches of pages (docs/gpu.md "Batched pages"): GPU -> GPU copies of one
- * device up to GPU_SMALL_MAX wait on their lane's pending list instead of
- * going out one cudaMemcpyAsync each. The lane flushes it from
- * gpu_progress, which runs right after the poller's drain in the same loop:
- * one page is a cudaMemcpyAsync as before; more are one launch of the page
- * kernel (gpu_pages.cu) over a table in pinned host memory, and one event
- * for all. While GPU_BATCH_INFLIGHT flushes of the lane are running, the
- * list keeps growing (a lone copy on an idle lane goes at once: P10), up to
- * GPU_BATCH_MAX pages or GPU_BATCH_BYTES: a flush's kernel stays short, so
- * another queue's copy on the lane waits for at most two of them.
+ * device up to GPU_SMALL_MAX from a queue with other descriptors in flight
+ * wait on the pages lane's pending list instead of going out one
+ * cudaMemcpyAsync each. The lane flushes it from gpu_progress, which runs
+ * right after the poller's drain in the same loop: one page is a
+ * cudaMemcpyAsync; more are one launch of the page kernel (gpu_pages.cu)
+ * over a table in pinned host memory, and one event for all. While
+ * GPU_BATCH_INFLIGHT flushes of the lane are running, the list keeps
+ * growing, up to GPU_BATCH_MAX pages or GPU_BATCH_BYTES, so a flush's
+ * kernel stays short. A queue's only copy in flight is no batch: it goes at
+ * once on the small lane (P10), whose stream has the higher priority, so
+ * it does not wait behind another queue's pages.
  */
 #define GPU_BATCH_MAX 1024u
 #define GPU_BATCH_BYTES (16ull << 20)
@@ -272,6 +275,10 @@ struct gpu_mem {
 	struct dp_msg_region_register_cuda ipc;			/* IPC: as registered */
 	struct dp_msg_region_register_cuda_vmm desc;		/* VMM: as registered */
 	CUmemGenericAllocationHandle h[DP_CUDA_VMM_MAX_PIECES]; /* VMM: imported */
+	/* VMM: the pieces' fds as received, kept for services of this host
+	 * that map the region too (gpu_region_vmm): the driver does not
+	 * export a handle it imported (CUDA_ERROR_INVALID_VALUE, driver 13.0). */
+	int fd[DP_CUDA_VMM_MAX_PIECES];
 };
 
 static int ndev;
@@ -549,8 +556,10 @@ int gpu_region_open_vmm(struct region *reg, const struct dp_msg_region_register_
 	reg->map_len = total;
 	reg->base = (uint8_t *)reg->map + req->offset;
 	reg->len = req->len;
+	for (uint32_t i = 0; i < req->npieces; i++)
+		m->fd[i] = fds[i];
 	log_debug("gpu: mapped %u VMM pieces, %zu bytes, on device %d", req->npieces, total, dev);
-	goto out_fds;
+	return 0;
 undo:
 	log_warn("gpu: VMM registration of %u pieces (%zu bytes) on device %d: %s (%u pieces "
 		 "imported, %u mapped): %s",
@@ -560,7 +569,6 @@ undo:
 	free(m);
 	rc = cr == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EINVAL;
 out_fds:
-	/* The imported handles hold the allocations; the fds are done. */
 	for (uint32_t i = 0; i < req->npieces; i++)
 		close(fds[i]);
 	return rc;
@@ -569,28 +577,19 @@ out_fds:
 int gpu_region_vmm(const struct region *reg, struct dp_msg_region_register_cuda_vmm *out, int *fds)
 {
 	const struct gpu_mem *m = reg->kind == REGION_CUDA ? reg->eng[ENGINE_gpu] : NULL;
-	CUresult cr = CUDA_SUCCESS;
 	unsigned n = 0;
-	int prev;
 
 	if (!m || !m->vmm)
 		return -ENOTSUP;
-	prev = ctx_enter(reg->device);
-	for (; n < m->desc.npieces; n++) {
-		int fd = -1;
-
-		cr = vmm.export_fd(&fd, m->h[n], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-		if (cr != CUDA_SUCCESS)
+	for (; n < m->desc.npieces; n++)
+		if ((fds[n] = fcntl(m->fd[n], F_DUPFD_CLOEXEC, 0)) < 0)
 			break;
-		fds[n] = fd;
-	}
-	dev_leave(prev, reg->device);
-	if (cr != CUDA_SUCCESS) {
-		log_warn("gpu: cuMemExportToShareableHandle of piece %u of a VMM region: %s", n,
-			 cu_err(cr));
+	if (n < m->desc.npieces) {
+		log_warn("gpu: a VMM region's piece %u for another service: %s", n,
+			 strerror(errno));
 		while (n)
 			close(fds[--n]);
-		return -ENOTSUP;
+		return -EMFILE;
 	}
 	*out = m->desc;
 	return 0;
@@ -675,6 +674,8 @@ static void gpu_vmm_close(struct region *reg, struct gpu_mem *m)
 	int prev = ctx_enter(reg->device);
 
 	vmm_undo(m, (CUdeviceptr)(uintptr_t)reg->map, m->desc.npieces, m->desc.npieces);
+	for (uint32_t i = 0; i < m->desc.npieces; i++)
+		close(m->fd[i]);
 	log_debug("gpu: unmapped the %u VMM pieces of %zu bytes on device %d", m->desc.npieces,
 		  reg->map_len, reg->device);
 	dev_leave(prev, reg->device);
@@ -1015,7 +1016,7 @@ static void page_queue(struct poller *p, struct gpu_poller *g, struct gpu_lane *
 		       struct gpu_op *op, const struct xfer *req, int dev, uint32_t flags)
 {
 	op_init(op, req, dev, flags);
-	op->lane = LANE_SMALL;
+	op->lane = LANE_PAGES;
 	g->pending++;
 	op_fifo_push(&l->pend, &op->node);
 	l->npend++;
@@ -1037,6 +1038,8 @@ static int tab_get(struct gpu_lane *l)
 			cudaGetLastError();
 			return -1;
 		}
+		/* Until the flush's last op finishes (op_finish). */
+		l->tab_busy[i] = true;
 		return (int)i;
 	}
 	return -1;
@@ -1072,7 +1075,7 @@ static int lane_flush(struct poller *p, struct gpu_poller *g, int dev, struct gp
 
 	prev = dev_enter(dev);
 	if (!l->stream)
-		err = cudaStreamCreateWithPriority(&l->stream, cudaStreamNonBlocking, prio_small);
+		err = cudaStreamCreateWithPriority(&l->stream, cudaStreamNonBlocking, prio_bulk);
 	if (err == cudaSuccess && !(ev = event_get(d)))
 		err = cudaErrorMemoryAllocation;
 	if (err == cudaSuccess && n > 1)
@@ -1128,7 +1131,7 @@ static int pages_flush(struct poller *p, struct gpu_poller *g)
 	int n = 0;
 
 	for (int dev = 0; dev < ndev; dev++) {
-		struct gpu_lane *l = &g->dev[dev].lane[LANE_SMALL];
+		struct gpu_lane *l = &g->dev[dev].lane[LANE_PAGES];
 
 		while (l->npend && (l->launches < GPU_BATCH_INFLIGHT || l->npend >= GPU_BATCH_MAX ||
 				    l->pend_bytes >= GPU_BATCH_BYTES))
@@ -1178,9 +1181,9 @@ static void gpu_issue(struct poller *p, const struct xfer *req)
 	flags |= gpu_staged(rsrc, rdst);
 	d = &g->dev[dev];
 	l = &d->lane[req->len <= GPU_SMALL_MAX ? LANE_SMALL : LANE_BULK];
-	if (l == &d->lane[LANE_SMALL] && rdst->kind == REGION_CUDA && rsrc->kind == REGION_CUDA &&
-	    rdst->device == rsrc->device) {
-		page_queue(p, g, l, op, req, dev, flags);
+	if (l == &d->lane[LANE_SMALL] && req->q->inflight && rdst->kind == REGION_CUDA &&
+	    rsrc->kind == REGION_CUDA && rdst->device == rsrc->device) {
+		page_queue(p, g, &d->lane[LANE_PAGES], op, req, dev, flags);
 		return;
 	}
 

@@ -54,9 +54,9 @@ int gpu_region_ipc(const struct region *reg, struct dp_msg_region_register_cuda 
 int gpu_region_open_vmm(struct region *reg, const struct dp_msg_region_register_cuda_vmm *req,
 			int *fds);
 /* A VMM region's description as registered and a fresh POSIX fd per piece
- * (cuMemExportToShareableHandle of the handles imported here) in @fds,
- * for a service of this host that maps it too: 0, or -ENOTSUP (not a VMM
- * region, or the driver would not export; no fd is left open). */
+ * in @fds (duplicates of the fds it was registered with), for a service of
+ * this host that maps it too: 0, -ENOTSUP (not a VMM region) or -EMFILE
+ * (no fd is left open then). */
 int gpu_region_vmm(const struct region *reg, struct dp_msg_region_register_cuda_vmm *out, int *fds);
 /*
  * The file engine's staging (file.c): pinned host buffers, and copies
