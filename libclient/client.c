@@ -1839,11 +1839,8 @@ const char *dp_strerror(int err)
 		return "no usable GPU (no device or driver here, or the service sees none)";
 	case ENOTSUP:
 		return "not supported: this pair of memories or this path (dp_register_mem memory "
-		       "with GPU memory or a file, file <-> file or over the fabric, a "
-		       "notification "
-		       "through host staging, GPU memory without CUDA, staging off: --stage-bufs "
-		       "0; "
-		       "docs/api.md)";
+		       "with a file, file <-> file or over the fabric, GPU memory without CUDA, "
+		       "staging off: --stage-bufs 0; docs/api.md)";
 	default:
 		return err < 0 ? strerror(-err) : "not an error code";
 	}

@@ -20,10 +20,12 @@
  * What it moves: a VM region on either side and host memory of this
  * service (a host region, or another service's export mapped here) on the
  * other, or a VM region on both (two calls per slice through a bounce
- * buffer of the poller). A VM region of another service's client on this
- * host is one too: that service passed the client's pidfd (samehost.c,
- * vm.h), and completions say DP_CQE_F_SAME_HOST. Anything else with a VM
- * region in it is -ENOTSUP: GPU memory, files. Over the fabric a VM
+ * buffer of the poller), or GPU memory on the other side (through the
+ * poller's pinned buffers: each slice a process_vm_* call and a copy on
+ * the GPU engine's staging stream, gpu_stage_copy; DP_CQE_F_GPU). A VM
+ * region of another service's client on this host is one too: that
+ * service passed the client's pidfd (samehost.c, vm.h), and completions
+ * say DP_CQE_F_SAME_HOST. A file with a VM region is -ENOTSUP. Over the fabric a VM
  * region is staged (stage.c, with vm_region_copy): ours through our bounce
  * buffers, an export of ours by its owner's. Copies up to --inline-max run
  * in submit; larger ones go --copy-chunk at a time, round robin, as the
@@ -42,6 +44,7 @@
 
 #include "clock.h"
 #include "engine.h"
+#include "gpu.h"
 #include "notif.h"
 #include "oplist.h"
 #include "vm.h"
@@ -56,6 +59,9 @@
 /* Processes whose liveness one poller remembers, and for how long. */
 #define ALIVE_SLOTS 8
 #define ALIVE_NS 100000u
+/* Pinned buffers of a poller for GPU slices (cfg.chunk bytes each): one
+ * slice's GPU copy runs while another's process_vm_* call does. */
+#define VM_PINS 2
 
 /* A REGION_VM's state (reg->eng[ENGINE_vm]). */
 struct vm_mem {
@@ -64,19 +70,26 @@ struct vm_mem {
 	uint64_t addr; /* byte 0 of the region, in that process */
 };
 
-/* One side of a transfer: client memory (vm set) or host memory here. */
+/* One side of a transfer: client memory (vm set), host memory here, or
+ * GPU memory (dev >= 0). */
 struct vm_end {
 	const struct vm_mem *vm;
 	uint64_t addr; /* vm: the address in that process */
-	uint8_t *host; /* otherwise: the address here */
+	uint8_t *host; /* otherwise: the address here (a device address for GPU memory) */
+	int dev;       /* GPU memory: its device; -1 otherwise */
 };
 
-/* A copy larger than inline_max, not finished yet. */
+/* A copy larger than inline_max, or with GPU memory, not finished yet. */
 struct vm_op {
 	struct op_node node; /* first: its vm_poller's list */
 	struct xfer_op o;    /* the descriptor, its references (o.len: the bytes) */
 	struct vm_end src, dst;
 	uint64_t done;
+	/* With GPU memory: the slice in flight, its pinned buffer (-1: none)
+	 * and the GPU copy's ticket. */
+	uint64_t n;
+	int pin;
+	struct gpu_ticket t;
 };
 
 /* A poller's pending copies (p->eng[ENGINE_vm]), spare ops, the bounce
@@ -85,6 +98,8 @@ struct vm_op {
 struct vm_poller {
 	struct op_list ops; /* first: oplist.h's op_engine_* calls */
 	uint8_t *bounce;
+	uint8_t *pin[VM_PINS]; /* made at the first GPU slice */
+	bool pin_busy[VM_PINS];
 	struct {
 		const struct vm_mem *vm;
 		uint64_t ns;
@@ -174,21 +189,88 @@ static int vm_move(struct vm_poller *v, const struct vm_end *src, const struct v
 }
 
 /* Byte `off` of region r as one side of a transfer: 0, or -ENOTSUP for
- * memory this engine does not reach (GPU memory, a file). */
+ * memory this engine does not reach (a file). */
 static int vm_end_of(const struct region *r, uint64_t off, struct vm_end *e)
 {
+	*e = (struct vm_end){.dev = -1};
 	if (r->kind == REGION_VM) {
 		e->vm = r->eng[ENGINE_vm];
 		e->addr = e->vm->addr + off;
-		e->host = NULL;
 		return 0;
 	}
-	if (r->kind != REGION_HOST)
+	if (r->kind == REGION_CUDA)
+		e->dev = r->device;
+	else if (r->kind != REGION_HOST)
 		return -ENOTSUP;
-	e->vm = NULL;
-	e->addr = 0;
 	e->host = r->base + off;
 	return 0;
+}
+
+/* A free pinned buffer of the poller (made at first use), or -1: none
+ * free now; -ENOMEM: none can be made (no GPU memory can be pinned). */
+static int pin_get(struct vm_poller *v)
+{
+	for (int i = 0; i < VM_PINS; i++) {
+		if (v->pin_busy[i])
+			continue;
+		if (!v->pin[i] && !(v->pin[i] = gpu_pinned_alloc(cfg.chunk)))
+			return i ? -1 : -ENOMEM;
+		v->pin_busy[i] = true;
+		return i;
+	}
+	return -1;
+}
+
+/* Starts op's next slice: GPU -> process, the GPU copy into a pinned
+ * buffer; process -> GPU, the process's bytes into it, then its copy to
+ * the GPU. 0 started (or no buffer free yet), or the errno it failed with. */
+static int vm_gpu_start(struct poller *p, struct vm_poller *v, struct vm_op *op)
+{
+	uint64_t n = op->o.len - op->done;
+	uint8_t *buf;
+	int rc;
+
+	op->pin = pin_get(v);
+	if (op->pin < 0)
+		return op->pin == -1 ? 0 : op->pin;
+	buf = v->pin[op->pin];
+	op->n = n < cfg.chunk ? n : cfg.chunk;
+	if (op->src.dev >= 0)
+		return gpu_stage_copy(p, op->src.dev, buf, op->src.host + op->done, op->n, &op->t);
+	rc = vm_alive(v, op->src.vm);
+	if (!rc)
+		rc = vm_call(op->src.vm, op->src.addr + op->done, buf, op->n, false);
+	return rc ? rc : gpu_stage_copy(p, op->dst.dev, op->dst.host + op->done, buf, op->n, &op->t);
+}
+
+/* One step of a copy with GPU memory: true once it is finished. */
+static bool vm_gpu_step(struct poller *p, struct vm_poller *v, struct vm_op *op)
+{
+	int rc;
+
+	if (op->pin < 0) {
+		rc = vm_gpu_start(p, v, op);
+		if (!rc)
+			return false; /* a slice in flight, or no buffer free yet */
+	} else {
+		rc = gpu_stage_poll(p, &op->t);
+		if (!rc)
+			return false;
+		rc = rc < 0 ? -EIO : 0;
+		/* GPU -> process: the slice is in the pinned buffer now. */
+		if (!rc && op->src.dev >= 0 && !(rc = vm_alive(v, op->dst.vm)))
+			rc = vm_call(op->dst.vm, op->dst.addr + op->done, v->pin[op->pin], op->n,
+				     true);
+		op->done += op->n;
+	}
+	if (op->pin >= 0)
+		v->pin_busy[op->pin] = false;
+	op->pin = -1;
+	if (!rc && op->done < op->o.len)
+		return false;
+	xfer_op_finish(p, &op->o, rc);
+	op_list_put(&v->ops, &op->node);
+	return true;
 }
 
 static void vm_submit(struct poller *p, const struct xfer *x)
@@ -197,6 +279,7 @@ static void vm_submit(struct poller *p, const struct xfer *x)
 	struct vm_end l, t;
 	struct vm_poller *v;
 	struct vm_op *op;
+	bool gpu;
 	int rc;
 
 	/* Another service's segment (no region here) is the stage engine's
@@ -210,7 +293,8 @@ static void vm_submit(struct poller *p, const struct xfer *x)
 		return;
 	}
 	x->q->ctr.local_copies++;
-	if (x->len <= cfg.inline_max) {
+	gpu = l.dev >= 0 || t.dev >= 0;
+	if (x->len <= cfg.inline_max && !gpu) {
 		rc = d->opcode == DP_OP_WRITE ? vm_move(v, &l, &t, 0, x->len)
 					      : vm_move(v, &t, &l, 0, x->len);
 		if (!rc && x->notify)
@@ -224,10 +308,11 @@ static void vm_submit(struct poller *p, const struct xfer *x)
 		return;
 	}
 	*op = (struct vm_op){.src = d->opcode == DP_OP_WRITE ? l : t,
-			     .dst = d->opcode == DP_OP_WRITE ? t : l};
+			     .dst = d->opcode == DP_OP_WRITE ? t : l,
+			     .pin = -1};
 	/* The references keep the regions (and a VM region's pidfd) until
 	 * the last slice. */
-	xfer_op_keep(&op->o, x, x->path);
+	xfer_op_keep(&op->o, x, x->path | (gpu ? DP_CQE_F_GPU : 0));
 	op_list_push(&v->ops, &op->node);
 	engine_kick(p, ENGINE_vm);
 }
@@ -242,6 +327,8 @@ static bool vm_step(struct op_node *node, void *arg)
 	uint64_t n = op->o.len - op->done;
 	int rc;
 
+	if (op->src.dev >= 0 || op->dst.dev >= 0)
+		return vm_gpu_step(p, v, op);
 	if (n > cfg.chunk)
 		n = cfg.chunk;
 	rc = vm_move(v, &op->src, &op->dst, op->done, n);
@@ -273,8 +360,11 @@ static void vm_poller_free(struct poller *p)
 {
 	struct vm_poller *v = op_engine_take(p, ENGINE_vm);
 
-	if (v)
+	if (v) {
 		free(v->bounce);
+		for (int i = 0; i < VM_PINS; i++)
+			gpu_pinned_free(v->pin[i]);
+	}
 	free(v);
 }
 
