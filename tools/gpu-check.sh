@@ -29,6 +29,8 @@ t() {
 nvidia-smi -L >>"$L" 2>&1
 nvidia-smi topo -m >>"$L" 2>&1
 python3 -c 'import torch, sys; print("torch", torch.__version__, sys.version)' >>"$L" 2>&1
+step gpu_vm
+t 60 "$B/gpu_vm" --jobs 1
 step gpu_vmm
 t 60 "$B/gpu_vmm" --jobs 1
 for m in expandable default expandable-noipc; do
