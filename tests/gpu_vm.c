@@ -37,7 +37,7 @@ static int vm_region(struct dp_client *c, uint8_t **mem, int64_t seed)
 }
 
 static void vm_run_ok(struct dp_queue *q, const struct dp_desc *d, unsigned n, uint32_t flags,
-		   const char *what)
+		      const char *what)
 {
 	struct dp_cqe c[32];
 

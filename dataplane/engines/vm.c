@@ -240,7 +240,8 @@ static int vm_gpu_start(struct poller *p, struct vm_poller *v, struct vm_op *op)
 	rc = vm_alive(v, op->src.vm);
 	if (!rc)
 		rc = vm_call(op->src.vm, op->src.addr + op->done, buf, op->n, false);
-	return rc ? rc : gpu_stage_copy(p, op->dst.dev, op->dst.host + op->done, buf, op->n, &op->t);
+	return rc ? rc
+		  : gpu_stage_copy(p, op->dst.dev, op->dst.host + op->done, buf, op->n, &op->t);
 }
 
 /* One step of a copy with GPU memory: true once it is finished. */
