@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""bench-serving.py BUILD - KV pages the way serving engines move them, through
+"""bench-serving.py BUILD [--gpu] - KV pages the way serving engines move them, through
 the Python layers and through the C API, side by side (make bench-serving).
 
 SGLang-shaped: 32 layers x K and V x 512 pages of 16 KiB at scattered page
@@ -26,7 +26,9 @@ import sys
 import tempfile
 import time
 
-BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
+ARGS = [a for a in sys.argv[1:] if a != "--gpu"]
+GPU = "--gpu" in sys.argv[1:]
+BUILD = os.path.abspath(ARGS[0] if ARGS else "build")
 sys.path.insert(0, os.path.join(BUILD, "python"))
 import numpy as np  # noqa: E402
 
@@ -67,7 +69,51 @@ def perm():
     return rng.permutation(PAGES)
 
 
-def mooncake(sock_pre, sock_dec, shape):
+class Mem:
+    """The KV layers: numpy arrays (host), or with --gpu torch CUDA tensors."""
+
+    def __init__(self, gpu):
+        self.torch = None
+        if gpu:
+            import torch
+            self.torch = torch
+
+    def layers(self, n, fill):
+        if self.torch:
+            t = self.torch
+            out = [t.full((PAGES * PAGE,), (i + 1) if fill else 0, dtype=t.uint8,
+                          device="cuda") for i in range(n)]
+            t.cuda.synchronize()
+            return out
+        return [np.full(PAGES * PAGE, (i + 1) if fill else 0, dtype=np.uint8)
+                for i in range(n)]
+
+    def addr(self, a):
+        return a.data_ptr() if self.torch else a.ctypes.data
+
+    def page_is(self, a, page, value):
+        v = a[page * PAGE:(page + 1) * PAGE]
+        if self.torch:
+            return bool((v == value).all().item())
+        return bool((v == value).all())
+
+    def peer_ms(self, src, dst, p):
+        """The same pages in one process: torch's index copy, one kernel per
+        layer (GPU), or numpy's fancy-index copy (host); median of 5."""
+        times = []
+        idx = self.torch.as_tensor(p, device="cuda") if self.torch else p
+        for r in range(6):
+            t0 = time.perf_counter()
+            for s_, d_ in zip(src, dst):
+                d_.view(PAGES, PAGE)[idx] = s_.view(PAGES, PAGE)
+            if self.torch:
+                self.torch.cuda.synchronize()
+            if r:
+                times.append(time.perf_counter() - t0)
+        return sorted(times)[len(times) // 2] * 1e3
+
+
+def mooncake(sock_pre, sock_dec, shape, mem):
     os.environ["DP_SOCKET"] = sock_dec
     dec = TransferEngine()
     assert dec.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
@@ -76,16 +122,15 @@ def mooncake(sock_pre, sock_dec, shape):
     assert pre.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
     session = "127.0.0.1:%d" % dec.get_rpc_port()
     n = 2 * LAYERS
-    src = [np.full(PAGES * PAGE, i + 1, dtype=np.uint8) for i in range(n)]
-    dst = [np.zeros(PAGES * PAGE, dtype=np.uint8) for _ in range(n)]
+    src, dst = mem.layers(n, True), mem.layers(n, False)
     for a in src:
-        assert pre.register_memory(a.ctypes.data, a.nbytes) == 0
+        assert pre.register_memory(mem.addr(a), PAGES * PAGE) == 0
     for a in dst:
-        assert dec.register_memory(a.ctypes.data, a.nbytes) == 0
+        assert dec.register_memory(mem.addr(a), PAGES * PAGE) == 0
     p = perm()
-    bufs = np.concatenate([a.ctypes.data + np.arange(PAGES, dtype=np.uint64) * PAGE
+    bufs = np.concatenate([mem.addr(a) + np.arange(PAGES, dtype=np.uint64) * PAGE
                            for a in src]).astype(np.uint64)
-    peers = np.concatenate([a.ctypes.data + p.astype(np.uint64) * PAGE
+    peers = np.concatenate([mem.addr(a) + p.astype(np.uint64) * PAGE
                             for a in dst]).astype(np.uint64)
     lens = np.full(len(bufs), PAGE, dtype=np.uint64)
     times = []
@@ -106,13 +151,13 @@ def mooncake(sock_pre, sock_dec, shape):
         if r:
             times.append(dt)
     for i in (0, n - 1):
-        assert (dst[i][p[7] * PAGE:(p[7] + 1) * PAGE] == i + 1).all()
+        assert mem.page_is(dst[i], p[7], i + 1)
     pre.close() if hasattr(pre, "close") else None
     dec.close() if hasattr(dec, "close") else None
     return sorted(times)[len(times) // 2] * 1e3
 
 
-def nixl(sock_pre, sock_dec):
+def nixl(sock_pre, sock_dec, mem):
     try:
         from dataplane import nixl as nx
     except ImportError:
@@ -122,22 +167,22 @@ def nixl(sock_pre, sock_dec):
     os.environ["DP_SOCKET"] = sock_pre
     pre = nx.nixl_agent("prefill", nx.nixl_agent_config())
     n = 2 * LAYERS
-    src = [np.full(PAGES * PAGE, i + 1, dtype=np.uint8) for i in range(n)]
-    dst = [np.zeros(PAGES * PAGE, dtype=np.uint8) for _ in range(n)]
-    pre.register_memory([(a.ctypes.data, a.nbytes, 0, "") for a in src], "DRAM")
-    dec.register_memory([(a.ctypes.data, a.nbytes, 0, "") for a in dst], "DRAM")
+    kind = "VRAM" if mem.torch else "DRAM"
+    src, dst = mem.layers(n, True), mem.layers(n, False)
+    pre.register_memory([(mem.addr(a), PAGES * PAGE, 0, "") for a in src], kind)
+    dec.register_memory([(mem.addr(a), PAGES * PAGE, 0, "") for a in dst], kind)
     name = pre.add_remote_agent(dec.get_agent_metadata())
     p = perm()
-    local = np.stack([np.concatenate([a.ctypes.data + np.arange(PAGES, dtype=np.uint64) * PAGE
+    local = np.stack([np.concatenate([mem.addr(a) + np.arange(PAGES, dtype=np.uint64) * PAGE
                                       for a in src]),
                       np.full(n * PAGES, PAGE, dtype=np.uint64),
                       np.zeros(n * PAGES, dtype=np.uint64)], axis=1)
-    remote = np.stack([np.concatenate([a.ctypes.data + p.astype(np.uint64) * PAGE
+    remote = np.stack([np.concatenate([mem.addr(a) + p.astype(np.uint64) * PAGE
                                        for a in dst]),
                        np.full(n * PAGES, PAGE, dtype=np.uint64),
                        np.zeros(n * PAGES, dtype=np.uint64)], axis=1)
-    ld = pre.get_xfer_descs(local, "DRAM")
-    rd = pre.get_xfer_descs(remote, "DRAM")
+    ld = pre.get_xfer_descs(local, kind)
+    rd = pre.get_xfer_descs(remote, kind)
     times = []
     for r in range(6):
         t0 = time.perf_counter()
@@ -150,7 +195,7 @@ def nixl(sock_pre, sock_dec):
         pre.release_xfer_handle(h)
         if r:
             times.append(dt)
-    assert (dst[3][p[9] * PAGE:(p[9] + 1) * PAGE] == 4).all()
+    assert mem.page_is(dst[3], p[9], 4)
     return sorted(times)[len(times) // 2] * 1e3
 
 
@@ -193,8 +238,9 @@ def main():
     pa, sa = start(tmp, "a", CPU_A)
     try:
         cap = c_api(sa)
-        rows = [("one service", cap, mooncake(sa, sa, "sglang"), mooncake(sa, sa, "vllm"),
-                 nixl(sa, sa))]
+        host = Mem(False)
+        rows = [("one service", cap, mooncake(sa, sa, "sglang", host),
+                 mooncake(sa, sa, "vllm", host), nixl(sa, sa, host))]
         per = bulk(sa)
         crate = c_rate(sa)
     finally:
@@ -204,8 +250,8 @@ def main():
     pb, sb = start(tmp, "b", CPU_B, ("--rpc-port", "18790"))
     try:
         cap2 = c_api(sa, sb, "127.0.0.1:18790")
-        rows.append(("two services, same host", cap2, mooncake(sa, sb, "sglang"),
-                     mooncake(sa, sb, "vllm"), nixl(sa, sb)))
+        rows.append(("two services, same host", cap2, mooncake(sa, sb, "sglang", host),
+                     mooncake(sa, sb, "vllm", host), nixl(sa, sb, host)))
     finally:
         for p in (pa, pb):
             p.terminate()
@@ -227,4 +273,49 @@ def main():
               "(the C API's rate not read)" % per)
 
 
-main()
+def main_gpu():
+    """--gpu: the same shapes in torch CUDA tensors (GPU -> GPU pages by the
+    decode's addresses) through the two layers, against torch's own index
+    copy of the same pages in one process (one kernel per layer). The C
+    API's GPU pages are gpu-bench pages' (tools/bench-gpu.sh BIN pages)."""
+    try:
+        mem = Mem(True)
+        if not mem.torch.cuda.is_available():
+            raise ImportError("no CUDA device")
+    except ImportError as e:
+        print("bench-serving --gpu: skipped (%s)" % e)
+        return
+    tmp = tempfile.mkdtemp(prefix="dp-bench-serving-")
+    n = 2 * LAYERS
+    print("bench-serving --gpu: %s, torch %s; %d CPUs; client on CPU 0, pollers on %d and "
+          "%d; %d layers x K,V x %d pages of %d KiB = %d descriptors, %d MiB, GPU -> GPU" % (
+              mem.torch.cuda.get_device_name(0), mem.torch.__version__, NCPU, CPU_A, CPU_B,
+              LAYERS, PAGES, PAGE >> 10, n * PAGES, n * PAGES * PAGE >> 20))
+    src, dst = mem.layers(n, True), mem.layers(n, False)
+    peer = mem.peer_ms(src, dst, perm())
+    del src, dst
+    rows = []
+    for name, two in (("one service", False), ("two services, same host", True)):
+        pa, sa = start(tmp, "a", CPU_A)
+        procs, sb = [pa], sa
+        if two:
+            pb, sb = start(tmp, "b", CPU_B, ("--rpc-port", "18791"))
+            procs.append(pb)
+        try:
+            rows.append((name, mooncake(sa, sb, "sglang", mem), mooncake(sa, sb, "vllm", mem),
+                         nixl(sa, sb, mem)))
+        finally:
+            for p in procs:
+                p.terminate()
+                p.wait()
+    gb = n * PAGES * PAGE / 1e6
+    print("%-26s %16s %18s %18s %18s" % ("ms (median of 5)", "torch index copy",
+                                         "mooncake sglang", "mooncake vllm", "nixl"))
+    for name, ms, mv, nx in rows:
+        print("%-26s %16.2f %10.2f (%.0f GB/s) %10.2f (%.0f GB/s) %18s" % (
+            name, peer, ms, gb / ms, mv, gb / mv,
+            "-" if nx is None else "%.2f (%.0f GB/s)" % (nx, gb / nx)))
+    print("(torch index copy: %.0f GB/s in one process)" % (gb / peer))
+
+
+main_gpu() if GPU else main()

@@ -27,10 +27,11 @@ t() {
 nvidia-smi -L >>"$L" 2>&1
 [ -e "$B/python" ] || ln -s ../python "$B/python"
 t 120 sh "$B/bench-gpu.sh" "$B" pages
+t 70 python3 "$B/bench-serving.py" "$B" --gpu
 t 45 env A_CPU=1 B_CPU=2 C_CPU=3 SPIN=1000000 ROUNDS=3 sh "$B/bench-fabric.sh" "$B" shm
+t 40 sh "$B/bench-gpu.sh" "$B" p10
 t 40 sh "$B/bench-gpu.sh" "$B" vmm
 t 60 env A_CPU=1 B_CPU=2 C_CPU=0 sh "$B/bench-session.sh" "$B"
-t 60 env A_CPU=1 B_CPU=2 C_CPU=0 sh "$B/bench-vmtarget.sh" "$B"
+t 50 env A_CPU=1 B_CPU=2 C_CPU=0 sh "$B/bench-vmtarget.sh" "$B"
 t 60 python3 "$B/bench-serving.py" "$B"
-t 40 sh "$B/bench-gpu.sh" "$B" p10
 echo "=== done (t+$(el)s)" >>"$L"
