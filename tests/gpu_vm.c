@@ -82,23 +82,30 @@ static void gpu_to_vm(struct dp_queue *q, int greg, void *g, int seg, uint8_t *h
 			void *src = gpu_buf(VM_SPAN, 70 + i);
 
 			CK(cudaMemcpy(g, src, VM_SPAN, cudaMemcpyDeviceToDevice));
+			CK(cudaDeviceSynchronize());
 			CK(cudaFree(src));
 		}
 		dp_prep_write(&d[0], greg, 0, seg, 0, len, i);
 		vm_run_ok(q, d, 1, flags, "WRITE GPU -> registered");
 		host_expect(h, len, 70 + i, 0, "WRITE GPU -> registered");
-		/* READ it back, 3 bytes in, into zeroed GPU memory. */
+		/* READ it back, 3 bytes in, into zeroed GPU memory; nothing
+		 * around it written. */
 		gpu_memset(g, 0, VM_SPAN);
 		dp_prep_read(&d[0], greg, 3, seg, 0, len, i);
 		vm_run_ok(q, d, 1, flags, "READ registered -> GPU");
 		gpu_expect((uint8_t *)g + 3, len, 70 + i, 0, "READ registered -> GPU");
+		gpu_expect(g, 3, -1, 0, "READ: the bytes before");
+		gpu_expect((uint8_t *)g + 3 + len, VM_SPAN - 3 - len, -1, 0,
+			   "READ: the bytes after");
 	}
-	/* 32 in flight: GPU page k to registered slot (k * 7) % 32. */
+	/* 32 in flight: GPU page k to registered slot (k * 7) % 32, then READ
+	 * back, slot (k * 7) % 32 to GPU page k of zeroed GPU memory. */
 	pattern_fill(h, VM_SPAN, 99);
 	{
 		void *src = gpu_buf(VM_SPAN, 98);
 
 		CK(cudaMemcpy(g, src, VM_SPAN, cudaMemcpyDeviceToDevice));
+		CK(cudaDeviceSynchronize());
 		CK(cudaFree(src));
 	}
 	for (unsigned k = 0; k < 32; k++)
@@ -106,10 +113,17 @@ static void gpu_to_vm(struct dp_queue *q, int greg, void *g, int seg, uint8_t *h
 			      65536, k);
 	vm_run_ok(q, d, 32, flags, "32 WRITEs in flight");
 	for (unsigned k = 0; k < 32; k++)
-		for (uint64_t i = 0; i < 65536; i += 4093)
-			cr_assert_eq(h[((uint64_t)((k * 7) % 32) << 16) + i],
-				     pattern_byte(98, ((uint64_t)k << 16) + i), "page %u byte %llu",
-				     k, (unsigned long long)i);
+		for (uint64_t i = 0; i < 65536; i++)
+			if (h[((uint64_t)((k * 7) % 32) << 16) + i] !=
+			    pattern_byte(98, ((uint64_t)k << 16) + i))
+				cr_assert_fail("32 in flight: page %u byte %llu", k,
+					       (unsigned long long)i);
+	gpu_memset(g, 0, VM_SPAN);
+	for (unsigned k = 0; k < 32; k++)
+		dp_prep_read(&d[k], greg, (uint64_t)k << 16, seg, (uint64_t)((k * 7) % 32) << 16,
+			     65536, k);
+	vm_run_ok(q, d, 32, flags, "32 READs in flight");
+	gpu_expect(g, (size_t)32 << 16, 98, 0, "32 READs in flight");
 }
 
 /* One service: a GPU region and a registered export of the same client,

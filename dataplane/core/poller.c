@@ -105,7 +105,7 @@ void queue_complete_ns(struct queue *q, uint64_t user_data, uint64_t submit_ns, 
  * its owner stages it for us (memory its rails could not register:
  * DP_RPC_F_OWNER_STAGES); on this service (or mapped from another of this
  * host), memory of a client process on either side goes to the vm engine,
- * which moves it to and from host memory and refuses the rest, a file on
+ * which moves it to and from host and GPU memory and refuses a file, a file on
  * either side goes to the file engine, GPU memory on either side to the GPU
  * engine, and host memory to host memory is a memcpy.
  */

@@ -157,6 +157,9 @@ const struct engine gpu_engine = {
 
 #else /* DP_HAVE_CUDA */
 
+#include <stdatomic.h>
+#include <sys/resource.h>
+
 #include <cuda.h> /* types of the driver entry points we look up */
 #include <cuda_runtime_api.h>
 
@@ -253,8 +256,6 @@ typedef CUresult (*addr_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr p
 static struct {
 	CUresult (*import)(CUmemGenericAllocationHandle *h, void *os_handle,
 			   CUmemAllocationHandleType type);
-	CUresult (*export_fd)(void *shareable, CUmemGenericAllocationHandle h,
-			      CUmemAllocationHandleType type, unsigned long long flags);
 	CUresult (*reserve)(CUdeviceptr *ptr, size_t size, size_t align, CUdeviceptr addr,
 			    unsigned long long flags);
 	CUresult (*addr_free)(CUdeviceptr ptr, size_t size);
@@ -277,8 +278,11 @@ struct gpu_mem {
 	CUmemGenericAllocationHandle h[DP_CUDA_VMM_MAX_PIECES]; /* VMM: imported */
 	/* VMM: the pieces' fds as received, kept for services of this host
 	 * that map the region too (gpu_region_vmm): the driver does not
-	 * export a handle it imported (CUDA_ERROR_INVALID_VALUE, driver 13.0). */
+	 * export a handle it imported (CUDA_ERROR_INVALID_VALUE, driver 13.0).
+	 * None kept (kept false) past the service-wide cap: the region then
+	 * has no same-host path, its peers take the fabric. */
 	int fd[DP_CUDA_VMM_MAX_PIECES];
+	bool kept;
 };
 
 static int ndev;
@@ -289,7 +293,14 @@ static cudaUUID_t uuids[GPU_MAX_DEVICES];
 static bool peer[GPU_MAX_DEVICES][GPU_MAX_DEVICES];
 static void pinner_start(void);
 static void vmm_lookup(void);
-static int prio_small, prio_bulk;
+/* Stream priorities: lone small copies, batches of pages, bulk copies. */
+static int prio_small, prio_pages, prio_bulk;
+/* VMM fds kept for same-host peers (gpu_mem.fd), service-wide, and the
+ * most kept: a quarter of the fd limit, at most VMM_KEPT_MAX. */
+#define VMM_KEPT_MAX 16384
+static atomic_uint vmm_kept;
+static atomic_bool vmm_kept_warned;
+static unsigned vmm_kept_cap;
 static addr_range_fn addr_range;
 
 int gpu_device_count(void)
@@ -346,6 +357,14 @@ static int gpu_init(void)
 			 prop.pciDeviceID);
 	}
 	cudaDeviceGetStreamPriorityRange(&prio_bulk, &prio_small);
+	prio_pages = (prio_small + prio_bulk) / 2;
+	{
+		struct rlimit rl;
+
+		vmm_kept_cap = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur / 4 < VMM_KEPT_MAX
+				       ? (unsigned)(rl.rlim_cur / 4)
+				       : VMM_KEPT_MAX;
+	}
 	/* Direct copies between GPUs instead of staging through the host. */
 	for (int i = 0; i < n; i++)
 		for (int j = 0; j < n; j++) {
@@ -411,7 +430,6 @@ static void *driver_fn(const char *name)
 static void vmm_lookup(void)
 {
 	vmm.import = driver_fn("cuMemImportFromShareableHandle");
-	vmm.export_fd = driver_fn("cuMemExportToShareableHandle");
 	vmm.reserve = driver_fn("cuMemAddressReserve");
 	vmm.addr_free = driver_fn("cuMemAddressFree");
 	vmm.map = driver_fn("cuMemMap");
@@ -419,8 +437,8 @@ static void vmm_lookup(void)
 	vmm.set_access = driver_fn("cuMemSetAccess");
 	vmm.release = driver_fn("cuMemRelease");
 	vmm.err_name = driver_fn("cuGetErrorName");
-	vmm.ok = vmm.import && vmm.export_fd && vmm.reserve && vmm.addr_free && vmm.map &&
-		 vmm.unmap && vmm.set_access && vmm.release;
+	vmm.ok = vmm.import && vmm.reserve && vmm.addr_free && vmm.map && vmm.unmap &&
+		 vmm.set_access && vmm.release;
 	if (!vmm.ok)
 		log_warn("gpu: the driver lacks the virtual memory calls; VMM GPU registration "
 			 "answers ENODEV");
@@ -556,10 +574,21 @@ int gpu_region_open_vmm(struct region *reg, const struct dp_msg_region_register_
 	reg->map_len = total;
 	reg->base = (uint8_t *)reg->map + req->offset;
 	reg->len = req->len;
-	for (uint32_t i = 0; i < req->npieces; i++)
-		m->fd[i] = fds[i];
-	log_debug("gpu: mapped %u VMM pieces, %zu bytes, on device %d", req->npieces, total, dev);
-	return 0;
+	if (atomic_fetch_add(&vmm_kept, req->npieces) + req->npieces <= vmm_kept_cap) {
+		m->kept = true;
+		for (uint32_t i = 0; i < req->npieces; i++)
+			m->fd[i] = fds[i];
+		log_debug("gpu: mapped %u VMM pieces, %zu bytes, on device %d", req->npieces, total,
+			  dev);
+		return 0;
+	}
+	atomic_fetch_sub(&vmm_kept, req->npieces);
+	if (!atomic_exchange(&vmm_kept_warned, true))
+		log_warn("gpu: %u VMM fds kept for same-host peers already (a quarter of the fd "
+			 "limit, at most %u): VMM regions registered now reach services of this "
+			 "host over the fabric",
+			 vmm_kept_cap, VMM_KEPT_MAX);
+	goto out_fds;
 undo:
 	log_warn("gpu: VMM registration of %u pieces (%zu bytes) on device %d: %s (%u pieces "
 		 "imported, %u mapped): %s",
@@ -579,7 +608,7 @@ int gpu_region_vmm(const struct region *reg, struct dp_msg_region_register_cuda_
 	const struct gpu_mem *m = reg->kind == REGION_CUDA ? reg->eng[ENGINE_gpu] : NULL;
 	unsigned n = 0;
 
-	if (!m || !m->vmm)
+	if (!m || !m->vmm || !m->kept)
 		return -ENOTSUP;
 	for (; n < m->desc.npieces; n++)
 		if ((fds[n] = fcntl(m->fd[n], F_DUPFD_CLOEXEC, 0)) < 0)
@@ -674,8 +703,11 @@ static void gpu_vmm_close(struct region *reg, struct gpu_mem *m)
 	int prev = ctx_enter(reg->device);
 
 	vmm_undo(m, (CUdeviceptr)(uintptr_t)reg->map, m->desc.npieces, m->desc.npieces);
-	for (uint32_t i = 0; i < m->desc.npieces; i++)
-		close(m->fd[i]);
+	if (m->kept) {
+		for (uint32_t i = 0; i < m->desc.npieces; i++)
+			close(m->fd[i]);
+		atomic_fetch_sub(&vmm_kept, m->desc.npieces);
+	}
 	log_debug("gpu: unmapped the %u VMM pieces of %zu bytes on device %d", m->desc.npieces,
 		  reg->map_len, reg->device);
 	dev_leave(prev, reg->device);
@@ -1075,7 +1107,7 @@ static int lane_flush(struct poller *p, struct gpu_poller *g, int dev, struct gp
 
 	prev = dev_enter(dev);
 	if (!l->stream)
-		err = cudaStreamCreateWithPriority(&l->stream, cudaStreamNonBlocking, prio_bulk);
+		err = cudaStreamCreateWithPriority(&l->stream, cudaStreamNonBlocking, prio_pages);
 	if (err == cudaSuccess && !(ev = event_get(d)))
 		err = cudaErrorMemoryAllocation;
 	if (err == cudaSuccess && n > 1)
@@ -1108,6 +1140,8 @@ static int lane_flush(struct poller *p, struct gpu_poller *g, int dev, struct gp
 			(unsigned long long)bytes, dev, cudaGetErrorString(err));
 		if (ev)
 			event_put(d, ev);
+		if (tab >= 0) /* nothing reads it: not launched, or waited for */
+			l->tab_busy[tab] = false;
 		lane_reset(l);
 		dev_leave(prev, dev);
 		while ((nd = op_fifo_pop(&batch)))

@@ -11,8 +11,9 @@
  * device->device, the source's for device->host), followed by a CUDA event
  * from a per-device pool. The poller polls the oldest event of each stream
  * once per loop (a stream completes in order); it never waits. Each poller
- * has two streams per device: copies up to GPU_SMALL_MAX go to a
- * high-priority one, so that a 4 KiB copy never queues behind a 1 GiB one.
+ * has three streams per device: copies up to GPU_SMALL_MAX go to a
+ * high-priority one, so that a 4 KiB copy never queues behind a 1 GiB one,
+ * larger ones to a low-priority one, batches of pages to one between.
  *
  * Threads: init, gpu_region_open and the engine's region hooks run on the
  * control thread (region_close also on a poller, through the last
@@ -45,9 +46,10 @@ int gpu_region_open(struct region *reg, const struct dp_msg_region_register_cuda
  * UUID, offset and length), for a service of this host that maps it too
  * (samehost.c): 0 or -ENOTSUP. */
 int gpu_region_ipc(const struct region *reg, struct dp_msg_region_register_cuda *out);
-/* Imports the @req->npieces allocations whose POSIX fds are @fds (always
- * closed here), maps them side by side in a range reserved for them on the
- * device whose UUID @req names, with access for it and its peers, and fills
+/* Imports the @req->npieces allocations whose POSIX fds are @fds (taken:
+ * kept with the region for gpu_region_vmm, or closed), maps them side by
+ * side in a range reserved for them on the device whose UUID @req names,
+ * with access for it and its peers, and fills
  * @reg: a REGION_CUDA whose base is the mapping + @req->offset. 0, -ENODEV
  * (no such device here, or a driver without the VMM calls), -EINVAL (the
  * driver refused an fd or a piece's size), -ENOMEM. */
@@ -55,11 +57,12 @@ int gpu_region_open_vmm(struct region *reg, const struct dp_msg_region_register_
 			int *fds);
 /* A VMM region's description as registered and a fresh POSIX fd per piece
  * in @fds (duplicates of the fds it was registered with), for a service of
- * this host that maps it too: 0, -ENOTSUP (not a VMM region) or -EMFILE
- * (no fd is left open then). */
+ * this host that maps it too: 0, -ENOTSUP (not a VMM region, or one
+ * registered past the cap on kept fds) or -EMFILE (no fd is left open
+ * then). */
 int gpu_region_vmm(const struct region *reg, struct dp_msg_region_register_cuda_vmm *out, int *fds);
 /*
- * The file engine's staging (file.c): pinned host buffers, and copies
+ * Staging for the file, stage and vm engines: pinned host buffers, and copies
  * between them and a GPU that the engine polls itself. A staging copy goes
  * on a stream of its own per device and poller, behind nothing of the copy
  * engine's.

@@ -59,8 +59,9 @@
 /* Processes whose liveness one poller remembers, and for how long. */
 #define ALIVE_SLOTS 8
 #define ALIVE_NS 100000u
-/* Pinned buffers of a poller for GPU slices (cfg.chunk bytes each): one
- * slice's GPU copy runs while another's process_vm_* call does. */
+/* Pinned buffers of a poller for GPU slices (cfg.chunk bytes each), one
+ * per op at a time: one op's GPU copy runs while another's process_vm_*
+ * call does (a single op's slices do not overlap). */
 #define VM_PINS 2
 
 /* A REGION_VM's state (reg->eng[ENGINE_vm]). */
@@ -207,7 +208,7 @@ static int vm_end_of(const struct region *r, uint64_t off, struct vm_end *e)
 }
 
 /* A free pinned buffer of the poller (made at first use), or -1: none
- * free now; -ENOMEM: none can be made (no GPU memory can be pinned). */
+ * free now; -ENOMEM: none can be made (no host memory could be pinned). */
 static int pin_get(struct vm_poller *v)
 {
 	for (int i = 0; i < VM_PINS; i++) {
@@ -295,12 +296,13 @@ static void vm_submit(struct poller *p, const struct xfer *x)
 	}
 	x->q->ctr.local_copies++;
 	gpu = l.dev >= 0 || t.dev >= 0;
-	if (x->len <= cfg.inline_max && !gpu) {
+	if (x->len <= cfg.inline_max && (!gpu || !x->len)) {
 		rc = d->opcode == DP_OP_WRITE ? vm_move(v, &l, &t, 0, x->len)
 					      : vm_move(v, &t, &l, 0, x->len);
 		if (!rc && x->notify)
 			notif_deliver(p, x->seg, x->notify);
-		queue_complete_ns(x->q, x->user_data, x->submit_ns, rc, rc ? 0 : x->len, x->path);
+		queue_complete_ns(x->q, x->user_data, x->submit_ns, rc, rc ? 0 : x->len,
+				  x->path | (gpu ? DP_CQE_F_GPU : 0));
 		return;
 	}
 	op = op_list_get(&v->ops, sizeof(*op));
