@@ -37,9 +37,8 @@ enum dp_opcode {
  * in place, the client that exported the target segment receives
  * dp_desc.notify on its notification ring (dp_notify_open; docs/api.md
  * "Notifications"). Only with DP_OP_WRITE (else -EINVAL). Targets on
- * another service (fabric, same host) notify its owner too; a file region
- * on either side, or memory staged through host buffers (GPU memory without
- * FI_HMEM, dp_register_mem memory over the fabric): -ENOTSUP. */
+ * another service (fabric, same host, host staging) notify its owner too;
+ * a file region on either side: -ENOTSUP. */
 #define DP_DESC_F_NOTIFY 1u
 /** dp_desc.flags: a WRITE or a READ that carries a notification of bytes
  * (0 to DP_NOTIFY_MSG_MAX) and the sender's name for the owner of the
