@@ -191,6 +191,21 @@ def checks(socks):
     check(c.status == 0 and bool((pinned[64:64 + 4096] == 0x77).all()),
           "WRITE host -> the other service's client's pinned tensor by address (status %d, "
           "flags %#x)" % (c.status, c.flags))
+    # checkpoint-engine's read: the peer's pinned pool into a GPU tensor, and
+    # back (the vm engine through pinned buffers; several slices).
+    c, _ = run(q, True, rs, seg, pinned.data_ptr(), 1 << 20)
+    torch.cuda.synchronize()
+    check(c.status == 0 and c.flags & SAME_HOST and c.flags & GPU and
+          torch.equal(pinned, src[:1 << 20].cpu()),
+          "WRITE GPU -> the other service's client's pinned tensor (status %d, flags %#x)"
+          % (c.status, c.flags))
+    back.zero_()
+    torch.cuda.synchronize()
+    c, _ = run(q, False, rk, seg, pinned.data_ptr(), 1 << 20)
+    torch.cuda.synchronize()
+    check(c.status == 0 and c.flags & GPU and torch.equal(back, src[:1 << 20]),
+          "READ the other service's client's pinned tensor into a GPU tensor (status %d, "
+          "flags %#x)" % (c.status, c.flags))
     print("  64 MiB WRITE GPU -> GPU across services by session, %s allocator: %.1f GB/s "
           "(median of 10)" % (MODE, bw))
     lib.dp_close(a)
