@@ -1,7 +1,8 @@
 # bench-services.sh - sourced by tools/bench-session.sh and bench-vmtarget.sh:
 # a scratch folder, dataplaned services started and stopped there (in this
 # network namespace or another), and the cleanup on exit. Set BENCH (the
-# script's name, for messages) and B (the build tree) first.
+# script's name, for messages) and B (the build tree) first. SVC_ARGS: more
+# dataplaned options for every service started (e.g. "--stage-bufs 16").
 dir=$(mktemp -d "/tmp/dp-$BENCH-XXXXXX")
 pids=""
 nsA="" nsB=""
@@ -22,8 +23,9 @@ svc() { # NAME CPU PORT NS(or "") -- options...
 	name=$1 cpu=$2 port=$3 ns=$4
 	shift 5
 	if [ -n "$ns" ]; then set -- ip netns exec "$ns" "$B/dataplaned" "$@"; else set -- "$B/dataplaned" "$@"; fi
+	# shellcheck disable=SC2086
 	"$@" --socket "$dir/$name.sock" --provider tcp --rpc-port "$port" --cpus "$cpu" \
-		--log-level warn 2>"$dir/$name.log" &
+		--log-level warn ${SVC_ARGS:-} 2>"$dir/$name.log" &
 	pids="$pids $!"
 	for _ in $(seq 200); do [ -S "$dir/$name.sock" ] && return 0; sleep 0.05; done
 	echo "$BENCH: dataplaned $name did not start:" >&2
