@@ -25,43 +25,40 @@
 set -eu
 B=${1:-build}
 mode=${2:-all}
+A_CPU=${A_CPU:-0}
+B_CPU=${B_CPU:-1}
+C_CPU=${C_CPU:-$A_CPU}
+BENCH=bench-fabric
+. "$(dirname "$0")/bench-services.sh"
 
 # shm: services a and b on this host, their pollers on A_CPU and B_CPU,
 # dp-bench 64 B WRITEs from a's client into b's export; rounds alternate
 # with fi_pingpong -p shm (server B_CPU, client A_CPU).
 shm_rounds() { # ROUNDS QUICK
-	sdir=$(mktemp -d /tmp/dp-bench-shm-XXXXXX)
-	spids=""
 	sq=${2:+--quick}
 	sbusy=""
-	if [ "${C_CPU:-${A_CPU:-0}}" != "${A_CPU:-0}" ]; then sbusy=--busy-poll; fi
-	echo "== shm: two services on this host (--provider shm --no-same-host); a (poller ${A_CPU:-0}) WRITEs 64 B to b (poller ${B_CPU:-1}), client ${C_CPU:-${A_CPU:-0}}; --spin-us ${SPIN:-50}; peer fi_pingpong -p shm -e rdm -S 64 (server ${B_CPU:-1}, client ${A_CPU:-0})"
-	: >"$sdir/rounds"
+	if [ "$C_CPU" != "$A_CPU" ]; then sbusy=--busy-poll; fi
+	echo "== shm: two services on this host (--provider shm --no-same-host); a (poller $A_CPU) WRITEs 64 B to b (poller $B_CPU), client $C_CPU; --spin-us ${SPIN:-50}; peer fi_pingpong -p shm -e rdm -S 64 (server $B_CPU, client $A_CPU)"
+	: >"$dir/shm-rounds"
 	for r in $(seq "$1"); do
-		for s in b:18615:${B_CPU:-1} a:18616:${A_CPU:-0}; do
+		for s in b:18615:$B_CPU a:18616:$A_CPU; do
 			n=${s%%:*} rest=${s#*:}
-			"$B/dataplaned" --socket "$sdir/$n.sock" --provider shm --no-same-host \
-				--server-name 127.0.0.1 --rpc-port "${rest%%:*}" --cpus "${rest#*:}" \
-				--spin-us "${SPIN:-50}" --log-level warn 2>"$sdir/$n.log" &
-			spids="$spids $!"
-			for _ in $(seq 200); do [ -S "$sdir/$n.sock" ] && break; sleep 0.05; done
+			svc "$n" "${rest#*:}" "${rest%%:*}" "" -- --provider shm --no-same-host \
+				--server-name 127.0.0.1 --spin-us "${SPIN:-50}"
 		done
-		out=$("$B/dp-bench" --socket "$sdir/a.sock" --peer 127.0.0.1:18615 \
-			--peer-socket "$sdir/b.sock" --cpu "${C_CPU:-${A_CPU:-0}}" \
-			--service-cpu "${B_CPU:-1}" $sbusy $sq fabric) || { cat "$sdir"/*.log >&2; exit 1; }
-		for p in $spids; do kill "$p" 2>/dev/null || true; done
-		for p in $spids; do wait "$p" 2>/dev/null || true; done
-		spids=""
-		rm -f "$sdir"/*.sock
+		out=$("$B/dp-bench" --socket "$dir/a.sock" --peer 127.0.0.1:18615 \
+			--peer-socket "$dir/b.sock" --cpu "$C_CPU" \
+			--service-cpu "$B_CPU" $sbusy $sq fabric) || { cat "$dir"/*.log >&2; exit 1; }
+		stop_services
 		p50=$(echo "$out" | sed -n 's/^P7 .* p50 \([0-9.]*\) us.*/\1/p')
 		p99=$(echo "$out" | sed -n 's/^P7 .* p99 \([0-9.]*\) us.*/\1/p')
-		taskset -c "${B_CPU:-1}" fi_pingpong -p shm -e rdm -S 64 -I 20000 >/dev/null 2>&1 &
+		taskset -c "$B_CPU" fi_pingpong -p shm -e rdm -S 64 -I 20000 >/dev/null 2>&1 &
 		srv=$!
 		sleep 0.3
-		fp=$(taskset -c "${A_CPU:-0}" fi_pingpong -p shm -e rdm -S 64 -I 20000 127.0.0.1 \
+		fp=$(taskset -c "$A_CPU" fi_pingpong -p shm -e rdm -S 64 -I 20000 127.0.0.1 \
 			2>/dev/null | awk 'NF == 8 && $1 !~ /bytes/ {print $7}')
 		wait "$srv" 2>/dev/null || true
-		echo "$p50 $p99 ${fp:-0}" | tee -a "$sdir/rounds" |
+		echo "$p50 $p99 ${fp:-0}" | tee -a "$dir/shm-rounds" |
 			awk -v r="$r" '{printf "  round %d: dataplane 64 B WRITE p50 %.2f us, p99 %.2f us; fi_pingpong -p shm %.2f usec/xfer (round trip %.2f us)\n", r, $1, $2, $3, 2 * $3}'
 	done
 	awk '
@@ -76,8 +73,7 @@ shm_rounds() { # ROUNDS QUICK
 		printf "  dataplane p50 (a full round trip)        %7.2f\n", med(p, n)
 		printf "  fi_pingpong -p shm round trip (2 x usec/xfer) %7.2f   ratio %.2fx (median of per-round ratios)   target <= 3x   %s\n",
 			2 * med(f, n), med(rr, n), (med(rr, n) > 0 && med(rr, n) <= 3) ? "PASS" : "MISS"
-	}' "$sdir/rounds"
-	rm -rf "$sdir"
+	}' "$dir/shm-rounds"
 }
 if [ "$mode" = shm ]; then
 	if [ -n "${QUICK:-}" ]; then shm_rounds "${ROUNDS:-2}" 1; else shm_rounds "${ROUNDS:-5}" ""; fi
@@ -92,26 +88,8 @@ id=$$
 nsA=dpbA-$id nsB=dpbB-$id vA=dpba-$id vB=dpbb-$id
 net=10.79.$((id % 250 + 1))
 ipA=$net.1 ipB=$net.2
-dir=$(mktemp -d /tmp/dp-bench-fabric-XXXXXX)
-pids=""
-A_CPU=${A_CPU:-0}
-B_CPU=${B_CPU:-1}
-C_CPU=${C_CPU:-$A_CPU}
 busy=""
 if [ "$C_CPU" != "$A_CPU" ] && [ "$C_CPU" != "$B_CPU" ]; then busy=--busy-poll; fi
-stop_services() {
-	for p in $pids; do kill "$p" 2>/dev/null || true; done
-	for p in $pids; do wait "$p" 2>/dev/null || true; done
-	pids=""
-	rm -f "$dir"/*.sock
-}
-cleanup() {
-	stop_services
-	ip netns del "$nsA" 2>/dev/null || true
-	ip netns del "$nsB" 2>/dev/null || true
-	rm -rf "$dir"
-}
-trap cleanup EXIT INT TERM
 
 ip netns add "$nsA"
 ip netns add "$nsB"
@@ -128,15 +106,9 @@ ip -n "$nsB" link set "$vB" up
 # service's poller on A_CPU (0), the target's poller on B_CPU (1), as
 # fi_pingpong's client on A_CPU and server on B_CPU. Pollers spin 50 us,
 # then sleep.
-svc() { # NS NAME IP NIC PORT CPU
-	ip netns exec "$1" "$B/dataplaned" --socket "$dir/$2.sock" --provider tcp --nics "$4" \
-		--server-name "$3" --rpc-port "$5" --cpus "$6" --spin-us "${SPIN:-50}" --no-same-host \
-		--log-level warn 2>"$dir/$2.log" &
-	pids="$pids $!"
-	for _ in $(seq 200); do [ -S "$dir/$2.sock" ] && return 0; sleep 0.05; done
-	echo "bench-fabric: dataplaned $2 did not start:" >&2
-	cat "$dir/$2.log" >&2
-	exit 1
+fsvc() { # NS NAME IP NIC PORT CPU
+	svc "$2" "$6" "$5" "$1" -- --nics "$4" --server-name "$3" --spin-us "${SPIN:-50}" \
+		--no-same-host
 }
 echo "bench-fabric: $(nproc) CPUs, $(uname -r), libfabric $(fi_info --version | awk '/libfabric:/{print $2}'), namespaces $nsA/$nsB over veth"
 "$B/dp-bench" --cpu "$A_CPU" --service-cpu "$B_CPU" placement
@@ -163,8 +135,8 @@ pingpong() { # SIZE ITERS -> "MB/sec usec/xfer"
 echo "== $rounds rounds; CPUs: dataplane: client $C_CPU in the root namespace (${busy:-sleeping in dp_wait}), a ($ipA, poller $A_CPU) WRITEs to b ($ipB, poller $B_CPU); peer fi_pingpong: client $A_CPU in $nsA, server $B_CPU in $nsB, run after a and b have stopped"
 : >"$dir/rounds"
 for r in $(seq "$rounds"); do
-	svc "$nsA" a "$ipA" "$vA" 18515 "$A_CPU"
-	svc "$nsB" b "$ipB" "$vB" 18515 "$B_CPU"
+	fsvc "$nsA" a "$ipA" "$vA" 18515 "$A_CPU"
+	fsvc "$nsB" b "$ipB" "$vB" 18515 "$B_CPU"
 	out=$("$B/dp-bench" --socket "$dir/a.sock" --peer "$ipB:18515" \
 		--peer-socket "$dir/b.sock" --cpu "$C_CPU" --service-cpu "$B_CPU" $busy $q fabric)
 	stop_services
@@ -238,8 +210,8 @@ END {
 [ -n "$ucx" ] || { echo "ucx_perftest log:"; tail -5 "$dir/ucx.log" 2>/dev/null || true; }
 
 echo "== bypass: a segment of service a vs one of service c, both in $nsA (same host); CPUs: client $C_CPU, a's poller $A_CPU, c's poller $B_CPU"
-svc "$nsA" a "$ipA" "$vA" 18515 "$A_CPU"
-svc "$nsA" c "$ipA" "$vA" 18516 "$B_CPU" # a second service beside a
+fsvc "$nsA" a "$ipA" "$vA" 18515 "$A_CPU"
+fsvc "$nsA" c "$ipA" "$vA" 18516 "$B_CPU" # a second service beside a
 "$B/dp-bench" --socket "$dir/a.sock" --peer "$ipA:18516" --peer-socket "$dir/c.sock" \
 	--cpu "$C_CPU" --service-cpu "$B_CPU" $busy $q bypass
 stop_services

@@ -1,4 +1,5 @@
-# bench-services.sh - sourced by tools/bench-session.sh and bench-vmtarget.sh:
+# bench-services.sh - sourced by tools/bench-session.sh, bench-vmtarget.sh and
+# bench-fabric.sh:
 # a scratch folder, dataplaned services started and stopped there (in this
 # network namespace or another), and the cleanup on exit. Set BENCH (the
 # script's name, for messages) and B (the build tree) first. SVC_ARGS: more
@@ -19,13 +20,14 @@ cleanup() {
 	rm -rf "$dir"
 }
 trap cleanup EXIT INT TERM
-svc() { # NAME CPU PORT NS(or "") -- options...
+svc() { # NAME CPU PORT NS(or "") -- options... (after the defaults: they win)
 	name=$1 cpu=$2 port=$3 ns=$4
 	shift 5
-	if [ -n "$ns" ]; then set -- ip netns exec "$ns" "$B/dataplaned" "$@"; else set -- "$B/dataplaned" "$@"; fi
+	set -- "$B/dataplaned" --socket "$dir/$name.sock" --provider tcp --rpc-port "$port" \
+		--cpus "$cpu" --log-level warn "$@"
+	if [ -n "$ns" ]; then set -- ip netns exec "$ns" "$@"; fi
 	# shellcheck disable=SC2086
-	"$@" --socket "$dir/$name.sock" --provider tcp --rpc-port "$port" --cpus "$cpu" \
-		--log-level warn ${SVC_ARGS:-} 2>"$dir/$name.log" &
+	"$@" ${SVC_ARGS:-} 2>"$dir/$name.log" &
 	pids="$pids $!"
 	for _ in $(seq 200); do [ -S "$dir/$name.sock" ] && return 0; sleep 0.05; done
 	echo "$BENCH: dataplaned $name did not start:" >&2

@@ -1196,6 +1196,7 @@ static void gpu_issue(struct poller *p, const struct xfer *req)
 	cudaEvent_t ev;
 	cudaError_t err;
 	int dev, prev;
+	bool small;
 
 	if (!req->len) {
 		if (req->notify)
@@ -1214,19 +1215,19 @@ static void gpu_issue(struct poller *p, const struct xfer *req)
 	dev = rdst->kind == REGION_CUDA ? rdst->device : rsrc->device;
 	flags |= gpu_staged(rsrc, rdst);
 	d = &g->dev[dev];
-	l = &d->lane[req->len <= GPU_SMALL_MAX ? LANE_SMALL : LANE_BULK];
-	if (l == &d->lane[LANE_SMALL] && req->q->inflight && rdst->kind == REGION_CUDA &&
-	    rsrc->kind == REGION_CUDA && rdst->device == rsrc->device) {
+	small = req->len <= GPU_SMALL_MAX;
+	if (small && req->q->inflight && rdst->kind == REGION_CUDA && rsrc->kind == REGION_CUDA &&
+	    rdst->device == rsrc->device) {
 		page_queue(p, g, &d->lane[LANE_PAGES], op, req, dev, flags);
 		return;
 	}
+	l = &d->lane[small ? LANE_SMALL : LANE_BULK];
 
 	prev = dev_enter(dev);
 	err = cudaSuccess;
 	if (!l->stream)
 		err = cudaStreamCreateWithPriority(&l->stream, cudaStreamNonBlocking,
-						   l == &d->lane[LANE_SMALL] ? prio_small
-									     : prio_bulk);
+						   small ? prio_small : prio_bulk);
 	ev = err == cudaSuccess ? event_get(d) : NULL;
 	if (err == cudaSuccess && !ev)
 		err = cudaErrorMemoryAllocation;

@@ -25,9 +25,9 @@
  * the GPU engine's staging stream, gpu_stage_copy; DP_CQE_F_GPU). A VM
  * region of another service's client on this host is one too: that
  * service passed the client's pidfd (samehost.c, vm.h), and completions
- * say DP_CQE_F_SAME_HOST. A file with a VM region is -ENOTSUP. Over the fabric a VM
- * region is staged (stage.c, with vm_region_copy): ours through our bounce
- * buffers, an export of ours by its owner's. Copies up to --inline-max run
+ * say DP_CQE_F_SAME_HOST. A file with a VM region is -ENOTSUP. Over the
+ * fabric a VM region is staged (stage.c, with vm_region_copy): ours
+ * through our bounce buffers, an export of ours by its owner's. Copies up to --inline-max run
  * in submit; larger ones go --copy-chunk at a time, round robin, as the
  * host engine's do (host.c). docs/architecture.md, "Memory of a client
  * process".
