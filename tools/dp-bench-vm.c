@@ -13,9 +13,14 @@
  * The two kinds alternate, so that drift hurts both alike.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "dp-bench.h"
@@ -174,8 +179,85 @@ struct vmt_run {
 	int seg[2];
 	uint32_t path[2];
 	double med[2][VMT_SIZES];
+	double kb[2]; /* the kernel's bound: memcpy, process_vm_writev (GB/s) */
 	struct peer_check chk;
 };
+
+/*
+ * What the registered column can reach at most on this machine: the same
+ * bytes in this process, in the service's default slices (--copy-chunk,
+ * 256 KiB), written with process_vm_writev into a child's 4 KiB-page
+ * memory (what the service does for registered memory on this host) and
+ * with memcpy into a shared mapping with transparent huge pages (what it
+ * does for a dp_alloc export). GB/s, median of REPS, into kb[]; 0 where
+ * the machine refused.
+ */
+enum { KB_LEN = 64 * MiB, KB_SLICE = 256 * 1024 };
+
+static double kb_pass(uint8_t *dst, const uint8_t *src, pid_t child)
+{
+	uint64_t t0 = dp_now_ns();
+
+	for (uint64_t o = 0; o < KB_LEN; o += KB_SLICE) {
+		struct iovec l = {(void *)(src + o), KB_SLICE}, r = {dst + o, KB_SLICE};
+
+		if (!child)
+			memcpy(dst + o, src + o, KB_SLICE);
+		else if (process_vm_writev(child, &l, 1, &r, 1, 0) != KB_SLICE)
+			return 0;
+	}
+	return (double)KB_LEN / (double)(dp_now_ns() - t0);
+}
+
+static void kernel_bound(double kb[2])
+{
+	uint8_t *src = mmap(NULL, KB_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint8_t *shm = mmap(NULL, KB_LEN, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	uint8_t *own = NULL;
+	double bw[2][REPS];
+	int go[2] = {-1, -1};
+	pid_t child = -1;
+	char c = 0;
+
+	kb[0] = kb[1] = 0;
+	if (src == MAP_FAILED || shm == MAP_FAILED || posix_memalign((void **)&own, 4096, KB_LEN) ||
+	    pipe(go))
+		goto out;
+	madvise(src, KB_LEN, MADV_HUGEPAGE);
+	madvise(shm, KB_LEN, MADV_HUGEPAGE);
+	memset(src, 0x5a, KB_LEN);
+	memset(shm, 0, KB_LEN);
+	/* The child touches its copy of own after the fork: pages of its own,
+	 * none shared copy-on-write with ours. */
+	child = fork();
+	if (child == 0) {
+		memset(own, 0, KB_LEN);
+		if (write(go[1], &c, 1) == 1)
+			pause();
+		_exit(0);
+	}
+	if (child < 0 || read(go[0], &c, 1) != 1)
+		goto out;
+	for (unsigned r = 0; r < REPS; r++) {
+		bw[0][r] = kb_pass(shm, src, 0);
+		bw[1][r] = kb_pass(own, src, child);
+	}
+	kb[0] = bench_median(bw[0], REPS);
+	kb[1] = bench_median(bw[1], REPS);
+out:
+	if (child > 0) {
+		kill(child, SIGKILL);
+		waitpid(child, NULL, 0);
+	}
+	for (int i = 0; i < 2; i++)
+		if (go[i] >= 0)
+			close(go[i]);
+	free(own);
+	if (src != MAP_FAILED)
+		munmap(src, KB_LEN);
+	if (shm != MAP_FAILED)
+		munmap(shm, KB_LEN);
+}
 
 static void vmt_open(struct vmt_run *v)
 {
@@ -256,6 +338,14 @@ static void vmt_print(const struct vmt_run *v)
 		report_end();
 	}
 	report_end();
+	if (v->kb[0] > 0 && v->kb[1] > 0) {
+		printf("  kernel bound, this process on CPU %d, 64 MiB in 256 KiB slices: memcpy into "
+		       "a huge-page shared mapping %.3f, process_vm_writev into another process's "
+		       "4 KiB pages %.3f GB/s: %.2fx\n",
+		       opt.cpu, v->kb[0], v->kb[1], v->kb[1] / v->kb[0]);
+		report_num("bound_memcpy_gb_per_s", v->kb[0]);
+		report_num("bound_process_vm_writev_gb_per_s", v->kb[1]);
+	}
 	report_end();
 }
 
@@ -269,5 +359,6 @@ void bench_vm_target(void)
 	peer_check_take(&v.chk, &opt.cpu, 1);
 	bench_close(&v.b);
 	free(v.tgt[REG]);
+	kernel_bound(v.kb);
 	vmt_print(&v);
 }
