@@ -211,8 +211,10 @@ static double kb_pass(uint8_t *dst, const uint8_t *src, pid_t child)
 
 static void kernel_bound(double kb[2])
 {
-	uint8_t *src = mmap(NULL, KB_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	uint8_t *shm = mmap(NULL, KB_LEN, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	uint8_t *src =
+		mmap(NULL, KB_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint8_t *shm =
+		mmap(NULL, KB_LEN, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	uint8_t *own = NULL;
 	double bw[2][REPS];
 	int go[2] = {-1, -1};
@@ -339,7 +341,8 @@ static void vmt_print(const struct vmt_run *v)
 	}
 	report_end();
 	if (v->kb[0] > 0 && v->kb[1] > 0) {
-		printf("  kernel bound, this process on CPU %d, 64 MiB in 256 KiB slices: memcpy into "
+		printf("  kernel bound, this process on CPU %d, 64 MiB in 256 KiB slices: memcpy "
+		       "into "
 		       "a huge-page shared mapping %.3f, process_vm_writev into another process's "
 		       "4 KiB pages %.3f GB/s: %.2fx\n",
 		       opt.cpu, v->kb[0], v->kb[1], v->kb[1] / v->kb[0]);
