@@ -85,6 +85,7 @@ int remove_tree(const char *dir);
 /* Open fds and mapped bytes of a process, from /proc. */
 int proc_fd_count(pid_t pid);
 long proc_mapped_kib(pid_t pid);
+long proc_memfd_kib(pid_t pid);
 /* CPU time (user + system) the process has used, in clock ticks; its share
  * of one CPU over `ms`. */
 long cpu_ticks(pid_t pid);

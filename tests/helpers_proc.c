@@ -49,6 +49,27 @@ long proc_mapped_kib(pid_t pid)
 	return kib;
 }
 
+/* KiB of pid's mappings of memfds (/proc/PID/maps: "/memfd:NAME"): in the
+ * service, the clients' rings and regions and its own tables; -1 when pid
+ * is gone. */
+long proc_memfd_kib(pid_t pid)
+{
+	char line[512];
+	unsigned long lo, hi;
+	long kib = 0;
+	int at;
+	FILE *f = proc_open(pid, "maps");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &lo, &hi, &at) == 2 &&
+		    !strncmp(line + at, "/memfd:", 7))
+			kib += (long)((hi - lo) >> 10);
+	fclose(f);
+	return kib;
+}
+
 /* The fields of /proc/PID/stat from the state on: past the command, which
  * may itself hold spaces and parentheses. NULL when pid is gone. */
 static const char *proc_stat(pid_t pid, char *buf, int len)
