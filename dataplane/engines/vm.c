@@ -27,9 +27,12 @@
  * service passed the client's pidfd (samehost.c, vm.h), and completions
  * say DP_CQE_F_SAME_HOST. A file with a VM region is -ENOTSUP. Over the
  * fabric a VM region is staged (stage.c, with vm_region_copy): ours
- * through our bounce buffers, an export of ours by its owner's. Copies up to --inline-max run
- * in submit; larger ones go --copy-chunk at a time, round robin, as the
- * host engine's do (host.c). docs/architecture.md, "Memory of a client
+ * through our bounce buffers, an export of ours by its owner's. Every
+ * copy but an empty one waits for the loop's progress: there the small
+ * ones (up to --inline-max) queued one behind another between the same
+ * two sides go in one call, an iovec each (vm_gather: a batch of KV pages
+ * costs a system call per 64 pages, not per page); larger ones go
+ * --copy-chunk at a time, round robin, as the host engine's do (host.c). docs/architecture.md, "Memory of a client
  * process".
  */
 #include <errno.h>
@@ -59,6 +62,10 @@
 /* Processes whose liveness one poller remembers, and for how long. */
 #define ALIVE_SLOTS 8
 #define ALIVE_NS 100000u
+/* A gather: up to VM_GATHER small copies (each <= --inline-max) between the
+ * same two sides, one process_vm_* call for all (two through the bounce
+ * buffer, whose cfg.chunk bytes bound a process-to-process gather). */
+#define VM_GATHER 64
 /* Pinned buffers of a poller for GPU slices (cfg.chunk bytes each), one
  * per op at a time: one op's GPU copy runs while another's process_vm_*
  * call does (a single op's slices do not overlap). */
@@ -296,7 +303,10 @@ static void vm_submit(struct poller *p, const struct xfer *x)
 	}
 	x->q->ctr.local_copies++;
 	gpu = l.dev >= 0 || t.dev >= 0;
-	if (x->len <= cfg.inline_max && (!gpu || !x->len)) {
+	/* Zero bytes complete at once. Every other copy waits for the
+	 * loop's progress, later in the same pass: the small ones of a batch
+	 * go together there (vm_gather). */
+	if (!x->len) {
 		rc = d->opcode == DP_OP_WRITE ? vm_move(v, &l, &t, 0, x->len)
 					      : vm_move(v, &t, &l, 0, x->len);
 		if (!rc && x->notify)
@@ -320,6 +330,114 @@ static void vm_submit(struct poller *p, const struct xfer *x)
 	engine_kick(p, ENGINE_vm);
 }
 
+static bool vm_small(const struct vm_op *op)
+{
+	return op->o.len <= cfg.inline_max && !op->done && op->src.dev < 0 && op->dst.dev < 0;
+}
+
+/* Whether b can go in one call with a: the same processes (or host memory)
+ * on each side. */
+static bool vm_same_sides(const struct vm_op *a, const struct vm_op *b)
+{
+	return a->src.vm == b->src.vm && a->dst.vm == b->dst.vm;
+}
+
+static void vm_op_done(struct poller *p, struct vm_poller *v, struct vm_op *op, int rc)
+{
+	xfer_op_finish(p, &op->o, rc);
+	op_list_put(&v->ops, &op->node);
+}
+
+/*
+ * One call for n process <-> host pieces (iovec arrays): the bytes it
+ * moved, or the errno it failed with (negative).
+ */
+static ssize_t vm_callv(const struct vm_mem *m, const struct iovec *host, const struct iovec *proc,
+			unsigned n, bool to_proc)
+{
+	ssize_t got = to_proc ? process_vm_writev(m->pid, host, n, proc, n, 0)
+			      : process_vm_readv(m->pid, host, n, proc, n, 0);
+
+	return got < 0 ? vm_errno(errno) : got;
+}
+
+/*
+ * op (small, taken off the list) and the small copies right behind it
+ * between the same sides, up to VM_GATHER (and cfg.chunk bytes from one
+ * process to another: the bounce buffer), in one process_vm_* call, or two
+ * through the bounce buffer. The copies the calls moved whole are done; a
+ * short or failed call leaves the rest to one call each, which gives each
+ * its own status (-EFAULT for the one with the hole).
+ */
+static void vm_gather(struct poller *p, struct vm_poller *v, struct vm_op *op)
+{
+	struct iovec a[VM_GATHER], b[VM_GATHER];
+	struct vm_op *g[VM_GATHER];
+	bool p2p = op->src.vm && op->dst.vm;
+	uint64_t bytes = 0, moved = 0;
+	unsigned n = 0, ok = 0;
+	ssize_t got;
+	int rc = 0;
+
+	if (p2p && !v->bounce && !(v->bounce = malloc(cfg.chunk))) {
+		vm_op_done(p, v, op, -ENOMEM);
+		return;
+	}
+	for (;;) {
+		struct vm_op *next;
+
+		g[n++] = op;
+		bytes += op->o.len;
+		next = (struct vm_op *)v->ops.pending.head;
+		if (n == VM_GATHER || !next || !vm_small(next) || !vm_same_sides(g[0], next) ||
+		    (p2p && bytes + next->o.len > cfg.chunk))
+			break;
+		op = (struct vm_op *)op_list_pop(&v->ops);
+	}
+	op = g[0];
+	if ((op->src.vm && (rc = vm_alive(v, op->src.vm))) ||
+	    (op->dst.vm && (rc = vm_alive(v, op->dst.vm)))) {
+		for (unsigned i = 0; i < n; i++)
+			vm_op_done(p, v, g[i], rc);
+		return;
+	}
+	/* a: this side's pieces (host memory, or the bounce buffer); b: the
+	 * process's, the source's first from one process to another. */
+	for (unsigned i = 0; i < n; i++) {
+		struct vm_op *o = g[i];
+		uint64_t len = o->o.len;
+
+		if (p2p) {
+			a[i] = (struct iovec){v->bounce + moved, len};
+			b[i] = (struct iovec){(void *)(uintptr_t)o->src.addr, len};
+		} else if (o->src.vm) {
+			a[i] = (struct iovec){o->dst.host, len};
+			b[i] = (struct iovec){(void *)(uintptr_t)o->src.addr, len};
+		} else {
+			a[i] = (struct iovec){o->src.host, len};
+			b[i] = (struct iovec){(void *)(uintptr_t)o->dst.addr, len};
+		}
+		moved += len;
+	}
+	got = vm_callv(op->src.vm ? op->src.vm : op->dst.vm, a, b, n, !op->src.vm);
+	/* From one process to another, the target's call only after the
+	 * source's moved everything: a short first call has moved nothing to
+	 * the target, and those copies run again one by one. */
+	if (p2p && got == (ssize_t)bytes) {
+		for (unsigned i = 0; i < n; i++)
+			b[i].iov_base = (void *)(uintptr_t)g[i]->dst.addr;
+		got = vm_callv(op->dst.vm, a, b, n, true);
+	} else if (p2p) {
+		got = 0;
+	}
+	for (moved = 0; ok < n && got >= 0 && moved + g[ok]->o.len <= (uint64_t)got; ok++) {
+		moved += g[ok]->o.len;
+		vm_op_done(p, v, g[ok], 0);
+	}
+	for (unsigned i = ok; i < n; i++)
+		vm_op_done(p, v, g[i], vm_move(v, &g[i]->src, &g[i]->dst, 0, g[i]->o.len));
+}
+
 /* One slice of a pending copy (vm_progress: round robin over them); true
  * once it is finished. */
 static bool vm_step(struct op_node *node, void *arg)
@@ -332,6 +450,10 @@ static bool vm_step(struct op_node *node, void *arg)
 
 	if (op->src.dev >= 0 || op->dst.dev >= 0)
 		return vm_gpu_step(p, v, op);
+	if (vm_small(op)) {
+		vm_gather(p, v, op);
+		return true;
+	}
 	if (n > cfg.chunk)
 		n = cfg.chunk;
 	rc = vm_move(v, &op->src, &op->dst, op->done, n);
