@@ -87,7 +87,8 @@ struct vm_end {
 	int dev;       /* GPU memory: its device; -1 otherwise */
 };
 
-/* A copy larger than inline_max, or with GPU memory, not finished yet. */
+/* A copy not finished yet: on the poller's list of small ones (up to
+ * --inline-max, no GPU memory; vm_gather) or of the others. */
 struct vm_op {
 	struct op_node node; /* first: its vm_poller's list */
 	struct xfer_op o;    /* the descriptor, its references (o.len: the bytes) */
@@ -104,7 +105,8 @@ struct vm_op {
  * buffer of VM <-> VM copies (cfg.chunk bytes, made at the first), and the
  * processes found alive, when. */
 struct vm_poller {
-	struct op_list ops; /* first: oplist.h's op_engine_* calls */
+	struct op_list ops;   /* first: oplist.h's op_engine_* calls */
+	struct op_fifo small; /* small copies (their entries from ops' pool) */
 	uint8_t *bounce;
 	uint8_t *pin[VM_PINS]; /* made at the first GPU slice */
 	bool pin_busy[VM_PINS];
@@ -326,20 +328,18 @@ static void vm_submit(struct poller *p, const struct xfer *x)
 	/* The references keep the regions (and a VM region's pidfd) until
 	 * the last slice. */
 	xfer_op_keep(&op->o, x, x->path | (gpu ? DP_CQE_F_GPU : 0));
-	op_list_push(&v->ops, &op->node);
+	if (!gpu && x->len <= cfg.inline_max)
+		op_fifo_push(&v->small, &op->node);
+	else
+		op_list_push(&v->ops, &op->node);
 	engine_kick(p, ENGINE_vm);
 }
 
-static bool vm_small(const struct vm_op *op)
+/* Whether two ends are the same process (any of its registrations), or
+ * both host memory here. */
+static bool vm_same_proc(const struct vm_end *a, const struct vm_end *b)
 {
-	return op->o.len <= cfg.inline_max && !op->done && op->src.dev < 0 && op->dst.dev < 0;
-}
-
-/* Whether b can go in one call with a: the same processes (or host memory)
- * on each side. */
-static bool vm_same_sides(const struct vm_op *a, const struct vm_op *b)
-{
-	return a->src.vm == b->src.vm && a->dst.vm == b->dst.vm;
+	return a->vm == b->vm || (a->vm && b->vm && a->vm->pid == b->vm->pid);
 }
 
 static void vm_op_done(struct poller *p, struct vm_poller *v, struct vm_op *op, int rc)
@@ -361,13 +361,27 @@ static ssize_t vm_callv(const struct vm_mem *m, const struct iovec *host, const 
 	return got < 0 ? vm_errno(errno) : got;
 }
 
+/* How many of g[0..n) the bytes `got` of one call moved whole. */
+static unsigned vm_whole(struct vm_op *const *g, unsigned n, ssize_t got)
+{
+	uint64_t moved = 0;
+	unsigned k = 0;
+
+	for (; k < n && got >= 0 && moved + g[k]->o.len <= (uint64_t)got; k++)
+		moved += g[k]->o.len;
+	return k;
+}
+
 /*
- * op (small, taken off the list) and the small copies right behind it
- * between the same sides, up to VM_GATHER (and cfg.chunk bytes from one
- * process to another: the bounce buffer), in one process_vm_* call, or two
- * through the bounce buffer. The copies the calls moved whole are done; a
- * short or failed call leaves the rest to one call each, which gives each
- * its own status (-EFAULT for the one with the hole).
+ * op (taken off the small list) and the small copies right behind it
+ * between the same processes on each side (any of their registrations),
+ * up to VM_GATHER (and cfg.chunk bytes from one process to another: the
+ * bounce buffer), in one process_vm_* call, or two through the bounce
+ * buffer. The copies moved whole are done; the rest run one call each,
+ * which gives each its own status (-EFAULT for the one with a hole). Every
+ * registration's process is asked whether it is still that process
+ * (vm_alive) before the call; any that is not leaves the whole gather to
+ * one call each, so that only its own copies fail.
  */
 static void vm_gather(struct poller *p, struct vm_poller *v, struct vm_op *op)
 {
@@ -375,9 +389,8 @@ static void vm_gather(struct poller *p, struct vm_poller *v, struct vm_op *op)
 	struct vm_op *g[VM_GATHER];
 	bool p2p = op->src.vm && op->dst.vm;
 	uint64_t bytes = 0, moved = 0;
-	unsigned n = 0, ok = 0;
-	ssize_t got;
-	int rc = 0;
+	unsigned n = 0, ok = 0, nread;
+	ssize_t got = -1;
 
 	if (p2p && !v->bounce && !(v->bounce = malloc(cfg.chunk))) {
 		vm_op_done(p, v, op, -ENOMEM);
@@ -388,19 +401,20 @@ static void vm_gather(struct poller *p, struct vm_poller *v, struct vm_op *op)
 
 		g[n++] = op;
 		bytes += op->o.len;
-		next = (struct vm_op *)v->ops.pending.head;
-		if (n == VM_GATHER || !next || !vm_small(next) || !vm_same_sides(g[0], next) ||
+		next = (struct vm_op *)v->small.head;
+		if (n == VM_GATHER || !next || !vm_same_proc(&g[0]->src, &next->src) ||
+		    !vm_same_proc(&g[0]->dst, &next->dst) ||
 		    (p2p && bytes + next->o.len > cfg.chunk))
 			break;
-		op = (struct vm_op *)op_list_pop(&v->ops);
+		op = (struct vm_op *)op_fifo_pop(&v->small);
 	}
 	op = g[0];
-	if ((op->src.vm && (rc = vm_alive(v, op->src.vm))) ||
-	    (op->dst.vm && (rc = vm_alive(v, op->dst.vm)))) {
-		for (unsigned i = 0; i < n; i++)
-			vm_op_done(p, v, g[i], rc);
-		return;
-	}
+	for (unsigned i = 0; i < n; i++)
+		if ((g[i]->src.vm && (i == 0 || g[i]->src.vm != g[i - 1]->src.vm) &&
+		     vm_alive(v, g[i]->src.vm)) ||
+		    (g[i]->dst.vm && (i == 0 || g[i]->dst.vm != g[i - 1]->dst.vm) &&
+		     vm_alive(v, g[i]->dst.vm)))
+			goto one_by_one;
 	/* a: this side's pieces (host memory, or the bounce buffer); b: the
 	 * process's, the source's first from one process to another. */
 	for (unsigned i = 0; i < n; i++) {
@@ -420,20 +434,19 @@ static void vm_gather(struct poller *p, struct vm_poller *v, struct vm_op *op)
 		moved += len;
 	}
 	got = vm_callv(op->src.vm ? op->src.vm : op->dst.vm, a, b, n, !op->src.vm);
-	/* From one process to another, the target's call only after the
-	 * source's moved everything: a short first call has moved nothing to
-	 * the target, and those copies run again one by one. */
-	if (p2p && got == (ssize_t)bytes) {
-		for (unsigned i = 0; i < n; i++)
+	/* From one process to another, the copies the source's call read
+	 * whole into the bounce buffer go on to the target in a second. */
+	if (p2p && (nread = vm_whole(g, n, got))) {
+		for (unsigned i = 0; i < nread; i++)
 			b[i].iov_base = (void *)(uintptr_t)g[i]->dst.addr;
-		got = vm_callv(op->dst.vm, a, b, n, true);
+		got = vm_callv(op->dst.vm, a, b, nread, true);
 	} else if (p2p) {
-		got = 0;
+		got = -1;
 	}
-	for (moved = 0; ok < n && got >= 0 && moved + g[ok]->o.len <= (uint64_t)got; ok++) {
-		moved += g[ok]->o.len;
-		vm_op_done(p, v, g[ok], 0);
-	}
+	ok = vm_whole(g, n, got);
+	for (unsigned i = 0; i < ok; i++)
+		vm_op_done(p, v, g[i], 0);
+one_by_one:
 	for (unsigned i = ok; i < n; i++)
 		vm_op_done(p, v, g[i], vm_move(v, &g[i]->src, &g[i]->dst, 0, g[i]->o.len));
 }
@@ -450,10 +463,6 @@ static bool vm_step(struct op_node *node, void *arg)
 
 	if (op->src.dev >= 0 || op->dst.dev >= 0)
 		return vm_gpu_step(p, v, op);
-	if (vm_small(op)) {
-		vm_gather(p, v, op);
-		return true;
-	}
 	if (n > cfg.chunk)
 		n = cfg.chunk;
 	rc = vm_move(v, &op->src, &op->dst, op->done, n);
@@ -465,19 +474,30 @@ static bool vm_step(struct op_node *node, void *arg)
 	return true;
 }
 
+/* Every small copy (no more than this loop's descriptors brought: what
+ * submit used to copy at once), then STEPS_PER_LOOP slices of the others. */
 static int vm_progress(struct poller *p)
 {
-	return op_engine_progress(p, ENGINE_vm, STEPS_PER_LOOP, vm_step);
+	struct vm_poller *v = p->eng[ENGINE_vm];
+	struct op_node *nd;
+	int n = 0;
+
+	for (; v && (nd = op_fifo_pop(&v->small)); n++)
+		vm_gather(p, v, (struct vm_op *)nd);
+	return n + op_engine_progress(p, ENGINE_vm, STEPS_PER_LOOP, vm_step);
 }
 
 static bool vm_busy(const struct poller *p)
 {
-	return op_engine_busy(p, ENGINE_vm);
+	const struct vm_poller *v = p->eng[ENGINE_vm];
+
+	return v && (!op_fifo_empty(&v->small) || op_engine_busy(p, ENGINE_vm));
 }
 
 /* At shutdown copies are finished (a gone process fails them at once). */
 static void vm_cancel_all(struct poller *p)
 {
+	vm_progress(p);
 	op_engine_finish_all(p, ENGINE_vm, STEPS_PER_LOOP, vm_step);
 }
 
