@@ -284,9 +284,10 @@ asan: deps
 # get -ECONNRESET, or stop_service() sees 66); in a test process, the test
 # crashes. Reports are kept in build/tsan/reports/ (a service's own log goes
 # with its temp dir) and any report there fails the run. hostile_ring's
-# rewrite test races on purpose, in the client, so it stays out. About 2
+# rewrite test races on purpose, in the client, so it stays out; service_vm
+# and hostile_vm run the vm engine's worker thread. About 3
 # minutes of tests on 2 cores.
-TSAN_FILTER ?= @(service_@(transfer|lifecycle|errors|stripe|parked|wakeup)/*|hostile_ring/!(rewriting_*))
+TSAN_FILTER ?= @(service_@(transfer|lifecycle|errors|stripe|parked|wakeup|vm)/*|hostile_ring/!(rewriting_*)|hostile_vm/*)
 TSAN_REPORTS := $(abspath build/tsan/reports)
 TSAN_SUPP := $(abspath tests/tsan.supp)
 tsan: deps

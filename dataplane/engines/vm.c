@@ -27,16 +27,24 @@
  * service passed the client's pidfd (samehost.c, vm.h), and completions
  * say DP_CQE_F_SAME_HOST. A file with a VM region is -ENOTSUP. Over the
  * fabric a VM region is staged (stage.c, with vm_region_copy): ours
- * through our bounce buffers, an export of ours by its owner's. Every
- * copy but an empty one waits for the loop's progress: there the small
- * ones (up to --inline-max) queued one behind another between the same
- * two sides go in one call, an iovec each (vm_gather: a batch of KV pages
- * costs a system call per 64 pages, not per page); larger ones go
- * --copy-chunk at a time, round robin, as the host engine's do (host.c). docs/architecture.md, "Memory of a client
- * process".
+ * through our bounce buffers, an export of ours by its owner's.
+ *
+ * Every copy but an empty one waits for the loop's progress. Those without
+ * GPU memory go from there to the poller's worker thread (struct
+ * vm_worker), which makes their calls: the kernel may hold a call on a
+ * page the client controls, and then it holds the worker, not the poller.
+ * There the small ones (up to --inline-max) queued one behind another
+ * between the same two sides go in one call, an iovec each (vm_gather: a
+ * batch of KV pages costs a system call per 64 pages, not per page);
+ * larger ones go --copy-chunk at a time, round robin, as the host engine's
+ * do (host.c); the poller completes what the worker finished. Copies with
+ * GPU memory stay on the poller (its staging stream is the poller's).
+ * docs/architecture.md, "Memory of a client process".
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,8 +65,13 @@
 #define SO_PEERPIDFD 77 /* Linux 6.5; Debian 12's headers predate it */
 #endif
 
-/* As host.c: about 1 MiB per poller loop with the default chunk. */
+/* As host.c: about 1 MiB per poller loop (worker pass) with the default
+ * chunk. */
 #define STEPS_PER_LOOP 4
+/* How long a poller's worker looks for more work before it sleeps. */
+#define WORKER_SPIN_NS 50000u
+/* How long a stopping poller waits for its worker's calls to return. */
+#define WORKER_DRAIN_NS 5000000000ull
 /* Processes whose liveness one poller remembers, and for how long. */
 #define ALIVE_SLOTS 8
 #define ALIVE_NS 100000u
@@ -87,13 +100,15 @@ struct vm_end {
 	int dev;       /* GPU memory: its device; -1 otherwise */
 };
 
-/* A copy not finished yet: on the poller's list of small ones (up to
- * --inline-max, no GPU memory; vm_gather) or of the others. */
+/* A copy not finished yet: with GPU memory on the poller's list; else
+ * handed to the poller's worker, on its list of small ones (up to
+ * --inline-max; vm_gather) or of the others, and back with its status. */
 struct vm_op {
-	struct op_node node; /* first: its vm_poller's list */
+	struct op_node node; /* first: the list it is on */
 	struct xfer_op o;    /* the descriptor, its references (o.len: the bytes) */
 	struct vm_end src, dst;
 	uint64_t done;
+	int rc; /* the worker's status for it */
 	/* With GPU memory: the slice in flight, its pinned buffer (-1: none)
 	 * and the GPU copy's ticket. */
 	uint64_t n;
@@ -101,19 +116,52 @@ struct vm_op {
 	struct gpu_ticket t;
 };
 
-/* A poller's pending copies (p->eng[ENGINE_vm]), spare ops, the bounce
- * buffer of VM <-> VM copies (cfg.chunk bytes, made at the first), and the
- * processes found alive, when. */
-struct vm_poller {
-	struct op_list ops;   /* first: oplist.h's op_engine_* calls */
-	struct op_fifo small; /* small copies (their entries from ops' pool) */
-	uint8_t *bounce;
-	uint8_t *pin[VM_PINS]; /* made at the first GPU slice */
-	bool pin_busy[VM_PINS];
+/* Processes found alive, when (vm_alive). */
+struct vm_alive_cache {
 	struct {
 		const struct vm_mem *vm;
 		uint64_t ns;
-	} alive[ALIVE_SLOTS];
+	} slot[ALIVE_SLOTS];
+};
+
+/*
+ * The thread that makes a poller's process_vm_* calls for copies without
+ * GPU memory. The kernel may wait inside such a call on something the
+ * client controls: a page of a userfaultfd range it does not answer, of a
+ * FUSE file whose server does not. Then this thread waits, and with it
+ * that poller's copies of registered memory, never the poller: its other
+ * engines' transfers go on, for every client. It runs on the poller's CPU
+ * (made by the poller, it inherits the pinning); the two share it with
+ * sched_yield (vm_progress, worker_take).
+ */
+struct vm_worker {
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	/* Under mu: handed over by the poller, finished (rc set). */
+	struct op_fifo in, out;
+	bool stop, sleeping;
+	atomic_uint handed; /* bumped with each hand-over: the spin looks here */
+	/* The thread's own: small copies, the others (round robin), those
+	 * finished this pass, the bounce buffer of VM <-> VM copies
+	 * (cfg.chunk bytes, made at the first). */
+	struct op_fifo small, done;
+	struct op_list big;
+	uint8_t *bounce;
+	struct vm_alive_cache alive;
+};
+
+/* A poller's pending copies (p->eng[ENGINE_vm]): those with GPU memory on
+ * ops (spare entries for all), those for its worker, how many the worker
+ * has, its pinned buffers, and the processes it found alive. */
+struct vm_poller {
+	struct op_list ops;    /* first: oplist.h's op_engine_* calls */
+	struct op_fifo hand;   /* for the worker, at the end of this pass */
+	unsigned out;	       /* copies the worker has */
+	struct vm_worker *w;   /* started at the first copy for it */
+	uint8_t *pin[VM_PINS]; /* made at the first GPU slice */
+	bool pin_busy[VM_PINS];
+	struct vm_alive_cache alive;
 };
 
 static struct vm_poller *vm_poller(struct poller *p)
@@ -147,19 +195,19 @@ static int vm_errno(int e)
  * names a freed vm_mem whose address came back names one registered (and
  * found alive) since the slot was filled, less than ALIVE_NS ago.
  */
-static int vm_alive(struct vm_poller *v, const struct vm_mem *m)
+static int vm_alive(struct vm_alive_cache *c, const struct vm_mem *m)
 {
 	unsigned i = (unsigned)(((uintptr_t)m >> 6) % ALIVE_SLOTS);
 	uint64_t now = dp_now_ns();
 
-	if (v->alive[i].vm == m && now - v->alive[i].ns < ALIVE_NS)
+	if (c->slot[i].vm == m && now - c->slot[i].ns < ALIVE_NS)
 		return 0;
 	/* EPERM would still mean it exists; the service runs as its uid or
 	 * as root, so it does not come. */
 	if (syscall(SYS_pidfd_send_signal, m->pidfd, 0, NULL, 0) < 0 && errno != EPERM)
 		return errno == ESRCH ? -ESRCH : -EIO;
-	v->alive[i].vm = m;
-	v->alive[i].ns = now;
+	c->slot[i].vm = m;
+	c->slot[i].ns = now;
 	return 0;
 }
 
@@ -177,25 +225,25 @@ static int vm_call(const struct vm_mem *m, uint64_t addr, uint8_t *host, uint64_
 	return (uint64_t)got == n ? 0 : -EFAULT;
 }
 
-/* Bytes [off, off + n) of a transfer from src to dst, n <= cfg.chunk. */
-static int vm_move(struct vm_poller *v, const struct vm_end *src, const struct vm_end *dst,
+/* Worker: bytes [off, off + n) of a transfer from src to dst, 0 < n <=
+ * cfg.chunk. */
+static int vm_move(struct vm_worker *w, const struct vm_end *src, const struct vm_end *dst,
 		   uint64_t off, uint64_t n)
 {
 	int rc;
 
-	if (!n)
-		return 0;
-	if ((src->vm && (rc = vm_alive(v, src->vm))) || (dst->vm && (rc = vm_alive(v, dst->vm))))
+	if ((src->vm && (rc = vm_alive(&w->alive, src->vm))) ||
+	    (dst->vm && (rc = vm_alive(&w->alive, dst->vm))))
 		return rc;
 	if (!src->vm)
 		return vm_call(dst->vm, dst->addr + off, src->host + off, n, true);
 	if (!dst->vm)
 		return vm_call(src->vm, src->addr + off, dst->host + off, n, false);
-	/* Process to process: through the poller's bounce buffer. */
-	if (!v->bounce && !(v->bounce = malloc(cfg.chunk)))
+	/* Process to process: through the worker's bounce buffer. */
+	if (!w->bounce && !(w->bounce = malloc(cfg.chunk)))
 		return -ENOMEM;
-	rc = vm_call(src->vm, src->addr + off, v->bounce, n, false);
-	return rc ? rc : vm_call(dst->vm, dst->addr + off, v->bounce, n, true);
+	rc = vm_call(src->vm, src->addr + off, w->bounce, n, false);
+	return rc ? rc : vm_call(dst->vm, dst->addr + off, w->bounce, n, true);
 }
 
 /* Byte `off` of region r as one side of a transfer: 0, or -ENOTSUP for
@@ -247,7 +295,7 @@ static int vm_gpu_start(struct poller *p, struct vm_poller *v, struct vm_op *op)
 	op->n = n < cfg.chunk ? n : cfg.chunk;
 	if (op->src.dev >= 0)
 		return gpu_stage_copy(p, op->src.dev, buf, op->src.host + op->done, op->n, &op->t);
-	rc = vm_alive(v, op->src.vm);
+	rc = vm_alive(&v->alive, op->src.vm);
 	if (!rc)
 		rc = vm_call(op->src.vm, op->src.addr + op->done, buf, op->n, false);
 	return rc ? rc
@@ -269,7 +317,7 @@ static bool vm_gpu_step(struct poller *p, struct vm_poller *v, struct vm_op *op)
 			return false;
 		rc = rc < 0 ? -EIO : 0;
 		/* GPU -> process: the slice is in the pinned buffer now. */
-		if (!rc && op->src.dev >= 0 && !(rc = vm_alive(v, op->dst.vm)))
+		if (!rc && op->src.dev >= 0 && !(rc = vm_alive(&v->alive, op->dst.vm)))
 			rc = vm_call(op->dst.vm, op->dst.addr + op->done, v->pin[op->pin], op->n,
 				     true);
 		op->done += op->n;
@@ -282,6 +330,14 @@ static bool vm_gpu_step(struct poller *p, struct vm_poller *v, struct vm_op *op)
 	xfer_op_finish(p, &op->o, rc);
 	op_list_put(&v->ops, &op->node);
 	return true;
+}
+
+/* A copy with GPU memory, on the poller's round robin. */
+static bool vm_gpu_node_step(struct op_node *node, void *arg)
+{
+	struct poller *p = arg;
+
+	return vm_gpu_step(p, p->eng[ENGINE_vm], (struct vm_op *)node);
 }
 
 static void vm_submit(struct poller *p, const struct xfer *x)
@@ -306,14 +362,13 @@ static void vm_submit(struct poller *p, const struct xfer *x)
 	x->q->ctr.local_copies++;
 	gpu = l.dev >= 0 || t.dev >= 0;
 	/* Zero bytes complete at once. Every other copy waits for the
-	 * loop's progress, later in the same pass: the small ones of a batch
-	 * go together there (vm_gather). */
+	 * loop's progress, later in the same pass: those for the worker go
+	 * to it together there, and the small ones of a batch go in one call
+	 * (vm_gather). */
 	if (!x->len) {
-		rc = d->opcode == DP_OP_WRITE ? vm_move(v, &l, &t, 0, x->len)
-					      : vm_move(v, &t, &l, 0, x->len);
-		if (!rc && x->notify)
+		if (x->notify)
 			notif_deliver(p, x->seg, x->notify);
-		queue_complete_ns(x->q, x->user_data, x->submit_ns, rc, rc ? 0 : x->len,
+		queue_complete_ns(x->q, x->user_data, x->submit_ns, 0, 0,
 				  x->path | (gpu ? DP_CQE_F_GPU : 0));
 		return;
 	}
@@ -328,10 +383,10 @@ static void vm_submit(struct poller *p, const struct xfer *x)
 	/* The references keep the regions (and a VM region's pidfd) until
 	 * the last slice. */
 	xfer_op_keep(&op->o, x, x->path | (gpu ? DP_CQE_F_GPU : 0));
-	if (!gpu && x->len <= cfg.inline_max)
-		op_fifo_push(&v->small, &op->node);
-	else
+	if (gpu)
 		op_list_push(&v->ops, &op->node);
+	else
+		op_fifo_push(&v->hand, &op->node);
 	engine_kick(p, ENGINE_vm);
 }
 
@@ -342,10 +397,11 @@ static bool vm_same_proc(const struct vm_end *a, const struct vm_end *b)
 	return a->vm == b->vm || (a->vm && b->vm && a->vm->pid == b->vm->pid);
 }
 
-static void vm_op_done(struct poller *p, struct vm_poller *v, struct vm_op *op, int rc)
+/* Worker: op is over, with status rc (the poller finishes it). */
+static void vm_op_done(struct vm_worker *w, struct vm_op *op, int rc)
 {
-	xfer_op_finish(p, &op->o, rc);
-	op_list_put(&v->ops, &op->node);
+	op->rc = rc;
+	op_fifo_push(&w->done, &op->node);
 }
 
 /*
@@ -383,7 +439,7 @@ static unsigned vm_whole(struct vm_op *const *g, unsigned n, ssize_t got)
  * (vm_alive) before the call; any that is not leaves the whole gather to
  * one call each, so that only its own copies fail.
  */
-static void vm_gather(struct poller *p, struct vm_poller *v, struct vm_op *op)
+static void vm_gather(struct vm_worker *w, struct vm_op *op)
 {
 	struct iovec a[VM_GATHER], b[VM_GATHER];
 	struct vm_op *g[VM_GATHER];
@@ -392,8 +448,8 @@ static void vm_gather(struct poller *p, struct vm_poller *v, struct vm_op *op)
 	unsigned n = 0, ok = 0, nread;
 	ssize_t got = -1;
 
-	if (p2p && !v->bounce && !(v->bounce = malloc(cfg.chunk))) {
-		vm_op_done(p, v, op, -ENOMEM);
+	if (p2p && !w->bounce && !(w->bounce = malloc(cfg.chunk))) {
+		vm_op_done(w, op, -ENOMEM);
 		return;
 	}
 	for (;;) {
@@ -401,19 +457,19 @@ static void vm_gather(struct poller *p, struct vm_poller *v, struct vm_op *op)
 
 		g[n++] = op;
 		bytes += op->o.len;
-		next = (struct vm_op *)v->small.head;
+		next = (struct vm_op *)w->small.head;
 		if (n == VM_GATHER || !next || !vm_same_proc(&g[0]->src, &next->src) ||
 		    !vm_same_proc(&g[0]->dst, &next->dst) ||
 		    (p2p && bytes + next->o.len > cfg.chunk))
 			break;
-		op = (struct vm_op *)op_fifo_pop(&v->small);
+		op = (struct vm_op *)op_fifo_pop(&w->small);
 	}
 	op = g[0];
 	for (unsigned i = 0; i < n; i++)
 		if ((g[i]->src.vm && (i == 0 || g[i]->src.vm != g[i - 1]->src.vm) &&
-		     vm_alive(v, g[i]->src.vm)) ||
+		     vm_alive(&w->alive, g[i]->src.vm)) ||
 		    (g[i]->dst.vm && (i == 0 || g[i]->dst.vm != g[i - 1]->dst.vm) &&
-		     vm_alive(v, g[i]->dst.vm)))
+		     vm_alive(&w->alive, g[i]->dst.vm)))
 			goto one_by_one;
 	/* a: this side's pieces (host memory, or the bounce buffer); b: the
 	 * process's, the source's first from one process to another. */
@@ -422,7 +478,7 @@ static void vm_gather(struct poller *p, struct vm_poller *v, struct vm_op *op)
 		uint64_t len = o->o.len;
 
 		if (p2p) {
-			a[i] = (struct iovec){v->bounce + moved, len};
+			a[i] = (struct iovec){w->bounce + moved, len};
 			b[i] = (struct iovec){(void *)(uintptr_t)o->src.addr, len};
 		} else if (o->src.vm) {
 			a[i] = (struct iovec){o->dst.host, len};
@@ -445,71 +501,211 @@ static void vm_gather(struct poller *p, struct vm_poller *v, struct vm_op *op)
 	}
 	ok = vm_whole(g, n, got);
 	for (unsigned i = 0; i < ok; i++)
-		vm_op_done(p, v, g[i], 0);
+		vm_op_done(w, g[i], 0);
 one_by_one:
 	for (unsigned i = ok; i < n; i++)
-		vm_op_done(p, v, g[i], vm_move(v, &g[i]->src, &g[i]->dst, 0, g[i]->o.len));
+		vm_op_done(w, g[i], vm_move(w, &g[i]->src, &g[i]->dst, 0, g[i]->o.len));
 }
 
-/* One slice of a pending copy (vm_progress: round robin over them); true
- * once it is finished. */
+/* Worker: one slice of a larger copy (round robin over them); true once
+ * it is over. */
 static bool vm_step(struct op_node *node, void *arg)
 {
-	struct poller *p = arg;
-	struct vm_poller *v = p->eng[ENGINE_vm];
+	struct vm_worker *w = arg;
 	struct vm_op *op = (struct vm_op *)node;
 	uint64_t n = op->o.len - op->done;
 	int rc;
 
-	if (op->src.dev >= 0 || op->dst.dev >= 0)
-		return vm_gpu_step(p, v, op);
 	if (n > cfg.chunk)
 		n = cfg.chunk;
-	rc = vm_move(v, &op->src, &op->dst, op->done, n);
+	rc = vm_move(w, &op->src, &op->dst, op->done, n);
 	op->done += n;
 	if (!rc && op->done < op->o.len)
 		return false;
-	xfer_op_finish(p, &op->o, rc);
-	op_list_put(&v->ops, &op->node);
+	vm_op_done(w, op, rc);
 	return true;
 }
 
-/* Every small copy (no more than this loop's descriptors brought: what
- * submit used to copy at once), then STEPS_PER_LOOP slices of the others. */
+/*
+ * Worker: takes what the poller handed over. With @wait (nothing else to
+ * do) it looks for a hand-over for WORKER_SPIN_NS, then sleeps until one
+ * comes or the poller stops it; false: stopped, and nothing came.
+ */
+static bool worker_take(struct vm_worker *w, bool wait, unsigned *seen)
+{
+	uint64_t t0 = dp_now_ns();
+	struct op_node *n;
+	bool stop;
+
+	while (wait && atomic_load_explicit(&w->handed, memory_order_acquire) == *seen &&
+	       dp_now_ns() - t0 < WORKER_SPIN_NS)
+		sched_yield(); /* the poller's CPU: let it run */
+	if (!wait && atomic_load_explicit(&w->handed, memory_order_acquire) == *seen)
+		return true;
+	pthread_mutex_lock(&w->mu);
+	while (wait && op_fifo_empty(&w->in) && !w->stop) {
+		w->sleeping = true;
+		pthread_cond_wait(&w->cv, &w->mu);
+		w->sleeping = false;
+	}
+	*seen = atomic_load_explicit(&w->handed, memory_order_relaxed);
+	stop = w->stop && op_fifo_empty(&w->in);
+	while ((n = op_fifo_pop(&w->in))) {
+		if (((struct vm_op *)n)->o.len <= cfg.inline_max)
+			op_fifo_push(&w->small, n);
+		else
+			op_list_push(&w->big, n);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return !(wait && stop);
+}
+
+/* Worker: the small copies that came, in gathers, then STEPS_PER_LOOP
+ * slices of the others; what finished goes back to the poller after each
+ * pass. Ends when the poller stops it and nothing is left. */
+static void *worker_main(void *arg)
+{
+	struct vm_worker *w = arg;
+	unsigned seen = 0;
+	struct op_node *n;
+
+	while (worker_take(w, !op_list_busy(&w->big), &seen)) {
+		while ((n = op_fifo_pop(&w->small)))
+			vm_gather(w, (struct vm_op *)n);
+		op_list_round(&w->big, STEPS_PER_LOOP, vm_step, w);
+		if (!op_fifo_empty(&w->done)) {
+			pthread_mutex_lock(&w->mu);
+			op_fifo_append(&w->out, &w->done);
+			pthread_mutex_unlock(&w->mu);
+		}
+	}
+	return NULL;
+}
+
+static struct vm_worker *worker_start(void)
+{
+	struct vm_worker *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return NULL;
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_cond_init(&w->cv, NULL);
+	if (pthread_create(&w->thread, NULL, worker_main, w)) {
+		pthread_cond_destroy(&w->cv);
+		pthread_mutex_destroy(&w->mu);
+		free(w);
+		return NULL;
+	}
+	return w;
+}
+
+/* Poller: what this pass queued goes to the worker (started at the
+ * first), and what it finished is completed here. Returns the copies
+ * handed over or completed. */
+static int vm_exchange(struct poller *p, struct vm_poller *v)
+{
+	struct vm_worker *w = v->w;
+	struct op_fifo done = {0};
+	struct op_node *n;
+	int work = 0;
+
+	if (!w && !(w = v->w = worker_start())) {
+		log_err("vm: cannot start the poller's worker thread");
+		while ((n = op_fifo_pop(&v->hand))) {
+			xfer_op_finish(p, &((struct vm_op *)n)->o, -ENOMEM);
+			op_list_put(&v->ops, n);
+		}
+		return 1;
+	}
+	pthread_mutex_lock(&w->mu);
+	if (!op_fifo_empty(&v->hand)) {
+		for (n = v->hand.head; n; n = n->next)
+			v->out++;
+		op_fifo_append(&w->in, &v->hand);
+		atomic_fetch_add_explicit(&w->handed, 1, memory_order_release);
+		if (w->sleeping)
+			pthread_cond_signal(&w->cv);
+		work++;
+	}
+	op_fifo_append(&done, &w->out);
+	pthread_mutex_unlock(&w->mu);
+	while ((n = op_fifo_pop(&done))) {
+		struct vm_op *op = (struct vm_op *)n;
+
+		xfer_op_finish(p, &op->o, op->rc);
+		op_list_put(&v->ops, n);
+		v->out--;
+		work++;
+	}
+	return work;
+}
+
+/* Copies for the worker to it, those it finished completed; then
+ * STEPS_PER_LOOP slices of those with GPU memory. */
 static int vm_progress(struct poller *p)
 {
 	struct vm_poller *v = p->eng[ENGINE_vm];
-	struct op_node *nd;
 	int n = 0;
 
-	for (; v && (nd = op_fifo_pop(&v->small)); n++)
-		vm_gather(p, v, (struct vm_op *)nd);
-	return n + op_engine_progress(p, ENGINE_vm, STEPS_PER_LOOP, vm_step);
+	if (v && (!op_fifo_empty(&v->hand) || v->out)) {
+		n = vm_exchange(p, v);
+		/* The worker runs on this CPU (it inherited the pinning): while
+		 * it has copies and none came back, it gets the CPU. */
+		if (!n && v->out)
+			sched_yield();
+	}
+	return n + op_engine_progress(p, ENGINE_vm, STEPS_PER_LOOP, vm_gpu_node_step);
 }
 
 static bool vm_busy(const struct poller *p)
 {
 	const struct vm_poller *v = p->eng[ENGINE_vm];
 
-	return v && (!op_fifo_empty(&v->small) || op_engine_busy(p, ENGINE_vm));
+	return v && (!op_fifo_empty(&v->hand) || v->out || op_engine_busy(p, ENGINE_vm));
 }
 
-/* At shutdown copies are finished (a gone process fails them at once). */
+/* At shutdown copies are finished (a gone process fails them at once); a
+ * worker still in a call after WORKER_DRAIN_NS is left behind. */
 static void vm_cancel_all(struct poller *p)
 {
-	vm_progress(p);
-	op_engine_finish_all(p, ENGINE_vm, STEPS_PER_LOOP, vm_step);
+	struct vm_poller *v = p->eng[ENGINE_vm];
+	uint64_t t0 = dp_now_ns();
+
+	while (v && (!op_fifo_empty(&v->hand) || v->out) && dp_now_ns() - t0 < WORKER_DRAIN_NS)
+		if (!vm_exchange(p, v))
+			usleep(100);
+	if (v && v->out)
+		log_warn("vm: %u copies of registered memory still in the kernel after %llu s "
+			 "(a page of a client's that the kernel waits for): left behind",
+			 v->out, (unsigned long long)(WORKER_DRAIN_NS / 1000000000ull));
+	op_engine_finish_all(p, ENGINE_vm, STEPS_PER_LOOP, vm_gpu_node_step);
 }
 
 static void vm_poller_free(struct poller *p)
 {
-	struct vm_poller *v = op_engine_take(p, ENGINE_vm);
+	struct vm_poller *v = p->eng[ENGINE_vm];
+	struct vm_worker *w = v ? v->w : NULL;
 
-	if (v) {
-		free(v->bounce);
+	if (w) {
+		pthread_mutex_lock(&w->mu);
+		w->stop = true;
+		pthread_cond_signal(&w->cv);
+		pthread_mutex_unlock(&w->mu);
+		if (v->out) {
+			/* Still in a call: the thread keeps w and its copies. */
+			pthread_detach(w->thread);
+		} else {
+			pthread_join(w->thread, NULL);
+			pthread_cond_destroy(&w->cv);
+			pthread_mutex_destroy(&w->mu);
+			free(w->bounce);
+			free(w);
+		}
+	}
+	v = op_engine_take(p, ENGINE_vm);
+	if (v)
 		for (int i = 0; i < VM_PINS; i++)
 			gpu_pinned_free(v->pin[i]);
-	}
 	free(v);
 }
 
