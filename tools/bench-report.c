@@ -298,6 +298,11 @@ unsigned services_on_cpus(const int *cpus, unsigned ncpus, char *desc, size_t le
 				 te->d_name);
 			if (!read_small(path, buf, sizeof(buf)) || (cpu = pinned_cpu(buf)) < 0)
 				continue;
+			snprintf(path, sizeof(path), "/proc/%s/task/%s/comm", de->d_name,
+				 te->d_name);
+			/* A poller's vm worker shares its poller's CPU (vm.c). */
+			if (read_small(path, buf, sizeof(buf)) && !strcmp(buf, "dp-vm-worker\n"))
+				continue;
 			snprintf(path, sizeof(path), "/proc/%s/task/%s/stat", de->d_name,
 				 te->d_name);
 			st = read_small(path, buf, sizeof(buf)) ? strrchr(buf, ')') : NULL;

@@ -569,6 +569,7 @@ static void *worker_main(void *arg)
 	unsigned seen = 0;
 	struct op_node *n;
 
+	pthread_setname_np(pthread_self(), "dp-vm-worker"); /* not a poller: bench-report.c */
 	while (worker_take(w, !op_list_busy(&w->big), &seen)) {
 		while ((n = op_fifo_pop(&w->small)))
 			vm_gather(w, (struct vm_op *)n);
