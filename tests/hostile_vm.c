@@ -1,4 +1,4 @@
-/* hostile_vm.c - a client whose registered memory (dp_register_mem) the kernel must wait for: a userfaultfd range it never answers. Its copy waits inside process_vm_readv, on the poller's vm worker thread; the poller and every other client's transfers go on. Once the client dies its copy returns, and registered memory moves again. */
+/* hostile_vm.c - a client whose registered memory (dp_register_mem) the kernel must wait for: a userfaultfd range it never answers. Its copy waits inside process_vm_readv, on the poller's vm worker thread; the poller and every other client's transfers go on. Once the client dies its copy returns, and registered memory moves again. The same over the fabric: another service READs the range, its owner's service stages it (on its vm worker), and that service's poller goes on serving the fabric and its clients. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
@@ -14,19 +14,22 @@
 #include "helpers.h"
 
 TestSuite(hostile_vm, .fini = svc_teardown);
+TestSuite(hostile_vm_fabric, .fini = fab_teardown);
 
 #define LEN (1u << 20)
 #define PAGE 4096u
 
 /* A range of ours whose untouched pages fault into a userfaultfd nobody
  * reads; NULL where this kernel gives us none. */
-static uint8_t *unanswered_range(void)
+static uint8_t *unanswered_range(int *ufd)
 {
 	struct uffdio_api api = {.api = UFFD_API};
 	struct uffdio_register reg = {.mode = UFFDIO_REGISTER_MODE_MISSING};
 	uint8_t *m = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	int uf = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
 
+	if (ufd)
+		*ufd = uf;
 	if (m == MAP_FAILED || uf < 0 || ioctl(uf, UFFDIO_API, &api))
 		return NULL;
 	/* dp_register_mem probes the first and the last byte: present. */
@@ -46,7 +49,7 @@ static void hostile_main(int out)
 	struct dp_client *c;
 	struct dp_queue *q;
 	struct dp_cqe cqe;
-	uint8_t *m = unanswered_range();
+	uint8_t *m = unanswered_range(NULL);
 	char say = 'x';
 	void *dst;
 	int reg, dreg, seg;
@@ -146,4 +149,78 @@ Test(hostile_vm, unanswered_userfaultfd_stalls_only_its_owner, .timeout = 60)
 	bystander_finish(&b);
 	registered_copy_works();
 	service_still_serves();
+}
+
+/* A client of service B (this process) registers an unanswered range and
+ * exports it; a client of A READs its middle over tcp. B stages it: its
+ * vm worker waits in the kernel. Meanwhile A WRITEs, through the fabric,
+ * into an ordinary export of B's (B's poller progresses the provider) and
+ * a client of B copies locally: both go on. Closing the userfaultfd lets
+ * the held call go; the READ ends (0, or -ETIMEDOUT if A gave up first). */
+Test(hostile_vm_fabric, unanswered_userfaultfd_holds_no_poller_of_its_service, .timeout = 90)
+{
+	struct fab_pair p;
+	struct dp_queue *hq;
+	struct dp_cqe c;
+	int uf = -1, reg, seg, lreg;
+	uint8_t *m = unanswered_range(&uf), *loc;
+
+	if (!m) {
+		if (uf >= 0)
+			close(uf);
+		cr_skip_test("no userfaultfd for this process here");
+	}
+	fab_pair_start(&p, "tcp", 0, NULL, NULL);
+	fab_pair_seg(&p, "plain", LEN, LEN, 16);
+	reg = dp_register_mem(p.cb, m, LEN);
+	cr_assert_geq(reg, 0, "dp_register_mem: %s", dp_strerror(reg));
+	export_segment(p.cb, reg, "held", DP_ACCESS_RW);
+	seg = open_segment(p.ca, p.peer_b, "held", DP_ACCESS_RW);
+	lreg = alloc_region(p.ca, LEN, &loc);
+	hq = make_queue(p.ca, 8);
+	cr_assert_eq(dp_submit(hq,
+			       &(struct dp_desc){.opcode = DP_OP_READ,
+						 .region = (uint32_t)lreg,
+						 .segment = (uint32_t)seg,
+						 .target_off = 16 * PAGE,
+						 .len = 16 * PAGE,
+						 .user_data = 1},
+			       1),
+		     1);
+	sleep_ms(300);
+	cr_assert_eq(dp_poll(hq, &c, 1), 0, "the held READ completed: %s", dp_strerror(c.status));
+	/* A to B's ordinary export, through the fabric, and back. */
+	for (unsigned i = 0; i < 8; i++) {
+		pattern_fill(p.loc, 64 * 1024, 300 + i);
+		c = run1(p.q, true, p.lreg, 0, p.seg, 4096, 64 * 1024, 10 + i, 3000);
+		cr_assert_eq(c.status, 0, "WRITE %u beside the held READ: %s", i,
+			     dp_strerror(c.status));
+		cr_assert_eq(pattern_check(p.tgt + 4096, 64 * 1024, 300 + i), -1);
+	}
+	/* A client of B, locally: B's poller serves it. */
+	{
+		struct dp_queue *bq = make_queue(p.cb, 8);
+		uint8_t *a, *b;
+		int ra = alloc_region(p.cb, 65536, &a), rb = alloc_region(p.cb, 65536, &b);
+		int bseg = export_open(p.cb, rb, "b-local", DP_ACCESS_RW, DP_ACCESS_RW);
+
+		pattern_fill(a, 65536, 5);
+		c = run_wait(bq,
+			     &(struct dp_desc){.opcode = DP_OP_WRITE,
+					       .region = (uint32_t)ra,
+					       .segment = (uint32_t)bseg,
+					       .len = 65536,
+					       .user_data = 2},
+			     3000);
+		cr_assert_eq(c.status, 0, "B's local copy beside the held READ: %s",
+			     dp_strerror(c.status));
+		cr_assert_eq(pattern_check(b, 65536, 5), -1);
+		dp_queue_destroy(bq);
+	}
+	close(uf);
+	cr_assert_eq(dp_wait(hq, &c, 1, 20000), 1, "the held READ never ended");
+	cr_assert(c.status == 0 || c.status == -ETIMEDOUT, "the held READ: %s",
+		  dp_strerror(c.status));
+	dp_queue_destroy(hq);
+	fab_pair_stop(&p);
 }

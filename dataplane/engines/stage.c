@@ -79,12 +79,14 @@ struct stage_slice {
 	uint8_t *buf;
 	struct stage_op *op; /* while the slice is live */
 	uint64_t off, len;   /* of the transfer */
-	bool copying;	     /* a GPU copy in flight (t) */
+	bool copying;	     /* a copy in flight: the GPU's (t), or the vm worker's (vt) */
+	bool vmcopy;	     /* that copy is vt */
 	bool on_fabric;	     /* fabric_post'ed, done not called yet */
 	bool held;	     /* the provider may hold buf: not free before release */
 	bool fab_done;	     /* done was called: fab_status holds its result */
 	int fab_status;
 	struct gpu_ticket t;
+	struct vm_ticket vt;
 	struct stage_slice *next; /* the free list, or the op's live slices */
 	/* Owner staging, initiator side (the target's owner stages it). */
 	uint8_t *meta;	     /* META_LEN bytes, registered with buf */
@@ -422,10 +424,40 @@ static void fab_release(void *arg, int status)
 	}
 }
 
+/* Starts s's copy of region @r's bytes from @off: to the slice's buffer
+ * (@to_buf), or from it. Memory of a client process (dp_register_mem) on
+ * the vm engine's worker thread (vm_copy_start), so that a page the kernel
+ * waits for holds that thread, not this poller. */
+static int vm_slice_copy(struct stage_slice *s, const struct region *r, uint64_t off, uint64_t n,
+			 bool to_buf)
+{
+	int rc = vm_copy_start(s->sp->p, r, off, s->buf, n, !to_buf, &s->vt);
+
+	if (!rc)
+		s->copying = s->vmcopy = true;
+	return rc;
+}
+
+/* Whether s's copy is over: 0 not yet, 1 done, or its error (-EIO for the
+ * GPU's). */
+static int slice_copy_poll(struct stage_slice *s)
+{
+	int rc;
+
+	if (s->vmcopy) {
+		if (!vm_copy_poll(s->sp->p, &s->vt))
+			return 0;
+		s->vmcopy = false;
+		return s->vt.rc ? s->vt.rc : 1;
+	}
+	rc = gpu_stage_poll(s->sp->p, &s->t);
+	return rc < 0 ? -EIO : rc;
+}
+
 /* Starts the copy between the slice's buffer and the local region: the
  * GPU's staging stream, process_vm_readv/writev for memory of a client
- * process (dp_register_mem; its error is the slice's), or memcpy for host
- * memory (--stage-host). */
+ * process (dp_register_mem, on the vm worker; its error is the slice's),
+ * or memcpy for host memory (--stage-host). */
 static int copy_start(struct stage_slice *s, bool to_buf)
 {
 	struct stage_op *op = s->op;
@@ -434,7 +466,7 @@ static int copy_start(struct stage_slice *s, bool to_buf)
 	const void *src;
 
 	if (op->o.ra->kind == REGION_VM)
-		return vm_region_copy(op->o.ra, op->loc_off + s->off, s->buf, s->len, !to_buf);
+		return vm_slice_copy(s, op->o.ra, op->loc_off + s->off, s->len, to_buf);
 	local = op->o.ra->base + op->loc_off + s->off;
 	dst = to_buf ? (void *)s->buf : local;
 	src = to_buf ? (const void *)local : s->buf;
@@ -640,14 +672,14 @@ static int op_advance(struct stage_op *op)
 			s->fab_status = s->rstatus;
 		}
 		if (s->copying) {
-			int rc = gpu_stage_poll(s->sp->p, &s->t);
+			int rc = slice_copy_poll(s);
 
 			if (!rc)
 				continue;
 			s->copying = false;
 			work++;
 			if (rc < 0) {
-				op_fail(op, -EIO);
+				op_fail(op, rc);
 				slice_end(s);
 				continue;
 			}
@@ -900,9 +932,9 @@ static bool own_next(struct own_op *o)
 }
 
 /* Between our buffer and the export: the GPU's staging stream,
- * process_vm_readv/writev for a client's process memory (dp_register_mem:
- * its unmapped pages fail the request -EFAULT), or memcpy for host memory
- * (--stage-host). */
+ * process_vm_readv/writev for a client's process memory (dp_register_mem,
+ * on the vm worker: its unmapped pages fail the request -EFAULT), or
+ * memcpy for host memory (--stage-host). */
 static void own_copy(struct own_op *o, bool to_buf)
 {
 	struct stage_slice *s = o->s;
@@ -911,7 +943,7 @@ static void own_copy(struct own_op *o, bool to_buf)
 
 	o->state = OWN_COPY;
 	if (o->reg->kind == REGION_VM) {
-		rc = vm_region_copy(o->reg, o->req.seg_off + o->cur_off, s->buf, o->chunk, !to_buf);
+		rc = vm_slice_copy(s, o->reg, o->req.seg_off + o->cur_off, o->chunk, to_buf);
 		if (rc)
 			own_fail(o, rc);
 		return;
@@ -993,12 +1025,12 @@ static bool own_advance(struct stage_poller *sp, struct own_op *o)
 		break;
 	case OWN_COPY:
 		if (s->copying) {
-			rc = gpu_stage_poll(sp->p, &s->t);
+			rc = slice_copy_poll(s);
 			if (!rc)
 				return false;
 			s->copying = false;
 			if (rc < 0) {
-				own_fail(o, -EIO);
+				own_fail(o, rc);
 				break;
 			}
 		}

@@ -26,7 +26,7 @@
  * region of another service's client on this host is one too: that
  * service passed the client's pidfd (samehost.c, vm.h), and completions
  * say DP_CQE_F_SAME_HOST. A file with a VM region is -ENOTSUP. Over the
- * fabric a VM region is staged (stage.c, with vm_region_copy): ours
+ * fabric a VM region is staged (stage.c, with vm_copy_start): ours
  * through our bounce buffers, an export of ours by its owner's.
  *
  * Every copy but an empty one waits for the loop's progress. Those without
@@ -108,7 +108,9 @@ struct vm_op {
 	struct xfer_op o;    /* the descriptor, its references (o.len: the bytes) */
 	struct vm_end src, dst;
 	uint64_t done;
-	int rc; /* the worker's status for it */
+	int rc;		      /* the worker's status for it */
+	struct vm_ticket *tk; /* a copy of stage.c's (vm_copy_start): no descriptor */
+	bool dropped;	      /* tk given up on (vm_copy_poll): nothing to tell */
 	/* With GPU memory: the slice in flight, its pinned buffer (-1: none)
 	 * and the GPU copy's ticket. */
 	uint64_t n;
@@ -600,6 +602,20 @@ static struct vm_worker *worker_start(void)
 	return w;
 }
 
+/* Poller: op is over with status rc: its descriptor completes, or its
+ * ticket is told. */
+static void vm_op_return(struct poller *p, struct vm_poller *v, struct vm_op *op, int rc)
+{
+	if (op->tk) {
+		op->tk->rc = rc;
+		op->tk->pending = false;
+		op->tk->op = NULL;
+	} else if (!op->dropped) {
+		xfer_op_finish(p, &op->o, rc);
+	}
+	op_list_put(&v->ops, &op->node);
+}
+
 /* Poller: what this pass queued goes to the worker (started at the
  * first), and what it finished is completed here. Returns the copies
  * handed over or completed. */
@@ -612,10 +628,8 @@ static int vm_exchange(struct poller *p, struct vm_poller *v)
 
 	if (!w && !(w = v->w = worker_start())) {
 		log_err("vm: cannot start the poller's worker thread");
-		while ((n = op_fifo_pop(&v->hand))) {
-			xfer_op_finish(p, &((struct vm_op *)n)->o, -ENOMEM);
-			op_list_put(&v->ops, n);
-		}
+		while ((n = op_fifo_pop(&v->hand)))
+			vm_op_return(p, v, (struct vm_op *)n, -ENOMEM);
 		return 1;
 	}
 	pthread_mutex_lock(&w->mu);
@@ -631,10 +645,7 @@ static int vm_exchange(struct poller *p, struct vm_poller *v)
 	op_fifo_append(&done, &w->out);
 	pthread_mutex_unlock(&w->mu);
 	while ((n = op_fifo_pop(&done))) {
-		struct vm_op *op = (struct vm_op *)n;
-
-		xfer_op_finish(p, &op->o, op->rc);
-		op_list_put(&v->ops, n);
+		vm_op_return(p, v, (struct vm_op *)n, ((struct vm_op *)n)->rc);
 		v->out--;
 		work++;
 	}
@@ -849,19 +860,51 @@ int vm_region_pidfd(const struct region *r, uint64_t *addr)
 	return m->pidfd;
 }
 
-int vm_region_copy(const struct region *r, uint64_t off, void *host, uint64_t n, bool to_region)
+int vm_copy_start(struct poller *p, const struct region *r, uint64_t off, void *host, uint64_t n,
+		  bool to_region, struct vm_ticket *t)
 {
 	const struct vm_mem *m = r->eng[ENGINE_vm];
+	struct vm_end proc = {.vm = m, .dev = -1}, here = {.host = host, .dev = -1};
+	struct vm_poller *v;
+	struct vm_op *op;
 
 	if (r->kind != REGION_VM || !m)
 		return -EINVAL;
-	if (!n)
+	*t = (struct vm_ticket){.since = dp_now_ns(), .pending = true};
+	if (!n) {
+		t->pending = false;
 		return 0;
-	/* Every call: a staged slice is a fabric round trip, far more than
-	 * the signal. */
-	if (syscall(SYS_pidfd_send_signal, m->pidfd, 0, NULL, 0) < 0 && errno != EPERM)
-		return errno == ESRCH ? -ESRCH : -EIO;
-	return vm_call(m, m->addr + off, host, n, to_region);
+	}
+	v = vm_poller(p);
+	op = v ? op_list_get(&v->ops, sizeof(*op)) : NULL;
+	if (!op)
+		return -ENOMEM;
+	proc.addr = m->addr + off;
+	*op = (struct vm_op){
+		.src = to_region ? here : proc, .dst = to_region ? proc : here, .pin = -1, .tk = t};
+	op->o.len = n;
+	t->op = op;
+	op_fifo_push(&v->hand, &op->node);
+	engine_kick(p, ENGINE_vm);
+	return 0;
+}
+
+bool vm_copy_poll(struct poller *p, struct vm_ticket *t)
+{
+	struct vm_poller *v = p->eng[ENGINE_vm];
+
+	if (t->pending && v && (!op_fifo_empty(&v->hand) || v->out))
+		vm_exchange(p, v);
+	if (t->pending && atomic_load_explicit(&dp_stopping, memory_order_acquire) &&
+	    dp_now_ns() - t->since > WORKER_DRAIN_NS) {
+		/* The worker keeps it; once back it is only freed. */
+		t->op->tk = NULL;
+		t->op->dropped = true;
+		t->op = NULL;
+		t->pending = false;
+		t->rc = -ECANCELED;
+	}
+	return !t->pending;
 }
 
 static const struct engine_region_msg vm_region_msgs[] = {

@@ -4,7 +4,8 @@
  * process (REGION_VM, dp_register_mem) as the export of a same-host peer
  * (samehost.c: the owner's pidfd is passed, the importer makes a REGION_VM
  * of its own over it) and as an export the owner stages for peers over the
- * fabric (stage.c: process_vm_readv/writev in place of a memcpy).
+ * fabric (stage.c: process_vm_readv/writev, vm_copy_start, in place of a
+ * memcpy).
  */
 #ifndef DP_VM_H
 #define DP_VM_H
@@ -29,12 +30,31 @@ int vm_region_pidfd(const struct region *r, uint64_t *addr);
  */
 int vm_region_import(struct region *reg, int pidfd, long pid, uint64_t addr, uint64_t len);
 
+/* A copy vm_copy_start started, until vm_copy_poll says it is over. */
+struct vm_op;
+struct vm_ticket {
+	struct vm_op *op; /* with the poller's vm worker */
+	uint64_t since;
+	int rc;
+	bool pending;
+};
+
 /*
- * Any thread: n bytes between byte @off of REGION_VM @r and @host, into the
- * region when @to_region. The process is asked through its pidfd first.
- * 0, -EFAULT (a page not mapped any more), -ESRCH (the process is gone),
- * -EPERM, -ENOMEM, -EIO.
+ * Poller @p: starts n bytes between byte @off of REGION_VM @r and @host,
+ * into the region when @to_region, on @p's vm worker thread (vm.c): the
+ * kernel may hold the call on a page of the client's, and then it holds
+ * that thread, never the poller. 0 started, or -EINVAL, -ENOMEM. @r must
+ * stay referenced until vm_copy_poll says the copy is over.
  */
-int vm_region_copy(const struct region *r, uint64_t off, void *host, uint64_t n, bool to_region);
+int vm_copy_start(struct poller *p, const struct region *r, uint64_t off, void *host, uint64_t n,
+		  bool to_region, struct vm_ticket *t);
+
+/*
+ * Poller @p: whether @t's copy is over; then t->rc is its status: 0,
+ * -EFAULT (a page not mapped any more), -ESRCH (the process is gone),
+ * -EPERM, -ENOMEM, -EIO; or -ECANCELED when the service is stopping and
+ * the worker has been held in the call for 5 s (it is left behind).
+ */
+bool vm_copy_poll(struct poller *p, struct vm_ticket *t);
 
 #endif /* DP_VM_H */
