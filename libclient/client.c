@@ -236,6 +236,10 @@ static const struct {
 	 "as root, or Yama ptrace_scope forbids it), or the process is not dumpable "
 	 "(prctl(PR_SET_DUMPABLE, 0), a setuid program): the library refuses those itself"},
 	{C_REGISTER_MEM, -ESRCH, "the service cannot find this process (another pid namespace)"},
+	{C_REGISTER_MEM, -EAGAIN,
+	 "the service's probe of the first or the last byte did not return in 200 ms: the "
+	 "kernel holds it on a page that waits for this process (a userfaultfd range nobody "
+	 "answers, a FUSE file whose server does not); make the pages present and call again"},
 	{C_REGISTER_MEM, -ENOSPC, "the client's region table is full (1024 regions)"},
 	{C_REGISTER_CUDA, -EINVAL,
 	 "neither cudaMalloc device memory nor memory mapped with cuMemMap, or the range leaves "

@@ -260,7 +260,10 @@ int dp_register_fd(struct dp_client *c, int fd, uint64_t off, uint64_t len);
  * not access this process's memory (another uid and not root, Yama
  * ptrace_scope) or the process is not dumpable (refused by the library
  * itself, whatever the service's privileges), -EINVAL NULL or empty, or
- * called in a process forked after dp_connect().
+ * called in a process forked after dp_connect(), -EAGAIN the service's
+ * probe of the first or last byte did not return in 200 ms (the kernel
+ * holds it on a page waiting for the process: an unanswered userfaultfd,
+ * a FUSE server): make the pages present and call again.
  */
 int dp_register_mem(struct dp_client *c, void *addr, size_t len);
 

@@ -224,3 +224,52 @@ Test(hostile_vm_fabric, unanswered_userfaultfd_holds_no_poller_of_its_service, .
 	dp_queue_destroy(hq);
 	fab_pair_stop(&p);
 }
+
+/* dp_register_mem of a range whose first byte faults into an unanswered
+ * userfaultfd: the service's probe of it is held in the kernel, on a
+ * thread of its own. The call fails -EAGAIN, and at once while that probe
+ * is held; another client's control calls meanwhile are answered. Once
+ * the userfaultfd is closed the probe returns, and the same process
+ * registers again. */
+Test(hostile_vm, unanswered_userfaultfd_at_registration_holds_no_control_thread, .timeout = 60)
+{
+	struct dp_client *c, *other;
+	uint8_t *m, *a;
+	int uf = -1, rc;
+
+	start_svc(&svc, local_only);
+	m = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(m, MAP_FAILED);
+	uf = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+	{
+		struct uffdio_api api = {.api = UFFD_API};
+		struct uffdio_register reg = {.mode = UFFDIO_REGISTER_MODE_MISSING,
+					      .range = {(uintptr_t)m, LEN}};
+
+		if (uf < 0 || ioctl(uf, UFFDIO_API, &api) || ioctl(uf, UFFDIO_REGISTER, &reg)) {
+			if (uf >= 0)
+				close(uf);
+			cr_skip_test("no userfaultfd for this process here");
+		}
+	}
+	c = connect_client(&svc, "probe-held");
+	rc = dp_register_mem(c, m, LEN);
+	cr_assert_eq(rc, -EAGAIN, "registering a held range: %d (%s)", rc, dp_strerror(rc));
+	cr_assert_not_null(strstr(dp_last_error(), "200 ms"), "dp_last_error: %s", dp_last_error());
+	rc = dp_register_mem(c, m, LEN);
+	cr_assert_eq(rc, -EAGAIN, "again while the probe is held: %d (%s)", rc, dp_strerror(rc));
+	/* Another client is served meanwhile (a held control thread would
+	 * answer nothing: -ETIMEDOUT after $DP_CTL_TIMEOUT_MS). */
+	other = connect_client(&svc, "probe-bystander");
+	cr_assert_geq(alloc_region(other, 65536, &a), 0);
+	dp_close(other);
+	close(uf);
+	/* The probe returns; the process registers again (its range now
+	 * plain memory). */
+	for (unsigned i = 0; (rc = dp_register_mem(c, m, LEN)) == -EAGAIN && i < 200; i++)
+		sleep_ms(10);
+	cr_assert_geq(rc, 0, "after the userfaultfd closed: %d (%s)", rc, dp_strerror(rc));
+	dp_close(c);
+	munmap(m, LEN);
+	service_still_serves();
+}

@@ -51,6 +51,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -755,18 +756,137 @@ static int vm_pidfd(const struct client *c)
 }
 
 /*
+ * dp_register_mem's probe of the first and last byte (and a same-host
+ * import's) is a process_vm_readv the kernel may hold on a page the client
+ * controls (a userfaultfd range nobody answers, a FUSE file whose server
+ * does not). The control thread must not wait on it: the call runs on a
+ * thread of its own, the control thread waits PROBE_MS for it and
+ * otherwise answers -EAGAIN. While such a probe is held, the same process
+ * gets -EAGAIN at once (PROBE_HELD slots: a held probe's pid); the thread
+ * clears its slot when the kernel lets it go.
+ */
+#define PROBE_MS 200
+#define PROBE_HELD 64
+
+struct probe_job {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	pid_t pid;
+	uint64_t addr, len;
+	int rc, refs; /* refs: the thread's and the waiter's, under mu */
+	int slot;     /* held: its slot in probe_held (-1: none) */
+	bool done;
+};
+
+static _Atomic pid_t probe_held[PROBE_HELD];
+
+static void probe_put(struct probe_job *j)
+{
+	int refs;
+
+	pthread_mutex_lock(&j->mu);
+	refs = --j->refs;
+	pthread_mutex_unlock(&j->mu);
+	if (refs)
+		return;
+	pthread_cond_destroy(&j->cv);
+	pthread_mutex_destroy(&j->mu);
+	free(j);
+}
+
+static void *probe_main(void *arg)
+{
+	struct probe_job *j = arg;
+	uint8_t probe[2];
+	struct iovec l = {.iov_base = probe, .iov_len = 2};
+	struct iovec r[2] = {{.iov_base = (void *)(uintptr_t)j->addr, .iov_len = 1},
+			     {.iov_base = (void *)(uintptr_t)(j->addr + j->len - 1), .iov_len = 1}};
+	ssize_t got = process_vm_readv(j->pid, &l, 1, r, 2, 0);
+	int rc = got < 0 ? vm_errno(errno) : got == 2 ? 0 : -EFAULT;
+
+	pthread_mutex_lock(&j->mu);
+	j->rc = rc;
+	j->done = true;
+	if (j->slot >= 0)
+		atomic_store(&probe_held[j->slot], 0);
+	pthread_cond_signal(&j->cv);
+	pthread_mutex_unlock(&j->mu);
+	probe_put(j);
+	return NULL;
+}
+
+/* Control thread: the probe's result within PROBE_MS, else -EAGAIN (its
+ * process noted as held). */
+static int vm_probe_call(pid_t pid, uint64_t addr, uint64_t len)
+{
+	struct probe_job *j;
+	struct timespec until;
+	pthread_condattr_t ca;
+	pthread_attr_t ta;
+	pthread_t t;
+	int rc, free_slot = -1;
+
+	for (int i = 0; i < PROBE_HELD; i++) {
+		pid_t h = atomic_load(&probe_held[i]);
+
+		if (h == pid)
+			return -EAGAIN;
+		if (!h && free_slot < 0)
+			free_slot = i;
+	}
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		return -ENOMEM;
+	j->pid = pid;
+	j->addr = addr;
+	j->len = len;
+	j->refs = 2;
+	j->slot = -1;
+	pthread_mutex_init(&j->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&j->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	pthread_attr_init(&ta);
+	pthread_attr_setdetachstate(&ta, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&ta, 64 * 1024);
+	rc = pthread_create(&t, &ta, probe_main, j);
+	pthread_attr_destroy(&ta);
+	if (rc) {
+		j->refs = 1;
+		probe_put(j);
+		return -ENOMEM;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_nsec += (PROBE_MS % 1000) * 1000000L;
+	until.tv_sec += PROBE_MS / 1000 + until.tv_nsec / 1000000000L;
+	until.tv_nsec %= 1000000000L;
+	pthread_mutex_lock(&j->mu);
+	while (!j->done && pthread_cond_timedwait(&j->cv, &j->mu, &until) != ETIMEDOUT)
+		;
+	if (j->done) {
+		rc = j->rc;
+	} else {
+		rc = -EAGAIN;
+		if (free_slot >= 0) {
+			j->slot = free_slot;
+			atomic_store(&probe_held[free_slot], pid);
+		}
+	}
+	pthread_mutex_unlock(&j->mu);
+	probe_put(j);
+	return rc;
+}
+
+/*
  * Whether process @pid, held by @pidfd, lets this service read bytes @addr
  * and @addr + @len - 1 (the first and the last of a region): 0, -EFAULT a
- * byte is not mapped, -ESRCH the process is gone, -EPERM not allowed.
+ * byte is not mapped, -ESRCH the process is gone, -EPERM not allowed,
+ * -EAGAIN the kernel held the probe (vm_probe_call).
  */
 static int vm_probe(int pidfd, pid_t pid, uint64_t addr, uint64_t len)
 {
-	uint8_t probe[2];
-	struct iovec l = {.iov_base = probe, .iov_len = 2};
-	struct iovec r[2] = {{.iov_base = (void *)(uintptr_t)addr, .iov_len = 1},
-			     {.iov_base = (void *)(uintptr_t)(addr + len - 1), .iov_len = 1}};
-	ssize_t got = process_vm_readv(pid, &l, 1, r, 2, 0);
-	int rc = got < 0 ? vm_errno(errno) : got == 2 ? 0 : -EFAULT;
+	int rc = vm_probe_call(pid, addr, len);
 
 	/* Asked after the probe: if the process still holds its pid now,
 	 * the probe read that process. */
