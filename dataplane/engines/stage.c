@@ -448,6 +448,10 @@ static int slice_copy_poll(struct stage_slice *s)
 		if (!vm_copy_poll(s->sp->p, &s->vt))
 			return 0;
 		s->vmcopy = false;
+		/* Left with the worker at exit: it may still write the buffer,
+		 * which is never reused nor freed (stage_poller_free). */
+		if (s->vt.dropped)
+			s->held = true;
 		return s->vt.rc ? s->vt.rc : 1;
 	}
 	rc = gpu_stage_poll(s->sp->p, &s->t);

@@ -111,7 +111,9 @@ struct vm_op {
 	uint64_t done;
 	int rc;		      /* the worker's status for it */
 	struct vm_ticket *tk; /* a copy of stage.c's (vm_copy_start): no descriptor */
-	bool dropped;	      /* tk given up on (vm_copy_poll): nothing to tell */
+	struct region *reg;   /* that copy's reference */
+	bool dropped;	      /* given up on at shutdown: nothing to tell */
+	struct vm_op *hnext;  /* the poller's list of those the worker has */
 	/* With GPU memory: the slice in flight, its pinned buffer (-1: none)
 	 * and the GPU copy's ticket. */
 	uint64_t n;
@@ -144,7 +146,8 @@ struct vm_worker {
 	/* Under mu: handed over by the poller, finished (rc set). */
 	struct op_fifo in, out;
 	bool stop, sleeping;
-	atomic_uint handed; /* bumped with each hand-over: the spin looks here */
+	atomic_uint handed;   /* bumped with each hand-over: the spin looks here */
+	atomic_bool stopping; /* the poller gave up waiting: what is queued fails */
 	/* The thread's own: small copies, the others (round robin), those
 	 * finished this pass, the bounce buffer of VM <-> VM copies
 	 * (cfg.chunk bytes, made at the first). */
@@ -161,6 +164,7 @@ struct vm_poller {
 	struct op_list ops;    /* first: oplist.h's op_engine_* calls */
 	struct op_fifo hand;   /* for the worker, at the end of this pass */
 	unsigned out;	       /* copies the worker has */
+	struct vm_op *handed;  /* those, through hnext (vm_cancel_all) */
 	struct vm_worker *w;   /* started at the first copy for it */
 	uint8_t *pin[VM_PINS]; /* made at the first GPU slice */
 	bool pin_busy[VM_PINS];
@@ -574,6 +578,11 @@ static void *worker_main(void *arg)
 
 	pthread_setname_np(pthread_self(), "dp-vm-worker"); /* not a poller: bench-report.c */
 	while (worker_take(w, !op_list_busy(&w->big), &seen)) {
+		if (atomic_load_explicit(&w->stopping, memory_order_acquire)) {
+			/* The service is past its drain: no more calls. */
+			while ((n = op_fifo_pop(&w->small)) || (n = op_list_pop(&w->big)))
+				vm_op_done(w, (struct vm_op *)n, -ECANCELED);
+		}
 		while ((n = op_fifo_pop(&w->small)))
 			vm_gather(w, (struct vm_op *)n);
 		op_list_round(&w->big, STEPS_PER_LOOP, vm_step, w);
@@ -611,10 +620,25 @@ static void vm_op_return(struct poller *p, struct vm_poller *v, struct vm_op *op
 		op->tk->rc = rc;
 		op->tk->pending = false;
 		op->tk->op = NULL;
-	} else if (!op->dropped) {
+	} else if (op->dropped && !op->reg) {
+		xfer_op_release(&op->o); /* completed -ECANCELED at shutdown */
+	} else if (!op->reg) {
 		xfer_op_finish(p, &op->o, rc);
 	}
+	if (op->reg)
+		region_put(op->reg);
 	op_list_put(&v->ops, &op->node);
+}
+
+/* Takes @op off the poller's list of those the worker has. */
+static void vm_unhand(struct vm_poller *v, struct vm_op *op)
+{
+	struct vm_op **pp;
+
+	for (pp = &v->handed; *pp && *pp != op; pp = &(*pp)->hnext)
+		;
+	if (*pp)
+		*pp = op->hnext;
 }
 
 /* Poller: what this pass queued goes to the worker (started at the
@@ -628,15 +652,22 @@ static int vm_exchange(struct poller *p, struct vm_poller *v)
 	int work = 0;
 
 	if (!w && !(w = v->w = worker_start())) {
-		log_err("vm: cannot start the poller's worker thread");
+		static atomic_bool told;
+
+		if (!atomic_exchange(&told, true))
+			log_err("vm: cannot start a poller's worker thread: copies of registered "
+				"memory fail -ENOMEM");
 		while ((n = op_fifo_pop(&v->hand)))
 			vm_op_return(p, v, (struct vm_op *)n, -ENOMEM);
 		return 1;
 	}
 	pthread_mutex_lock(&w->mu);
 	if (!op_fifo_empty(&v->hand)) {
-		for (n = v->hand.head; n; n = n->next)
+		for (n = v->hand.head; n; n = n->next) {
+			((struct vm_op *)n)->hnext = v->handed;
+			v->handed = (struct vm_op *)n;
 			v->out++;
+		}
 		op_fifo_append(&w->in, &v->hand);
 		atomic_fetch_add_explicit(&w->handed, 1, memory_order_release);
 		if (w->sleeping)
@@ -646,6 +677,7 @@ static int vm_exchange(struct poller *p, struct vm_poller *v)
 	op_fifo_append(&done, &w->out);
 	pthread_mutex_unlock(&w->mu);
 	while ((n = op_fifo_pop(&done))) {
+		vm_unhand(v, (struct vm_op *)n);
 		vm_op_return(p, v, (struct vm_op *)n, ((struct vm_op *)n)->rc);
 		v->out--;
 		work++;
@@ -687,10 +719,19 @@ static void vm_cancel_all(struct poller *p)
 	while (v && (!op_fifo_empty(&v->hand) || v->out) && dp_now_ns() - t0 < WORKER_DRAIN_NS)
 		if (!vm_exchange(p, v))
 			usleep(100);
-	if (v && v->out)
+	if (v && v->out) {
 		log_warn("vm: %u copies of registered memory still in the kernel after %llu s "
-			 "(a page of a client's that the kernel waits for): left behind",
+			 "(a page of a client's that the kernel waits for): completed -ECANCELED, "
+			 "left behind",
 			 v->out, (unsigned long long)(WORKER_DRAIN_NS / 1000000000ull));
+		/* Each descriptor completes once; what it holds stays held
+		 * (the worker may still be in its call). */
+		for (struct vm_op *op = v->handed; op; op = op->hnext)
+			if (!op->tk && !op->reg && !op->dropped) {
+				op->dropped = true;
+				xfer_op_complete(p, &op->o, -ECANCELED);
+			}
+	}
 	op_engine_finish_all(p, ENGINE_vm, STEPS_PER_LOOP, vm_gpu_node_step);
 }
 
@@ -700,6 +741,9 @@ static void vm_poller_free(struct poller *p)
 	struct vm_worker *w = v ? v->w : NULL;
 
 	if (w) {
+		if (v->out)
+			vm_exchange(p, v);
+		atomic_store_explicit(&w->stopping, v->out != 0, memory_order_release);
 		pthread_mutex_lock(&w->mu);
 		w->stop = true;
 		pthread_cond_signal(&w->cv);
@@ -826,6 +870,8 @@ static int vm_probe_call(pid_t pid, uint64_t addr, uint64_t len)
 	pthread_t t;
 	int rc, free_slot = -1;
 
+	if (pid <= 0)
+		return -ESRCH;
 	for (int i = 0; i < PROBE_HELD; i++) {
 		pid_t h = atomic_load(&probe_held[i]);
 
@@ -834,6 +880,9 @@ static int vm_probe_call(pid_t pid, uint64_t addr, uint64_t len)
 		if (!h && free_slot < 0)
 			free_slot = i;
 	}
+	/* Every slot held: no more threads the kernel may keep. */
+	if (free_slot < 0)
+		return -EAGAIN;
 	j = calloc(1, sizeof(*j));
 	if (!j)
 		return -ENOMEM;
@@ -849,7 +898,6 @@ static int vm_probe_call(pid_t pid, uint64_t addr, uint64_t len)
 	pthread_condattr_destroy(&ca);
 	pthread_attr_init(&ta);
 	pthread_attr_setdetachstate(&ta, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&ta, 64 * 1024);
 	rc = pthread_create(&t, &ta, probe_main, j);
 	pthread_attr_destroy(&ta);
 	if (rc) {
@@ -868,10 +916,8 @@ static int vm_probe_call(pid_t pid, uint64_t addr, uint64_t len)
 		rc = j->rc;
 	} else {
 		rc = -EAGAIN;
-		if (free_slot >= 0) {
-			j->slot = free_slot;
-			atomic_store(&probe_held[free_slot], pid);
-		}
+		j->slot = free_slot;
+		atomic_store(&probe_held[free_slot], pid);
 	}
 	pthread_mutex_unlock(&j->mu);
 	probe_put(j);
@@ -1000,8 +1046,12 @@ int vm_copy_start(struct poller *p, const struct region *r, uint64_t off, void *
 	if (!op)
 		return -ENOMEM;
 	proc.addr = m->addr + off;
-	*op = (struct vm_op){
-		.src = to_region ? here : proc, .dst = to_region ? proc : here, .pin = -1, .tk = t};
+	*op = (struct vm_op){.src = to_region ? here : proc,
+			     .dst = to_region ? proc : here,
+			     .pin = -1,
+			     .tk = t,
+			     .reg = (struct region *)r};
+	atomic_fetch_add(&op->reg->refs, 1);
 	op->o.len = n;
 	t->op = op;
 	op_fifo_push(&v->hand, &op->node);
@@ -1022,6 +1072,7 @@ bool vm_copy_poll(struct poller *p, struct vm_ticket *t)
 		t->op->dropped = true;
 		t->op = NULL;
 		t->pending = false;
+		t->dropped = true;
 		t->rc = -ECANCELED;
 	}
 	return !t->pending;

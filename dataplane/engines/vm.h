@@ -37,14 +37,16 @@ struct vm_ticket {
 	uint64_t since;
 	int rc;
 	bool pending;
+	bool dropped; /* given up on at shutdown: the worker may still write the buffer */
 };
 
 /*
  * Poller @p: starts n bytes between byte @off of REGION_VM @r and @host,
  * into the region when @to_region, on @p's vm worker thread (vm.c): the
  * kernel may hold the call on a page of the client's, and then it holds
- * that thread, never the poller. 0 started, or -EINVAL, -ENOMEM. @r must
- * stay referenced until vm_copy_poll says the copy is over.
+ * that thread, never the poller. 0 started, or -EINVAL, -ENOMEM. The copy
+ * holds a reference on @r of its own; @host must stay valid until
+ * vm_copy_poll says the copy is over, and for good if t->dropped.
  */
 int vm_copy_start(struct poller *p, const struct region *r, uint64_t off, void *host, uint64_t n,
 		  bool to_region, struct vm_ticket *t);
@@ -52,8 +54,9 @@ int vm_copy_start(struct poller *p, const struct region *r, uint64_t off, void *
 /*
  * Poller @p: whether @t's copy is over; then t->rc is its status: 0,
  * -EFAULT (a page not mapped any more), -ESRCH (the process is gone),
- * -EPERM, -ENOMEM, -EIO; or -ECANCELED when the service is stopping and
- * the worker has been held in the call for 5 s (it is left behind).
+ * -EPERM, -ENOMEM, -EIO; or -ECANCELED when the service is stopping, and
+ * then, if the worker has been held in the call for 5 s, t->dropped: it is
+ * left behind, and may still write @host.
  */
 bool vm_copy_poll(struct poller *p, struct vm_ticket *t);
 
