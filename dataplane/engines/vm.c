@@ -109,11 +109,11 @@ struct vm_op {
 	struct xfer_op o;    /* the descriptor, its references (o.len: the bytes) */
 	struct vm_end src, dst;
 	uint64_t done;
-	int rc;		      /* the worker's status for it */
-	struct vm_ticket *tk; /* a copy of stage.c's (vm_copy_start): no descriptor */
-	struct region *reg;   /* that copy's reference */
-	bool dropped;	      /* given up on at shutdown: nothing to tell */
-	struct vm_op *hnext;  /* the poller's list of those the worker has */
+	int rc;			      /* the worker's status for it */
+	struct vm_ticket *tk;	      /* a copy of stage.c's (vm_copy_start): no descriptor */
+	struct region *reg;	      /* that copy's reference */
+	bool dropped;		      /* given up on at shutdown: nothing to tell */
+	struct vm_op *hnext, **hprev; /* the poller's list of those the worker has */
 	/* With GPU memory: the slice in flight, its pinned buffer (-1: none)
 	 * and the GPU copy's ticket. */
 	uint64_t n;
@@ -631,14 +631,11 @@ static void vm_op_return(struct poller *p, struct vm_poller *v, struct vm_op *op
 }
 
 /* Takes @op off the poller's list of those the worker has. */
-static void vm_unhand(struct vm_poller *v, struct vm_op *op)
+static void vm_unhand(struct vm_op *op)
 {
-	struct vm_op **pp;
-
-	for (pp = &v->handed; *pp && *pp != op; pp = &(*pp)->hnext)
-		;
-	if (*pp)
-		*pp = op->hnext;
+	*op->hprev = op->hnext;
+	if (op->hnext)
+		op->hnext->hprev = op->hprev;
 }
 
 /* Poller: what this pass queued goes to the worker (started at the
@@ -664,8 +661,13 @@ static int vm_exchange(struct poller *p, struct vm_poller *v)
 	pthread_mutex_lock(&w->mu);
 	if (!op_fifo_empty(&v->hand)) {
 		for (n = v->hand.head; n; n = n->next) {
-			((struct vm_op *)n)->hnext = v->handed;
-			v->handed = (struct vm_op *)n;
+			struct vm_op *op = (struct vm_op *)n;
+
+			op->hnext = v->handed;
+			op->hprev = &v->handed;
+			if (v->handed)
+				v->handed->hprev = &op->hnext;
+			v->handed = op;
 			v->out++;
 		}
 		op_fifo_append(&w->in, &v->hand);
@@ -677,7 +679,7 @@ static int vm_exchange(struct poller *p, struct vm_poller *v)
 	op_fifo_append(&done, &w->out);
 	pthread_mutex_unlock(&w->mu);
 	while ((n = op_fifo_pop(&done))) {
-		vm_unhand(v, (struct vm_op *)n);
+		vm_unhand((struct vm_op *)n);
 		vm_op_return(p, v, (struct vm_op *)n, ((struct vm_op *)n)->rc);
 		v->out--;
 		work++;
