@@ -109,10 +109,12 @@ struct vm_op {
 	struct xfer_op o;    /* the descriptor, its references (o.len: the bytes) */
 	struct vm_end src, dst;
 	uint64_t done;
-	int rc;			      /* the worker's status for it */
-	struct vm_ticket *tk;	      /* a copy of stage.c's (vm_copy_start): no descriptor */
-	struct region *reg;	      /* that copy's reference */
-	bool dropped;		      /* given up on at shutdown: nothing to tell */
+	int rc; /* the worker's status for it */
+	/* A copy of stage.c's (vm_copy_start), no descriptor: its region
+	 * reference, and its ticket (NULL once given up on at shutdown). */
+	struct region *reg;
+	struct vm_ticket *tk;
+	bool dropped;		      /* a descriptor completed at shutdown, its copy out */
 	struct vm_op *hnext, **hprev; /* the poller's list of those the worker has */
 	/* With GPU memory: the slice in flight, its pinned buffer (-1: none)
 	 * and the GPU copy's ticket. */
@@ -616,17 +618,18 @@ static struct vm_worker *worker_start(void)
  * ticket is told. */
 static void vm_op_return(struct poller *p, struct vm_poller *v, struct vm_op *op, int rc)
 {
-	if (op->tk) {
-		op->tk->rc = rc;
-		op->tk->pending = false;
-		op->tk->op = NULL;
-	} else if (op->dropped && !op->reg) {
+	if (op->reg) {
+		if (op->tk) {
+			op->tk->rc = rc;
+			op->tk->pending = false;
+			op->tk->op = NULL;
+		}
+		region_put(op->reg);
+	} else if (op->dropped) {
 		xfer_op_release(&op->o); /* completed -ECANCELED at shutdown */
-	} else if (!op->reg) {
+	} else {
 		xfer_op_finish(p, &op->o, rc);
 	}
-	if (op->reg)
-		region_put(op->reg);
 	op_list_put(&v->ops, &op->node);
 }
 
@@ -729,7 +732,7 @@ static void vm_cancel_all(struct poller *p)
 		/* Each descriptor completes once; what it holds stays held
 		 * (the worker may still be in its call). */
 		for (struct vm_op *op = v->handed; op; op = op->hnext)
-			if (!op->tk && !op->reg && !op->dropped) {
+			if (!op->reg && !op->dropped) {
 				op->dropped = true;
 				xfer_op_complete(p, &op->o, -ECANCELED);
 			}
@@ -1071,7 +1074,6 @@ bool vm_copy_poll(struct poller *p, struct vm_ticket *t)
 	    dp_now_ns() - t->since > WORKER_DRAIN_NS) {
 		/* The worker keeps it; once back it is only freed. */
 		t->op->tk = NULL;
-		t->op->dropped = true;
 		t->op = NULL;
 		t->pending = false;
 		t->dropped = true;
