@@ -125,7 +125,9 @@ def vllm_producer():
 
 
 def vllm_consumer():
-    agent = nixl_agent("decode-" + str(os.getpid()), nixl_agent_config(backends=["UCX"]))
+    # capture_telemetry: get_xfer_telemetry below (NIXL raises without it).
+    agent = nixl_agent("decode-" + str(os.getpid()),
+                       nixl_agent_config(backends=["UCX"], capture_telemetry=True))
     put("d.name", agent.name.encode())
     caches = [np.zeros((BLOCKS, BLOCK), np.uint8) for _ in range(LAYERS)]
     descs = agent.get_reg_descs([(c.ctypes.data, c.nbytes, 0, "") for c in caches], "DRAM")
@@ -133,8 +135,9 @@ def vllm_consumer():
     local_blocks = [(c.ctypes.data + b * BLOCK, BLOCK, 0) for c in caches for b in range(BLOCKS)]
     src = agent.prep_xfer_dlist("NIXL_INIT_AGENT", agent.get_xfer_descs(local_blocks, "DRAM"))
     meta = pickle.loads(get("p.md"))
+    # bytes, as NIXL's; vLLM passes it back as the name everywhere below.
     remote = agent.add_remote_agent(meta["agent_metadata"])
-    assert remote.startswith("prefill-")
+    assert isinstance(remote, bytes) and remote.startswith(b"prefill-")
     assert agent.check_remote_metadata(remote)
     remote_blocks = [(base + b * meta["block_len"], BLOCK, meta["device_id"])
                      for base in meta["kv_caches_base_addr"] for b in range(meta["num_blocks"])]

@@ -58,8 +58,15 @@ def test_descriptor_lists(agents):
     assert a.deserialize_descs(a.get_serialized_descs(r)) == r
     with pytest.raises(ValueError):
         N.nixlXferDList(N.DRAM_SEG, np.zeros((2, 2), np.uint64))
-    with pytest.raises(N.nixlInvalidParamError):
+    with pytest.raises(KeyError):  # an unknown memory type, as NIXL's table lookup
         a.get_xfer_descs([(1, 2, 0)], "SSD")
+    with pytest.raises(KeyError):
+        a.get_reg_descs(arr, "V-RAM")
+    # Tuples of the wrong size give None (logged), as NIXL; registration
+    # takes 3-tuples too (an extension).
+    assert a.get_xfer_descs([(1, 2, 0, "m")], "DRAM") is None
+    assert a.get_reg_descs([(1, 2)], "DRAM") is None
+    assert a.get_reg_descs([(1, 2, 0)], "DRAM")[0] == (1, 2, 0, "")
 
 
 def test_register_forms_and_errors(agents):
@@ -70,7 +77,7 @@ def test_register_forms_and_errors(agents):
     assert r1[0][:2] == (arr.ctypes.data, arr.nbytes)
     r2 = a.register_memory([(own.ctypes.data, 4096, 0)], "DRAM")  # 3-tuples
     r3 = a.register_memory(a.get_reg_descs([(own.ctypes.data + 4096, 4096, 0, "")], "DRAM"))
-    md = N.nixl_agent._parse_metadata(a.get_agent_metadata())
+    md = N._AgentCore._parse_metadata(a.get_agent_metadata())
     assert md[0] == "a" and md[1] == a.session_name and len(md[2]) == 3
     with pytest.raises(N.nixlInvalidParamError):  # overlaps a registration
         a.register_memory([(own.ctypes.data + 100, 10, 0)], "DRAM")
@@ -89,7 +96,7 @@ def test_register_forms_and_errors(agents):
         a.prep_xfer_dlist("", [(own.ctypes.data, 16, 0)], "DRAM")
     a.deregister_memory(r3)
     a.deregister_memory(r1)
-    assert N.nixl_agent._parse_metadata(a.get_agent_metadata())[2] == []
+    assert N._AgentCore._parse_metadata(a.get_agent_metadata())[2] == []
 
 
 def test_metadata_errors_and_partial(agents):
@@ -108,14 +115,15 @@ def test_metadata_errors_and_partial(agents):
     x, y = np.zeros(4096, np.uint8), np.zeros(4096, np.uint8)
     rx = b.register_memory(x)
     b.register_memory(y)
-    assert a.add_remote_agent(b.get_partial_agent_metadata(rx)) == "b"
+    assert a.add_remote_agent(b.get_partial_agent_metadata(rx)) == b"b"  # bytes, as NIXL
     assert a.check_remote_metadata("b")
     assert a.check_remote_metadata("b", a.get_xfer_descs([(x.ctypes.data, 4096, 0)], "DRAM"))
     assert not a.check_remote_metadata("b", a.get_xfer_descs([(y.ctypes.data, 1, 0)], "DRAM"))
     with pytest.raises(N.nixlNotFoundError):  # not in the metadata loaded
         a.prep_xfer_dlist("b", [(y.ctypes.data, 16, 0)], "DRAM")
-    assert a.add_remote_agent(b.get_agent_metadata()) == "b"  # loading again updates
+    assert a.add_remote_agent(b.get_agent_metadata()) == b"b"  # loading again updates
     a.prep_xfer_dlist("b", [(y.ctypes.data, 16, 0)], "DRAM")
+    a.prep_xfer_dlist(b"b", [(y.ctypes.data, 16, 0)], "DRAM")  # the name as returned
     with pytest.raises(N.nixlNotSupportedError):
         a.send_local_metadata()  # no central metadata server
 
@@ -174,7 +182,7 @@ def test_states_repost_loopback_and_notifs(agents):
     with pytest.raises(N.nixlInvalidParamError):  # lengths differ
         a.make_prepped_xfer("READ", lo, [0], a.prep_xfer_dlist(
             "a", [(src.ctypes.data, 8, 0)], "DRAM"), [0])
-    with pytest.raises(N.nixlInvalidParamError):
+    with pytest.raises(KeyError):  # an unknown operation, as NIXL's table lookup
         a.make_prepped_xfer("COPY", lo, [0], me, [0])
     with pytest.raises(N.nixlInvalidParamError):
         a.make_prepped_xfer("READ", lo, [0, 1], me, [0])
@@ -221,14 +229,26 @@ def test_config_backends_and_telemetry(agents):
                                capture_telemetry=True,
                                sync_mode=N.nixl_thread_sync_t.NIXL_THREAD_SYNC_RW)
     a = agents("a", conf)
-    assert set(a.backends) == {"UCX", "GDS"} and "UCX" in a.get_plugin_list()
+    # GDS is hardware dataplane does not drive: skipped at start with a
+    # warning, refused by create_backend, as NIXL does without its plugin.
+    assert set(a.backends) == {"UCX"} and "UCX" in a.get_plugin_list()
+    assert "GDS" not in a.get_plugin_list()
+    with pytest.raises(N.nixlNotFoundError, match="GPUDirect Storage"):
+        a.create_backend("GDS")
+    with pytest.raises(N.nixlNotFoundError, match="no such plugin"):
+        a.create_backend("UVX")
+    assert a.get_plugin_mem_types("UVX") == [] and a.get_plugin_params("UVX") == {}
+    assert a.get_backend_mem_types("UVX") == [] and a.get_backend_params("UVX") == {}
     a.create_backend("LIBFABRIC", {"x": "1"})
     assert a.get_backend_params("LIBFABRIC") == {"x": "1"}
     assert a.get_backend_mem_types("UCX") == ["DRAM", "VRAM"]
+    assert a.get_plugin_mem_types("POSIX") == ["DRAM", "FILE"]
     with pytest.raises(TypeError):
         N.nixl_agent_config(sync_mode="strict")
     with pytest.raises(N.nixlInvalidParamError):
         N.nixl_agent("x" * 256, None)
+    with pytest.raises(ValueError):  # as NIXL (std::invalid_argument)
+        N.nixl_agent("", None)
 
 
 def _run(args, extra_path):
@@ -245,10 +265,13 @@ def test_shim_install_refuse_uninstall(tmp_path):
     code = ("from nixl._api import nixl_agent, nixl_agent_config; "
             "from nixl._bindings import nixlXferTelemetry, nixlBackendError, NIXL_SUCCESS; "
             "from nixl.logging import get_logger; import nixl; "
-            "print(nixl_agent.__module__, NIXL_SUCCESS == 0, nixl.DEFAULT_COMM_PORT)")
+            "import nixl._bindings as b, nixl._utils as u, dataplane.nixl_bindings as db; "
+            "print(nixl_agent.__module__, NIXL_SUCCESS == 0, nixl.DEFAULT_COMM_PORT, "
+            "b is db, u.__name__, get_logger('_api').name, b.HAVE_UCX_GPU_DEVICE_API)")
     r = _run(["-c", code], [str(site)])
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["dataplane.nixl", "True", "8888"]
+    assert r.stdout.split() == ["dataplane.nixl", "True", "8888", "True", "dataplane.nixl_utils",
+                                "nixl.api", "False"]
     # Installing again is fine; status names it.
     assert _run(["-m", "dataplane.shim_nixl", "install", str(site)], [str(site)]).returncode == 0
     assert "dataplane shim" in _run(["-m", "dataplane.shim_nixl", "status"], [str(site)]).stdout

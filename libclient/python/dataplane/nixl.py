@@ -15,6 +15,8 @@ import collections
 import enum
 import json
 import logging
+import math
+import os
 import socket as _socket
 import struct
 import sys
@@ -26,6 +28,28 @@ import numpy as np
 import dataplane as _dp
 
 logger = logging.getLogger(__name__)
+
+
+def _native_logger():
+    """NIXL's core library logs to stderr at NIXL_LOG_LEVEL (default WARN);
+    tools read its lines there (NIXL's CI harness takes a target's port from
+    "MD listener is listening on port N"). This logger is that stream."""
+    log = logging.getLogger("dataplane.nixl.native")
+    if not log.handlers:
+        h = logging.StreamHandler(sys.stderr)
+        h.setFormatter(logging.Formatter("%(levelname).1s%(asctime)s.%(msecs)03d %(process)d "
+                                         "nixl] %(message)s", datefmt="%m%d %H:%M:%S"))
+        log.addHandler(h)
+        log.propagate = False
+        level = {"TRACE": logging.DEBUG, "DEBUG": logging.DEBUG, "INFO": logging.INFO,
+                 "WARN": logging.WARNING, "WARNING": logging.WARNING, "ERROR": logging.ERROR,
+                 "FATAL": logging.CRITICAL}
+        log.setLevel(level.get(os.environ.get("NIXL_LOG_LEVEL", "WARN").upper(),
+                               logging.WARNING))
+    return log
+
+
+native_log = _native_logger()
 
 DEFAULT_COMM_PORT = 8888
 NIXL_INIT_AGENT = "NIXL_INIT_AGENT"
@@ -131,11 +155,13 @@ def _nixl_error(e):
 # ---- descriptor lists ----
 
 def _mem(t):
+    """A memory type from its name or number; an unknown name is a KeyError,
+    as NIXL's lookup in its table of names."""
     if isinstance(t, str):
         try:
             return _MEM_NAMES[t]
         except KeyError:
-            raise nixlInvalidParamError(f"unknown memory type {t!r}") from None
+            raise KeyError(f"unknown memory type {t!r}: one of {', '.join(_MEM_NAMES)}") from None
     return nixl_mem_t(int(t))
 
 
@@ -189,10 +215,40 @@ class _DList:
     def __iter__(self):
         return (self[i] for i in range(len(self)))
 
+    def __setitem__(self, i, desc):
+        row = self._row(desc)
+        self._descs[i] = row
+
     def addDesc(self, desc):
         self._descs = np.vstack([self._descs, np.array([self._row(desc)], np.uint64)])
 
     append = addDesc
+
+    def index(self, desc):
+        """The position of desc (compared as NIXL does, by address, length
+        and device); ValueError when it is not there."""
+        for i in range(len(self)):
+            if self[i][:3] == tuple(int(x) for x in desc[:3]):
+                return i
+        raise ValueError(f"{desc!r} is not in the list")
+
+    def remDesc(self, index):
+        if not -len(self) <= index < len(self):
+            raise IndexError("descriptor index out of range")
+        self._descs = np.delete(self._descs, index, axis=0)
+
+    def clear(self):
+        self._descs = np.zeros((0, 3), np.uint64)
+
+    def print(self):
+        """Writes the list to stdout, one descriptor a line, as NIXL's print()."""
+        sys.stdout.write(self._text() + "\n")
+        sys.stdout.flush()
+
+    def _text(self):
+        lines = [f"DescList of mem type {self._type.name}"]
+        lines += ["  Desc (%d, %d) from devID %d" % tuple(int(x) for x in r) for r in self._descs]
+        return "\n".join(lines)
 
     def __eq__(self, other):
         return (type(self) is type(other) and self._type == other._type
@@ -221,11 +277,45 @@ class nixlRegDList(_DList):
     def _row(self, d):
         if len(d) not in (3, 4):
             raise ValueError("a registration descriptor is (addr, len, devId[, metaInfo])")
-        self._meta.append(str(d[3]) if len(d) == 4 else "")
+        meta = d[3] if len(d) == 4 else ""
+        if isinstance(meta, (bytes, bytearray)):
+            meta = bytes(meta).decode("utf-8", "surrogateescape")
+        self._meta.append(str(meta))
         return (int(d[0]), int(d[1]), int(d[2]))
 
     def __getitem__(self, i):
         return super().__getitem__(i) + (self._meta[i],)
+
+    def __setitem__(self, i, desc):
+        super().__setitem__(i, desc)
+        self._meta[i] = self._meta.pop()
+        self._owners[i] = None
+
+    def addDesc(self, desc):
+        super().addDesc(desc)
+        self._owners.append(None)
+
+    append = addDesc
+
+    def remDesc(self, index):
+        super().remDesc(index)
+        del self._meta[index]
+        del self._owners[index]
+
+    def clear(self):
+        super().clear()
+        self._meta, self._owners = [], []
+
+    def trim(self):
+        """The same descriptors without their metaInfo, as a nixlXferDList
+        (NIXL's trim())."""
+        return nixlXferDList(self._type, self._descs)
+
+    def _text(self):
+        lines = [f"DescList of mem type {self._type.name}"]
+        lines += ["  Desc (%d, %d) from devID %d, Metadata: %s" % (*(int(x) for x in r), m)
+                  for r, m in zip(self._descs, self._meta)]
+        return "\n".join(lines)
 
     def __getstate__(self):
         return {"_type": self._type, "_descs": self._descs, "_meta": self._meta}
@@ -271,10 +361,11 @@ def _tensor_desc(t):
 class nixl_agent_config:
     """NIXL's agent configuration. enable_listen_thread and listen_port start
     the metadata listener (send_local_metadata / fetch_remote_metadata);
-    backends name the backends callers may pass (all are the dataplane
-    service); enable_prog_thread, num_threads, capture_telemetry and sync_mode
-    are accepted and have no effect (the service makes progress; telemetry is
-    always kept)."""
+    backends are created at the agent's start (the service behind each);
+    capture_telemetry keeps transfers' telemetry (NIXL_TELEMETRY_ENABLE, when
+    set, decides instead); enable_prog_thread, num_threads and sync_mode are
+    accepted and have no effect (the service makes progress; any thread may
+    call, one lock)."""
 
     def __init__(self, enable_prog_thread=True, enable_listen_thread=False,
                  listen_port=DEFAULT_COMM_PORT, capture_telemetry=False, num_threads=0,
@@ -289,6 +380,25 @@ class nixl_agent_config:
         self.capture_telemetry = capture_telemetry
         self.num_threads = num_threads
         self.sync_mode = sync_mode
+
+
+class nixlAgentConfig:
+    """NIXL's low-level agent configuration (nixl._bindings.nixlAgentConfig),
+    positional as NIXL's constructors. dpSocket is a dataplane extension: the
+    service's socket (None: $DP_SOCKET, then the usual paths)."""
+
+    def __init__(self, useProgThread=True, useListenThread=False, listenPort=0,
+                 syncMode=nixl_thread_sync_t.NIXL_THREAD_SYNC_DEFAULT.value, pthrDelay=0,
+                 lthrDelay=100000, etcdWatchTimeout=5000000, captureTelemetry=False):
+        self.useProgThread = useProgThread
+        self.useListenThread = useListenThread
+        self.listenPort = listenPort
+        self.syncMode = syncMode
+        self.pthrDelay = pthrDelay
+        self.lthrDelay = lthrDelay
+        self.etcdWatchTimeout = etcdWatchTimeout
+        self.captureTelemetry = captureTelemetry
+        self.dpSocket = None
 
 
 nixl_backend_handle = int
@@ -315,8 +425,9 @@ class nixl_prepped_dlist_handle:
 class nixl_xfer_handle:
     """A transfer request: one Batch, posted again by each transfer()."""
 
-    def __init__(self, agent, value, batch, n, nbytes, segment, remote, notif):
+    def __init__(self, agent, value, batch, n, nbytes, segment, remote, notif, op="write"):
         self._handle = int(value)
+        self._op = op
         self._agent = agent
         self._released = False
         self._batch, self._n, self._bytes = batch, n, nbytes
@@ -411,26 +522,137 @@ def _unframe(msg):
 
 # ---- the agent ----
 
-class nixl_agent:
-    """NIXL's agent over one dataplane Client that is an engine session.
+# ---- telemetry files (NIXL_TELEMETRY_DIR) ----
+#
+# NIXL's layout, which its telemetry_reader maps: a header (write_pos,
+# read_pos: size_t; version, expected_version: u32; capacity, mask: size_t)
+# and capacity 16-byte events (u32 type, 4 bytes pad, u64 value), one writer
+# (the agent) and one reader (the tool). The writer stores an event, then
+# write_pos; the reader reads write_pos, then the event, then stores read_pos.
+# Python's mmap stores happen in program order and x86 keeps them so; on other
+# architectures a reader may see write_pos before the event (a stale event,
+# never a crash).
 
-    ``socket`` (a dataplane extension; default $DP_SOCKET, then the usual
-    paths) names the service to connect to."""
+_TELEMETRY_VERSION = 4
+_EV = {"TX_BYTES": 0, "RX_BYTES": 1, "TX_REQUESTS_NUM": 2, "RX_REQUESTS_NUM": 3,
+       "MEMORY_REGISTERED": 4, "MEMORY_DEREGISTERED": 5, "XFER_TIME": 6, "XFER_POST_TIME": 7,
+       "EVENTS_DROPPED": 20}
+_EV_ERR = 8 - NIXL_ERR_NOT_POSTED  # AGENT_ERR_NOT_POSTED (8) .. AGENT_ERR_NO_TELEMETRY (19)
+_HDR = struct.Struct("=QQIIQQ")
+_EVENT = struct.Struct("=I4xQ")
 
-    def __init__(self, agent_name, nixl_conf=None, instantiate_all=False, *, socket=None):
-        if nixl_conf is None:
-            nixl_conf = nixl_agent_config()
+
+class _TelemetryFile:
+    """The agent's telemetry file DIR/<agent name>, written as NIXL's ring."""
+
+    def __init__(self, path, capacity):
+        import mmap
+        self.path = path
+        self.cap = capacity
+        size = _HDR.size + _EVENT.size * capacity
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.ftruncate(fd, size)
+            self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        _HDR.pack_into(self._map, 0, 0, 0, _TELEMETRY_VERSION, _TELEMETRY_VERSION, capacity,
+                       capacity - 1)
+        self.dropped = 0
+
+    def add(self, kind, value):
+        if self._map is None:
+            return
+        w, r = struct.unpack_from("=QQ", self._map, 0)
+        nxt = (w + 1) & (self.cap - 1)
+        if nxt == r:
+            self.dropped += 1
+            return
+        _EVENT.pack_into(self._map, _HDR.size + w * _EVENT.size, kind, int(value))
+        struct.pack_into("=Q", self._map, 0, nxt)  # publishes the event stored above
+
+    def close(self):
+        if self._map is not None:
+            if self.dropped:
+                self._map_drop()
+            self._map.close()
+            self._map = None
+
+    def _map_drop(self):
+        n, self.dropped = self.dropped, 0
+        self.add(_EV["EVENTS_DROPPED"], n)
+
+
+def _telemetry_open(agent_name):
+    """The agent's telemetry file when NIXL_TELEMETRY_DIR is set, else None
+    (telemetry kept in the process only, as NIXL without a sink)."""
+    d = os.environ.get("NIXL_TELEMETRY_DIR")
+    if not d:
+        return None
+    try:
+        cap = int(os.environ.get("NIXL_TELEMETRY_BUFFER_SIZE", "4096"))
+    except ValueError:
+        cap = 4096
+    cap = 1 << max(1, (max(cap, 2) - 1).bit_length())  # a power of two: the mask
+    path = os.path.join(d, agent_name)
+    try:
+        os.makedirs(d, exist_ok=True)
+        return _TelemetryFile(path, cap)
+    except OSError as e:
+        logger.warning("telemetry file %s: %s; telemetry stays in the process", path, e)
+        return None
+
+
+# Backend plugins by name: what NIXL's plugins of that name do, the service
+# does (network plugins: DRAM and VRAM between agents; POSIX: files, here
+# query_memory). Plugins for hardware dataplane does not drive are refused at
+# create_backend with the reason; any other name is unknown, as in NIXL.
+_PLUGINS = {"UCX": ["DRAM", "VRAM"], "UCX_MO": ["DRAM", "VRAM"], "LIBFABRIC": ["DRAM", "VRAM"],
+            "UCCL": ["DRAM", "VRAM"], "MOONCAKE": ["DRAM", "VRAM"], "DATAPLANE": ["DRAM", "VRAM"],
+            "POSIX": ["DRAM", "FILE"]}
+_NOT_DRIVEN = {
+    "GDS": "GPUDirect Storage (cuFile)", "GDS_MT": "GPUDirect Storage (cuFile)",
+    "OBJ": "object stores (S3)", "AZURE_BLOB": "object stores (Azure Blob)",
+    "HF3FS": "the 3FS file system", "GUSLI": "GUSLI block devices",
+    "GPUNETIO": "DOCA GPUNetIO", "MOCK_DRAM": "NIXL's test plugins",
+}
+
+
+def _telemetry_wanted(capture):
+    """NIXL_TELEMETRY_ENABLE, when set, decides; else the config's
+    capture_telemetry."""
+    env = os.environ.get("NIXL_TELEMETRY_ENABLE")
+    if env is None or env == "":
+        return bool(capture)
+    return env.strip().lower() in ("y", "yes", "1", "true", "on")
+
+
+class _AgentCore:
+    """The agent itself: one dataplane Client that is an engine session. NIXL's
+    low-level nixlAgent (dataplane.nixl_bindings) and its nixl_agent both
+    drive one of these; its calls have nixl_agent's names and conventions.
+
+    cfg is a nixlAgentConfig; its dpSocket (a dataplane extension; default
+    $DP_SOCKET, then the usual paths) names the service to connect to."""
+
+    def __init__(self, agent_name, cfg):
+        if not isinstance(agent_name, str):
+            raise TypeError("an agent name is a str")
+        self._closed = True  # until the client is there
         self.name = agent_name
         self._bname = agent_name.encode()
-        if not self._bname or len(self._bname) > 255:
+        if not self._bname:
+            raise ValueError("an agent name must not be empty")
+        if len(self._bname) > 255:
             raise nixlInvalidParamError("an agent name is 1 to 255 bytes")
         self.notifs = {}
-        self.plugin_list = list(dict.fromkeys(list(nixl_conf.backends) + ["DATAPLANE"]))
-        self.backends = {b: i for i, b in enumerate(nixl_conf.backends)}
-        self.backend_mems = {b: ["DRAM", "VRAM"] for b in self.backends}
-        self.backend_options = {b: {} for b in self.backends}
+        self.plugin_list = list(_PLUGINS)
+        self.backends = {}
+        self.backend_mems = {}
+        self.backend_options = {}
         self.nixl_mems = dict(_MEM_NAMES)
         self.nixl_ops = {"WRITE": NIXL_WRITE, "READ": NIXL_READ}
+        self._telemetry = _telemetry_wanted(getattr(cfg, "captureTelemetry", False))
         self._lock = threading.RLock()
         self._regs = []  # (addr, len, dev, mem, Region)
         self._local = _RegTable([])
@@ -442,9 +664,9 @@ class nixl_agent:
         self._self_segment = None
         self._listener = None
         self._exchanges = []
-        self._closed = False
+        self._telemetry_file = None
         try:
-            self._client = _dp.Client(socket, name=agent_name[:60])
+            self._client = _dp.Client(getattr(cfg, "dpSocket", None), name=agent_name[:60])
             for entries in (4096, 256):
                 try:
                     self._client.notify_open(entries)
@@ -463,19 +685,28 @@ class nixl_agent:
                 self._q = self._client.queue(0)
         except _dp.DataplaneError as e:
             raise _nixl_error(e) from e
+        self._closed = False
         self.session_name = self._client.session_name
-        if nixl_conf.enable_listen:
-            self._listener = _Listener(self, nixl_conf.port)
+        self.listen_port = None
+        if getattr(cfg, "useListenThread", False):
+            port = int(getattr(cfg, "listenPort", DEFAULT_COMM_PORT))
+            self._listener = _Listener(self, port)
             self.listen_port = self._listener.port
+            # NIXL's line, which its CI harness reads a port-0 target's port
+            # from: INFO for a port the system chose, DEBUG otherwise.
+            native_log.log(logging.INFO if port == 0 else logging.DEBUG,
+                           "MD listener is listening on port %d", self.listen_port)
+        if self._telemetry:
+            self._telemetry_file = _telemetry_open(agent_name)
         logger.info("dataplane NIXL agent %s: session %s", agent_name, self.session_name)
 
-    # -- backends and plugins: one engine, every name accepted --
+    # -- backends and plugins: the service behind every name NIXL knows --
 
     def get_plugin_list(self):
         return self.plugin_list
 
     def get_plugin_mem_types(self, backend):
-        return ["DRAM", "VRAM"]
+        return list(_PLUGINS.get(backend, []))
 
     def get_plugin_params(self, backend):
         return {}
@@ -487,11 +718,18 @@ class nixl_agent:
         return self.backend_options.get(backend, {})
 
     def create_backend(self, backend, initParams={}):
-        self.backends.setdefault(backend, len(self.backends))
-        self.backend_mems[backend] = ["DRAM", "VRAM"]
-        self.backend_options[backend] = dict(initParams)
-        if backend not in self.plugin_list:
-            self.plugin_list.append(backend)
+        if backend not in _PLUGINS:
+            why = _NOT_DRIVEN.get(backend)
+            raise nixlNotFoundError(
+                f"backend {backend!r}: " + (f"needs {why}, which dataplane does not drive"
+                                            if why else "no such plugin (known: %s)"
+                                            % ", ".join(_PLUGINS)))
+        with self._lock:
+            self.backends.setdefault(backend, len(self.backends) + 1)
+            self.backend_mems[backend] = list(_PLUGINS[backend])
+            self.backend_options[backend] = dict(initParams)
+        logger.info("Backend %s was instantiated", backend)
+        return self.backends[backend]
 
     # -- descriptor lists --
 
@@ -517,7 +755,7 @@ class nixl_agent:
             logger.error("a Nx3 numpy array and a mem_type are needed")
             return None
         if isinstance(descs, np.ndarray):
-            return cls(mem_type, descs)
+            return cls(_mem(mem_type), descs)
         descs = list(descs)
         if not descs:
             if mem_type is None:
@@ -528,7 +766,13 @@ class nixl_agent:
             if mem_type is None:
                 logger.error("Please specify a mem type if not using Tensors")
                 return None
-            return cls(mem_type, descs)
+            mem = _mem(mem_type)  # an unknown name: KeyError, as NIXL
+            sizes = (3,) if cls is nixlXferDList else (3, 4)
+            if any(not isinstance(d, tuple) or len(d) not in sizes for d in descs):
+                logger.error("%s-tuple list needed for %s", " or ".join(map(str, sizes)),
+                             "transfer" if cls is nixlXferDList else "registration")
+                return None
+            return cls(mem, descs)
         if _torch_tensor(descs[0]):
             rows, kind, owners = [], None, []
             for t in descs:
@@ -583,6 +827,7 @@ class nixl_agent:
                 raise _nixl_error(e) from e
             self._regs += done
             self._local = _RegTable(self._regs)
+            self._event("MEMORY_REGISTERED", sum(r[1] for r in done))
         return descs
 
     def deregister_memory(self, dereg_list, backends=[]):
@@ -604,9 +849,37 @@ class nixl_agent:
                 r[4].close()
             self._regs = keep
             self._local = _RegTable(self._regs)
+            self._event("MEMORY_DEREGISTERED", sum(r[1] for r in gone))
 
     def query_memory(self, reg_list, backend, mem_type=None):
-        raise nixlNotSupportedError("query_memory: no storage backends here")
+        """For FILE descriptors (their metaInfo a path), as NIXL's POSIX
+        backend: a dict of the file's size, mode and mtime (decimal strings),
+        or None where it cannot be stat'ed."""
+        descs = self.get_reg_descs(reg_list, mem_type)
+        if backend not in self.backends:
+            raise ValueError(f"Backend '{backend}' not found. Available backends: "
+                             f"{list(self.backends)}")
+        if descs is None:
+            raise nixlInvalidParamError("could not make registration descriptors of that")
+        if "FILE" not in self.backend_mems.get(backend, []) or descs.getType() != FILE_SEG:
+            raise nixlNotSupportedError(f"query_memory: backend {backend} answers for FILE "
+                                        "descriptors only" if "FILE" in
+                                        self.backend_mems.get(backend, []) else
+                                        f"query_memory: backend {backend} has no storage")
+        out = []
+        for i in range(len(descs)):
+            path = descs._meta[i]
+            try:
+                st = os.stat(path) if path else None
+            except OSError:
+                st = None
+            out.append(None if st is None else {"size": str(st.st_size), "mode": str(st.st_mode),
+                                                "mtime": str(int(st.st_mtime))})
+        return out
+
+    def _event(self, kind, value):
+        if self._telemetry_file is not None:
+            self._telemetry_file.add(_EV[kind] if isinstance(kind, str) else kind, value)
 
     # -- metadata --
 
@@ -660,9 +933,10 @@ class nixl_agent:
                     raise _nixl_error(e) from e
             self._remotes[name] = rec
             self._by_session[session] = name
-        return name
+        return name.encode()
 
     def remove_remote_agent(self, agent):
+        agent = _agent_name(agent)
         with self._lock:
             rec = self._remotes.pop(agent, None)
             if rec is None:
@@ -673,6 +947,7 @@ class nixl_agent:
                 rec.segment.close()
 
     def check_remote_metadata(self, agent, descs=None):
+        agent = _agent_name(agent)
         with self._lock:
             rec = self._remotes.get(agent)
             if rec is None:
@@ -686,6 +961,7 @@ class nixl_agent:
                 return False
 
     def make_connection(self, remote_agent, backends=[]):
+        remote_agent = _agent_name(remote_agent)
         with self._lock:
             if remote_agent not in self._remotes:
                 raise nixlNotFoundError(f"no remote agent {remote_agent!r}")
@@ -698,7 +974,7 @@ class nixl_agent:
         self._peer_call(ip_addr, port, b"L", self.get_partial_agent_metadata(descs))
 
     def fetch_remote_metadata(self, remote_agent, ip_addr="", port=DEFAULT_COMM_PORT, label=""):
-        self._peer_call(ip_addr, port, b"F", remote_agent.encode())
+        self._peer_call(ip_addr, port, b"F", _agent_name(remote_agent).encode())
 
     def invalidate_local_metadata(self, ip_addr="", port=DEFAULT_COMM_PORT):
         self._peer_call(ip_addr, port, b"I", self._bname)
@@ -714,6 +990,7 @@ class nixl_agent:
     # -- preparing transfers --
 
     def prep_xfer_dlist(self, agent_name, xfer_list, mem_type=None, backends=[]):
+        agent_name = _agent_name(agent_name)
         descs = self.get_xfer_descs(xfer_list, mem_type)
         if descs is None:
             raise nixlInvalidParamError("could not make transfer descriptors of that")
@@ -751,9 +1028,7 @@ class nixl_agent:
 
     def make_prepped_xfer(self, operation, local_xfer_side, local_indices, remote_xfer_side,
                           remote_indices, notif_msg=b"", backends=[], skip_desc_merge=False):
-        op = {"READ": "read", "WRITE": "write"}.get(operation)
-        if op is None:
-            raise nixlInvalidParamError(f"operation {operation!r}: READ or WRITE")
+        op = "read" if self.nixl_ops[operation] == NIXL_READ else "write"  # else KeyError
         loc, rem = local_xfer_side, remote_xfer_side
         if loc._remote is not None or rem._remote is None:
             raise nixlInvalidParamError("want a local (NIXL_INIT_AGENT) and a remote dlist handle")
@@ -786,10 +1061,11 @@ class nixl_agent:
                                   user_data=ud)
             _frame(self._bname, _as_bytes(notif_msg))
             return nixl_xfer_handle(self, xid, batch, len(li), int(length.sum()), seg,
-                                    rem._remote, _as_bytes(notif_msg))
+                                    rem._remote, _as_bytes(notif_msg), op)
 
     def initialize_xfer(self, operation, local_descs, remote_descs, remote_agent, notif_msg=b"",
                         backends=[]):
+        self.nixl_ops[operation]  # an unknown operation: KeyError, before anything else
         loc = self.prep_xfer_dlist(NIXL_INIT_AGENT, local_descs)
         rem = self.prep_xfer_dlist(remote_agent, remote_descs)
         if len(loc._addr) != len(rem._addr):
@@ -890,19 +1166,33 @@ class nixl_agent:
                 h._error = _nixl_error(e)
         if h._error is not None or h._failed:
             h._state = "ERR"
+            self._event(_EV_ERR + int(getattr(h._error, "status", NIXL_ERR_BACKEND)), 1)
             if h._failed:
                 c = h._failed[0]
                 logger.error("transfer 0x%x: %d of %d descriptors failed, first: %s",
                              h._handle, len(h._failed), h._n, _dp.strerror(c.status))
         else:
             h._state = "DONE"
+            if self._telemetry_file is not None:
+                rx = h._op == "read"
+                self._event("RX_BYTES" if rx else "TX_BYTES", h._bytes)
+                self._event("RX_REQUESTS_NUM" if rx else "TX_REQUESTS_NUM", 1)
+                self._event("XFER_TIME", int((h._t_done - h._t0) * 1e6))
+                self._event("XFER_POST_TIME", math.ceil(h._t_post * 1e6))
 
     def get_xfer_telemetry(self, handle):
+        if not self._telemetry:
+            raise nixlNoTelemetryError("telemetry is off: capture_telemetry=True in the config, "
+                                       "or NIXL_TELEMETRY_ENABLE=y")
         if handle._state == "INIT":
             raise nixlNoTelemetryError("the transfer was never posted")
         end = handle._t_done if handle._state != "PROC" else time.time()
-        return nixlXferTelemetry(int(handle._t0 * 1e6), int(handle._t_post * 1e6),
-                                 int((end - handle._t0) * 1e6), handle._bytes, handle._n)
+        # Whole microseconds, rounded up: a post or transfer that took any
+        # time at all is never reported as 0.
+        post = math.ceil(handle._t_post * 1e6)
+        return nixlXferTelemetry(int(handle._t0 * 1e6), post,
+                                 max(post, math.ceil((end - handle._t0) * 1e6)), handle._bytes,
+                                 handle._n)
 
     def query_xfer_backend(self, handle):
         return next(iter(self.backends), "DATAPLANE")
@@ -961,6 +1251,7 @@ class nixl_agent:
 
     def check_remote_xfer_done(self, remote_agent_name, lookup_tag, backends=[],
                                tag_is_prefix=True):
+        remote_agent_name = _agent_name(remote_agent_name)
         self.update_notifs()
         for msg in self.notifs.get(remote_agent_name, []):
             if msg.startswith(lookup_tag) if tag_is_prefix else lookup_tag in msg:
@@ -969,6 +1260,7 @@ class nixl_agent:
         return False
 
     def send_notif(self, remote_agent_name, notif_msg, backend=None):
+        remote_agent_name = _agent_name(remote_agent_name)
         msg = _frame(self._bname, notif_msg)
         with self._lock:
             seg = self._segment_of(remote_agent_name)
@@ -1002,6 +1294,8 @@ class nixl_agent:
         for h in list(self._inflight.values()):
             self._release_xfer(h, wait=True)
         self._client.close()
+        if self._telemetry_file is not None:
+            self._telemetry_file.close()
 
     def __del__(self):
         try:
@@ -1010,7 +1304,63 @@ class nixl_agent:
             pass
 
 
+class nixl_agent:
+    """NIXL's agent (nixl._api.nixl_agent): made, as NIXL's, of a low-level
+    nixlAgent (nixl._bindings) from a nixlAgentConfig, then the config's
+    backends. Every call is the agent core's (_AgentCore).
+
+    ``socket`` (a dataplane extension; default $DP_SOCKET, then the usual
+    paths) names the service to connect to."""
+
+    def __init__(self, agent_name, nixl_conf=None, instantiate_all=False, *, socket=None):
+        from dataplane import nixl_bindings
+        if nixl_conf and instantiate_all:
+            instantiate_all = False
+            logger.warning("Ignoring instantiate_all based on the provided config in agent "
+                           "creation.")
+        if not nixl_conf:
+            nixl_conf = nixl_agent_config()
+        default_sync = (nixl_thread_sync_t.NIXL_THREAD_SYNC_STRICT if nixl_conf.enable_listen
+                        else nixl_thread_sync_t.NIXL_THREAD_SYNC_NONE)
+        cfg = nixlAgentConfig()
+        cfg.useProgThread = nixl_conf.enable_pthread
+        cfg.useListenThread = nixl_conf.enable_listen
+        cfg.listenPort = nixl_conf.port
+        cfg.syncMode = (nixl_conf.sync_mode or default_sync).value
+        cfg.captureTelemetry = nixl_conf.capture_telemetry
+        cfg.dpSocket = socket
+        # Looked up at call time, as NIXL's _api does: a test may wrap it.
+        self.agent = nixl_bindings.nixlAgent(agent_name, cfg)
+        self._core = self.agent._core
+        self.name = agent_name
+        for b in (self._core.plugin_list if instantiate_all else nixl_conf.backends):
+            if b in _PLUGINS:
+                self._core.create_backend(b, {})
+            else:
+                logger.warning("Skipping backend registration %s due to the missing plugin%s.",
+                               b, " (needs %s, which dataplane does not drive)" % _NOT_DRIVEN[b]
+                               if b in _NOT_DRIVEN else "")
+        logger.info("Initialized NIXL agent: %s", agent_name)
+
+    def __getattr__(self, name):
+        core = self.__dict__.get("_core")
+        if core is None:
+            raise AttributeError(name)
+        return getattr(core, name)
+
+    def __repr__(self):
+        return f"nixl_agent({self.name!r})"
+
+
 _STATE = {"PROC": "PROC", "DONE": "DONE", "ERR": "ERR"}
+
+
+def _agent_name(name):
+    """An agent name as str: add_remote_agent returns bytes, as NIXL's, and
+    callers pass that back where NIXL takes a std::string."""
+    if isinstance(name, (bytes, bytearray)):
+        return bytes(name).decode("utf-8", "surrogateescape")
+    return name
 
 
 def _as_bytes(msg):

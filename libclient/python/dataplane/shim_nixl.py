@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: MIT
 """Opt-in ``nixl`` import shim: ``python3 -m dataplane.shim_nixl install [DIR]``.
 
-Writes a small package ``DIR/nixl`` (``_api``, ``_bindings``, ``logging``)
-that re-exports dataplane.nixl, so that code written for NIXL
+Writes a small package ``DIR/nixl`` (``_api``, ``_bindings``, ``_utils``,
+``logging``) whose modules are dataplane.nixl and its companions, so that code written for NIXL
 (``from nixl._api import nixl_agent, nixl_agent_config``) runs on dataplane
 unchanged. DIR defaults to the user site directory; it must be on
 ``sys.path`` of the Python that imports nixl (a site directory, or
@@ -36,23 +36,27 @@ from dataplane.nixl import (DEFAULT_COMM_PORT, NIXL_INIT_AGENT, nixl_agent,  # n
                             nixl_thread_sync_t, nixl_xfer_handle)
 ''',
     "_bindings.py": '''# {mark}
-from dataplane.nixl import (  # noqa: F401
-    BLK_SEG, DEFAULT_COMM_PORT, DRAM_SEG, FILE_SEG, NIXL_INIT_AGENT, NIXL_READ, NIXL_WRITE,
-    OBJ_SEG, VRAM_SEG, nixl_mem_t, nixl_status_t, nixl_xfer_op_t, nixlBackendError,
-    nixlCancelledError, nixlInvalidParamError, nixlMismatchError, nixlNoTelemetryError,
-    nixlNotAllowedError, nixlNotFoundError, nixlNotPostedError, nixlNotSupportedError,
-    nixlRegDList, nixlRemoteDisconnectError, nixlRepostActiveError, nixlUnknownError,
-    nixlXferDList, nixlXferTelemetry)
-from dataplane.nixl import nixl_status_t as _s
+# NIXL's low-level binding is dataplane.nixl_bindings itself (one module: what
+# a caller sets on nixl._bindings, nixl_agent sees).
+import sys as _sys
 
-globals().update(_s.__members__)
+import dataplane.nixl_bindings as _m
+
+_sys.modules[__name__] = _m
+''',
+    "_utils.py": '''# {mark}
+import sys as _sys
+
+import dataplane.nixl_utils as _m
+
+_sys.modules[__name__] = _m
 ''',
     "logging.py": '''# {mark}
-import logging as _logging
+import sys as _sys
 
+import dataplane.nixl_logging as _m
 
-def get_logger(name):
-    return _logging.getLogger(name)
+_sys.modules[__name__] = _m
 ''',
 }
 
