@@ -38,13 +38,13 @@ def pattern(seed, n):
 class Role:
     """One role process; send()/recv() JSON lines; finish() checks exit 0."""
 
-    def __init__(self, code, service, mooncake_import, timeout=120):
+    def __init__(self, code, service, mooncake_import, timeout=120, env=None):
         module, shim = mooncake_import
         path = [p for p in sys.path if p]
         if shim:
             path.insert(0, shim)
         env = dict(os.environ, DP_SOCKET=service.sock, MC_MODULE=module,
-                   PYTHONPATH=os.pathsep.join(path))
+                   PYTHONPATH=os.pathsep.join(path), **(env or {}))
         self.timeout = timeout
         self.proc = subprocess.Popen([sys.executable, "-c", PREAMBLE + code], env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,

@@ -10,6 +10,8 @@ fabric, both imports. Then the API's edges in one process."""
 import errno
 import os
 import socket
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -17,9 +19,14 @@ import pytest
 from mooncake_roles import Role
 
 TARGET = r"""
+# As Mooncake's scripts: MC_METADATA_SERVER (default here P2PHANDSHAKE; upstream
+# CI's recipe is http://127.0.0.1:8080/metadata, a server that need not run).
+meta = os.environ.get("MC_METADATA_SERVER", "P2PHANDSHAKE")
+local = os.environ.get("TARGET_SERVER_NAME", "127.0.0.1")
 target = TransferEngine()
-assert target.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+assert target.initialize(local, meta, "tcp", "") == 0
 name = f"127.0.0.1:{target.get_rpc_port()}"
+assert meta == "P2PHANDSHAKE" or name == local  # a metadata server: named as given
 buffer_addr = target.get_first_buffer_address(name)
 assert buffer_addr == 0  # nothing registered yet
 buffer_addr = target.allocate_managed_buffer(4 << 20)
@@ -45,9 +52,13 @@ while True:
 
 INITIATOR = r"""
 import random, string
+meta = os.environ.get("MC_METADATA_SERVER", "P2PHANDSHAKE")
+local = os.environ.get("INITIATOR_SERVER_NAME", "127.0.0.1:12347")
 adaptor = TransferEngine()
-assert adaptor.initialize("127.0.0.1:12347", "P2PHANDSHAKE", "tcp", "") == 0
-initiator_server_name = "127.0.0.1:12347".rpartition(":")[0] + ":" + str(adaptor.get_rpc_port())
+assert adaptor.initialize(local, meta, "tcp", "") == 0
+initiator_server_name = local
+if meta == "P2PHANDSHAKE":
+    initiator_server_name = local.rpartition(":")[0] + ":" + str(adaptor.get_rpc_port())
 t = recv()
 target_server_name = t["name"]
 
@@ -142,10 +153,30 @@ send(bye=True)
 """
 
 
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_initiator_and_target(service_pair, mooncake_import):
+    _initiator_and_target(service_pair, mooncake_import, {})
+
+
+def test_initiator_and_target_http_recipe(service_pair, mooncake_shim):
+    """Upstream CI's recipe: MC_METADATA_SERVER=http://127.0.0.1:8080/metadata
+    (nothing listens there: sessions are reached by address), each engine
+    named by its host:port."""
+    env = {"MC_METADATA_SERVER": "http://127.0.0.1:8080/metadata",
+           "TARGET_SERVER_NAME": f"127.0.0.1:{_free_port()}",
+           "INITIATOR_SERVER_NAME": f"127.0.0.1:{_free_port()}"}
+    _initiator_and_target(service_pair, ("mooncake.engine", mooncake_shim), env)
+
+
+def _initiator_and_target(service_pair, mooncake_import, env):
     a, b = service_pair
-    target = Role(TARGET, b, mooncake_import)
-    initiator = Role(INITIATOR, a, mooncake_import)
+    target = Role(TARGET, b, mooncake_import, env=env)
+    initiator = Role(INITIATOR, a, mooncake_import, env=env)
     try:
         initiator.send(**target.recv())
         while True:
@@ -218,20 +249,26 @@ def test_edges(engine):
     assert e2.transfer_sync_write(me, 0, 0, 1) == -errno.EINVAL  # not initialized
 
 
-def test_metadata_servers(service, monkeypatch):
+@pytest.mark.parametrize("server", ["redis://127.0.0.1:6379", "etcd://127.0.0.1:2379",
+                                    "127.0.0.1:2379", "http://127.0.0.1:8080/metadata",
+                                    "https://meta.example:443/metadata"])
+def test_metadata_servers(service, monkeypatch, caplog, server):
+    """Every kind of Mooncake metadata server is taken and not used (logged):
+    the session listens on local_hostname's port, peers name it so."""
+    import logging
     from dataplane.mooncake import TransferEngine
     monkeypatch.setenv("DP_SOCKET", service.sock)
     e = TransferEngine()
-    assert e.initialize("127.0.0.1", "127.0.0.1:2379", "rdma", "") == -errno.EINVAL
-    assert "etcd" in str(e.last_error)
-    assert e.initialize("127.0.0.1", "http://127.0.0.1:8080/metadata", "rdma", "") < 0
-    # redis://: the session listens on local_hostname's port, peers name it so
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    for bad in ("zookeeper://127.0.0.1:2181", "etcd://", ""):
+        assert e.initialize("127.0.0.1", bad, "rdma", "") == -errno.EINVAL, bad
+        assert "P2PHANDSHAKE" in str(e.last_error) and "http://" in str(e.last_error)
+    port = _free_port()
     name = f"127.0.0.1:{port}"
-    assert e.initialize(name, "redis://127.0.0.1:6379", "tcp", "") == 0, e.last_error
-    assert e.get_rpc_port() == port
+    with caplog.at_level(logging.INFO, logger="dataplane.mooncake"):
+        assert e.initialize(name, server, "tcp", "") == 0, e.last_error
+    assert any("is not used" in r.getMessage() and server in r.getMessage()
+               for r in caplog.records)
+    assert e.get_rpc_port() == port and e.get_session_id() == name
     f = TransferEngine()  # the same name twice: its port is taken
     assert f.initialize_ext(name, "127.0.0.1:6379", "tcp", "", "redis") < 0
     f.close()
@@ -244,6 +281,30 @@ def test_metadata_servers(service, monkeypatch):
     assert (y == x).all()
     g.close()
     e.close()
+
+
+def test_shim_refuses_the_store(mooncake_shim):
+    """mooncake.store and the buffer pools are Mooncake Store, another
+    product: importing them fails with that reason; mooncake.engine works."""
+    code = ("import mooncake.engine\n"
+            "from mooncake.engine import TransferEngine, TransferOpcode\n"
+            "assert mooncake.engine.TransferEngine is TransferEngine\n"
+            "for stmt in ('from mooncake.store import MooncakeDistributedStore',\n"
+            "             'from mooncake import BufferPool, RegisteredBufferPool'):\n"
+            "    try:\n"
+            "        exec(stmt)\n"
+            "    except ImportError as e:\n"
+            "        print('refused:', e)\n"
+            "    else:\n"
+            "        raise SystemExit('imported: ' + stmt)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([mooncake_shim] + [p for p in sys.path
+                                                                          if p]))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 2 and all("different product" in ln and "Mooncake Store" in ln
+                                   for ln in lines), lines
 
 
 def test_cuda_memory_and_stream(engine):

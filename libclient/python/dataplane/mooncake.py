@@ -16,6 +16,7 @@ import collections
 import ctypes
 import enum
 import errno
+import logging
 import os
 import select
 import struct
@@ -27,8 +28,11 @@ from . import (OP_READ, OP_WRITE, Batch, Client, DataplaneError, DataplaneTimeou
 
 __all__ = ["TransferEngine", "TransferOpcode", "TransferNotify", "P2PHANDSHAKE"]
 
+logger = logging.getLogger(__name__)
+
 P2PHANDSHAKE = "P2PHANDSHAKE"
 _DEFAULT_PORT = 12001  # Mooncake's port for a "host" without one
+_METADATA_KINDS = ("redis", "etcd", "http", "https")  # Mooncake's metadata plugins
 _NOTIFY_ENTRIES = 1024
 
 # Notifications between engines carry a tag: a Mooncake TransferNotify
@@ -363,17 +367,20 @@ class TransferEngine:
         """Connects to the service and makes this engine a session. With
         metadata_server "P2PHANDSHAKE" the session takes any free port
         (get_rpc_port()) and peers name it f"{host}:{port}", host being
-        local_hostname without a port. With "redis://..." the session
-        listens on local_hostname's port (12001 if it has none) and peers
-        name it local_hostname, as Mooncake's metadata server has it; the
-        server itself is not needed. protocol and device_name are accepted
-        and ignored (the service picks the path). 0 or -errno."""
+        local_hostname without a port. With a metadata server
+        ("redis://...", "etcd://...", "http://...", or "host:port", which
+        Mooncake reads as etcd) the session listens on local_hostname's port
+        (12001 if it has none) and peers name it local_hostname, as
+        Mooncake's metadata server has it; the server itself is not used
+        (sessions are reached by address), which is logged. protocol and
+        device_name are accepted and ignored (the service picks the path).
+        0 or -errno."""
         return self._call(self._initialize, local_hostname, metadata_server)
 
     def initialize_ext(self, local_hostname, metadata_server, protocol, device_name,
                        metadata_type):
         """initialize() with the metadata server's kind apart, as Mooncake:
-        "redis" and "host:port" mean "redis://host:port"."""
+        a server without "://" is f"{metadata_type}://{server}"."""
         conn = str(metadata_server)
         if conn != P2PHANDSHAKE and "://" not in conn:
             conn = f"{metadata_type}://{conn}"
@@ -386,16 +393,22 @@ class TransferEngine:
         if not host:
             raise InvalidArgumentError(errno.EINVAL, "local_hostname is empty")
         meta = str(metadata_server)
+        kind, sep, where = meta.partition("://")
+        if not sep:  # Mooncake: a bare "host:port" is etcd
+            kind, where = "etcd", meta
         if meta == P2PHANDSHAKE:
             port = 0
-        elif meta.startswith("redis://"):
+        elif kind in _METADATA_KINDS and where:
             port = port or _DEFAULT_PORT
+            logger.info("metadata server %s (%s) is not used: peers reach this engine's "
+                        "session by its address, %s:%d", meta, kind, host, port)
         else:
             raise InvalidArgumentError(
                 errno.EINVAL,
-                f"metadata server {meta!r}: dataplane speaks \"P2PHANDSHAKE\" (sessions named "
-                "host:port) and \"redis://...\" (a session on local_hostname's port); "
-                "etcd and http metadata servers are not supported")
+                f"metadata server {meta!r}: dataplane takes \"P2PHANDSHAKE\" (sessions named "
+                "host:port) or a metadata server of Mooncake's kinds (%s, or host:port for "
+                "etcd), which it does not need: the session listens on local_hostname's port"
+                % ", ".join(k + "://..." for k in _METADATA_KINDS))
         if self.client is None:
             self.client = Client(self._socket, name="mooncake")
         try:

@@ -48,6 +48,26 @@ for _p in _sys.path:
                        f"mooncake ({_other}); uninstall the shim: python3 -m dataplane.shims "
                        "uninstall mooncake", RuntimeWarning, stacklevel=2)
         break
+
+# Mooncake's Store (mooncake.store, the registered buffer pools) is another
+# product than its Transfer Engine: refused by name, with the reason.
+_STORE_NAMES = ("BufferPool", "RegisteredBufferPool")
+
+
+def __getattr__(name):
+    if name in _STORE_NAMES:
+        raise ImportError(
+            f"mooncake.{name} belongs to Mooncake Store, a distributed KV cache that is a "
+            "different product from Mooncake's Transfer Engine; dataplane's mooncake shim "
+            "provides the Transfer Engine (mooncake.engine) only", name="mooncake")
+    raise AttributeError(f"module 'mooncake' has no attribute {name!r}")
+'''
+
+_STORE = '''# dataplane's mooncake shim: Mooncake Store is not part of it.
+raise ImportError(
+    "mooncake.store is Mooncake Store, a distributed KV cache that is a different product "
+    "from Mooncake's Transfer Engine; dataplane's mooncake shim provides the Transfer Engine "
+    "(mooncake.engine) only", name="mooncake.store")
 '''
 
 _ENGINE = '''# dataplane's mooncake shim: mooncake.engine is dataplane.mooncake.
@@ -56,7 +76,7 @@ from dataplane.mooncake import (P2PHANDSHAKE, Read, TransferEngine, TransferNoti
                                 TransferOpcode, Write)
 '''
 
-SHIMS = {"mooncake": {"__init__.py": _INIT, "engine.py": _ENGINE}}
+SHIMS = {"mooncake": {"__init__.py": _INIT, "engine.py": _ENGINE, "store.py": _STORE}}
 
 
 def _is_shim(pkg_dir):
