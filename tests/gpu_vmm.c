@@ -503,7 +503,8 @@ Test(gpu_vmm, SessionsWithGpuMemory)
 	vp = vmm_alloc(&b, 3, sizes, 3, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 	rv = dp_register_cuda(cb, vp, b.len);
 	cr_assert_geq(rv, 0, "dp_register_cuda (VMM): %s", dp_last_error());
-	rbg = gpu_region(cb, 64 * MiB, -1, &bg);
+	/* Room for the 64 MiB copy at bg + 5 (gt below). */
+	rbg = gpu_region(cb, 64 * MiB + 4096, -1, &bg);
 	cr_assert_geq(rbg, 0);
 	rg = gpu_region(ca, 64 * MiB, -1, &dg);
 	rh = alloc_region(ca, 64 * MiB, &host);
@@ -517,7 +518,7 @@ Test(gpu_vmm, SessionsWithGpuMemory)
 		/* A's GPU -> B's VMM and B's cudaMalloc, by B's addresses. */
 		gpu_fill(dg, n, 70 + i);
 		gpu_memset(vp, 0, b.len);
-		gpu_memset(bg, 0, 64 * MiB);
+		gpu_memset(bg, 0, 64 * MiB + 4096);
 		expect_gpu_cqe(run1(q, true, rg, 0, seg, (uintptr_t)vt, n, 1, 60000), n, same,
 			       "WRITE GPU -> session VMM");
 		gpu_expect(vt, n, 70 + i, 0, "GPU -> session VMM");
