@@ -25,7 +25,7 @@
 # transfer_engine_initiator_test.py, with MC_METADATA_SERVER). What is skipped,
 # and why: docs/python.md, "Upstream suites".
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 TOP=$PWD
 
 if [ $# -ne 2 ]; then
@@ -295,8 +295,9 @@ run_mooncake() {
 	# Upstream CI's recipe (scripts/run_tests.sh), the files' own default
 	# (127.0.0.1:2379: etcd), and redis naming.
 	for meta in http://127.0.0.1:8080/metadata "" redis://127.0.0.1:6379; do
-		local tname=127.0.0.1:$(free_port) iname=127.0.0.1:$(free_port)
-		local label=${meta:-127.0.0.1:2379}
+		local tname iname label=${meta:-127.0.0.1:2379}
+		tname=127.0.0.1:$(free_port)
+		iname=127.0.0.1:$(free_port)
 		env -u MC_METADATA_SERVER ${meta:+MC_METADATA_SERVER=$meta} MC_FORCE_TCP=true \
 			TARGET_SERVER_NAME=$tname DP_SOCKET="$SOCK_B" PYTHONUNBUFFERED=1 timeout 300 "$PYTHON" "$t/transfer_engine_target.py" \
 			>"$WORK/mc-target.log" 2>&1 &
