@@ -84,7 +84,9 @@ def test_register_forms_and_errors(agents):
     with pytest.raises(N.nixlInvalidParamError):
         a.register_memory(np.zeros(8, np.uint8)[::2])
     with pytest.raises(N.nixlNotSupportedError):
-        a.register_memory([(own.ctypes.data, 10, 0)], "FILE")
+        a.register_memory([(own.ctypes.data, 10, 0)], "BLOCK")
+    with pytest.raises(N.nixlInvalidParamError):  # FILE: fd 0 is no regular file
+        a.register_memory([(0, 10, 0)], "FILE")
     # A local descriptor outside every registration: NOT_FOUND at prep.
     with pytest.raises(N.nixlNotFoundError):
         a.prep_xfer_dlist("", [(own.ctypes.data + 4000, 200, 0)], "DRAM")

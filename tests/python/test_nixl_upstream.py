@@ -9,6 +9,7 @@ methods (trim, print, remDesc, clear), NIXL's exception and return types,
 query_memory, telemetry switches and telemetry files. CI cannot fetch NIXL;
 tools/run-upstream-tests.sh runs the real files where a checkout is there."""
 import ctypes
+import errno
 import mmap
 import os
 import pickle
@@ -40,6 +41,14 @@ def until(fn, what, timeout=10):
     while not (got := fn()):
         assert time.time() < deadline, what
     return got
+
+
+def settle(agent, h, timeout=10):
+    """The transfer's state once it is no longer "PROC"."""
+    deadline = time.time() + timeout
+    while (st := agent.check_xfer_state(h)) == "PROC":
+        assert time.time() < deadline, "the transfer did not finish"
+    return st
 
 
 def test_descriptor_list_methods(capfd):
@@ -390,3 +399,82 @@ def test_names_returned_as_bytes_work_everywhere(dp_socket):
     finally:
         a.close()
         b.close()
+
+
+def test_file_descriptors(dp_socket, tmp_path):
+    """NIXL's POSIX flow: FILE descriptors (offset, length, fd) registered,
+    then the far side, with the agent's own name, of WRITEs (memory -> file)
+    and READs (file -> memory) that go through the service's file engine."""
+    a = N.nixl_agent("posix", N.nixl_agent_config(backends=["POSIX"]))
+    path = tmp_path / "f.bin"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    ro = None
+    try:
+        n = 64 * 4096 + 100  # whole pages and a ragged tail
+        src = ((np.arange(n) * 7 + 3) % 251).astype(np.uint8)
+        back = np.zeros(n, np.uint8)
+        a.register_memory(src)
+        a.register_memory(back)
+        freg = a.register_memory([(0, n + 4096, fd, "f.bin")], "FILE")
+        assert "f.bin" not in str(a.get_agent_metadata())  # files stay with their agent
+        assert N._AgentCore._parse_metadata(a.get_agent_metadata())[2] == [
+            (src.ctypes.data, n, 0, 0, None), (back.ctypes.data, n, 0, 0, None)]
+        # Descriptors of mixed sizes at odd file offsets (+7), out of order.
+        cuts = [0, 4096, 5000, 3 * 4096 + 1, 40 * 4096, n]
+        mem = [(src.ctypes.data + s, e - s, 0) for s, e in zip(cuts, cuts[1:])]
+        fil = [(s + 7, e - s, fd) for s, e in zip(cuts, cuts[1:])]
+        h = a.initialize_xfer("WRITE", a.get_xfer_descs(mem[::-1], "DRAM"),
+                              a.get_xfer_descs(fil[::-1], "FILE"), "posix")
+        assert a.transfer(h) in ("DONE", "PROC")
+        assert settle(a, h) == "DONE"
+        data = path.read_bytes()
+        assert data[:7] == b"\0" * 7 and data[7:7 + n] == src.tobytes()
+        # READ back through prepared lists, by index.
+        lo = a.prep_xfer_dlist("", a.get_xfer_descs(
+            [(back.ctypes.data + s, e - s, 0) for s, e in zip(cuts, cuts[1:])], "DRAM"))
+        fi = a.prep_xfer_dlist("posix", a.get_xfer_descs(fil, "FILE"))
+        k = len(fil)
+        h2 = a.make_prepped_xfer("READ", lo, list(range(k)), fi, list(range(k)))
+        a.transfer(h2)
+        assert settle(a, h2) == "DONE"
+        assert (back == src).all()
+        # Again after the file changed: the READ reposted sees the new bytes.
+        os.pwrite(fd, b"\xee" * 10, 7 + 4096)
+        a.transfer(h2)
+        assert settle(a, h2) == "DONE"
+        assert (back[4096:4106] == 0xEE).all() and (back[4106:] == src[4106:]).all()
+        # Errors: a range past the registration, FILE on the local side or
+        # for another agent, a read-only fd written.
+        with pytest.raises(N.nixlNotFoundError, match="FILE descriptor 0"):
+            a.prep_xfer_dlist("posix", [(n, 8192, fd)], "FILE")
+        with pytest.raises(N.nixlNotFoundError):
+            a.prep_xfer_dlist("posix", [(0, 8, fd + 1000)], "FILE")
+        with pytest.raises(N.nixlNotSupportedError, match="own name"):
+            a.prep_xfer_dlist("someone", [(0, 8, fd)], "FILE")
+        with pytest.raises(N.nixlNotSupportedError, match="remote side"):
+            a.prep_xfer_dlist("", [(0, 8, fd)], "FILE")  # files are never the local side
+        ro = os.open(path, os.O_RDONLY)
+        a.register_memory([(0, 4096, ro, "")], "FILE")
+        w = a.initialize_xfer("WRITE", a.get_xfer_descs([(src.ctypes.data, 16, 0)], "DRAM"),
+                              a.get_xfer_descs([(0, 16, ro)], "FILE"), "posix")
+        a.transfer(w)
+        assert settle(a, w) == "ERR"
+        assert w.failures[0].status == -errno.EPERM
+        r = a.initialize_xfer("READ", a.get_xfer_descs([(back.ctypes.data, 9, 0)], "DRAM"),
+                              a.get_xfer_descs([(7, 9, ro)], "FILE"), "posix")
+        back[:16] = 0
+        a.transfer(r)
+        assert settle(a, r) == "DONE"
+        assert (back[:9] == src[:9]).all() and (back[9:16] == 0).all()
+        for x in (h, h2, w, r):
+            a.release_xfer_handle(x)
+        a.deregister_memory(freg)
+        with pytest.raises(N.nixlNotFoundError):
+            a.prep_xfer_dlist("posix", [(0, 8, fd)], "FILE")
+        with pytest.raises(N.nixlNotSupportedError, match="block devices"):
+            a.register_memory([(0, 8, 0)], "BLOCK")
+    finally:
+        a.close()
+        os.close(fd)
+        if ro is not None:
+            os.close(ro)

@@ -12,6 +12,7 @@ install DIR`` makes ``from nixl._api import nixl_agent`` load this module.
 """
 
 import collections
+import ctypes
 import enum
 import json
 import logging
@@ -408,12 +409,13 @@ class nixl_prepped_dlist_handle:
     """A descriptor list prepared by prep_xfer_dlist: local (region ids and
     offsets) or remote (addresses in a remote agent's session)."""
 
-    def __init__(self, agent, value, remote, region, off, addr, length):
+    def __init__(self, agent, value, remote, region, off, addr, length, mem=DRAM_SEG):
         self._handle = int(value)
         self._agent = agent
         self._released = False
         self._remote = remote  # None: local; else the remote agent's name
         self._region, self._off, self._addr, self._len = region, off, addr, length
+        self._mem = mem  # FILE: file region ids and offsets in them, on this agent
 
     def __repr__(self):
         return f"nixl_prepped_dlist_handle(0x{self._handle:x}, released={self._released})"
@@ -438,6 +440,7 @@ class nixl_xfer_handle:
         self._error = None
         self._owned = ()
         self._t0 = self._t_post = self._t_done = 0.0
+        self._stage = None  # DRAM <-> FILE: (bounce Region, addrs, bounce offsets, lengths, to_file)
 
     @property
     def failures(self):
@@ -808,8 +811,9 @@ class _AgentCore:
         if descs is None:
             raise nixlInvalidParamError("could not make registration descriptors of that")
         mem = descs.getType()
-        if mem not in (DRAM_SEG, VRAM_SEG):
-            raise nixlNotSupportedError(f"{mem.name} memory is not supported here")
+        if mem not in (DRAM_SEG, VRAM_SEG, FILE_SEG):
+            raise nixlNotSupportedError(f"{mem.name} memory (block devices, object stores) is "
+                                        "not supported here")
         done = []
         with self._lock:
             try:
@@ -818,6 +822,8 @@ class _AgentCore:
                     owner = descs._owners[i] if i < len(descs._owners) else None
                     if mem == VRAM_SEG:
                         region = self._client._register_cuda(addr, n, owner)
+                    elif mem == FILE_SEG:
+                        region = self._register_file(dev, addr, n)
                     else:
                         region = self._client._register_mem(addr, n, owner)
                     done.append((addr, n, dev, int(mem), region))
@@ -826,9 +832,39 @@ class _AgentCore:
                     r[4].close()
                 raise _nixl_error(e) from e
             self._regs += done
-            self._local = _RegTable(self._regs)
+            self._local = self._table()
             self._event("MEMORY_REGISTERED", sum(r[1] for r in done))
         return descs
+
+    def _register_file(self, fd, offset, length):
+        """A FILE descriptor (offset, length, fd) as a file region of the
+        service (dp_register_file: it takes its own copy of the fd); read-write
+        when the fd allows it, else read-only. Length 0: to the file's end."""
+        try:
+            return self._client.register_file(fd, offset, length, access="rw")
+        except _dp.PermissionDeniedError:
+            return self._client.register_file(fd, offset, length, access="r")
+
+    def _table(self):
+        """The local registrations that have addresses (FILE ones have none)."""
+        return _RegTable([r for r in self._regs if r[3] != FILE_SEG])
+
+    def _file_ranges(self, fd, off, length):
+        """The file region of this agent's FILE registration of fd holding
+        each (off, length), and the offset in it; nixlNotFoundError for the
+        first that none holds."""
+        regs = [r for r in self._regs if r[3] == FILE_SEG and r[2] == fd]
+        ids = np.zeros(len(off), np.uint64)
+        at = np.zeros(len(off), np.uint64)
+        for i, (o, n) in enumerate(zip(off.tolist(), length.tolist())):
+            for r in regs:
+                if r[0] <= o and o + n <= r[0] + r[4].size:
+                    ids[i], at[i] = r[4].id, o - r[0]
+                    break
+            else:
+                raise nixlNotFoundError("FILE descriptor %d (offset %d, %d bytes, fd %d) is in "
+                                        "no registration" % (i, o, n, fd))
+        return ids, at
 
     def deregister_memory(self, dereg_list, backends=[]):
         descs = self.get_reg_descs(dereg_list)
@@ -839,7 +875,8 @@ class _AgentCore:
             keep, gone = list(self._regs), []
             for addr, n, dev in descs._descs.tolist():
                 for r in keep:
-                    if r[0] == addr and r[1] == n and r[3] == mem:
+                    if (r[0] == addr and r[1] == n and r[3] == mem
+                            and (mem != FILE_SEG or r[2] == dev)):
                         keep.remove(r)
                         gone.append(r)
                         break
@@ -848,7 +885,7 @@ class _AgentCore:
             for r in gone:
                 r[4].close()
             self._regs = keep
-            self._local = _RegTable(self._regs)
+            self._local = self._table()
             self._event("MEMORY_DEREGISTERED", sum(r[1] for r in gone))
 
     def query_memory(self, reg_list, backend, mem_type=None):
@@ -884,8 +921,9 @@ class _AgentCore:
     # -- metadata --
 
     def _metadata(self, regs):
+        # Files stay with their agent (no peer reaches a file region).
         body = {"name": self.name, "session": self.session_name,
-                "regs": [[r[0], r[1], r[2], r[3]] for r in regs]}
+                "regs": [[r[0], r[1], r[2], r[3]] for r in regs if r[3] != FILE_SEG]}
         return _MD_MAGIC + json.dumps(body, separators=(",", ":")).encode()
 
     def get_agent_metadata(self):
@@ -999,6 +1037,8 @@ class _AgentCore:
         length = descs._descs[:, 1].copy()
         with self._lock:
             self._ids += 1
+            if mem == FILE_SEG:
+                return self._prep_files(agent_name, descs, addr, length)
             if agent_name in ("", NIXL_INIT_AGENT):
                 idx = self._local.locate(mem, addr, length)
                 if len(idx):
@@ -1007,11 +1047,30 @@ class _AgentCore:
                     off = addr - starts[idx]
                 else:
                     ids = off = np.zeros(0, np.uint64)
-                return nixl_prepped_dlist_handle(self, self._ids, None, ids, off, addr, length)
+                return nixl_prepped_dlist_handle(self, self._ids, None, ids, off, addr, length,
+                                                 mem)
             table = self._local if agent_name == self.name else self._remote(agent_name).table
             table.locate(mem, addr, length)
             return nixl_prepped_dlist_handle(self, self._ids, agent_name, None, None, addr,
-                                             length)
+                                             length, mem)
+
+    def _prep_files(self, agent_name, descs, addr, length):
+        """FILE descriptors (offset, length, fd) are the far side of a
+        transfer with this agent's own name, as NIXL's POSIX backend takes
+        them: the local side is DRAM or VRAM."""
+        if agent_name != self.name:
+            raise nixlNotSupportedError(
+                "FILE descriptors go on the remote side with this agent's own name (%r), as "
+                "NIXL's POSIX backend takes them; files of other agents are not reachable"
+                % self.name)
+        dev = descs._descs[:, 2]
+        ids = np.zeros(len(addr), np.uint64)
+        off = np.zeros(len(addr), np.uint64)
+        for fd in np.unique(dev).tolist():
+            sel = dev == fd
+            ids[sel], off[sel] = self._file_ranges(int(fd), addr[sel], length[sel])
+        return nixl_prepped_dlist_handle(self, self._ids, agent_name, ids, off, addr, length,
+                                         FILE_SEG)
 
     def _remote(self, name):
         rec = self._remotes.get(name)
@@ -1046,6 +1105,8 @@ class _AgentCore:
             i = int(np.argmax(length != rem._len[ri]))
             raise nixlInvalidParamError("descriptor pair %d: %d bytes local, %d remote"
                                         % (i, int(length[i]), int(rem._len[ri][i])))
+        if rem._mem == FILE_SEG:
+            return self._file_xfer(op, loc, li, rem, ri, length, notif_msg)
         with self._lock:
             try:
                 seg = self._segment_of(rem._remote)
@@ -1062,6 +1123,47 @@ class _AgentCore:
             _frame(self._bname, _as_bytes(notif_msg))
             return nixl_xfer_handle(self, xid, batch, len(li), int(length.sum()), seg,
                                     rem._remote, _as_bytes(notif_msg), op)
+
+    def _file_xfer(self, op, loc, li, rem, ri, length, notif_msg):
+        """DRAM or VRAM <-> FILE through the service's file engine (io_uring).
+        Each descriptor has the file region as its local region and this
+        agent's own session as its segment: dataplane's READ then moves
+        memory into the file, its WRITE the file into memory (docs/files.md).
+        VRAM is addressed in the session directly (the service stages it if
+        it has a GPU). DRAM registered by address is the caller's memory,
+        which the service reaches with process_vm_readv/writev, not io_uring:
+        the bytes go through a bounce buffer of the agent's own (dp_alloc),
+        copied in before a WRITE's descriptors go and out after a READ's
+        completed."""
+        dp_op = "read" if op == "write" else "write"
+        with self._lock:
+            try:
+                seg = self._segment_of(self.name)
+            except _dp.DataplaneError as e:
+                raise _nixl_error(e) from e
+            self._ids += 1
+            xid = self._ids & 0xFFFFFFFF
+            batch = stage = None
+            if len(li):
+                target = loc._addr[li]
+                if loc._mem == DRAM_SEG:
+                    boff = np.concatenate(([0], np.cumsum(length)[:-1])).astype(np.uint64)
+                    total = int(length.sum())
+                    try:
+                        bounce = self._client.alloc(max(total, 1))
+                    except _dp.DataplaneError as e:
+                        raise _nixl_error(e) from e
+                    stage = (bounce, target.tolist(), boff.tolist(), length.tolist(),
+                             op == "write")
+                    target = np.uint64(bounce.address) + boff
+                ud = (np.uint64(xid) << np.uint64(32)) + np.arange(len(li), dtype=np.uint64)
+                batch = _dp.Batch(op=dp_op, region=rem._region[ri], local_off=rem._off[ri],
+                                  segment=seg, target_off=target, length=length, user_data=ud)
+            _frame(self._bname, _as_bytes(notif_msg))
+            h = nixl_xfer_handle(self, xid, batch, len(li), int(length.sum()), seg, self.name,
+                                 _as_bytes(notif_msg), op)
+            h._stage = stage
+            return h
 
     def initialize_xfer(self, operation, local_descs, remote_descs, remote_agent, notif_msg=b"",
                         backends=[]):
@@ -1095,6 +1197,8 @@ class _AgentCore:
             handle._failed, handle._error = [], None
             handle._t0 = time.time()
             t = time.perf_counter()
+            if handle._stage is not None and handle._stage[4]:  # memory -> bounce -> file
+                _bounce_copy(handle._stage, to_bounce=True)
             self._inflight[handle._handle] = handle
             if handle._n == 0:
                 self._finish(handle)
@@ -1102,6 +1206,8 @@ class _AgentCore:
                 self._pending.append(handle)
                 self._progress()
             handle._t_post = time.perf_counter() - t
+            # Here, not in _finish: a transfer may finish inside the post.
+            self._event("XFER_POST_TIME", math.ceil(handle._t_post * 1e6))
             return _STATE[handle._state]
 
     def check_xfer_state(self, handle):
@@ -1158,6 +1264,9 @@ class _AgentCore:
 
     def _finish(self, h):
         del self._inflight[h._handle]
+        ok = h._error is None and not h._failed
+        if ok and h._stage is not None and not h._stage[4] and not h._released:
+            _bounce_copy(h._stage, to_bounce=False)  # file -> bounce -> memory
         h._t_done = time.time()
         if h._error is None and not h._failed and h._notif and not h._released:
             try:
@@ -1177,8 +1286,7 @@ class _AgentCore:
                 rx = h._op == "read"
                 self._event("RX_BYTES" if rx else "TX_BYTES", h._bytes)
                 self._event("RX_REQUESTS_NUM" if rx else "TX_REQUESTS_NUM", 1)
-                self._event("XFER_TIME", int((h._t_done - h._t0) * 1e6))
-                self._event("XFER_POST_TIME", math.ceil(h._t_post * 1e6))
+                self._event("XFER_TIME", math.ceil((h._t_done - h._t0) * 1e6))
 
     def get_xfer_telemetry(self, handle):
         if not self._telemetry:
@@ -1225,6 +1333,9 @@ class _AgentCore:
                     time.sleep(0.0005)
             for d in h._owned:
                 d.release()
+            if h._stage is not None and h._state != "PROC":
+                h._stage[0].close()
+                h._stage = None
 
     # -- notifications --
 
@@ -1353,6 +1464,17 @@ class nixl_agent:
 
 
 _STATE = {"PROC": "PROC", "DONE": "DONE", "ERR": "ERR"}
+
+
+def _bounce_copy(stage, to_bounce):
+    """Copies a DRAM <-> FILE transfer's memory into its bounce buffer, or out."""
+    bounce, addrs, boffs, lengths, _ = stage
+    base = bounce.address
+    for a, o, n in zip(addrs, boffs, lengths):
+        if to_bounce:
+            ctypes.memmove(base + o, a, n)
+        else:
+            ctypes.memmove(a, base + o, n)
 
 
 def _agent_name(name):
