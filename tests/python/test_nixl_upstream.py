@@ -478,3 +478,87 @@ def test_file_descriptors(dp_socket, tmp_path):
         os.close(fd)
         if ro is not None:
             os.close(ro)
+
+
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_partial_metadata_by_listener(dp_socket):
+    """partial_md_example.py: partial metadata sent to a peer's listener,
+    one list at a time; a list not yet sent is NOT_FOUND; then invalidation
+    by the listener; an empty tag matches any notification."""
+    tport, iport = _free_port(), _free_port()
+    target = N.nixl_agent("target", N.nixl_agent_config(True, True, tport))
+    init = N.nixl_agent("initiator", N.nixl_agent_config(True, True, iport))
+    mem = [U.malloc_passthru(256) for _ in range(30)]
+    try:
+        for i, m in enumerate(mem):
+            ctypes.memset(m, i, 256)
+        t1 = target.get_reg_descs([(m, 256, 0, "test") for m in mem[:10]], "DRAM")
+        t2 = target.get_reg_descs([(m, 256, 0, "test") for m in mem[10:20]], "DRAM")
+        x1, x2 = t1.trim(), t2.trim()
+        assert target.register_memory(t1) is not None
+        assert target.register_memory(t2) is not None
+        ir = init.get_reg_descs([(m, 256, 0, "test") for m in mem[20:]], "DRAM")
+        assert init.register_memory(ir) is not None
+        target.send_partial_agent_metadata(t1, True, ["UCX"], "127.0.0.1", iport)
+        until(lambda: init.check_remote_metadata("target", x1), "the partial metadata")
+        assert not init.check_remote_metadata("target", x2)
+        h1 = init.initialize_xfer("READ", ir.trim(), x1, "target", b"UUID1")
+        assert init.transfer(h1) != "ERR"
+        assert settle(init, h1) == "DONE"
+        until(lambda: target.check_remote_xfer_done("initiator", b"UUID1"), "UUID1")
+        for i in range(10):
+            assert ctypes.string_at(mem[20 + i], 256) == bytes([i]) * 256
+        with pytest.raises(N.nixlNotFoundError):
+            init.initialize_xfer("READ", ir.trim(), x2, "target", b"UUID2")
+        target.send_partial_agent_metadata(t2, True, ["UCX"], "127.0.0.1", iport)
+        until(lambda: init.check_remote_metadata("target", x2), "the second list")
+        h2 = init.initialize_xfer("READ", ir.trim(), x2, "target", b"UUID2")
+        init.transfer(h2)
+        assert settle(init, h2) == "DONE"
+        for i in range(10):
+            assert ctypes.string_at(mem[20 + i], 256) == bytes([10 + i]) * 256
+        init.send_notif("target", b"whatever")
+        until(lambda: target.check_remote_xfer_done("initiator", b""), "any notification")
+        target.invalidate_local_metadata("127.0.0.1", iport)
+        until(lambda: not init.check_remote_metadata("target"), "the invalidation")
+        init.release_xfer_handle(h1)
+        init.release_xfer_handle(h2)
+    finally:
+        init.close()
+        target.close()
+        for m in mem:
+            U.free_passthru(m)
+
+
+def test_torch_tensors_as_nixl_takes_them(dp_socket):
+    """test_noncontiguous_tensor and the two-peer examples' rows of a 2-D
+    CPU tensor (torch where installed: Debian's python3-torch)."""
+    torch = pytest.importorskip("torch")
+    a = N.nixl_agent("torch")
+    try:
+        t = torch.arange(8).reshape(2, 4)
+        nc = torch.transpose(t, 0, 1)
+        assert not nc.is_contiguous()
+        assert a.get_reg_descs(nc) is None and a.get_xfer_descs(nc) is None
+        x = torch.arange(160, dtype=torch.float32).reshape(10, 16)
+        reg = a.register_memory(x)
+        assert reg and reg.getType() == N.DRAM_SEG
+        rows = a.get_xfer_descs([x[i, :] for i in range(10)])
+        assert rows.descCount() == 10 and rows[3] == (x[3].data_ptr(), 64, 0)
+        y = torch.zeros((10, 16), dtype=torch.float32)
+        a.register_memory(y)
+        lo = a.prep_xfer_dlist("", a.get_xfer_descs([y[i, :] for i in range(10)]))
+        me = a.prep_xfer_dlist("torch", rows)
+        h = a.make_prepped_xfer("READ", lo, list(range(10)), me, list(range(10))[::-1])
+        a.transfer(h)
+        assert settle(a, h) == "DONE" and torch.equal(y, x.flip(0))  # row i <- row 9 - i
+        a.release_xfer_handle(h)
+        a.deregister_memory(reg)
+    finally:
+        a.close()

@@ -6,9 +6,13 @@ agent as vLLM's NixlConnector and NIXL's examples use it; one agent is one
 dataplane Client that is an engine session, so every registration is
 reachable by peers at its own address, as NIXL's are. A transfer of N
 descriptors is one Batch; its notification is sent alone after all N
-completed (the notification then never overtakes a descriptor). What differs
-from NIXL: docs/python.md, "NIXL layer". ``python3 -m dataplane.shim_nixl
-install DIR`` makes ``from nixl._api import nixl_agent`` load this module.
+completed (the notification then never overtakes a descriptor). FILE
+descriptors move to and from memory through the service's file engine. The
+agent itself is ``_AgentCore``, which both ``nixl_agent`` and the low-level
+``nixlAgent`` of dataplane.nixl_bindings (``nixl._bindings``) drive. What
+differs from NIXL: docs/python.md, "NIXL layer". ``python3 -m
+dataplane.shim_nixl install DIR`` makes ``from nixl._api import nixl_agent``
+load this module.
 """
 
 import collections
