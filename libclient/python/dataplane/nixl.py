@@ -444,7 +444,8 @@ class nixl_xfer_handle:
         self._error = None
         self._owned = ()
         self._t0 = self._t_post = self._t_done = 0.0
-        self._stage = None  # DRAM <-> FILE: (bounce Region, addrs, bounce offsets, lengths, to_file)
+        # DRAM <-> FILE: (bounce Region, addresses, bounce offsets, lengths, to_file)
+        self._stage = None
 
     @property
     def failures(self):

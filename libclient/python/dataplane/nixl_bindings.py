@@ -10,7 +10,6 @@ both behave alike. The shim's ``nixl/_bindings.py`` is this module itself.
 """
 
 import enum
-import sys
 
 from dataplane import nixl as _n
 from dataplane.nixl import (  # noqa: F401
@@ -21,7 +20,7 @@ from dataplane.nixl import (  # noqa: F401
     nixlNotSupportedError, nixlRegDList, nixlRemoteDisconnectError, nixlRepostActiveError,
     nixlUnknownError, nixlXferDList, nixlXferTelemetry)
 
-globals().update(nixl_status_t.__members__)
+globals().update(nixl_status_t.__members__)  # NIXL_SUCCESS, NIXL_IN_PROG, ...
 
 
 class nixl_thread_sync_t(enum.IntEnum):
@@ -67,9 +66,9 @@ _OPS = {NIXL_READ: "READ", NIXL_WRITE: "WRITE"}
 
 def _status(state):
     if state == "DONE":
-        return NIXL_SUCCESS
+        return nixl_status_t.NIXL_SUCCESS
     if state == "PROC":
-        return NIXL_IN_PROG
+        return nixl_status_t.NIXL_IN_PROG
     raise nixlBackendError("NIXL_ERR_BACKEND")
 
 
@@ -121,11 +120,11 @@ class nixlAgent:
 
     def registerMem(self, descs, backends=[]):
         self._core.register_memory(descs)
-        return NIXL_SUCCESS
+        return nixl_status_t.NIXL_SUCCESS
 
     def deregisterMem(self, descs, backends=[]):
         self._core.deregister_memory(descs)
-        return NIXL_SUCCESS
+        return nixl_status_t.NIXL_SUCCESS
 
     def queryMem(self, descs, backend):
         name = self._by_backend.get(backend)
@@ -146,15 +145,15 @@ class nixlAgent:
 
     def invalidateRemoteMD(self, remote_agent):
         self._core.remove_remote_agent(remote_agent)
-        return NIXL_SUCCESS
+        return nixl_status_t.NIXL_SUCCESS
 
     def checkRemoteMD(self, remote_name, descs):
         ok = self._core.check_remote_metadata(remote_name, descs)
-        return NIXL_SUCCESS if ok else NIXL_ERR_NOT_FOUND
+        return nixl_status_t.NIXL_SUCCESS if ok else nixl_status_t.NIXL_ERR_NOT_FOUND
 
     def makeConnection(self, remote_agent, backends=[]):
         self._core.make_connection(remote_agent)
-        return NIXL_SUCCESS
+        return nixl_status_t.NIXL_SUCCESS
 
     def sendLocalMD(self, ip_addr="", port=0):
         self._core.send_local_metadata(ip_addr, port)
@@ -213,12 +212,12 @@ class nixlAgent:
     def releaseXferReq(self, reqh):
         self._get(reqh, _n.nixl_xfer_handle).release()
         del self._handles[int(reqh)]
-        return NIXL_SUCCESS
+        return nixl_status_t.NIXL_SUCCESS
 
     def releasedDlistH(self, handle):
         self._get(handle, _n.nixl_prepped_dlist_handle).release()
         del self._handles[int(handle)]
-        return NIXL_SUCCESS
+        return nixl_status_t.NIXL_SUCCESS
 
     def prepMemView(self, dlist, backends=[]):
         raise nixlNotSupportedError("prepMemView: UCX's GPU device API, not here "
@@ -236,5 +235,5 @@ class nixlAgent:
 
     def genNotif(self, remote_agent, msg, backends=[]):
         self._core.send_notif(remote_agent, msg)
-        return NIXL_SUCCESS
+        return nixl_status_t.NIXL_SUCCESS
 
