@@ -415,7 +415,10 @@ def test_file_descriptors(dp_socket, tmp_path):
         back = np.zeros(n, np.uint8)
         a.register_memory(src)
         a.register_memory(back)
-        freg = a.register_memory([(0, n + 4096, fd, "f.bin")], "FILE")
+        try:
+            freg = a.register_memory([(0, n + 4096, fd, "f.bin")], "FILE")
+        except N.nixlNotSupportedError as e:  # a kernel that refuses io_uring (docs/files.md)
+            pytest.skip(f"the service has no file engine: {e}")
         assert "f.bin" not in str(a.get_agent_metadata())  # files stay with their agent
         assert N._AgentCore._parse_metadata(a.get_agent_metadata())[2] == [
             (src.ctypes.data, n, 0, 0, None), (back.ctypes.data, n, 0, 0, None)]
