@@ -57,8 +57,9 @@
 #define DP_STATS_MAGIC 0x54535044u /* "DPST" */
 /* 2: the poller block gained the file I/O slice counters; 3: the samehost
  * path, peers_known; 4: the notification counters; 5: the stripe counters, parked_queues;
- * 6: the engine session counters; 7: fabric_target_passes, fabric_target_late. */
-#define DP_STATS_ABI_VERSION 7u
+ * 6: the engine session counters; 7: fabric_target_passes, fabric_target_late;
+ * 8: the rail block is two cache lines, with the rail health figures. */
+#define DP_STATS_ABI_VERSION 8u
 #define DP_STATS_NAME_MAX 64 /* shm_open name, NUL included, no '/' */
 #define DP_STATS_PREFIX "dataplane-"
 
@@ -265,12 +266,36 @@ struct dp_stats_rail {
 	uint64_t allocs;    /* rail 0 only: chunks this poller's op and slice
 			     * pools allocated (start-up's included); flat while
 			     * transfers stream: none is allocated per descriptor */
+	/* Health (docs/reliability.md, "Rails that die, slow down or come
+	 * back"), as this poller sees the rail toward its peers: */
+	uint64_t reposted; /* slices it held posted again on another rail
+			    * when it was taken out of a peer's stripe */
+	uint64_t outs;	   /* times it was taken out of a peer's stripe */
+	uint64_t backs;	   /* times it answered again and went back in */
+	uint64_t probes;   /* probes (8-byte READs) posted on it while out */
+	uint64_t state;	   /* gauge: enum dp_stats_rail_state, the worst
+			    * toward the peers this poller sends to */
+	uint64_t weight;   /* gauge: its share of the stripe, per mille, to
+			    * the peer this poller sent to last (its measured
+			    * throughput over the rails' sum; 0 while out) */
+	uint64_t bw;	   /* gauge: its measured throughput to that peer,
+			    * bytes/s (0: not measured yet) */
+	uint64_t reserved;
+};
+
+/* A rail toward a peer: in the stripe, taken out (its slices stopped
+ * completing while another rail's completed), or out with a probe in
+ * flight. */
+enum dp_stats_rail_state {
+	DP_STATS_RAIL_HEALTHY = 0,
+	DP_STATS_RAIL_OUT = 1,
+	DP_STATS_RAIL_PROBING = 2,
 };
 
 _Static_assert(sizeof(struct dp_stats_header) % 64 == 0, "header is whole cache lines");
 _Static_assert(sizeof(struct dp_stats_queue) % 64 == 0, "queue block is whole cache lines");
 _Static_assert(sizeof(struct dp_stats_poller) % 8 == 0, "poller block is whole words");
-_Static_assert(sizeof(struct dp_stats_rail) == 64, "rail block is one cache line");
+_Static_assert(sizeof(struct dp_stats_rail) == 128, "rail block is two cache lines");
 
 /* Histogram bucket of a value in ns: clz arithmetic, no loop, no branch
  * beyond the small-value and overflow cases. */

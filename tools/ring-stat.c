@@ -715,6 +715,18 @@ static void snap_rails(const struct region *r, struct snap *s)
 			s->r[i].c.errors += c.errors;
 			s->r[i].c.retries += c.retries;
 			s->r[i].c.bytes += c.bytes;
+			s->r[i].c.reposted += c.reposted;
+			s->r[i].c.outs += c.outs;
+			s->r[i].c.backs += c.backs;
+			s->r[i].c.probes += c.probes;
+			/* Gauges: the worst state any poller sees, the
+			 * largest weight and throughput. */
+			if (c.state > s->r[i].c.state)
+				s->r[i].c.state = c.state;
+			if (c.weight > s->r[i].c.weight)
+				s->r[i].c.weight = c.weight;
+			if (c.bw > s->r[i].c.bw)
+				s->r[i].c.bw = c.bw;
 		}
 	}
 }
@@ -1042,7 +1054,8 @@ struct pview {
 /* A rail's counters per second over the service's interval. */
 struct rview {
 	uint32_t index;
-	double posted, completed, eagain, errors, retries, bytes;
+	double posted, completed, eagain, errors, retries, bytes, reposted;
+	const char *state; /* healthy, out, probing */
 };
 
 struct view {
@@ -1115,6 +1128,10 @@ static void view_make(struct view *v, const struct snap *s, const struct snap *p
 		r->errors = (double)delta(c->errors, o->errors) / secs;
 		r->retries = (double)delta(c->retries, o->retries) / secs;
 		r->bytes = (double)delta(c->bytes, o->bytes) / secs;
+		r->reposted = (double)delta(c->reposted, o->reposted) / secs;
+		r->state = c->state == DP_STATS_RAIL_OUT       ? "out"
+			   : c->state == DP_STATS_RAIL_PROBING ? "probing"
+							       : "healthy";
 	}
 }
 
@@ -1531,11 +1548,31 @@ static const struct metric metrics[] = {
 	 COUNTER("dataplane_rail_retries_total", "RMA operations posted again after an error.")},
 	{RAIL(c.bytes), J("bytes"),
 	 COUNTER("dataplane_rail_bytes_total", "Bytes moved by the rail's completed operations.")},
+	{RAIL(c.reposted), J("reposted"),
+	 COUNTER("dataplane_rail_reposted_total",
+		 "Slices the rail held, posted again on another rail when it was taken out.")},
+	{RAIL(c.outs), J("outs"),
+	 COUNTER("dataplane_rail_outs_total", "Times the rail was taken out of a peer's stripe.")},
+	{RAIL(c.backs), J("backs"),
+	 COUNTER("dataplane_rail_backs_total", "Times the rail answered again and went back in.")},
+	{RAIL(c.probes), J("probes"),
+	 COUNTER("dataplane_rail_probes_total", "Probes posted on the rail while it was out.")},
+	{RAILD(state), J("state"), COL(9, 8, C_STR, "STATE")},
+	{RAIL(c.state), GAUGE("dataplane_rail_state",
+			      "0 healthy, 1 taken out, 2 out with a probe in flight (the worst "
+			      "toward any peer).")},
+	{RAIL(c.weight), J("weight_permille"), COL(10, 6, C_INT, "W/1000"),
+	 GAUGE("dataplane_rail_weight_permille",
+	       "The rail's share of the stripe to the peer sent to last, per mille.")},
+	{RAIL(c.bw), J("throughput_bytes_per_s"),
+	 GAUGE("dataplane_rail_throughput_bytes_per_second",
+	       "The rail's measured throughput to the peer sent to last.")},
 	{RAILD(posted), COL(3, 8, C_SI, "POSTED/s")},
 	{RAILD(completed), COL(4, 7, C_SI, "DONE/s")},
 	{RAILD(eagain), COL(5, 8, C_SI, "EAGAIN/s")},
 	{RAILD(errors), COL(6, 6, C_SI, "ERR/s")},
 	{RAILD(retries), COL(7, 7, C_SI, "RETRY/s")},
+	{RAILD(reposted), COL(11, 8, C_SI, "REPOST/s")},
 	{RAILD(bytes), COL(8, 7, C_SI, "B/s")},
 };
 

@@ -41,12 +41,28 @@
 #include "stats.h"
 #include "xfer_op.h"
 
+/*
+ * One post of some bytes of an op: the context libfabric holds from the
+ * post until its completion (or error) is read, and never longer. The same
+ * bytes may be out twice (rail health below): a slice of a rail taken out
+ * gets a twin on a healthy rail; the first of the two to complete does the
+ * bytes' part, and the other becomes an orphan, which completes nothing of
+ * its op when it returns but keeps the op, and so the op's references,
+ * until it does.
+ */
 struct fab_slice {
 	struct fab_ctx c; /* first: libfabric hands it back; c.on_cq NULL */
 	struct fab_op *op;
 	uint64_t off, len;
 	unsigned rail;
 	unsigned tries;
+	uint64_t post_ns;
+	struct peer_health *ph;		  /* counted in while out; NULL: untracked */
+	struct fab_slice *twin;		  /* the other post of these bytes, both live */
+	struct fab_slice *pnext, **pprev; /* the op's posts out (op->posted) */
+	bool out;			  /* in the provider's hands */
+	bool orphan;			  /* its bytes were done by its twin */
+	bool probe;			  /* an 8-byte READ into the poller's scratch */
 	struct fab_slice *next;
 };
 
@@ -67,8 +83,11 @@ struct fab_op {
 	void *arg;
 	int done_status;
 	uint64_t tgt_off;
-	uint64_t next_off; /* bytes sliced so far */
-	unsigned out;	   /* slices posted, not yet returned */
+	uint64_t next_off;	  /* bytes sliced so far */
+	unsigned out;		  /* posts out, orphans included */
+	unsigned orphans;	  /* of them, orphans (nothing of op waits on them) */
+	unsigned pending;	  /* slices cut whose bytes are not done yet */
+	struct fab_slice *posted; /* the posts out */
 	unsigned next_rail;
 	int status;
 	uint64_t progress_ns;	 /* submitted, or its last slice completed */
@@ -139,7 +158,14 @@ static int slices_grow(struct fab_poller *fp)
 
 int fabric_pools_init(struct fab_poller *fp)
 {
-	return ops_grow(fp) || slices_grow(fp) ? -ENOMEM : 0;
+	if (ops_grow(fp) || slices_grow(fp))
+		return -ENOMEM;
+	/* Probes READ into it (rail health); a page, registered like a
+	 * region on every rail. */
+	if (posix_memalign((void **)&fp->scratch, 4096, 4096))
+		return -ENOMEM;
+	fp->scratch_mrs = fabric_mem_register(fp->scratch, 4096);
+	return fp->scratch_mrs ? 0 : -ENOMEM;
 }
 
 void fabric_pools_fini(struct fab_poller *fp)
@@ -152,6 +178,10 @@ void fabric_pools_fini(struct fab_poller *fp)
 	}
 	fp->free_ops = (struct op_pool){0};
 	fp->free_slices = NULL;
+	fabric_mem_deregister(fp->scratch_mrs);
+	fp->scratch_mrs = NULL;
+	free(fp->scratch);
+	fp->scratch = NULL;
 }
 
 /* Uninitialised: the caller fills every field. NULL when out of memory. */
@@ -254,6 +284,369 @@ static unsigned op_rail(const struct fab_op *op, unsigned k, unsigned n)
 	return (unsigned)__builtin_ctz(near);
 }
 
+/* ---- rail health (poller thread) ----
+ *
+ * A rail that stops carrying packets says nothing: tcp reports nothing until
+ * its connection times out (minutes), EFA's SRD retries inside the NIC. What
+ * the data path does see is when each post completes. Per peer and rail,
+ * each poller keeps what its own slices took (struct rail_health): the
+ * smoothed time per completed slice while the rail was busy, and the bytes
+ * per busy second, its measured throughput. A rail with posts out none of
+ * which has completed for FAB_STALL_GAPS times the slowest healthy rail's
+ * time per slice to that peer (at least FAB_STALL_MIN_NS, at most half the
+ * fabric timeout), while another rail to the same peer completed meanwhile
+ * or had nothing out (every new slice went to the stalled one), is taken
+ * out of that peer's stripe: its posts of open transfers get twins on the
+ * healthy rails (RMA READs and WRITEs of the same bytes to the same
+ * addresses are idempotent), and new slices avoid it. With every rail
+ * stalled (the peer, not a rail) nothing is taken out and the fabric
+ * timeout decides, as before; nor is the last rail in the stripe.
+ *
+ * What libfabric does with the posts left on the dead rail: nothing we can
+ * stop. A posted operation owns its context and its buffer until its
+ * completion or error is read from the CQ, or its endpoint is closed; there
+ * is no cancel for RMA on these providers (fi_cancel is for receives), and
+ * tcp may hand the bytes to the kernel long before they arrive, so a post
+ * may still land when the link comes back, seconds later. Hence: every
+ * post is a struct fab_slice of its own (a twin is never the same context);
+ * an op keeps its references (the local region, the segment) until every
+ * post of it returned (op->out, orphans included), so the provider never
+ * touches memory that was freed or deregistered; and only the client's
+ * completion (and its notification, sent once with it) comes as soon as
+ * every slice's bytes are done once (op->pending). A post that returns
+ * after its twin did the bytes is an orphan: it is counted and dropped.
+ * What a late orphan still does is land its bytes a second time: the same
+ * bytes, unless the initiator's buffer (WRITE) or the target's range (READ)
+ * changed since the descriptor completed (docs/reliability.md says what
+ * that means for a client that reuses a buffer at once).
+ *
+ * A rail taken out is probed with the traffic to its peer: at most one probe
+ * out per rail, every FAB_PROBE_EVERY_NS, an 8-byte READ of the bytes of a
+ * new slice into the poller's scratch page (never the client's memory). The
+ * first post on the rail that completes, probe or a late one, brings it
+ * back into the stripe.
+ *
+ * New slices go to the healthy rails in proportion to their measured
+ * throughput (pick_rail). A rail at a tenth of the others' speed so carries
+ * a tenth as much, and does not bound the transfer.
+ */
+#define FAB_STALL_GAPS 8
+#define FAB_STALL_MIN_NS 30000000ull
+#define FAB_PROBE_EVERY_NS 50000000ull
+
+/* The poller's slot for @pr: its own, or the least recently used of four
+ * with nothing out (NULL when all four have posts out: untracked). */
+static struct peer_health *health_of(struct fab_poller *fp, const struct peer *pr)
+{
+	unsigned h = (unsigned)(((uintptr_t)pr >> 4) * 0x9E3779B97F4A7C15ull >> 58);
+	struct peer_health *victim = NULL;
+
+	for (unsigned i = 0; i < 4; i++) {
+		struct peer_health *ph = &fp->health[(h + i) % FAB_HEALTH_SLOTS];
+
+		if (ph->peer == pr)
+			return ph;
+		if (!ph->out && (!victim || ph->used_ns < victim->used_ns))
+			victim = ph;
+	}
+	if (victim)
+		*victim = (struct peer_health){.peer = pr};
+	return victim;
+}
+
+static uint64_t rail_measured_bw(const struct rail_health *rh)
+{
+	return rh->ew_ns ? rh->ew_bytes * 1000000000ull / rh->ew_ns : 0;
+}
+
+/* Rail @r's throughput to the peer, bytes/s: measured, or, until it is,
+ * the best of its other rails (1 GB/s when none is measured). */
+static uint64_t rail_bw(const struct peer_health *ph, unsigned r, unsigned n)
+{
+	uint64_t bw = rail_measured_bw(&ph->r[r]);
+
+	for (unsigned q = 0; !bw && q < n; q++)
+		if (rail_measured_bw(&ph->r[q]) > bw)
+			bw = rail_measured_bw(&ph->r[q]);
+	return bw ? bw : 1000000000ull;
+}
+
+/*
+ * The rail of a slice of @op: among the peer's healthy rails (the nearest
+ * its GPU memory where any of them is), by smooth weighted round robin
+ * (nginx's): each rail's credit grows by its measured throughput at every
+ * pick, the rail with the most credit gets the slice and gives back the
+ * sum. Each rail so gets its throughput's share of the slices whatever the
+ * queue depth, interleaved, and, with at least a 16th of the fastest's
+ * share, a slow rail is measured all along. A full
+ * endpoint is passed over while another has room. Untracked (@ph NULL),
+ * or no rail healthy: round robin from @k (op_rail).
+ */
+static unsigned pick_rail(const struct fab_poller *fp, struct peer_health *ph,
+			  const struct fab_op *op, unsigned n, unsigned k)
+{
+	uint32_t near = op->mrs ? op->mrs->near & ((1u << n) - 1) : 0, ok = 0;
+	int64_t total = 0, w[DP_MAX_RAILS], wmax = 0;
+	int best = -1;
+	bool best_full = true;
+
+	if (!ph)
+		return op_rail(op, k, n);
+	for (unsigned r = 0; r < n; r++)
+		if (ph->r[r].state == DP_STATS_RAIL_HEALTHY)
+			ok |= 1u << r;
+	if (near && (ok & near))
+		ok &= near;
+	if (!ok)
+		return op_rail(op, k, n);
+	for (unsigned r = 0; r < n; r++) {
+		w[r] = (int64_t)(rail_bw(ph, r, n) >> 10) + 1;
+		if ((ok & (1u << r)) && w[r] > wmax)
+			wmax = w[r];
+	}
+	for (unsigned i = 0; i < n; i++) {
+		unsigned r = (k + i) % n;
+		bool full = fp->ep[r].inflight >= rails[r].tx_depth;
+
+		if (!(ok & (1u << r)))
+			continue;
+		/* At least a 16th of the fastest's: a rail measured slow
+		 * keeps getting slices, so that it is measured again. */
+		if (w[r] < wmax / 16)
+			w[r] = wmax / 16;
+		ph->credit[r] += w[r];
+		total += w[r];
+		if (best < 0 || (best_full && !full) ||
+		    (best_full == full && ph->credit[r] > ph->credit[best])) {
+			best = (int)r;
+			best_full = full;
+		}
+	}
+	ph->credit[best] -= total;
+	/* Weights change with every sample: a rail picked while another's
+	 * weight was high would owe that for as many picks, starved. */
+	for (unsigned r = 0; r < n; r++) {
+		if (ph->credit[r] > total)
+			ph->credit[r] = total;
+		else if (ph->credit[r] < -total)
+			ph->credit[r] = -total;
+	}
+	return (unsigned)best;
+}
+
+/* The stats gauges of every rail: the worst state toward the peers this
+ * poller tracks, the weight and throughput toward the one it sent to last. */
+static void health_gauges(struct fab_poller *fp)
+{
+	const struct peer_health *last = NULL;
+	uint64_t state[DP_MAX_RAILS] = {0}, sum = 0;
+
+	for (unsigned i = 0; i < FAB_HEALTH_SLOTS; i++) {
+		const struct peer_health *ph = &fp->health[i];
+
+		if (!ph->peer)
+			continue;
+		if (!last || ph->used_ns > last->used_ns)
+			last = ph;
+		for (unsigned r = 0; r < nrails; r++)
+			if (ph->r[r].state > state[r])
+				state[r] = ph->r[r].state;
+	}
+	for (unsigned r = 0; last && r < last->peer->nrails; r++)
+		if (last->r[r].state == DP_STATS_RAIL_HEALTHY)
+			sum += rail_bw(last, r, last->peer->nrails);
+	for (unsigned r = 0; r < nrails; r++) {
+		struct dp_stats_rail *st = fp->ep[r].st;
+		uint64_t bw = 0, w = 0;
+
+		if (!st)
+			continue;
+		if (last && r < last->peer->nrails) {
+			bw = rail_measured_bw(&last->r[r]);
+			if (last->r[r].state == DP_STATS_RAIL_HEALTHY && sum)
+				w = rail_bw(last, r, last->peer->nrails) * 1000 / sum;
+		}
+		stats_set(&st->state, state[r]);
+		stats_set(&st->weight, w);
+		stats_set(&st->bw, bw);
+	}
+}
+
+static const char *rail_domain(unsigned r)
+{
+	return rails[r].info->domain_attr->name;
+}
+
+static void slice_retry(struct fab_op *op, struct fab_slice *s);
+
+/* Rail @r of @ph stalled since @since while rail @by completed: out of the
+ * peer's stripe, and twins of its posts of open transfers queued. */
+static void rail_take_out(struct fab_poller *fp, struct peer_health *ph, unsigned r, unsigned by,
+			  uint64_t now, uint64_t since)
+{
+	struct rail_health *rh = &ph->r[r];
+	unsigned moved = 0;
+
+	rh->state = DP_STATS_RAIL_OUT;
+	rh->out_ns = now;
+	rh->state_ns = now;
+	for (struct op_node *n = fp->ops.head; n; n = n->next) {
+		struct fab_op *op = (struct fab_op *)n;
+
+		if (!op->open || op->o.seg->remote->peer != ph->peer)
+			continue;
+		for (struct fab_slice *s = op->posted; s; s = s->pnext) {
+			struct fab_slice *t;
+
+			if (s->rail != r || s->orphan || s->probe || s->twin)
+				continue;
+			t = slice_get(fp);
+			if (!t)
+				break;
+			*t = (struct fab_slice){.op = op,
+						.off = s->off,
+						.len = s->len,
+						.rail = r,
+						.tries = s->tries};
+			t->twin = s;
+			s->twin = t;
+			slice_retry(op, t);
+			moved++;
+		}
+	}
+	if (fp->ep[r].st) {
+		stats_add(&fp->ep[r].st->outs, 1);
+		stats_add(&fp->ep[r].st->reposted, moved);
+	}
+	log_warn("fabric: rail %u (%s) to %s: no slice completed for %llu ms while rail %u (%s) "
+		 "completed; taken out of the stripe, %u of its slices posted again on the others",
+		 r, rail_domain(r), ph->peer->name, (unsigned long long)((now - since) / 1000000),
+		 by, rail_domain(by), moved);
+	health_gauges(fp);
+}
+
+static void rail_back(struct fab_poller *fp, struct peer_health *ph, unsigned r, uint64_t now)
+{
+	struct rail_health *rh = &ph->r[r];
+
+	rh->state = DP_STATS_RAIL_HEALTHY;
+	ph->credit[r] = 0;
+	if (fp->ep[r].st)
+		stats_add(&fp->ep[r].st->backs, 1);
+	log_info("fabric: rail %u (%s) to %s answers again after %llu ms out; back in the stripe",
+		 r, rail_domain(r), ph->peer->name,
+		 (unsigned long long)((now - rh->out_ns) / 1000000));
+	health_gauges(fp);
+}
+
+/* The deadline of a rail of @ph with posts out and none completing. */
+static uint64_t stall_deadline(const struct peer_health *ph, unsigned n)
+{
+	uint64_t g = 0, d;
+
+	for (unsigned r = 0; r < n; r++)
+		if (ph->r[r].state == DP_STATS_RAIL_HEALTHY && ph->r[r].gap_ns > g)
+			g = ph->r[r].gap_ns;
+	d = FAB_STALL_GAPS * g;
+	if (d < FAB_STALL_MIN_NS)
+		d = FAB_STALL_MIN_NS;
+	if (d > timeout_ns() / 2)
+		d = timeout_ns() / 2;
+	return d;
+}
+
+/* Every rail with posts out that stalled while another completed, or
+ * stood idle: out. */
+static void health_scan(struct fab_poller *fp, uint64_t now)
+{
+	for (unsigned i = 0; i < FAB_HEALTH_SLOTS; i++) {
+		struct peer_health *ph = &fp->health[i];
+		unsigned n;
+
+		if (!ph->peer || !ph->out)
+			continue;
+		n = ph->peer->nrails;
+		for (unsigned r = 0; r < n; r++) {
+			const struct rail_health *rh = &ph->r[r];
+			uint64_t since = rh->last_done_ns > rh->busy_since_ns ? rh->last_done_ns
+									      : rh->busy_since_ns;
+
+			/* (since may be after now: a post of this loop) */
+			if (rh->state != DP_STATS_RAIL_HEALTHY || !rh->out || since >= now ||
+			    now - since < stall_deadline(ph, n))
+				continue;
+			/* Evidence: another rail in the stripe completed since,
+			 * or has nothing out to tell by (every new slice went
+			 * to the stalled rail, whose slices then fill the
+			 * queues: its twins find out). */
+			for (unsigned q = 0; q < n; q++) {
+				if (q == r || ph->r[q].state != DP_STATS_RAIL_HEALTHY ||
+				    (ph->r[q].last_done_ns <= since && ph->r[q].out))
+					continue;
+				rail_take_out(fp, ph, r, q, now, since);
+				break;
+			}
+		}
+	}
+	health_gauges(fp);
+}
+
+/* A post went out on its rail. */
+static void health_posted(struct fab_slice *s, uint64_t now)
+{
+	struct rail_health *rh;
+
+	if (!s->ph)
+		return;
+	rh = &s->ph->r[s->rail];
+	if (!rh->out++)
+		rh->busy_since_ns = now;
+	rh->out_bytes += s->len;
+	s->ph->out++;
+	s->ph->used_ns = now;
+}
+
+/* A post returned: completed (@ok) or failed. A completion on a rail out
+ * of the stripe brings it back; one of a live slice on a healthy rail is a
+ * sample of its time per slice and throughput. */
+static void health_returned(struct fab_poller *fp, struct fab_slice *s, uint64_t now, bool ok)
+{
+	struct peer_health *ph = s->ph;
+	struct rail_health *rh;
+	uint64_t gap;
+
+	if (!ph)
+		return;
+	rh = &ph->r[s->rail];
+	rh->out--;
+	rh->out_bytes -= s->len;
+	ph->out--;
+	if (s->probe)
+		rh->probe_out = false;
+	if (!ok) {
+		if (rh->state == DP_STATS_RAIL_PROBING && !rh->probe_out)
+			rh->state = DP_STATS_RAIL_OUT;
+		return;
+	}
+	/* A sample only of a slice that waited behind the rail's previous
+	 * completion, the rail busy since: the time between two completions
+	 * of a rail that has more to send is what a slice of it costs. The
+	 * time of a slice posted to a rail with nothing before it is a round
+	 * trip (and the machine's scheduling), not the rail's throughput: a
+	 * rail given few slices would measure slow, be given fewer still, and
+	 * drop out of the stripe. */
+	if (rh->state != DP_STATS_RAIL_HEALTHY) {
+		rail_back(fp, ph, s->rail, now);
+	} else if (!s->orphan && !s->probe && rh->last_done_ns &&
+		   rh->last_done_ns >= rh->busy_since_ns && s->post_ns <= rh->last_done_ns) {
+		gap = now > rh->last_done_ns ? now - rh->last_done_ns : 1;
+		rh->gap_ns = rh->gap_ns ? rh->gap_ns - rh->gap_ns / 8 + gap / 8 : gap;
+		rh->ew_bytes = rh->ew_bytes - rh->ew_bytes / 16 + s->len;
+		rh->ew_ns = rh->ew_ns - rh->ew_ns / 16 + gap;
+	}
+	rh->last_done_ns = now;
+}
+
 /* Queues @op (filled in) on @p: slices go out from the next progress. */
 static void op_queue(struct poller *p, struct fab_poller *fp, struct fab_op *op)
 {
@@ -261,6 +654,7 @@ static void op_queue(struct poller *p, struct fab_poller *fp, struct fab_op *op)
 	op->next_rail = (unsigned)op->o.user_data;
 	op->progress_ns = dp_now_ns();
 	op_fifo_push(&fp->ops, &op->node);
+	fp->nops++;
 	engine_kick(p, ENGINE_fabric);
 }
 
@@ -375,16 +769,18 @@ static ssize_t write_inject(struct rail *rl, struct rail_ep *e, void *buf, size_
 	return rc;
 }
 
-/* Posts one slice; 0, -FI_EAGAIN (try later), or another error. */
+/* Posts one slice; 0, -FI_EAGAIN (try later), or another error. A probe
+ * READs its first bytes into the poller's scratch page instead. */
 static int slice_post(struct fab_poller *fp, struct fab_slice *s)
 {
 	struct fab_op *op = s->op;
 	struct remote_seg *rs = op->o.seg->remote;
 	struct rail_ep *e = &fp->ep[s->rail];
-	void *buf = op->buf + s->off;
-	void *desc = fi_mr_desc(op->mrs->mr[s->rail]);
+	void *buf = s->probe ? fp->scratch : op->buf + s->off;
+	void *desc = fi_mr_desc((s->probe ? fp->scratch_mrs : op->mrs)->mr[s->rail]);
 	uint64_t raddr = (virt_addr ? rs->base : 0) + op->tgt_off + s->off;
 	fi_addr_t dest = rs->peer->addr[s->rail];
+	uint64_t now;
 	ssize_t rc;
 
 	if (e->inflight >= rails[s->rail].tx_depth)
@@ -393,6 +789,8 @@ static int slice_post(struct fab_poller *fp, struct fab_slice *s)
 		rc = -FI_EAGAIN;
 	else if (DP_FAULT(FI_POST_FAIL))
 		rc = -FI_EIO;
+	else if (s->probe)
+		rc = fi_read(e->ep, buf, s->len, desc, dest, raddr, rs->key[s->rail], &s->c.ctx);
 	else if (op->opcode == DP_OP_WRITE && s->len <= rails[s->rail].inject_size &&
 		 (!op->o.ra || op->o.ra->kind == REGION_HOST))
 		rc = write_inject(&rails[s->rail], e, buf, s->len, desc, dest, raddr,
@@ -412,9 +810,52 @@ static int slice_post(struct fab_poller *fp, struct fab_slice *s)
 			stats_add(&e->st->retries, 1);
 	}
 	e->inflight++;
+	now = dp_now_ns();
 	if (!op->out++)
-		op->out_since_ns = dp_now_ns();
+		op->out_since_ns = now;
+	if (s->orphan)
+		op->orphans++;
+	s->out = true;
+	s->post_ns = now;
+	s->pprev = &op->posted;
+	s->pnext = op->posted;
+	if (op->posted)
+		op->posted->pprev = &s->pnext;
+	op->posted = s;
+	health_posted(s, now);
 	return 0;
+}
+
+/* A post came back from the provider, completed (@ok) or failed: the
+ * provider holds nothing of it any more. */
+static void post_returned(struct fab_poller *fp, struct rail_ep *e, struct fab_slice *s,
+			  uint64_t now, bool ok)
+{
+	struct fab_op *op = s->op;
+
+	e->inflight--;
+	op->out--;
+	if (s->orphan)
+		op->orphans--;
+	*s->pprev = s->pnext;
+	if (s->pnext)
+		s->pnext->pprev = s->pprev;
+	s->out = false;
+	health_returned(fp, s, now, ok);
+}
+
+/* A live post completed its bytes: its twin, if any, is an orphan now. */
+static void slice_done(struct fab_op *op, struct fab_slice *s)
+{
+	struct fab_slice *t = s->twin;
+
+	op->pending--;
+	if (!t)
+		return;
+	t->orphan = true;
+	t->twin = NULL;
+	if (t->out)
+		op->orphans++;
 }
 
 /*
@@ -470,6 +911,8 @@ static void slice_failed(struct fab_poller *fp, struct fab_op *op, struct fab_sl
 		}
 		return;
 	}
+	if (s->twin)
+		s->twin->twin = NULL;
 	slice_put(fp, s);
 	/* Whatever the provider said, a transfer to a peer that went away
 	 * failed because it went away, and one to a segment its owner
@@ -525,13 +968,21 @@ static void slice_cq_error(struct fab_poller *fp, struct rail_ep *e, unsigned ra
 			   struct fab_slice *s, int fi_err)
 {
 	struct fab_op *op = s->op;
+	struct fab_slice *t = s->twin;
 	int code = fabric_errno(fi_err);
 
-	e->inflight--;
-	op->out--;
+	post_returned(fp, e, s, dp_now_ns(), false);
 	if (e->st)
 		stats_add(&e->st->errors, 1);
 	log_debug("fabric: slice on rail %u failed: %s", rail, fi_strerror(fi_err));
+	/* An orphan, or a post whose twin on a healthy rail carries its
+	 * bytes: nothing to do again. */
+	if (s->orphan || (t && s->ph && s->ph->r[t->rail].state == DP_STATS_RAIL_HEALTHY)) {
+		if (t)
+			t->twin = NULL;
+		slice_put(fp, s);
+		return;
+	}
 	slice_failed(fp, op, s, code);
 }
 
@@ -561,10 +1012,12 @@ static int reap(struct poller *p, struct fab_poller *fp)
 				 * clocks start again. */
 				if (!t)
 					t = dp_now_ns();
-				e->inflight--;
-				s->op->out--;
-				s->op->progress_ns = t;
+				post_returned(fp, e, s, t, true);
 				fabric_peer_progress(s->op->o.seg->remote->peer, t);
+				if (!s->orphan) {
+					s->op->progress_ns = t;
+					slice_done(s->op, s);
+				}
 				if (e->st) {
 					stats_add(&e->st->completed, 1);
 					stats_add(&e->st->bytes, s->len);
@@ -590,11 +1043,48 @@ static int reap(struct poller *p, struct fab_poller *fp)
 	return done;
 }
 
+/* Rails of @ph taken out, due a probe: one READ each of the first bytes of
+ * @like, a new slice of @op (an orphan from the start: nothing waits on it). */
+static void probe_rails(struct fab_poller *fp, struct peer_health *ph, struct fab_op *op,
+			const struct fab_slice *like, uint64_t now)
+{
+	for (unsigned r = 0; r < ph->peer->nrails; r++) {
+		struct rail_health *rh = &ph->r[r];
+		struct fab_slice *p;
+
+		if (rh->state != DP_STATS_RAIL_OUT || rh->probe_out ||
+		    now - rh->state_ns < FAB_PROBE_EVERY_NS)
+			continue;
+		rh->state_ns = now;
+		p = slice_get(fp);
+		if (!p)
+			return;
+		*p = (struct fab_slice){.op = op,
+					.off = like->off,
+					.len = like->len < 8 ? like->len : 8,
+					.rail = r,
+					.tries = 1,
+					.ph = ph,
+					.orphan = true,
+					.probe = true};
+		if (slice_post(fp, p)) {
+			slice_put(fp, p);
+			continue;
+		}
+		rh->probe_out = true;
+		rh->state = DP_STATS_RAIL_PROBING;
+		if (fp->ep[r].st)
+			stats_add(&fp->ep[r].st->probes, 1);
+	}
+}
+
 /* Slices what is left of op and posts while endpoints have room. */
 static int op_post(struct fab_poller *fp, struct fab_op *op)
 {
 	struct peer *peer = op->o.seg->remote->peer;
 	unsigned n = peer->nrails;
+	struct peer_health *ph;
+	uint64_t now;
 	int posted = 0, rc;
 
 	if (!op->retry && op->next_off == op->o.len)
@@ -606,9 +1096,20 @@ static int op_post(struct fab_poller *fp, struct fab_op *op)
 		return 0;
 	}
 
+	now = dp_now_ns();
+	ph = health_of(fp, peer);
 	while (op->retry && op->open && !op->held) {
 		struct fab_slice *s = op->retry;
 
+		/* A twin whose original completed meanwhile. */
+		if (s->orphan) {
+			op->retry = s->next;
+			slice_put(fp, s);
+			continue;
+		}
+		s->ph = ph;
+		if (ph && ph->r[s->rail].state != DP_STATS_RAIL_HEALTHY)
+			s->rail = pick_rail(fp, ph, op, n, op->next_rail++);
 		rc = slice_post(fp, s);
 		if (rc == -FI_EAGAIN)
 			return posted;
@@ -632,8 +1133,9 @@ static int op_post(struct fab_poller *fp, struct fab_op *op)
 		*s = (struct fab_slice){.op = op,
 					.off = op->next_off,
 					.len = len,
-					.rail = op_rail(op, op->next_rail, n),
-					.tries = 1};
+					.rail = pick_rail(fp, ph, op, n, op->next_rail),
+					.tries = 1,
+					.ph = ph};
 		rc = slice_post(fp, s);
 		if (rc == -FI_EAGAIN) {
 			slice_put(fp, s);
@@ -641,22 +1143,29 @@ static int op_post(struct fab_poller *fp, struct fab_op *op)
 		}
 		op->next_off += len;
 		op->next_rail++;
+		op->pending++;
 		if (rc) {
 			slice_failed(fp, op, s, fabric_errno((int)-rc));
 			continue;
 		}
 		posted++;
+		if (ph)
+			probe_rails(fp, ph, op, s, now);
 	}
 	return posted;
 }
 
-/* Nothing more will be posted: every slice went out, or the op failed or
- * completed. Slices of a failed op still waiting for their retry are never
- * posted (op_post skips it; op_free frees them): waiting for them would
- * keep the op, and its completion, until the timeout, and after it forever. */
-static bool op_finished_posting(const struct fab_op *op)
+/* The client hears of the op now: every slice's bytes are done once
+ * (orphans may still be out: the op stays until they return), or it failed
+ * and no live post of it is out. Slices of a failed op still waiting for
+ * their retry are never posted (op_post skips it; op_free frees them):
+ * waiting for them would keep the op, and its completion, until the
+ * timeout, and after it forever. */
+static bool op_done(const struct fab_op *op)
 {
-	return op->status || !op->open || (!op->retry && op->next_off == op->o.len);
+	if (op->status)
+		return op->out == op->orphans;
+	return op->next_off == op->o.len && !op->pending;
 }
 
 /* Since when op has made no progress: its submission or its last completed
@@ -752,6 +1261,7 @@ static int fabric_progress(struct poller *p)
 {
 	struct fab_poller *fp = p->eng[ENGINE_fabric];
 	struct op_node *n, *prev = NULL;
+	unsigned lingering = 0;
 	uint64_t t;
 	bool idle, target, woke;
 	int work;
@@ -812,15 +1322,23 @@ static int fabric_progress(struct poller *p)
 			work += op_post(fp, op);
 		if (t && op->open && op_stalled_since(op) + timeout_ns() < t)
 			op_timed_out(op, t);
-		if (op_finished_posting(op) && !op->out) {
+		if (op->open && op_done(op)) {
 			op_complete(op, op->status);
+			work++;
+		}
+		if (!op->open && !op->out) {
 			op_fifo_unlink(&fp->ops, prev, n);
+			fp->nops--;
 			op_free(fp, op);
 			work++;
 			continue;
 		}
+		lingering += !op->open;
 		prev = n;
 	}
+	fp->lingering = lingering;
+	if (t)
+		health_scan(fp, t);
 	return work;
 }
 
@@ -828,7 +1346,8 @@ static bool fabric_busy(const struct poller *p)
 {
 	const struct fab_poller *fp = p->eng[ENGINE_fabric];
 
-	return fp && !op_fifo_empty(&fp->ops);
+	/* Ops that only wait for a dead rail's orphans are no work. */
+	return fp && fp->nops > fp->lingering;
 }
 
 static int fabric_wait_fds(struct poller *p, int *fds, int max)

@@ -85,12 +85,52 @@ struct fab_ctx {
 	void (*on_cq)(struct poller *p, struct fab_ctx *c, int fi_err);
 };
 
+/*
+ * One rail toward one peer as one poller sees it (fabric.c, "rail
+ * health"): what its slices took, what it holds, whether it is in the
+ * stripe. A poller's own: no lock, no atomics; each poller that sends to
+ * a peer judges its rails from its own completions.
+ */
+struct rail_health {
+	uint64_t last_done_ns;	/* a post on it to the peer last completed */
+	uint64_t busy_since_ns; /* `out` went from 0 to 1 (valid while out) */
+	uint64_t gap_ns;	/* smoothed time per completed slice while busy */
+	uint64_t ew_bytes;	/* smoothed bytes and busy ns per completion: */
+	uint64_t ew_ns;		/* their ratio is its measured throughput */
+	uint64_t out_bytes;	/* bytes of its posts out */
+	uint64_t out_ns;	/* taken out */
+	uint64_t state_ns;	/* taken out, or its last probe posted */
+	unsigned out;		/* posts out on it to the peer */
+	uint8_t state;		/* enum dp_stats_rail_state */
+	bool probe_out;
+};
+
+/* A peer's rails as one poller sees them: a slot of a small table of the
+ * poller's keyed by the peer (peers live as long as the service). A slot
+ * with posts out is never given to another peer. */
+struct peer_health {
+	const struct peer *peer;
+	uint64_t used_ns;
+	unsigned out;		      /* posts out over all its rails */
+	int64_t credit[DP_MAX_RAILS]; /* weighted round robin (fabric.c) */
+	struct rail_health r[DP_MAX_RAILS];
+};
+#define FAB_HEALTH_SLOTS 64
+
 /* A poller's fabric state (poller->eng[ENGINE_fabric]): made with its
  * endpoints at start-up (fabric_rail.c), driven by the data path. */
 struct fab_poller {
 	struct rail_ep ep[DP_MAX_RAILS];
 	struct op_fifo ops; /* ops with slices to post or out */
+	unsigned nops;	    /* in `ops` */
+	unsigned lingering; /* of them completed, waiting for posts a dead
+			     * rail still holds (counted at each progress) */
 	uint64_t last_timeout_scan;
+	struct peer_health health[FAB_HEALTH_SLOTS];
+	/* Where probes of rails taken out READ 8 bytes to (fabric.c),
+	 * registered on every rail. */
+	uint8_t *scratch;
+	struct region_mrs *scratch_mrs;
 	uint64_t nposted;    /* fabric_post's transfers so far: their first rail */
 	unsigned idle_ticks; /* poller 0: progress calls with nothing of its own */
 	/* Pools: ops and slices come from these free lists and go back to
