@@ -293,8 +293,9 @@ static unsigned op_rail(const struct fab_op *op, unsigned k, unsigned n)
  * smoothed time per completed slice while the rail was busy, and the bytes
  * per busy second, its measured throughput. A rail with posts out none of
  * which has completed for FAB_STALL_GAPS times the slowest healthy rail's
- * time per slice to that peer (at least FAB_STALL_MIN_NS, at most half the
- * fabric timeout), while another rail to the same peer completed meanwhile
+ * time per slice to that peer, or twice the longest gap a healthy rail
+ * showed lately (stall_deadline: at least FAB_STALL_MIN_NS, at most half
+ * the fabric timeout), while another rail to the same peer completed meanwhile
  * or had nothing out (every new slice went to the stalled one), is taken
  * out of that peer's stripe: its posts of open transfers get twins on the
  * healthy rails (RMA READs and WRITEs of the same bytes to the same
@@ -489,6 +490,7 @@ static void rail_take_out(struct fab_poller *fp, struct peer_health *ph, unsigne
 
 	rh->state = DP_STATS_RAIL_OUT;
 	rh->out_ns = now;
+	rh->stall_since_ns = since;
 	rh->state_ns = now;
 	for (struct op_node *n = fp->ops.head; n; n = n->next) {
 		struct fab_op *op = (struct fab_op *)n;
@@ -525,12 +527,45 @@ static void rail_take_out(struct fab_poller *fp, struct peer_health *ph, unsigne
 	health_gauges(fp);
 }
 
+/* The longest gap between completions of @rh lately (worst_ns). */
+static uint64_t worst_recent(const struct rail_health *rh, uint64_t now)
+{
+	uint64_t e = now >> 32;
+
+	if (e == rh->worst_epoch)
+		return rh->worst_ns[0] > rh->worst_ns[1] ? rh->worst_ns[0] : rh->worst_ns[1];
+	return e == rh->worst_epoch + 1 ? rh->worst_ns[0] : 0;
+}
+
+static void worst_note(struct rail_health *rh, uint64_t gap, uint64_t now)
+{
+	uint64_t e = now >> 32;
+
+	if (e != rh->worst_epoch) {
+		rh->worst_ns[1] = e == rh->worst_epoch + 1 ? rh->worst_ns[0] : 0;
+		rh->worst_ns[0] = 0;
+		rh->worst_epoch = e;
+	}
+	if (gap > rh->worst_ns[0])
+		rh->worst_ns[0] = gap;
+}
+
+/*
+ * A rail taken out that answers within FAB_HICCUP_NS stalled, it did not
+ * die: its stall counts among its gaps (worst_note), so that the deadline
+ * to that peer grows past such stalls for a few seconds instead of taking
+ * the rail out at every one of them.
+ */
+#define FAB_HICCUP_NS 250000000ull
+
 static void rail_back(struct fab_poller *fp, struct peer_health *ph, unsigned r, uint64_t now)
 {
 	struct rail_health *rh = &ph->r[r];
 
 	rh->state = DP_STATS_RAIL_HEALTHY;
 	ph->credit[r] = 0;
+	if (now - rh->out_ns < FAB_HICCUP_NS)
+		worst_note(rh, now - rh->stall_since_ns, now);
 	if (fp->ep[r].st)
 		stats_add(&fp->ep[r].st->backs, 1);
 	log_info("fabric: rail %u (%s) to %s answers again after %llu ms out; back in the stripe",
@@ -539,15 +574,25 @@ static void rail_back(struct fab_poller *fp, struct peer_health *ph, unsigned r,
 	health_gauges(fp);
 }
 
-/* The deadline of a rail of @ph with posts out and none completing. */
-static uint64_t stall_deadline(const struct peer_health *ph, unsigned n)
+/* The deadline of a rail of @ph with posts out and none completing: 8
+ * times the slowest healthy rail's smoothed time per slice, twice the
+ * longest gap any healthy rail showed lately, at least FAB_STALL_MIN_NS,
+ * at most half the fabric timeout. */
+static uint64_t stall_deadline(const struct peer_health *ph, unsigned n, uint64_t now)
 {
-	uint64_t g = 0, d;
+	uint64_t g = 0, w = 0, d;
 
-	for (unsigned r = 0; r < n; r++)
-		if (ph->r[r].state == DP_STATS_RAIL_HEALTHY && ph->r[r].gap_ns > g)
+	for (unsigned r = 0; r < n; r++) {
+		if (ph->r[r].state != DP_STATS_RAIL_HEALTHY)
+			continue;
+		if (ph->r[r].gap_ns > g)
 			g = ph->r[r].gap_ns;
+		if (worst_recent(&ph->r[r], now) > w)
+			w = worst_recent(&ph->r[r], now);
+	}
 	d = FAB_STALL_GAPS * g;
+	if (d < 2 * w)
+		d = 2 * w;
 	if (d < FAB_STALL_MIN_NS)
 		d = FAB_STALL_MIN_NS;
 	if (d > timeout_ns() / 2)
@@ -573,7 +618,7 @@ static void health_scan(struct fab_poller *fp, uint64_t now)
 
 			/* (since may be after now: a post of this loop) */
 			if (rh->state != DP_STATS_RAIL_HEALTHY || !rh->out || since >= now ||
-			    now - since < stall_deadline(ph, n))
+			    now - since < stall_deadline(ph, n, now))
 				continue;
 			/* Evidence: another rail in the stripe completed since,
 			 * or has nothing out to tell by (every new slice went
@@ -641,6 +686,7 @@ static void health_returned(struct fab_poller *fp, struct fab_slice *s, uint64_t
 		   rh->last_done_ns >= rh->busy_since_ns && s->post_ns <= rh->last_done_ns) {
 		gap = now > rh->last_done_ns ? now - rh->last_done_ns : 1;
 		rh->gap_ns = rh->gap_ns ? rh->gap_ns - rh->gap_ns / 8 + gap / 8 : gap;
+		worst_note(rh, gap, now);
 		rh->ew_bytes = rh->ew_bytes - rh->ew_bytes / 16 + s->len;
 		rh->ew_ns = rh->ew_ns - rh->ew_ns / 16 + gap;
 	}

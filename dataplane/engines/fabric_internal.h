@@ -95,13 +95,19 @@ struct rail_health {
 	uint64_t last_done_ns;	/* a post on it to the peer last completed */
 	uint64_t busy_since_ns; /* `out` went from 0 to 1 (valid while out) */
 	uint64_t gap_ns;	/* smoothed time per completed slice while busy */
-	uint64_t ew_bytes;	/* smoothed bytes and busy ns per completion: */
-	uint64_t ew_ns;		/* their ratio is its measured throughput */
-	uint64_t out_bytes;	/* bytes of its posts out */
-	uint64_t out_ns;	/* taken out */
-	uint64_t state_ns;	/* taken out, or its last probe posted */
-	unsigned out;		/* posts out on it to the peer */
-	uint8_t state;		/* enum dp_stats_rail_state */
+	/* The longest time between two of its completions lately (the
+	 * machine's and the network's hiccups): in 2^32 ns windows, this
+	 * one's and the one before's. */
+	uint64_t worst_ns[2];
+	uint64_t worst_epoch;
+	uint64_t stall_since_ns; /* its last completion before it was taken out */
+	uint64_t ew_bytes;	 /* smoothed bytes and busy ns per completion: */
+	uint64_t ew_ns;		 /* their ratio is its measured throughput */
+	uint64_t out_bytes;	 /* bytes of its posts out */
+	uint64_t out_ns;	 /* taken out */
+	uint64_t state_ns;	 /* taken out, or its last probe posted */
+	unsigned out;		 /* posts out on it to the peer */
+	uint8_t state;		 /* enum dp_stats_rail_state */
 	bool probe_out;
 };
 
