@@ -13,6 +13,7 @@
 #   make bench-ring      ring vs DPDK rte_ring (P1, P2)
 #   make bench-local     service vs fi_pingpong shm, io_uring NOP, memcpy (P3-P5)
 #   make bench-fabric    two services in two netns over veth vs fi_pingpong tcp, ucx_perftest (P6, P7)
+#   make bench-failover  a rail cut (link down, 100% loss) and slowed under load: recovery, ratio
 #   make bench-gpu       GPU copies vs raw cudaMemcpyAsync on this GPU (P8-P10)
 #   make bench-file      1 GiB file read through the service vs fio, O_DIRECT and buffered (P11)
 #   make bench-instr     instructions per 64 B local WRITE, service and client side (callgrind)
@@ -130,7 +131,7 @@ LIBCLIENT_SO := $(B)/$(SONAME)
 SERVICE := $(B)/dataplaned
 # ring-bench links DPDK: it is built by bench-ring only, never by `all`.
 TOOLS := $(B)/dp-bench $(B)/ring-stat $(B)/dp-demo $(B)/api-example \
-	$(B)/gpu-bench $(B)/file-bench
+	$(B)/gpu-bench $(B)/file-bench $(B)/failover-bench
 TESTS := $(B)/tests/dp-tests $(B)/tests/ring-tests
 
 # The Python package (docs/python.md): one extension built against the
@@ -149,7 +150,7 @@ HAVE_PY := $(if $(wildcard $(PY_INCLUDE)/Python.h),1,0)
 
 .SECONDARY:
 .PHONY: python bench-python test-python stress all deps deps-bench run test test-ring asan tsan \
-	bench-ring bench-local bench-gpu bench-file bench-fabric bench-instr bench-vm bench-vmtarget bench-session bench-serving bench-scale format \
+	bench-ring bench-local bench-gpu bench-file bench-fabric bench-failover bench-instr bench-vm bench-vmtarget bench-session bench-serving bench-scale format \
 	format-check gpu-tests clean deps-fuzz fuzz fuzz-regress stress faults install uninstall \
 	install-shim-mooncake uninstall-shim-mooncake \
 	check-package
@@ -208,6 +209,7 @@ $(B)/dp-bench: $(call obj,tools/dp-bench.c $(wildcard tools/dp-bench-*.c) tools/
 		$(LIBCLIENT_A)
 	$(CC) -o $@ $^ $(LDLIBS)
 $(B)/file-bench: $(B)/obj/tools/bench-report.o
+$(B)/failover-bench: $(B)/obj/tools/bench-report.o
 $(B)/gpu-bench: $(B)/obj/tools/bench-report.o $(GPU_OBJS)
 $(B)/%: $(B)/obj/examples/%.o $(LIBCLIENT_A)
 	$(CC) -o $@ $^ $(LDLIBS)
@@ -468,6 +470,14 @@ bench-fabric: deps-bench
 	@tools/deps.sh bin:ucx_perftest=ucx-utils bin:ip=iproute2
 	@$(MAKE) --no-print-directory all
 	tools/bench-fabric.sh $(B)
+
+# Rails that die, slow down and come back (issue 46): two services in two
+# network namespaces joined by two veth rails, a rail cut under load
+# (link down, 100% loss) and slowed to a tenth (tools/bench-failover.sh;
+# docs/benchmarks.md, "Rail failover"). Needs root. QUICK=1: fewer cuts.
+bench-failover: deps
+	@$(MAKE) --no-print-directory all
+	tools/bench-failover.sh $(B)
 
 # The deterministic cost figure: instructions per 64 B local WRITE in the
 # poller (callgrind); every change to the hot path reports it.
