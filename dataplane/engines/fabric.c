@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fabric.c - the fabric engine's data path: RMA slices striped over rails,
- * bounded in flight, -FI_EAGAIN retried after progress, errors retried on
- * another rail, then reported. Rails, endpoints and registrations are
+ * fabric.c - the fabric engine's data path: RMA slices striped over rails
+ * by their measured throughput, bounded in flight, -FI_EAGAIN retried after
+ * progress, errors retried on another rail, then reported; a rail whose
+ * slices stop completing taken out of its peer's stripe, its slices posted
+ * again on the others, and back once it answers ("rail health" below). Rails, endpoints and registrations are
  * fabric_rail.c, peers fabric_peer.c (fabric_internal.h). See fabric.h for
  * the threading model.
  *
@@ -312,9 +314,9 @@ static unsigned op_rail(const struct fab_op *op, unsigned k, unsigned n)
  * post is a struct fab_slice of its own (a twin is never the same context);
  * an op keeps its references (the local region, the segment) until every
  * post of it returned (op->out, orphans included), so the provider never
- * touches memory that was freed or deregistered; and only the client's
- * completion (and its notification, sent once with it) comes as soon as
- * every slice's bytes are done once (op->pending). A post that returns
+ * touches memory that was freed or deregistered; the client's completion
+ * (and its notification, sent once with it) comes as soon as every slice's
+ * bytes are done once (op->pending). A post that returns
  * after its twin did the bytes is an orphan: it is counted and dropped.
  * What a late orphan still does is land its bytes a second time: the same
  * bytes, unless the initiator's buffer (WRITE) or the target's range (READ)

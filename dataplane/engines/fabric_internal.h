@@ -7,7 +7,8 @@
  *                  endpoints and CQs, registration of regions and exports
  *   fabric_peer.c  peers: their addresses into the AVs, a peer marked lost
  *   fabric.c       the data path (the engine: submit, progress, slices,
- *                  retries, timeouts, sleeping, cancel at shutdown), also
+ *                  retries, rail health, timeouts, sleeping, cancel at
+ *                  shutdown), also
  *                  for another engine's buffers (fabric_post: stage.c)
  *   stage.c        host staging of memory the rails cannot register (GPU
  *                  memory without FI_HMEM) through registered bounce
