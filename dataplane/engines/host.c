@@ -2,12 +2,12 @@
 /*
  * host.c - the host engine: memcpy between two host regions of this
  * service. Copies up to --inline-max run at once, in submit; larger ones
- * are queued and advanced round robin, one --chunk at a time, so one big
+ * are queued and advanced round robin, one --copy-chunk at a time, so one big
  * copy does not stall the other queues of the poller.
  *
  * Copies of --stripe-min bytes or more are also shared out: the owning
  * poller offers the copy on its stripe slot, and pollers with nothing of
- * their own to do (engine.help) claim --chunk stripes of it, copy them and
+ * their own to do (engine.help) claim --copy-chunk stripes of it, copy them and
  * count them done. The owner completes the copy once every byte is done.
  * Copies that large stream their stores past the cache (stream_copy), as
  * one large memcpy() does; chunked through memcpy they would not, and ran
