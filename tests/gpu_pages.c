@@ -3,8 +3,8 @@
  * kernel): 1, 2, 33 and 256 pages of 1 B .. 256 KiB at scattered,
  * unaligned offsets, WRITE and READ, inside one service and into another
  * service's export of this host, every byte checked; a batch that mixes GPU
- * pages with a host page and a notification; a 4 KiB copy on another queue
- * beside a big batch. Self-skipping without a GPU. */
+ * pages with a host page and a notification; a run with descriptors it
+ * cannot take; a 4 KiB copy on another queue beside a big batch. Self-skipping without a GPU. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -235,6 +235,76 @@ Test(gpu_pages, batch_with_a_host_page_and_a_notification)
 	check_batch(dst, n, 50, "mixed batch");
 	dp_close(writer);
 	dp_close(owner);
+	CK(cudaFree(src));
+	CK(cudaFree(dst));
+}
+
+/* One submit of 64 GPU pages of one region and segment (one run of the
+ * poller's fast path) with descriptors the run cannot take among them: one
+ * past the segment's end (-EFAULT), one with a notify word but no flag
+ * (-EINVAL), an empty one and one of 2 MiB (above the page size: the bulk
+ * lane). Each gets its own answer; every other page lands. */
+Test(gpu_pages, a_run_with_pages_it_cannot_take)
+{
+	const unsigned n = 64, bad_k = 20, notify_k = 40, empty_k = 50, big_k = 60;
+	const uint64_t big = 2u << 20;
+	struct dp_client *c;
+	struct dp_desc d[64];
+	struct dp_queue *q;
+	void *src, *dst;
+	uint8_t *h, *want;
+	unsigned done = 0;
+	int rs, rd, seg;
+
+	GPU_REQUIRE();
+	start_svc(&fab_svc[0], local_only);
+	c = connect_client(&fab_svc[0], "gpu-pages-run");
+	rs = gpu_region(c, SPAN, 70, &src);
+	rd = gpu_region(c, SPAN, -1, &dst);
+	export_segment(c, rd, "run-pages", DP_ACCESS_RW);
+	seg = open_segment(c, NULL, "run-pages", DP_ACCESS_RW);
+	q = make_queue(c, 256);
+	for (unsigned k = 0; k < n; k++)
+		dp_prep_write(&d[k], rs, page_src(k), seg, page_dst(k, n), page_len(k), k);
+	d[bad_k].target_off = SPAN - page_len(bad_k) + 1;
+	d[notify_k].notify = 7;
+	d[empty_k].len = 0;
+	d[big_k].local_off = 0;
+	d[big_k].target_off = SPAN - big;
+	d[big_k].len = big;
+	cr_assert_eq(dp_submit(q, d, n), (int)n);
+	while (done < n) {
+		struct dp_cqe cq[64];
+		int k = dp_poll(q, cq, 64);
+
+		cr_assert_geq(k, 0);
+		for (int i = 0; i < k; i++) {
+			unsigned p = (unsigned)cq[i].user_data;
+			int want_st = p == bad_k ? -EFAULT : p == notify_k ? -EINVAL : 0;
+			uint64_t want_b = want_st ? 0 : d[p].len;
+
+			cr_assert_eq(cq[i].status, want_st, "page %u: %s, want %s", p,
+				     dp_strerror(cq[i].status), dp_strerror(want_st));
+			cr_assert_eq(cq[i].bytes, want_b, "page %u: %llu bytes", p,
+				     (unsigned long long)cq[i].bytes);
+		}
+		done += (unsigned)k;
+	}
+	h = malloc(SPAN);
+	want = calloc(SPAN, 1);
+	cr_assert(h && want);
+	for (unsigned k = 0; k < n; k++) {
+		if (k == bad_k || k == notify_k)
+			continue;
+		for (uint64_t i = 0; i < d[k].len; i++)
+			want[d[k].target_off + i] = pattern_byte(70, d[k].local_off + i);
+	}
+	CK(cudaMemcpy(h, dst, SPAN, cudaMemcpyDeviceToHost));
+	for (size_t i = 0; i < SPAN; i++)
+		cr_assert_eq(h[i], want[i], "byte %zu is 0x%02x, want 0x%02x", i, h[i], want[i]);
+	free(h);
+	free(want);
+	dp_close(c);
 	CK(cudaFree(src));
 	CK(cudaFree(dst));
 }

@@ -313,6 +313,8 @@ static inline void wake_efd_drain(int efd)
 /* lifetime.c */
 void qsbr_synchronize(void);
 void region_put(struct region *r);
+/* n references at once (an engine that took them for a run of descriptors). */
+void region_put_n(struct region *r, int n);
 /* host.c: mappings of regions peers could RMA into, kept (as anonymous
  * memory) for a grace period after the region goes; the control thread
  * sweeps them: ms until the next is due, -1 when none is kept. The first

@@ -64,6 +64,21 @@ struct xfer {
 };
 
 /*
+ * A run of plain descriptors (no flags, no notify word) of one queue that
+ * name one (opcode, region, segment) of this service or another service's
+ * export mapped here, resolved once by the poller's fast path (poller.c,
+ * fast_run): the regions are alive in this loop (QSBR), the segment was
+ * seen alive in it, the access is allowed. Offsets and lengths are each
+ * descriptor's own, not checked yet.
+ */
+struct xfer_run {
+	struct queue *q;
+	struct region *ra, *rb; /* the client's local region, the target's */
+	bool write;		/* WRITE: ra -> rb; READ: rb -> ra */
+	uint32_t path;		/* DP_CQE_F_LOCAL or DP_CQE_F_SAME_HOST */
+};
+
+/*
  * A kind of memory an engine brings: the control message that registers it
  * and what makes a region of it. The message's bytes are the protocol's
  * (dp_proto.h; ctlmsg.c checks its length, fd and fields before anything
@@ -97,6 +112,14 @@ struct engine {
 	 * owes it exactly one completion (now or later); q->inflight counts
 	 * what is owed later. progress returns the work done (0: idle). */
 	void (*submit)(struct poller *p, const struct xfer *x);
+	/* Optional, for runs of descriptors @r describes: takes the longest
+	 * prefix of d[0..n) that it moves, each descriptor's offsets and
+	 * length checked against both regions as desc_resolve would (one out
+	 * of range, or one the engine cannot take now, ends the prefix and
+	 * takes the general path); returns how many it took, each owed its
+	 * completion as after submit. 0: d[0] takes the general path. */
+	int (*submit_run)(struct poller *p, const struct xfer_run *r, const struct dp_desc *d,
+			  int n);
 	int (*progress)(struct poller *p);
 	bool (*busy)(const struct poller *p);
 	/* Busy, but only waiting for another thread's answer, which kicks

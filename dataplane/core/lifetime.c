@@ -35,12 +35,17 @@ void qsbr_synchronize(void)
 /* The last reference: every engine drops its state on the region, in
  * reverse engines.def order (the fabric's registrations before the GPU's
  * IPC mapping, the mapping of host memory last). */
-void region_put(struct region *r)
+void region_put_n(struct region *r, int n)
 {
-	if (atomic_fetch_sub(&r->refs, 1) != 1)
+	if (atomic_fetch_sub(&r->refs, n) != n)
 		return;
 	engines_region_close(r);
 	free(r);
+}
+
+void region_put(struct region *r)
+{
+	region_put_n(r, 1);
 }
 
 void segment_put(struct segment *s)

@@ -363,6 +363,10 @@ struct fast_run {
 	uint32_t path; /* DP_CQE_F_LOCAL or DP_CQE_F_SAME_HOST */
 	const struct segment *seg;
 	const struct samehost_seg *same;
+	/* The engine the run's route names: the host engine's copies are made
+	 * here; another's (one with submit_run) go to it as a run. */
+	enum engine_id engine;
+	struct xfer_run run;
 };
 
 #ifdef DP_TSAN
@@ -442,9 +446,20 @@ static bool fast_lookup(struct queue *q, const struct dp_desc *d, struct fast_ru
 	target = seg->region;
 	x.ra = local;
 	x.rb = target;
-	if (route(&x) != ENGINE_host)
-		return false;
+	f->engine = route(&x);
 	f->write = d->opcode == DP_OP_WRITE;
+	f->path = seg->same ? DP_CQE_F_SAME_HOST : DP_CQE_F_LOCAL;
+	f->seg = seg;
+	f->same = seg->same;
+	if (f->engine != ENGINE_host) {
+		if (!engines[f->engine]->submit_run)
+			return false;
+		f->run = (struct xfer_run){
+			.q = q, .ra = local, .rb = target, .write = f->write, .path = f->path};
+		f->key0 = desc_word(d, 0);
+		f->key1 = d->segment;
+		return true;
+	}
 	f->dbase = f->write ? target->base : local->base;
 	f->sbase = f->write ? local->base : target->base;
 	f->dlen = f->write ? target->len : local->len;
@@ -452,9 +467,6 @@ static bool fast_lookup(struct queue *q, const struct dp_desc *d, struct fast_ru
 	f->lim = local->len < target->len ? local->len : target->len;
 	if (f->lim > cfg.inline_max)
 		f->lim = cfg.inline_max;
-	f->path = seg->same ? DP_CQE_F_SAME_HOST : DP_CQE_F_LOCAL;
-	f->seg = seg;
-	f->same = seg->same;
 	if (!fast_len(f, d->len))
 		return false;
 	f->key0 = desc_word(d, 0);
@@ -539,18 +551,41 @@ static __attribute__((always_inline)) inline int fast_loop(struct queue *q, cons
 }
 
 /*
+ * A run for another engine (its submit_run): the descriptors of the run's
+ * key, after the segment's liveness check made once for them all; the
+ * engine checks each one's offsets and length and takes what it can.
+ */
+static int fast_engine_run(struct poller *p, struct queue *q, const struct dp_desc *d, int n,
+			   struct fast_run *f)
+{
+	int m = 1, k;
+
+	while (m < n && desc_word(&d[m], 0) == f->key0 && d[m].segment == f->key1)
+		m++;
+	if (atomic_load_explicit(&f->seg->dead, memory_order_acquire) ||
+	    (f->same && !samehost_alive(f->same)))
+		return 0;
+	k = engines[f->engine]->submit_run(p, &f->run, d, m);
+	q->ctr.submitted += (uint64_t)k;
+	return k;
+}
+
+/*
  * Runs the fast path over the longest prefix of d[0..n) it can take; returns
  * how many it completed (0: d[0] takes the general path). The segment's
  * liveness is checked here, once per run: a poller that saw it alive in its
  * current loop may use the region (struct segment, QSBR), and the run's
  * completions become visible together at the loop's flush.
  */
-static int fast_run(struct queue *q, const struct dp_desc *d, int n, struct fast_run *f)
+static int fast_run(struct poller *p, struct queue *q, const struct dp_desc *d, int n,
+		    struct fast_run *f)
 {
 	/* key0 0 is no run: a descriptor of zeroes would match it. */
 	if ((!f->key0 || desc_word(d, 0) != f->key0 || d->segment != f->key1) &&
 	    !fast_lookup(q, d, f))
 		return 0;
+	if (f->engine != ENGINE_host)
+		return fast_engine_run(p, q, d, n, f);
 	if (d->len != f->len && !fast_len(f, d->len))
 		return 0;
 	if (atomic_load_explicit(&f->seg->dead, memory_order_acquire) ||
@@ -627,7 +662,7 @@ static int queue_drain_sq(struct poller *p, struct queue *q)
 	dp_ring_prefetch_write(&q->pair.cq, q->pair.cq.local + q->nstage, (uint32_t)k);
 	q->idle_loops = 0;
 	for (int i = 0, n; i < k; i += n)
-		if (!(n = fast_run(q, &descs[i], k - i, &f))) {
+		if (!(n = fast_run(p, q, &descs[i], k - i, &f))) {
 			desc_process(p, q, &descs[i]);
 			f.key0 = 0; /* it may have changed what the run looked up */
 			n = 1;

@@ -163,11 +163,12 @@ const struct engine gpu_engine = {
 #include <cuda.h> /* types of the driver entry points we look up */
 #include <cuda_runtime_api.h>
 
+#include "clock.h"
 #include "gpu_pages.h"
 #include "xfer_op.h"
 
 #define GPU_MAX_DEVICES 16
-enum { LANE_BULK, LANE_SMALL, LANE_PAGES, GPU_LANES };
+enum { LANE_BULK, LANE_SMALL, GPU_LANES };
 
 _Static_assert(sizeof(cudaIpcMemHandle_t) ==
 		       sizeof(((struct dp_msg_region_register_cuda *)0)->handle),
@@ -176,25 +177,37 @@ _Static_assert(sizeof(cudaIpcMemHandle_t) ==
 /*
  * Batches of pages (docs/gpu.md "Batched pages"): GPU -> GPU copies of one
  * device up to GPU_SMALL_MAX from a queue with other descriptors in flight
- * wait on the pages lane's pending list instead of going out one
- * cudaMemcpyAsync each. The lane flushes it from gpu_progress, which runs
- * right after the poller's drain in the same loop: one page is a
- * cudaMemcpyAsync; more are one launch of the page kernel (gpu_pages.cu)
- * over a table in pinned host memory, and one event for all. While
- * GPU_BATCH_INFLIGHT flushes of the lane are running, the list keeps
- * growing, up to GPU_BATCH_MAX pages or GPU_BATCH_BYTES, so a flush's
- * kernel stays short. A queue's only copy in flight is no batch: it goes at
- * once on the small lane (P10), whose stream has the higher priority, so
- * it does not wait behind another queue's pages.
+ * become entries of the pages lane's batches instead of one
+ * cudaMemcpyAsync each. A batch is a page table in pinned, mapped host
+ * memory (what the kernel reads) beside what each page's completion needs.
+ * Runs of plain descriptors of one (opcode, region, segment) come straight
+ * from the poller's drain (gpu_submit_run): resolved once, their region
+ * references taken once per run, about ten stores a page. A batch is one
+ * launch of the page kernel (gpu_pages.cu), whose last block stores the
+ * batch's sequence number into a flag in pinned host memory: the poller
+ * sees a batch done with a load, not a CUDA call (cudaEventQuery cost the
+ * poller microseconds a loop on the H100 host). A launch costs the poller
+ * about 6 us there, so batches are made large: gpu_progress launches the
+ * filling batch when the lane is idle, when it is full, or when it holds
+ * GPU_BATCH_GO pages (or bytes) and fewer than GPU_BATCH_INFLIGHT run;
+ * while the GPU copies one batch, the next one grows. A batch seen done
+ * completes its pages in order. A queue's only copy in flight is no batch:
+ * it goes at once on the small lane (P10), whose stream has the higher
+ * priority, so it does not wait behind another queue's pages.
  */
 #define GPU_BATCH_MAX 1024u
 #define GPU_BATCH_BYTES (16ull << 20)
 #define GPU_BATCH_INFLIGHT 2u
-#define GPU_BATCH_TABS 8u /* page tables per lane, each reused once its launch is done */
+#define GPU_BATCH_GO 128u
+#define GPU_BATCH_GO_BYTES (2ull << 20)
+/* A batch not seen done this long after its launch makes the poller ask
+ * the stream (at most this often): a kernel that faulted stores no flag. */
+#define GPU_BATCH_OVERDUE_NS 1000000ull
+/* Batches per lane, a ring: up to 32768 pages in flight per device and
+ * poller; past that, pages go out one cudaMemcpyAsync each. */
+#define GPU_BATCH_SLOTS 32u
 
-/* A copy on its way: the event recorded after it on its lane's stream.
- * Copies of one flush share the event; the last of them (ev_owner) gives
- * it back and frees the flush's page table. */
+/* A copy on its way: the event recorded after it on its lane's stream. */
 struct gpu_op {
 	struct op_node node; /* first: its lane's list, or the free ops */
 	/* The descriptor and its references, held until the event fires;
@@ -203,27 +216,66 @@ struct gpu_op {
 	cudaEvent_t ev;
 	int dev;
 	uint8_t lane;
-	bool ev_owner; /* the flush's last op: puts ev, ends the launch */
-	int8_t tab;    /* with ev_owner: the page table it used, or -1 */
-	void *dst;     /* pending pages: where from and to */
-	const void *src;
 };
 
 /* One stream and the copies on it, oldest first (= completion order). */
 struct gpu_lane {
 	cudaStream_t stream; /* created on first use, recreated after an error */
 	struct op_fifo ops;  /* on the stream */
-	/* Pages waiting for the lane's next flush, oldest first. */
-	struct op_fifo pend;
-	unsigned npend;
-	uint64_t pend_bytes;
-	unsigned launches;		      /* flushes whose event has not fired */
-	struct gpu_page *tab[GPU_BATCH_TABS]; /* pinned, mapped; made on first use */
-	bool tab_busy[GPU_BATCH_TABS];
+};
+
+/* What a page's completion needs. A page with a notification ends through
+ * an op of its own (xfer_op_finish: the owner hears first), which holds
+ * its references; the others' references are the batch's refs. */
+struct page_done {
+	struct queue *q;
+	uint64_t user_data, submit_ns;
+	uint32_t flags;
+	struct gpu_op *op;
+};
+
+/* References a batch holds: n on each of ra and rb, for a run of pages. */
+struct page_refs {
+	struct region *ra, *rb;
+	unsigned n;
+};
+
+/* One launch of the page kernel: entry i of tab is page i, done[i] its
+ * completion. The buffers are made at the slot's first use and kept. */
+struct page_batch {
+	struct gpu_page *tab; /* pinned, mapped, portable */
+	struct page_done *done;
+	struct page_refs *refs;
+	unsigned n, nrefs;
+	uint64_t bytes;
+	uint32_t seq; /* launched: what the kernel stores into its flag; 0: ended */
+	uint64_t launched_ns;
+};
+
+/*
+ * The pages lane: a ring of batches, counters running free. [head, next)
+ * are launched, oldest first (one stream: they end in that order);
+ * [next, fill) are full and wait for their launch; fill is being filled
+ * (maybe empty). fill - head < GPU_BATCH_SLOTS.
+ */
+struct page_lane {
+	cudaStream_t stream; /* created on first use, recreated after an error */
+	struct page_batch b[GPU_BATCH_SLOTS];
+	unsigned head, next, fill;
+	/* Slot i's done flag (pinned, mapped) and block count (device
+	 * memory), made at the first launch; the last sequence number. */
+	volatile uint32_t *flag;
+	unsigned *count;
+	uint32_t seq;
+	uint64_t asked_ns; /* the stream last asked about an overdue batch */
+	/* The account, logged when the poller stops: launches, pages in
+	 * them, the poller's time launching, and launch to seen done. */
+	uint64_t launches, launched, launch_ns, wait_ns;
 };
 
 struct gpu_dev {
 	struct gpu_lane lane[GPU_LANES];
+	struct page_lane pages;
 	cudaStream_t stage; /* the file engine's staging copies */
 	cudaEvent_t *pool;  /* idle events of this device */
 	unsigned npool, cap;
@@ -1014,22 +1066,13 @@ static void lane_reset(struct gpu_lane *l)
 	cudaGetLastError();
 }
 
+/* The event fired: the bytes are in place for any stream and for the host.
+ * A lone copy's op owns its event. */
 static void op_finish(struct poller *p, struct gpu_poller *g, struct gpu_op *op, int status)
 {
-	struct gpu_dev *d = &g->dev[op->dev];
-
-	/* The event fired: the bytes are in place for any stream and for the
-	 * host. */
 	xfer_op_finish(p, &op->o, status);
-	if (op->ev_owner) {
-		struct gpu_lane *l = &d->lane[op->lane];
-
-		if (op->ev)
-			event_put(d, op->ev);
-		if (op->tab >= 0)
-			l->tab_busy[op->tab] = false;
-		l->launches--;
-	}
+	if (op->ev)
+		event_put(&g->dev[op->dev], op->ev);
 	op_pool_put(&g->free_ops, &op->node);
 	g->pending--;
 }
@@ -1038,140 +1081,279 @@ static void op_finish(struct poller *p, struct gpu_poller *g, struct gpu_op *op,
  * op finishes) and counts it in flight. */
 static void op_init(struct gpu_op *op, const struct xfer *req, int dev, uint32_t flags)
 {
-	*op = (struct gpu_op){.dev = dev, .tab = -1, .dst = req->dst, .src = req->src};
+	*op = (struct gpu_op){.dev = dev};
 	xfer_op_keep(&op->o, req, flags);
 }
 
-/* A GPU -> GPU page of one device joins its lane's pending list; the lane
- * flushes it from gpu_progress (lane_flush). */
-static void page_queue(struct poller *p, struct gpu_poller *g, struct gpu_lane *l,
-		       struct gpu_op *op, const struct xfer *req, int dev, uint32_t flags)
+/* ---- the pages lane ---- */
+
+static void batch_free(struct page_batch *b)
 {
-	op_init(op, req, dev, flags);
-	op->lane = LANE_PAGES;
-	g->pending++;
-	op_fifo_push(&l->pend, &op->node);
-	l->npend++;
-	l->pend_bytes += req->len;
-	engine_kick(p, ENGINE_gpu);
+	if (b->tab)
+		cudaFreeHost(b->tab);
+	free(b->done);
+	free(b->refs);
+	b->tab = NULL;
+	b->done = NULL;
+	b->refs = NULL;
 }
 
-/* A free page table of @l (made on first use: pinned, mapped, portable),
- * or -1: none free, or pinned memory refused. */
-static int tab_get(struct gpu_lane *l)
+/* The batch of @l that takes a page of @len bytes: the filling one, or the
+ * next slot once it is full (made on first use); NULL when every slot is in
+ * use or memory is refused: the page then goes out alone. */
+static struct page_batch *batch_room(struct page_lane *l, uint64_t len)
 {
-	for (unsigned i = 0; i < GPU_BATCH_TABS; i++) {
-		if (l->tab_busy[i])
+	struct page_batch *b = &l->b[l->fill % GPU_BATCH_SLOTS];
+
+	if (b->n && (b->n == GPU_BATCH_MAX || b->bytes + len > GPU_BATCH_BYTES)) {
+		if (l->fill + 1 - l->head >= GPU_BATCH_SLOTS)
+			return NULL;
+		b = &l->b[++l->fill % GPU_BATCH_SLOTS];
+	}
+	if (b->tab)
+		return b;
+	b->done = malloc(GPU_BATCH_MAX * sizeof(*b->done));
+	b->refs = malloc(GPU_BATCH_MAX * sizeof(*b->refs));
+	if (!b->done || !b->refs ||
+	    cudaHostAlloc((void **)&b->tab, GPU_BATCH_MAX * sizeof(*b->tab),
+			  cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
+		cudaGetLastError();
+		b->tab = NULL;
+		batch_free(b);
+		return NULL;
+	}
+	return b;
+}
+
+/* Page @i of @b: @len bytes from @src to @dst; its completion's fields. */
+static inline void batch_put(struct page_batch *b, const void *dst, const void *src, uint64_t len,
+			     struct queue *q, uint64_t user_data, uint64_t submit_ns,
+			     uint32_t flags, struct gpu_op *op)
+{
+	unsigned i = b->n++;
+
+	b->tab[i] = (struct gpu_page){.src = (uintptr_t)src, .dst = (uintptr_t)dst, .len = len};
+	b->done[i] = (struct page_done){
+		.q = q, .user_data = user_data, .submit_ns = submit_ns, .flags = flags, .op = op};
+	b->bytes += len;
+}
+
+/* @b holds one more reference on each of @ra and @rb (taken by the caller). */
+static inline void batch_ref(struct page_batch *b, struct region *ra, struct region *rb)
+{
+	struct page_refs *r = b->nrefs ? &b->refs[b->nrefs - 1] : NULL;
+
+	if (!r || r->ra != ra || r->rb != rb) {
+		r = &b->refs[b->nrefs++];
+		*r = (struct page_refs){.ra = ra, .rb = rb};
+	}
+	r->n++;
+}
+
+/* Completes every page of @b with @status (0: copied), in order, and drops
+ * what it held; the slot is empty after. */
+static void batch_end(struct poller *p, struct gpu_poller *g, struct page_batch *b, int status)
+{
+	for (unsigned i = 0; i < b->n; i++) {
+		const struct page_done *e = &b->done[i];
+
+		if (e->op) {
+			xfer_op_finish(p, &e->op->o, status);
+			op_pool_put(&g->free_ops, &e->op->node);
 			continue;
-		if (!l->tab[i] &&
-		    cudaHostAlloc((void **)&l->tab[i], GPU_BATCH_MAX * sizeof(struct gpu_page),
-				  cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
-			l->tab[i] = NULL;
-			cudaGetLastError();
-			return -1;
 		}
-		/* Until the flush's last op finishes (op_finish). */
-		l->tab_busy[i] = true;
-		return (int)i;
+		e->q->inflight--;
+		queue_complete_ns(e->q, e->user_data, e->submit_ns, status,
+				  status ? 0 : b->tab[i].len, e->flags);
 	}
-	return -1;
+	for (unsigned i = 0; i < b->nrefs; i++) {
+		region_put_n(b->refs[i].ra, (int)b->refs[i].n);
+		region_put_n(b->refs[i].rb, (int)b->refs[i].n);
+	}
+	g->pending -= b->n;
+	b->n = b->nrefs = 0;
+	b->bytes = 0;
+	b->seq = 0;
 }
 
-/*
- * Sends the lane's pending pages (up to GPU_BATCH_MAX of them) to its
- * stream: one cudaMemcpyAsync for one page or when no page table is free,
- * else one launch of the page kernel; then one event that completes them all
- * (the last op owns it). A failure fails every op of the flush with -EIO and
- * resets the lane, as a failed copy does. Returns the ops flushed.
- */
-static int lane_flush(struct poller *p, struct gpu_poller *g, int dev, struct gpu_lane *l)
+/* The lane's flags and counts, at its first launch (device @dev current,
+ * the stream made): 0 before any launch. */
+static cudaError_t lane_signals(struct page_lane *l)
 {
-	struct gpu_dev *d = &g->dev[dev];
-	struct op_fifo batch = {0};
-	struct op_node *nd;
-	struct gpu_op *op, *last;
-	unsigned n = 0;
-	uint64_t bytes = 0;
-	cudaError_t err = cudaSuccess;
-	cudaEvent_t ev = NULL;
-	int tab = -1, prev;
+	cudaError_t err;
 
-	while (n < GPU_BATCH_MAX && (nd = op_fifo_pop(&l->pend))) {
-		op_fifo_push(&batch, nd);
-		bytes += ((struct gpu_op *)nd)->o.len;
-		n++;
+	err = cudaHostAlloc((void **)&l->flag, GPU_BATCH_SLOTS * sizeof(*l->flag),
+			    cudaHostAllocPortable | cudaHostAllocMapped);
+	if (err != cudaSuccess) {
+		l->flag = NULL;
+		return err;
 	}
-	last = (struct gpu_op *)batch.tail;
-	l->npend -= n;
-	l->pend_bytes -= bytes;
+	memset((void *)l->flag, 0, GPU_BATCH_SLOTS * sizeof(*l->flag));
+	err = cudaMalloc((void **)&l->count, GPU_BATCH_SLOTS * sizeof(*l->count));
+	if (err == cudaSuccess)
+		err = cudaMemsetAsync(l->count, 0, GPU_BATCH_SLOTS * sizeof(*l->count), l->stream);
+	if (err != cudaSuccess) {
+		if (l->count)
+			cudaFree(l->count);
+		cudaFreeHost((void *)l->flag);
+		l->count = NULL;
+		l->flag = NULL;
+	}
+	return err;
+}
 
-	prev = dev_enter(dev);
+/* Drops the lane's stream after an error that failed every batch on it. */
+static void pages_reset(struct page_lane *l)
+{
+	if (l->stream)
+		cudaStreamDestroy(l->stream);
+	l->stream = NULL;
+	cudaGetLastError();
+}
+
+/* Launches batch @b of @l on device @dev: the page kernel over its table,
+ * storing the batch's sequence number into its slot's flag at the end. A
+ * failure fails its pages with -EIO and resets the lane's stream, as a
+ * failed copy does. */
+static void batch_launch(struct poller *p, struct gpu_poller *g, int dev, struct page_lane *l,
+			 struct page_batch *b)
+{
+	unsigned slot = (unsigned)(b - l->b);
+	uint64_t t0 = dp_now_ns();
+	cudaError_t err = cudaSuccess;
+	int prev = dev_enter(dev);
+
 	if (!l->stream)
 		err = cudaStreamCreateWithPriority(&l->stream, cudaStreamNonBlocking, prio_pages);
-	if (err == cudaSuccess && !(ev = event_get(d)))
-		err = cudaErrorMemoryAllocation;
-	if (err == cudaSuccess && n > 1)
-		tab = tab_get(l);
-	if (err == cudaSuccess && tab >= 0) {
-		struct gpu_page *t = l->tab[tab];
-		unsigned i = 0;
-
-		for (nd = batch.head; nd; nd = nd->next, i++) {
-			op = (struct gpu_op *)nd;
-			t[i] = (struct gpu_page){.src = (uintptr_t)op->src,
-						 .dst = (uintptr_t)op->dst,
-						 .len = op->o.len};
-		}
+	if (err == cudaSuccess && !l->flag)
+		err = lane_signals(l);
+	if (err == cudaSuccess) {
+		if (!++l->seq) /* 0 is no launch */
+			l->seq = 1;
+		b->seq = l->seq;
 		/* The kernel reads the table through its mapping (UVA: the
-		 * same address); the launch is ordered after these stores. */
-		err = DP_FAULT_CUDA(gpu_pages_launch(t, n, l->stream));
-	} else if (err == cudaSuccess) {
-		for (nd = batch.head; nd && err == cudaSuccess; nd = nd->next) {
-			op = (struct gpu_op *)nd;
-			err = DP_FAULT_CUDA(cudaMemcpyAsync(op->dst, op->src, op->o.len,
-							    cudaMemcpyDefault, l->stream));
-		}
-	}
-	if (err == cudaSuccess && (err = cudaEventRecord(ev, l->stream)) != cudaSuccess)
-		/* Queued but untracked: no copy may outlive the references. */
-		cudaStreamSynchronize(l->stream);
-	if (err != cudaSuccess) {
-		log_err("gpu: batch of %u pages (%llu bytes) on device %d (gpu -> gpu): %s", n,
-			(unsigned long long)bytes, dev, cudaGetErrorString(err));
-		if (ev)
-			event_put(d, ev);
-		if (tab >= 0) /* nothing reads it: not launched, or waited for */
-			l->tab_busy[tab] = false;
-		lane_reset(l);
-		dev_leave(prev, dev);
-		while ((nd = op_fifo_pop(&batch)))
-			op_finish(p, g, (struct gpu_op *)nd, -EIO);
-		return (int)n;
+		 * same address); the launch is ordered after the stores that
+		 * filled it. */
+		err = DP_FAULT_CUDA(gpu_pages_launch_signal(b->tab, b->n, &l->count[slot],
+							    &l->flag[slot], b->seq, l->stream));
 	}
 	dev_leave(prev, dev);
-	for (nd = batch.head; nd; nd = nd->next)
-		((struct gpu_op *)nd)->ev = ev;
-	last->ev_owner = true;
-	last->tab = (int8_t)tab;
+	if (err != cudaSuccess) {
+		/* Batches launched before it may still run on the stream: it
+		 * stays (an error that sticks fails them at the reap). */
+		log_err("gpu: batch of %u pages (%llu bytes) on device %d (gpu -> gpu): %s", b->n,
+			(unsigned long long)b->bytes, dev, cudaGetErrorString(err));
+		cudaGetLastError();
+		batch_end(p, g, b, -EIO);
+		return;
+	}
+	b->launched_ns = dp_now_ns();
 	l->launches++;
-	op_fifo_append(&l->ops, &batch);
-	return (int)n;
+	l->launched += b->n;
+	l->launch_ns += b->launched_ns - t0;
 }
 
-/* Flushes the lanes whose pages may go: a lane with fewer than
- * GPU_BATCH_INFLIGHT flushes running, or a full batch waiting. */
-static int pages_flush(struct poller *p, struct gpu_poller *g)
+/* Launches what may go: full batches, and the filling one on an idle lane
+ * or once it holds GPU_BATCH_GO pages (or bytes) while fewer than
+ * GPU_BATCH_INFLIGHT run. Returns the batches launched. */
+static int pages_launch(struct poller *p, struct gpu_poller *g, int dev, struct page_lane *l)
 {
 	int n = 0;
 
-	for (int dev = 0; dev < ndev; dev++) {
-		struct gpu_lane *l = &g->dev[dev].lane[LANE_PAGES];
+	while (l->next != l->fill || l->b[l->fill % GPU_BATCH_SLOTS].n) {
+		struct page_batch *b = &l->b[l->next % GPU_BATCH_SLOTS];
 
-		while (l->npend && (l->launches < GPU_BATCH_INFLIGHT || l->npend >= GPU_BATCH_MAX ||
-				    l->pend_bytes >= GPU_BATCH_BYTES))
-			n += lane_flush(p, g, dev, l);
+		if (l->next == l->fill) {
+			/* The filling batch: at once on an idle lane, else once
+			 * it is worth a launch and a launch slot is free. */
+			if (l->next != l->head &&
+			    (l->next - l->head >= GPU_BATCH_INFLIGHT ||
+			     (b->n < GPU_BATCH_GO && b->bytes < GPU_BATCH_GO_BYTES)))
+				break;
+			/* The filling batch goes; the next slot fills (it is
+			 * free: fill - head < GPU_BATCH_SLOTS still holds). */
+			if (l->fill + 1 - l->head >= GPU_BATCH_SLOTS)
+				break;
+			l->fill++;
+		}
+		l->next++;
+		batch_launch(p, g, dev, l, b);
+		n++;
 	}
 	return n;
+}
+
+/* Whether @b's kernel stored its flag. The acquire pairs with the
+ * kernel's __threadfence_system before its store (gpu_pages.cu): the pages'
+ * bytes are in place once it is seen. */
+static inline bool batch_seen(const struct page_lane *l, const struct page_batch *b)
+{
+	return __atomic_load_n(&l->flag[b - l->b], __ATOMIC_ACQUIRE) == b->seq;
+}
+
+/*
+ * Batches of @l seen done, oldest first (one stream: in order). The head
+ * overdue: the stream is asked (at most every GPU_BATCH_OVERDUE_NS): idle,
+ * the head is done (its flag is late to be seen, not missing); an error (a
+ * kernel that faulted stores no flag), every launched batch not seen done
+ * fails with -EIO and the stream is dropped. Returns the pages completed.
+ */
+static int pages_reap(struct poller *p, struct gpu_poller *g, int dev, struct page_lane *l)
+{
+	bool failed = false;
+	int done = 0;
+
+	for (; l->head != l->next; l->head++) {
+		struct page_batch *b = &l->b[l->head % GPU_BATCH_SLOTS];
+		bool seen;
+
+		if (!b->seq) /* failed at its launch, ended there */
+			continue;
+		seen = batch_seen(l, b);
+		if (!seen && !failed) {
+			uint64_t now = dp_now_ns();
+			cudaError_t err;
+
+			if (now - b->launched_ns < GPU_BATCH_OVERDUE_NS ||
+			    now - l->asked_ns < GPU_BATCH_OVERDUE_NS)
+				break;
+			l->asked_ns = now;
+			err = cudaStreamQuery(l->stream);
+			if (err == cudaErrorNotReady)
+				break;
+			if (err != cudaSuccess) {
+				log_err("gpu: batch of %u pages on device %d failed: %s", b->n, dev,
+					cudaGetErrorString(err));
+				failed = true;
+			}
+		}
+		l->wait_ns += dp_now_ns() - b->launched_ns;
+		done += (int)b->n;
+		batch_end(p, g, b,
+			  (failed && !seen) || DP_FAULT_CUDA_DONE(cudaSuccess) != cudaSuccess ? -EIO
+											      : 0);
+	}
+	if (failed)
+		pages_reset(l);
+	return done;
+}
+
+/* A GPU -> GPU page of one device from the general path (an engine
+ * session's descriptor, one with a notification, one a run could not
+ * take): one entry of the filling batch, ended through @op. -ENOSPC: no
+ * room, it goes alone (@op still the caller's). */
+static int page_queue(struct poller *p, struct gpu_poller *g, struct page_lane *l,
+		      struct gpu_op *op, const struct xfer *req, int dev, uint32_t flags)
+{
+	struct page_batch *b = batch_room(l, req->len);
+
+	if (!b)
+		return -ENOSPC;
+	op_init(op, req, dev, flags);
+	batch_put(b, req->dst, req->src, req->len, NULL, 0, 0, 0, op);
+	g->pending++;
+	engine_kick(p, ENGINE_gpu);
+	return 0;
 }
 
 /* DP_CQE_F_GPU_STAGED for a copy between two devices with no peer access
@@ -1217,10 +1399,8 @@ static void gpu_issue(struct poller *p, const struct xfer *req)
 	d = &g->dev[dev];
 	small = req->len <= GPU_SMALL_MAX;
 	if (small && req->q->inflight && rdst->kind == REGION_CUDA && rsrc->kind == REGION_CUDA &&
-	    rdst->device == rsrc->device) {
-		page_queue(p, g, &d->lane[LANE_PAGES], op, req, dev, flags);
+	    rdst->device == rsrc->device && !page_queue(p, g, &d->pages, op, req, dev, flags))
 		return;
-	}
 	l = &d->lane[small ? LANE_SMALL : LANE_BULK];
 
 	prev = dev_enter(dev);
@@ -1267,10 +1447,57 @@ static void gpu_issue(struct poller *p, const struct xfer *req)
 	g->pending++;
 	op->ev = ev;
 	op->lane = (uint8_t)(l - d->lane);
-	op->ev_owner = true;
-	l->launches++;
 	op_fifo_push(&l->ops, &op->node);
 	engine_kick(p, ENGINE_gpu);
+}
+
+/*
+ * A run of plain descriptors of one (opcode, region, segment) from the
+ * poller's drain (engine.h, submit_run): GPU -> GPU pages of one device go
+ * into the pages lane's batches, ten stores each, with the run's region
+ * references taken once. A page the run cannot take (out of range, empty,
+ * above GPU_SMALL_MAX, a notify word, no room in the lane) ends it: the
+ * general path takes that one and gives it its errno or its lane. A lone
+ * descriptor of an idle queue goes to the small lane (P10) that way too.
+ */
+static int gpu_submit_run(struct poller *p, const struct xfer_run *r, const struct dp_desc *d,
+			  int n)
+{
+	struct region *rdst = r->write ? r->rb : r->ra, *rsrc = r->write ? r->ra : r->rb;
+	const uint32_t flags = r->path | DP_CQE_F_GPU;
+	struct queue *q = r->q;
+	struct gpu_poller *g;
+	struct page_lane *l;
+	int k;
+
+	if (rdst->kind != REGION_CUDA || rsrc->kind != REGION_CUDA ||
+	    rdst->device != rsrc->device || (n == 1 && !q->inflight) || !(g = gpu_poller_get(p)))
+		return 0;
+	l = &g->dev[rdst->device].pages;
+	for (k = 0; k < n; k++) {
+		const struct dp_desc *e = &d[k];
+		uint64_t doff = r->write ? e->target_off : e->local_off;
+		uint64_t soff = r->write ? e->local_off : e->target_off;
+		uint64_t len = e->len;
+		struct page_batch *b;
+
+		/* desc_resolve's range checks, as subtractions. */
+		if (e->notify || !len || len > GPU_SMALL_MAX || len > rdst->len ||
+		    doff > rdst->len - len || len > rsrc->len || soff > rsrc->len - len ||
+		    !(b = batch_room(l, len)))
+			break;
+		batch_put(b, rdst->base + doff, rsrc->base + soff, len, q, e->user_data,
+			  e->submit_ns, flags, NULL);
+		batch_ref(b, r->ra, r->rb);
+	}
+	if (!k)
+		return 0;
+	atomic_fetch_add(&r->ra->refs, k);
+	atomic_fetch_add(&r->rb->refs, k);
+	q->inflight += (uint32_t)k;
+	g->pending += (unsigned)k;
+	engine_kick(p, ENGINE_gpu);
+	return k;
 }
 
 /*
@@ -1351,10 +1578,17 @@ static int gpu_progress(struct poller *p)
 		return 0;
 	if (!op_fifo_empty(&g->wait))
 		done += gpu_issue_waiting(p, g);
-	pages_flush(p, g);
 	for (int dev = 0; dev < ndev; dev++) {
+		struct gpu_dev *d = &g->dev[dev];
+		struct page_lane *pl = &d->pages;
+
+		/* Batches that ended make room for the next ones' launch. */
+		if (pl->head != pl->next)
+			done += pages_reap(p, g, dev, pl);
+		if (pl->next != pl->fill || pl->b[pl->fill % GPU_BATCH_SLOTS].n)
+			done += pages_launch(p, g, dev, pl);
 		for (int i = 0; i < GPU_LANES; i++) {
-			struct gpu_lane *l = &g->dev[dev].lane[i];
+			struct gpu_lane *l = &d->lane[i];
 			struct gpu_op *op;
 
 			while ((op = (struct gpu_op *)l->ops.head)) {
@@ -1374,8 +1608,6 @@ static int gpu_progress(struct poller *p)
 			}
 		}
 	}
-	/* Flushes that ended free their lanes for the pages waiting. */
-	pages_flush(p, g);
 	return done;
 }
 
@@ -1402,14 +1634,27 @@ static void gpu_poller_free(struct poller *p)
 		return;
 	for (int dev = 0; dev < ndev; dev++) {
 		struct gpu_dev *d = &g->dev[dev];
+		struct page_lane *pl = &d->pages;
 
-		for (int i = 0; i < GPU_LANES; i++) {
+		if (pl->launches)
+			log_info("gpu: poller %u device %d: %llu page batches, %llu pages (%.1f a "
+				 "batch), %.2f us to launch one, %.1f us until seen done",
+				 p->idx, dev, (unsigned long long)pl->launches,
+				 (unsigned long long)pl->launched,
+				 (double)pl->launched / (double)pl->launches,
+				 (double)pl->launch_ns / 1e3 / (double)pl->launches,
+				 (double)pl->wait_ns / 1e3 / (double)pl->launches);
+		if (pl->stream)
+			cudaStreamDestroy(pl->stream);
+		if (pl->flag)
+			cudaFreeHost((void *)pl->flag);
+		if (pl->count)
+			cudaFree(pl->count);
+		for (unsigned b = 0; b < GPU_BATCH_SLOTS; b++)
+			batch_free(&pl->b[b]);
+		for (int i = 0; i < GPU_LANES; i++)
 			if (d->lane[i].stream)
 				cudaStreamDestroy(d->lane[i].stream);
-			for (unsigned t = 0; t < GPU_BATCH_TABS; t++)
-				if (d->lane[i].tab[t])
-					cudaFreeHost(d->lane[i].tab[t]);
-		}
 		if (d->stage)
 			cudaStreamDestroy(d->stage);
 		for (unsigned i = 0; i < d->npool; i++)
@@ -1510,6 +1755,7 @@ const struct engine gpu_engine = {
 	.init = gpu_init,
 	.fini = gpu_fini,
 	.submit = gpu_submit,
+	.submit_run = gpu_submit_run,
 	.progress = gpu_progress,
 	.busy = gpu_busy,
 	.cancel_all = gpu_drain,

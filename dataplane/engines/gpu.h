@@ -13,7 +13,9 @@
  * once per loop (a stream completes in order); it never waits. Each poller
  * has three streams per device: copies up to GPU_SMALL_MAX go to a
  * high-priority one, so that a 4 KiB copy never queues behind a 1 GiB one,
- * larger ones to a low-priority one, batches of pages to one between.
+ * larger ones to a low-priority one, batches of pages to one between (one
+ * kernel launch per batch, seen done through a flag the kernel stores in
+ * pinned host memory: gpu.c, "Batches of pages").
  *
  * Threads: init, gpu_region_open and the engine's region hooks run on the
  * control thread (region_close also on a poller, through the last

@@ -5,10 +5,10 @@
 
 #define PAGE_THREADS 256
 
-// Each thread moves four 16-byte words per round, loads first, so that
-// four loads are in flight before the first store.
-__global__ void __launch_bounds__(PAGE_THREADS)
-	gpu_pages_kernel(const struct gpu_page *__restrict__ tab)
+// Copies page blockIdx.x of tab (both kernels). Each thread moves four
+// 16-byte words per round, loads first, so that four loads are in flight
+// before the first store.
+__device__ __forceinline__ void page_copy(const struct gpu_page *__restrict__ tab)
 {
 	const struct gpu_page pg = tab[blockIdx.x];
 	const unsigned char *__restrict__ src = (const unsigned char *)pg.src;
@@ -49,6 +49,42 @@ __global__ void __launch_bounds__(PAGE_THREADS)
 	}
 	if (threadIdx.x < (len & 15))
 		dst[(nvec << 4) + threadIdx.x] = src[(nvec << 4) + threadIdx.x];
+}
+
+__global__ void __launch_bounds__(PAGE_THREADS)
+	gpu_pages_kernel(const struct gpu_page *__restrict__ tab)
+{
+	page_copy(tab);
+}
+
+// The copy, then the signal: each block's stores are made visible to the
+// device (fence) before it counts itself done; the block that counts last
+// sees every other block's stores, makes them visible to the system and
+// stores the flag, after putting the count back to 0 for the next launch.
+__global__ void __launch_bounds__(PAGE_THREADS)
+	gpu_pages_kernel_signal(const struct gpu_page *__restrict__ tab, unsigned n,
+				unsigned *count, volatile uint32_t *flag, uint32_t seq)
+{
+	page_copy(tab);
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		__threadfence();
+		if (atomicAdd(count, 1u) == n - 1) {
+			*count = 0;
+			__threadfence_system();
+			*flag = seq;
+		}
+	}
+}
+
+extern "C" cudaError_t gpu_pages_launch_signal(const struct gpu_page *tab, unsigned n,
+					       unsigned *count, volatile uint32_t *flag,
+					       uint32_t seq, cudaStream_t s)
+{
+	if (!n)
+		return cudaSuccess;
+	gpu_pages_kernel_signal<<<n, PAGE_THREADS, 0, s>>>(tab, n, count, flag, seq);
+	return cudaGetLastError();
 }
 
 extern "C" cudaError_t gpu_pages_launch(const struct gpu_page *tab, unsigned n, cudaStream_t s)

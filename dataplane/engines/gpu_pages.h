@@ -30,6 +30,17 @@ extern "C" {
  * they do not. Returns the launch's error (cudaSuccess: queued). */
 cudaError_t gpu_pages_launch(const struct gpu_page *tab, unsigned n, cudaStream_t s);
 
+/*
+ * The same, and once every page's bytes are in place for the whole device,
+ * the kernel itself stores @seq into *@flag (pinned, mapped host memory:
+ * the host polls it with a plain load, no CUDA call). @count is a word of
+ * device memory, 0 before the launch and 0 again after it: each block
+ * counts itself done there, and the last one stores the flag (the
+ * threadfence-reduction pattern). One launch at a time may use @count.
+ */
+cudaError_t gpu_pages_launch_signal(const struct gpu_page *tab, unsigned n, unsigned *count,
+				    volatile uint32_t *flag, uint32_t seq, cudaStream_t s);
+
 #ifdef __cplusplus
 }
 #endif
