@@ -38,7 +38,9 @@ stop() {
 	for p in $pids; do wait "$p" 2>/dev/null || true; done
 	pids=""
 }
-trap 'stop; rm -rf "$dir"' EXIT
+# KEEP_LOGS=DIR: the services' logs are copied there at the end (with
+# SVC_LOG=info, the gpu engine's account of its page batches).
+trap 'stop; [ -n "${KEEP_LOGS:-}" ] && cp "$dir"/*.log "$KEEP_LOGS"/ 2>/dev/null; rm -rf "$dir"' EXIT
 cpus=$(nproc)
 pcpu=$((cpus > 1 ? 1 : 0))
 tcpu=$((cpus > 2 ? 2 : pcpu))
@@ -53,7 +55,7 @@ svc() { # NAME CPU PROVIDER [flags...]
 	n=$1 c=$2 p=$3
 	shift 3
 	"$B/dataplaned" --socket "$dir/$n.sock" --provider "$p" --cpus "$c" --spin-us 1000000 \
-		--server-name 127.0.0.1 --log-level warn "$@" 2>"$dir/$n.log" &
+		--server-name 127.0.0.1 --log-level "${SVC_LOG:-warn}" "$@" 2>"$dir/$n.log" &
 	pids="$pids $!"
 	for _ in $(seq 200); do [ -S "$dir/$n.sock" ] && return 0; sleep 0.05; done
 	echo "bench-gpu: dataplaned $n did not start:" >&2

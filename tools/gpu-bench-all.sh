@@ -26,7 +26,11 @@ t() {
 }
 nvidia-smi -L >>"$L" 2>&1
 [ -e "$B/python" ] || ln -s ../python "$B/python"
-t 120 sh "$B/bench-gpu.sh" "$B" pages
+mkdir -p /tmp/gpu-bench-all-logs
+t 120 env SVC_LOG=info KEEP_LOGS=/tmp/gpu-bench-all-logs sh "$B/bench-gpu.sh" "$B" pages
+t 120 env SVC_LOG=info KEEP_LOGS=/tmp/gpu-bench-all-logs sh "$B/bench-gpu.sh" "$B" pages --depth 4096
+# The pages lane's account of each run (gpu.c: batches, pages a batch, launch cost).
+grep -h "page batches" /tmp/gpu-bench-all-logs/*.log >>"$L" 2>/dev/null
 t 70 python3 "$B/bench-serving.py" "$B" --gpu
 t 45 env A_CPU=1 B_CPU=2 C_CPU=3 SPIN=1000000 ROUNDS=3 sh "$B/bench-fabric.sh" "$B" shm
 t 40 sh "$B/bench-gpu.sh" "$B" p10

@@ -24,7 +24,7 @@
  * Buffers hold non-zero data; every timed run's bytes are checked after.
  *
  * pages: a batch of N GPU pages (4/16/64/256 KiB x 4096/4096/2048/
- *       1024) at scattered indices, queue depth 256, through one service and
+ *       1024) at scattered indices, --depth in flight (256), through one service and
  *       (with --peer-socket and --peer) into another service's export of this
  *       host, against raw per-page cudaMemcpyAsync, cudaMemcpyBatchAsync, the
  *       service's page kernel launched here, and one contiguous copy of the
@@ -39,7 +39,7 @@
  *       services). Without a GPU the host column alone runs.
  *
  * usage: gpu-bench [--socket PATH] [--cpu N] [--service-cpu N] [--device N]
- *                  [--quick] [--file PATH] [--no-peers] [--json]
+ *                  [--quick] [--depth N] [--file PATH] [--no-peers] [--json]
  *                  [--peer-socket PATH --peer HOST:PORT]
  *                  [p8|p9|p10|p12|p13|vmm|pages|file|all|probe]
  * Before the results: the placement (tools/bench-report.h), a cache-line
@@ -70,6 +70,8 @@ static const char *sock_path, *file_path = "/var/tmp/dp-gpu-bench.file";
 static const char *target_sock, *target_peer; /* P12: the other service */
 static int client_cpu = 0, service_cpu = -1, device = 0;
 static bool quick, with_peers = true;
+/* pages: descriptors in flight, and the queue's depth when above 256. */
+static unsigned pages_depth = 256;
 
 static bool json;
 
@@ -84,6 +86,12 @@ static const struct dp_tool_flag flags[] = {
 		 "or 0 when --cpu is not 0)"},
 	{.name = "device", .arg = "N", .num = &device, .help = "CUDA device (default 0)"},
 	{.name = "quick", .on = &quick, .help = "fewer sizes and repetitions"},
+	{.name = "depth",
+	 .arg = "N",
+	 .uns = &pages_depth,
+	 .help = "pages: descriptors in flight, a power of two 32 .. the\n"
+		 "service's --max-depth (default 256; a serving engine's\n"
+		 "layer of pages is 512 or more)"},
 	{.name = "file",
 	 .arg = "PATH",
 	 .str = &file_path,
@@ -108,7 +116,7 @@ static const struct dp_tool_cli cli = {
 	.prog = "gpu-bench",
 	.head = "usage: gpu-bench [--socket PATH] [--cpu N] [--service-cpu N] [--device N] "
 		"[--quick]\n"
-		"                 [--file PATH] [--no-peers] [--json] "
+		"                 [--depth N] [--file PATH] [--no-peers] [--json] "
 		"[--peer-socket PATH --peer HOST:PORT]\n"
 		"                 [p8|p9|p10|p12|p13|vmm|pages|file|all|probe]\n"
 		"GPU copies through dataplaned against the raw CUDA runtime on the same GPU\n"
@@ -139,6 +147,10 @@ static const char *parse_args(int argc, char **argv)
 		fprintf(stderr, "gpu-bench: %s needs --peer-socket and --peer\n", what);
 		exit(2);
 	}
+	if (pages_depth < 32 || pages_depth & (pages_depth - 1)) {
+		fprintf(stderr, "gpu-bench: --depth must be a power of two, 32 or more\n");
+		exit(2);
+	}
 	if (service_cpu < 0)
 		service_cpu = bench_default_service_cpu(client_cpu);
 	/* Flags parsed: the text goes to stderr from here on with --json. */
@@ -146,6 +158,7 @@ static const char *parse_args(int argc, char **argv)
 		report_json_begin();
 	report_start("gpu-bench", what, with_peers);
 	report_bool("quick", quick);
+	report_num("depth", pages_depth);
 	return what;
 }
 
@@ -1317,9 +1330,9 @@ static int p13_host_only(void)
 	return 0;
 }
 
-/* ---- pages: a batch of N scattered pages, queue depth 256 ---- */
+/* ---- pages: a batch of N scattered pages, --depth in flight ---- */
 
-#define PAGES_DEPTH 256
+#define PAGES_DEPTH pages_depth
 
 /* A fixed permutation of [0, n): page i of the batch goes from source page
  * i to destination page perm[i]. */
@@ -1700,8 +1713,8 @@ static void bench_pages(void)
 	sc.sizes = malloc(4096 * sizeof(*sc.sizes));
 	if (!sc.dsts || !sc.srcs || !sc.sizes)
 		die("malloc", -ENOMEM);
-	printf("pages: a batch of N pages at scattered indices (a fixed permutation), queue depth "
-	       "%d, GB/s median of %u, every run's bytes checked\n",
+	printf("pages: a batch of N pages at scattered indices (a fixed permutation), %u in "
+	       "flight, GB/s median of %u, every run's bytes checked\n",
 	       PAGES_DEPTH, reps);
 	report_arr("pages");
 	for (unsigned s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
@@ -1765,7 +1778,7 @@ int main(int argc, char **argv)
 		dp_tool_connect_error("gpu-bench", sock_path, rc);
 		exit(1);
 	}
-	if ((rc = dp_queue_create(cl, 256, &q)) < 0)
+	if ((rc = dp_queue_create(cl, pages_depth > 256 ? pages_depth : 256, &q)) < 0)
 		die("dp_queue_create", rc);
 	if (!strcmp(what, "p8") || !strcmp(what, "all"))
 		bench_p8();
