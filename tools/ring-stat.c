@@ -1557,11 +1557,11 @@ static const struct metric metrics[] = {
 	 COUNTER("dataplane_rail_backs_total", "Times the rail answered again and went back in.")},
 	{RAIL(c.probes), J("probes"),
 	 COUNTER("dataplane_rail_probes_total", "Probes posted on the rail while it was out.")},
-	{RAILD(state), J("state"), COL(9, 8, C_STR, "STATE")},
+	{RAILD(state), J("state"), WCOL(9, 8, C_STR, "STATE")},
 	{RAIL(c.state), GAUGE("dataplane_rail_state",
 			      "0 healthy, 1 taken out, 2 out with a probe in flight (the worst "
 			      "toward any peer).")},
-	{RAIL(c.weight), J("weight_permille"), COL(10, 6, C_INT, "W/1000"),
+	{RAIL(c.weight), J("weight_permille"), WCOL(10, 6, C_INT, "W/1000"),
 	 GAUGE("dataplane_rail_weight_permille",
 	       "The rail's share of the stripe to the peer sent to last, per mille.")},
 	{RAIL(c.bw), J("throughput_bytes_per_s"),
@@ -1572,7 +1572,7 @@ static const struct metric metrics[] = {
 	{RAILD(eagain), COL(5, 8, C_SI, "EAGAIN/s")},
 	{RAILD(errors), COL(6, 6, C_SI, "ERR/s")},
 	{RAILD(retries), COL(7, 7, C_SI, "RETRY/s")},
-	{RAILD(reposted), COL(11, 8, C_SI, "REPOST/s")},
+	{RAILD(reposted), WCOL(11, 8, C_SI, "REPOST/s")},
 	{RAILD(bytes), COL(8, 7, C_SI, "B/s")},
 };
 
