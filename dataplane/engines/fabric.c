@@ -4,9 +4,9 @@
  * by their measured throughput, bounded in flight, -FI_EAGAIN retried after
  * progress, errors retried on another rail, then reported; a rail whose
  * slices stop completing taken out of its peer's stripe, its slices posted
- * again on the others, and back once it answers ("rail health" below). Rails, endpoints and registrations are
- * fabric_rail.c, peers fabric_peer.c (fabric_internal.h). See fabric.h for
- * the threading model.
+ * again on the others, and back once it answers ("rail health" below).
+ * Rails, endpoints and registrations are fabric_rail.c, peers fabric_peer.c
+ * (fabric_internal.h). See fabric.h for the threading model.
  *
  * Timeouts follow progress, not size: a transfer fails with -ETIMEDOUT when
  * none of its slices has completed for --fabric-timeout-ms (its clock is
@@ -297,10 +297,10 @@ static unsigned op_rail(const struct fab_op *op, unsigned k, unsigned n)
  * which has completed for FAB_STALL_GAPS times the slowest healthy rail's
  * time per slice to that peer, or twice the longest gap a healthy rail
  * showed lately (stall_deadline: at least FAB_STALL_MIN_NS, at most half
- * the fabric timeout), while another rail to the same peer completed meanwhile
- * or had nothing out (every new slice went to the stalled one), is taken
- * out of that peer's stripe: its posts of open transfers get twins on the
- * healthy rails (RMA READs and WRITEs of the same bytes to the same
+ * the fabric timeout), while another rail to the same peer completed
+ * meanwhile or had nothing out (every new slice went to the stalled one),
+ * is taken out of that peer's stripe: its posts of open transfers get twins
+ * on the healthy rails (RMA READs and WRITEs of the same bytes to the same
  * addresses are idempotent), and new slices avoid it. With every rail
  * stalled (the peer, not a rail) nothing is taken out and the fabric
  * timeout decides, as before; nor is the last rail in the stripe.
@@ -316,8 +316,8 @@ static unsigned op_rail(const struct fab_op *op, unsigned k, unsigned n)
  * post of it returned (op->out, orphans included), so the provider never
  * touches memory that was freed or deregistered; the client's completion
  * (and its notification, sent once with it) comes as soon as every slice's
- * bytes are done once (op->pending). A post that returns
- * after its twin did the bytes is an orphan: it is counted and dropped.
+ * bytes are done once (op->pending). A post that returns after its twin
+ * did the bytes is an orphan: it is counted and dropped.
  * What a late orphan still does is land its bytes a second time: the same
  * bytes, unless the initiator's buffer (WRITE) or the target's range (READ)
  * changed since the descriptor completed (docs/reliability.md says what
@@ -359,7 +359,7 @@ static struct peer_health *health_of(struct fab_poller *fp, const struct peer *p
 
 static uint64_t rail_measured_bw(const struct rail_health *rh)
 {
-	return rh->ew_ns ? rh->ew_bytes * 1000000000ull / rh->ew_ns : 0;
+	return rh->ew_ns ? (uint64_t)((double)rh->ew_bytes * 1e9 / (double)rh->ew_ns) : 0;
 }
 
 /* Rail @r's throughput to the peer, bytes/s: measured, or, until it is,
@@ -368,7 +368,9 @@ static uint64_t rail_bw(const struct peer_health *ph, unsigned r, unsigned n)
 {
 	uint64_t bw = rail_measured_bw(&ph->r[r]);
 
-	for (unsigned q = 0; !bw && q < n; q++)
+	if (bw)
+		return bw;
+	for (unsigned q = 0; q < n; q++)
 		if (rail_measured_bw(&ph->r[q]) > bw)
 			bw = rail_measured_bw(&ph->r[q]);
 	return bw ? bw : 1000000000ull;
@@ -381,8 +383,8 @@ static uint64_t rail_bw(const struct peer_health *ph, unsigned r, unsigned n)
  * pick, the rail with the most credit gets the slice and gives back the
  * sum. Each rail so gets its throughput's share of the slices whatever the
  * queue depth, interleaved, and, with at least a 16th of the fastest's
- * share, a slow rail is measured all along. A full
- * endpoint is passed over while another has room. Untracked (@ph NULL),
+ * share, a slow rail is measured all along. A full endpoint is passed over
+ * while another has room. Untracked (@ph NULL),
  * or no rail healthy: round robin from @k (op_rail).
  */
 static unsigned pick_rail(const struct fab_poller *fp, struct peer_health *ph,
