@@ -177,11 +177,13 @@ $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
+# Made anew each time: `ar r` into an old archive would keep the objects of
+# source files that are gone (a file split in two).
 $(LIBRING): $(call obj,$(RING_SRCS))
-	$(AR) rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 $(LIBCLIENT_A): $(call obj,$(CLIENT_SRCS) $(RING_SRCS))
-	$(AR) rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 # Only the public dp_* calls of dataplane.h are exported (libdataplane.map).
 $(LIBCLIENT_SO): $(call obj,$(CLIENT_SRCS) $(RING_SRCS)) libclient/libdataplane.map

@@ -514,7 +514,7 @@ const char *dp_last_error(void);
  * descriptors".
  */
 #if defined(__cplusplus) || !defined(__GNUC_GNU_INLINE__)
-#define DP__INLINE inline /* C99 / C++ inline; libclient/client.c emits the symbol */
+#define DP__INLINE inline /* C99 / C++ inline; libclient/queue.c emits the symbol */
 #else
 #define DP__INLINE extern inline /* gnu89 inline: the same meaning, other words */
 #endif
