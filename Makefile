@@ -143,6 +143,8 @@ PY_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info
 PYTHONDIR ?= $(LIBDIR)/python$(PY_VERSION)/dist-packages
 PY_SRC := libclient/python/dataplane
 PY_FILES := $(wildcard $(PY_SRC)/*.py $(PY_SRC)/*.pyi) $(PY_SRC)/py.typed
+# The extension's C files: _dataplane.c the module, one file per object.
+PY_C := $(wildcard $(PY_SRC)/*.c)
 PY_EXT := $(B)/python/dataplane/_dataplane.abi3.so
 PY_OUT := $(PY_EXT) $(patsubst $(PY_SRC)/%,$(B)/python/dataplane/%,$(PY_FILES))
 # make install installs the package where Python's headers are (else says why not).
@@ -218,12 +220,12 @@ $(B)/%: $(B)/obj/examples/%.o $(LIBCLIENT_A)
 
 # ---- the Python package ----
 python: $(PY_OUT)
-$(PY_EXT): $(PY_SRC)/_dataplane.c $(LIBCLIENT_A) libclient/dataplane.h
+$(PY_EXT): $(PY_C) $(PY_SRC)/_dataplane.h $(LIBCLIENT_A) libclient/dataplane.h
 	@mkdir -p $(dir $@)
 	@test -f '$(PY_INCLUDE)/Python.h' || { echo "make python: no Python.h for $(PYTHON)" \
 		"(apt-get install python3-dev, or make deps)" >&2; exit 1; }
 	$(CC) $(CFLAGS) -Wno-missing-field-initializers -Wno-cast-function-type \
-		-I'$(PY_INCLUDE)' -fvisibility=hidden -shared -o $@ $< $(LIBCLIENT_A) \
+		-I'$(PY_INCLUDE)' -fvisibility=hidden -shared -o $@ $(PY_C) $(LIBCLIENT_A) \
 		$(CLIENT_LIBS) -Wl,--exclude-libs,ALL
 $(B)/python/dataplane/%: $(PY_SRC)/%
 	@mkdir -p $(dir $@)
@@ -503,7 +505,7 @@ bench-python: deps
 # ---- formatting ----
 FORMAT_SRCS = $(wildcard ring/*.[ch] libclient/*.[ch] dataplane/*.[ch] dataplane/*/*.[ch] \
 	tools/*.c tests/*.[ch] tests/fuzz/*.c \
-	examples/*.c libclient/python/dataplane/*.c)
+	examples/*.c libclient/python/dataplane/*.[ch])
 format:
 	clang-format -i $(FORMAT_SRCS)
 format-check:

@@ -30,7 +30,8 @@ with open(os.path.join(TOP, "libclient", "dp_version.h")) as f:
 # objects inside build/ (it would follow '..' out of it).
 src_dir = os.path.join(HERE, "build", "dpsrc")
 os.makedirs(src_dir, exist_ok=True)
-sources = [os.path.join("dataplane", "_dataplane.c")]
+# The extension's own files: _dataplane.c (the module) and one per object.
+sources = sorted(os.path.relpath(p, HERE) for p in glob.glob(os.path.join(HERE, "dataplane", "*.c")))
 for path in sorted(glob.glob(os.path.join(TOP, "libclient", "*.c")) +
                    glob.glob(os.path.join(TOP, "common", "*.c")) +
                    [os.path.join(TOP, "ring", "ring.c")]):
