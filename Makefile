@@ -7,7 +7,9 @@
 #                        as mooncake.engine) into SHIM_TARGET= (default: the user site);
 #                        refuses where a real mooncake is importable (docs/python.md)
 #   make run             start dataplaned and run the demo client against it
-#   make test            run every Criterion suite
+#   make test            run every Criterion suite (and check-package, check-flags, the pytest suite)
+#   make check-flags     every dataplaned flag named in dataplane/, the man page or
+#                        docs/operations.md exists, and every --help flag is in both
 #   make asan | tsan     the suites under ASan+UBSan / TSan (build/asan, build/tsan)
 #   make faults          the fault-injection suite on a FAULTS=1 build (build/faults)
 #   make bench-ring      ring vs DPDK rte_ring (P1, P2)
@@ -155,7 +157,7 @@ HAVE_PY := $(if $(wildcard $(PY_INCLUDE)/Python.h),1,0)
 	bench-ring bench-local bench-gpu bench-file bench-fabric bench-failover bench-instr bench-vm bench-vmtarget bench-session bench-serving bench-scale format \
 	format-check gpu-tests clean deps-fuzz fuzz fuzz-regress stress faults install uninstall \
 	install-shim-mooncake uninstall-shim-mooncake \
-	check-package
+	check-package check-flags
 all: $(LIBRING) $(LIBCLIENT_A) $(LIBCLIENT_SO) $(if $(SERVICE_SRCS),$(SERVICE)) \
 	$(foreach t,$(TOOLS),$(if $(wildcard tools/$(notdir $(t)).c examples/$(notdir $(t)).c),$(t)))
 
@@ -252,7 +254,7 @@ CRITERION_ARGS ?= --jobs 1
 DP_STRESS_SCALE ?= 4
 test: deps
 	@$(MAKE) --no-print-directory all $(B)/tests/dp-tests
-	$(if $(SAN),,@$(MAKE) --no-print-directory check-package)
+	$(if $(SAN),,@$(MAKE) --no-print-directory check-package check-flags)
 	DP_BUILD=$(abspath $(B)) DP_STRESS_SCALE=$(DP_STRESS_SCALE) $(B)/tests/dp-tests $(CRITERION_ARGS)
 	$(if $(SAN)$(filter 0,$(PYTHON_TESTS)),,@$(MAKE) --no-print-directory test-python)
 
@@ -412,6 +414,10 @@ uninstall:
 # the header under C and C++ standards, and the unit with systemd-analyze.
 check-package: all
 	@tools/check-package.sh $(B)
+
+# One name per flag (issue 47): tools/check-flags.sh says what it checks.
+check-flags: $(SERVICE)
+	@tools/check-flags.sh $(B)
 
 # ---- the main job ----
 run: deps

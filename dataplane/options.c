@@ -142,7 +142,7 @@ struct flag {
 	unsigned shift;		  /* numbers: the field holds the value << shift (GiB: 30) */
 	unsigned long align;	  /* numbers: a multiple of this (0: any) */
 	const char *reject;	  /* F_TEXT: characters it may not hold */
-	const char *bad;	  /* F_TEXT: what the error says after "--flag ARG: " */
+	const char *bad;	  /* F_TEXT: what the error says after "--<flag> ARG: " */
 	const char *const *words; /* F_WORD, F_LEVEL: the values, NULL-terminated */
 	void (*call)(const char *arg);
 	bool tests; /* a test option: in the man page, not in --help */
