@@ -279,16 +279,16 @@ static const struct flag flags[] = {
 	{"stage-host", NULL, BOOL(fab_cfg.stage_host), .tests = true,
 	 .help = "host memory stands in for GPU memory the rails cannot register:\n"
 		 "staged through memcpy, its exports staged for peers"},
-	{"file-root", "DIR", TEXT(fio_cfg.root, sizeof(fio_cfg.root) - 1, "empty or too long"),
+	{"file-root", "DIR", TEXT(file_cfg.root, sizeof(file_cfg.root) - 1, "empty or too long"),
 	 .help = "dp_open_file paths are opened beneath DIR",
 	 .deflt = "none, dp_open_file is refused"},
-	{"io-depth", "N", UINT(fio_cfg.depth, 1, 4096),
+	{"io-depth", "N", UINT(file_cfg.depth, 1, 4096),
 	 .help = "file I/O: reads/writes in flight per poller"},
-	{"io-slice", "BYTES", SIZE(fio_cfg.slice, 4096, 1ul << 30), .align = 4096,
+	{"io-slice", "BYTES", SIZE(file_cfg.slice, 4096, 1ul << 30), .align = 4096,
 	 .help = "file I/O: bytes per read/write"},
-	{"staging", "BYTES", SIZE(fio_cfg.staging, 0, 1ul << 40),
+	{"staging", "BYTES", SIZE(file_cfg.staging, 0, 1ul << 40),
 	 .help = "file I/O: pinned staging pool for GPU targets"},
-	{"max-pinned-mb", "N", SIZE(fio_cfg.max_pinned, 0, 1ul << 20), .shift = 20,
+	{"max-pinned-mb", "N", SIZE(file_cfg.max_pinned, 0, 1ul << 20), .shift = 20,
 	 .help = "file I/O: host memory a client may have pinned as io_uring fixed\n"
 		 "buffers, in 16 MiB windows; beyond it, plain reads and writes;\n"
 		 "0: no fixed buffers"},

@@ -19,7 +19,7 @@
 #include "stats.h"
 #include "xfer_op.h"
 
-struct fileio_config fio_cfg = {
+struct file_config file_cfg = {
 	.depth = 32, .slice = 1u << 20, .staging = 64u << 20, .max_pinned = 1024u << 20};
 
 /* One transfer between a file region and a host or GPU region. */
@@ -55,9 +55,9 @@ struct file_slice {
 	struct file_slice *next; /* free list, or the list of GPU stages */
 };
 
-struct fileio_poller *rings[DP_MAX_POLLERS];
-unsigned nrings;
-bool fixed_files;
+struct file_poller *file_rings[DP_MAX_POLLERS];
+unsigned file_nrings;
+bool file_fixed_files;
 static bool fixed_bufs; /* every ring has a sparse table of FBUF_SLOTS */
 static size_t page_size;
 
@@ -67,51 +67,51 @@ static size_t page_size;
 #define FBUF_WIN (1ull << FBUF_WIN_SHIFT)
 static uint64_t fbuf_span;		 /* bytes one window's registration covers; 0: none */
 static atomic_uint fbuf_epoch;		 /* windows released so far */
-static struct fbuf_client *fbuf_clients; /* per-client charges, under slot_lock */
+static struct fbuf_client *fbuf_clients; /* per-client charges, under file_slot_lock */
 static unsigned fbuf_nclients, fbuf_cap;
 
 /* ---- start-up and exit ---- */
 
 /* The poller's share of --staging, as buffers of one slice each; none
  * without a GPU (GPU file transfers then answer -ENOTSUP). */
-static void staging_alloc(struct fileio_poller *fp)
+static void staging_alloc(struct file_poller *fp)
 {
-	size_t n = fio_cfg.staging / cfg.pollers / fio_cfg.slice;
+	size_t n = file_cfg.staging / cfg.pollers / file_cfg.slice;
 
 	fp->gpu_tail = &fp->gpu_head;
 	if (!gpu_device_count() || !n)
 		return;
 	fp->bufs = calloc(n, sizeof(*fp->bufs));
-	fp->stage_mem = fp->bufs ? gpu_pinned_alloc(n * fio_cfg.slice) : NULL;
+	fp->stage_mem = fp->bufs ? gpu_pinned_alloc(n * file_cfg.slice) : NULL;
 	if (!fp->stage_mem) {
 		free(fp->bufs);
 		fp->bufs = NULL;
-		log_warn("fileio: no staging buffers; file transfers with GPU memory are refused");
+		log_warn("file: no staging buffers; file transfers with GPU memory are refused");
 		return;
 	}
 	for (size_t i = 0; i < n; i++)
-		fp->bufs[i] = fp->stage_mem + i * fio_cfg.slice;
+		fp->bufs[i] = fp->stage_mem + i * file_cfg.slice;
 	fp->nbufs = fp->nfree = (unsigned)n;
 }
 
-static int ring_open(struct fileio_poller *fp)
+static int ring_open(struct file_poller *fp)
 {
 	/* Completions that need task work wait for our next kernel entry
 	 * (flagged in the SQ ring) instead of interrupting the poller. */
 	struct io_uring_params prm = {.flags = IORING_SETUP_COOP_TASKRUN |
 					       IORING_SETUP_TASKRUN_FLAG};
-	int rc = io_uring_queue_init_params(fio_cfg.depth, &fp->ring, &prm);
+	int rc = io_uring_queue_init_params(file_cfg.depth, &fp->ring, &prm);
 
 	if (rc == -EINVAL) {
 		memset(&prm, 0, sizeof(prm));
-		rc = io_uring_queue_init_params(fio_cfg.depth, &fp->ring, &prm);
+		rc = io_uring_queue_init_params(file_cfg.depth, &fp->ring, &prm);
 	}
 	return rc;
 }
 
-static void fileio_fini(void);
+static void file_fini(void);
 
-static int fileio_init(void)
+static int file_init(void)
 {
 	int rc = 0;
 
@@ -119,58 +119,59 @@ static int fileio_init(void)
 	rc = file_root_open();
 	if (rc)
 		return rc;
-	fixed_files = fixed_bufs = true;
-	for (nrings = 0; nrings < cfg.pollers; nrings++) {
-		struct fileio_poller *fp = calloc(1, sizeof(*fp));
+	file_fixed_files = fixed_bufs = true;
+	for (file_nrings = 0; file_nrings < cfg.pollers; file_nrings++) {
+		struct file_poller *fp = calloc(1, sizeof(*fp));
 
 		if (!fp)
 			return -ENOMEM;
-		fp->slices = calloc(fio_cfg.depth, sizeof(*fp->slices));
+		fp->slices = calloc(file_cfg.depth, sizeof(*fp->slices));
 		if (!fp->slices || (rc = ring_open(fp)) < 0) {
 			free(fp->slices);
 			free(fp);
 			break;
 		}
-		for (unsigned i = 0; i < fio_cfg.depth; i++) {
+		for (unsigned i = 0; i < file_cfg.depth; i++) {
 			fp->slices[i].next = fp->free;
 			fp->free = &fp->slices[i];
 		}
-		fp->p = &pollers[nrings];
-		fp->idx = nrings;
+		fp->p = &pollers[file_nrings];
+		fp->idx = file_nrings;
 		staging_alloc(fp);
 		if (io_uring_register_files_sparse(&fp->ring, FILE_SLOTS) < 0)
-			fixed_files = false;
-		if (!fio_cfg.max_pinned ||
+			file_fixed_files = false;
+		if (!file_cfg.max_pinned ||
 		    io_uring_register_buffers_sparse(&fp->ring, FBUF_SLOTS) < 0)
 			fixed_bufs = false;
-		rings[nrings] = fp;
-		pollers[nrings].eng[ENGINE_file] = fp;
+		file_rings[file_nrings] = fp;
+		pollers[file_nrings].eng[ENGINE_file] = fp;
 	}
 	if (rc < 0) {
 		/* All or none: a poller without a ring could not serve a
 		 * queue that uses files. */
-		log_warn("fileio: io_uring unavailable (%s); file regions are refused",
+		log_warn("file: io_uring unavailable (%s); file regions are refused",
 			 strerror(-rc));
-		fileio_fini();
+		file_fini();
 		return 0;
 	}
 	/* A window reaches one slice (at most a window) past its end. */
 	fbuf_span =
-		fixed_bufs ? FBUF_WIN + (fio_cfg.slice < FBUF_WIN ? fio_cfg.slice : FBUF_WIN) : 0;
-	log_info("fileio: %u ring(s), depth %u, slice %zu, %s files, %s buffers, file root %s, "
+		fixed_bufs ? FBUF_WIN + (file_cfg.slice < FBUF_WIN ? file_cfg.slice : FBUF_WIN) : 0;
+	log_info("file: %u ring(s), depth %u, slice %zu, %s files, %s buffers, file root %s, "
 		 "staging %u buffer(s) per ring, fixed-buffer windows of %llu bytes, at most %zu "
 		 "MiB per client",
-		 nrings, fio_cfg.depth, fio_cfg.slice, fixed_files ? "registered" : "plain",
-		 fixed_bufs ? "fixed" : "plain", fio_cfg.root[0] ? fio_cfg.root : "(none)",
-		 rings[0] ? rings[0]->nbufs : 0, (unsigned long long)fbuf_span,
-		 fio_cfg.max_pinned >> 20);
+		 file_nrings, file_cfg.depth, file_cfg.slice,
+		 file_fixed_files ? "registered" : "plain", fixed_bufs ? "fixed" : "plain",
+		 file_cfg.root[0] ? file_cfg.root : "(none)",
+		 file_rings[0] ? file_rings[0]->nbufs : 0, (unsigned long long)fbuf_span,
+		 file_cfg.max_pinned >> 20);
 	return 0;
 }
 
-static void fileio_fini(void)
+static void file_fini(void)
 {
-	for (unsigned i = 0; i < nrings; i++) {
-		struct fileio_poller *fp = rings[i];
+	for (unsigned i = 0; i < file_nrings; i++) {
+		struct file_poller *fp = file_rings[i];
 
 		io_uring_queue_exit(&fp->ring);
 		op_list_free(&fp->ops);
@@ -178,10 +179,10 @@ static void fileio_fini(void)
 		gpu_pinned_free(fp->stage_mem);
 		free(fp->bufs);
 		free(fp);
-		rings[i] = NULL;
+		file_rings[i] = NULL;
 		pollers[i].eng[ENGINE_file] = NULL;
 	}
-	nrings = 0;
+	file_nrings = 0;
 	free(fbuf_clients);
 	fbuf_clients = NULL;
 	fbuf_nclients = fbuf_cap = 0;
@@ -210,7 +211,7 @@ static void fileio_fini(void)
  */
 struct fbuf_map {
 	uint32_t nwin;
-	/* slot[win * nrings + ring]: > 0, fixed buffer slot - 1 of that ring;
+	/* slot[win * file_nrings + ring]: > 0, fixed buffer slot - 1 of that ring;
 	 * 0, never tried; < 0, refused while fbuf_epoch was -slot - 1 (tried
 	 * again once a window was released since). Each ring's entries are
 	 * its poller's alone until the region's last reference. */
@@ -229,7 +230,7 @@ static int32_t fbuf_refused(unsigned epoch)
 	return -(int32_t)(epoch & 0x3fffffff) - 1;
 }
 
-/* Under slot_lock: the charge of client @id (created at 0 when @make). */
+/* Under file_slot_lock: the charge of client @id (created at 0 when @make). */
 static struct fbuf_client *fbuf_client(uint32_t id, bool make)
 {
 	struct fbuf_client *n;
@@ -253,7 +254,7 @@ static struct fbuf_client *fbuf_client(uint32_t id, bool make)
 	return n;
 }
 
-/* Under slot_lock: gives @len bytes of client @id back. */
+/* Under file_slot_lock: gives @len bytes of client @id back. */
 static void fbuf_uncharge(uint32_t id, uint64_t len)
 {
 	struct fbuf_client *c = fbuf_client(id, false);
@@ -277,7 +278,7 @@ static uint64_t fbuf_len(const struct region *reg, uint64_t win)
 static struct fbuf_map *fbuf_map_get(struct region *reg)
 {
 	struct fbuf_map *m = atomic_load_explicit(&reg->fbuf, memory_order_acquire), *none = NULL;
-	uint64_t nwin = (reg->map_len + FBUF_WIN - 1) >> FBUF_WIN_SHIFT, n = nwin * nrings;
+	uint64_t nwin = (reg->map_len + FBUF_WIN - 1) >> FBUF_WIN_SHIFT, n = nwin * file_nrings;
 
 	if (m)
 		return m;
@@ -302,7 +303,7 @@ static struct fbuf_map *fbuf_map_get(struct region *reg)
  * @client. The slot, or -1: the slice goes by address (over the client's
  * cap, no slot left, this loop's registration done, or the kernel said no).
  */
-static __attribute__((noinline)) int fbuf_register(struct fileio_poller *fp, struct region *reg,
+static __attribute__((noinline)) int fbuf_register(struct file_poller *fp, struct region *reg,
 						   uint64_t win, uint32_t client)
 {
 	struct fbuf_map *m = fbuf_map_get(reg);
@@ -316,10 +317,10 @@ static __attribute__((noinline)) int fbuf_register(struct fileio_poller *fp, str
 
 	if (!m || !fp->fbuf_budget)
 		return -1; /* tried again at the next slice */
-	at = win * nrings + fp->idx;
-	pthread_mutex_lock(&slot_lock);
+	at = win * file_nrings + fp->idx;
+	pthread_mutex_lock(&file_slot_lock);
 	c = fbuf_client(client, true);
-	if (!c || c->pinned + len > fio_cfg.max_pinned)
+	if (!c || c->pinned + len > file_cfg.max_pinned)
 		why = "the client's --max-pinned-mb is reached";
 	for (int i = 0; !why && i < FBUF_SLOTS && slot < 0; i++)
 		if (!fp->fbuf_used[i])
@@ -332,7 +333,7 @@ static __attribute__((noinline)) int fbuf_register(struct fileio_poller *fp, str
 	} else if (c && !c->pinned) {
 		fbuf_uncharge(client, 0);
 	}
-	pthread_mutex_unlock(&slot_lock);
+	pthread_mutex_unlock(&file_slot_lock);
 	if (!why) {
 		fp->fbuf_budget--;
 		t0 = dp_now_ns();
@@ -340,19 +341,19 @@ static __attribute__((noinline)) int fbuf_register(struct fileio_poller *fp, str
 		if (rc == 1) {
 			m->slot[at] = slot + 1;
 			m->client[at] = client;
-			log_debug("fileio: ring %u: window %llu of a host region of %zu bytes is "
+			log_debug("file: ring %u: window %llu of a host region of %zu bytes is "
 				  "fixed buffer %d (%llu bytes pinned in %.1f ms, client %u)",
 				  fp->idx, (unsigned long long)win, reg->map_len, slot,
 				  (unsigned long long)len, (dp_now_ns() - t0) / 1e6, client);
 			return slot;
 		}
-		pthread_mutex_lock(&slot_lock);
+		pthread_mutex_lock(&file_slot_lock);
 		fp->fbuf_used[slot] = false;
 		fbuf_uncharge(client, len);
-		pthread_mutex_unlock(&slot_lock);
+		pthread_mutex_unlock(&file_slot_lock);
 		why = "the kernel refused its registration";
 	}
-	log_debug("fileio: ring %u: window %llu of a host region goes by address (%s)", fp->idx,
+	log_debug("file: ring %u: window %llu of a host region goes by address (%s)", fp->idx,
 		  (unsigned long long)win, why);
 	m->slot[at] = fbuf_refused(epoch);
 	return -1;
@@ -364,7 +365,7 @@ static __attribute__((noinline)) int fbuf_register(struct fileio_poller *fp, str
  * queue @q's client), or -1. Two loads once the window is registered here
  * (the region's map, the window's slot).
  */
-static inline int fbuf_index(struct fileio_poller *fp, struct region *h, uint64_t at, unsigned n,
+static inline int fbuf_index(struct file_poller *fp, struct region *h, uint64_t at, unsigned n,
 			     const struct queue *q)
 {
 	struct fbuf_map *m = atomic_load_explicit(&h->fbuf, memory_order_acquire);
@@ -372,7 +373,7 @@ static inline int fbuf_index(struct fileio_poller *fp, struct region *h, uint64_
 	int32_t e = 0;
 
 	if (m) {
-		e = m->slot[win * nrings + fp->idx];
+		e = m->slot[win * file_nrings + fp->idx];
 		if (e > 0)
 			return (at & (FBUF_WIN - 1)) + n <= fbuf_span ? e - 1 : -1;
 	}
@@ -385,10 +386,10 @@ static inline int fbuf_index(struct fileio_poller *fp, struct region *h, uint64_
 
 /* Whether a slice at @at of host region @h would register its window on
  * this ring (not registered here yet, nor refused since the last release). */
-static bool fbuf_wants(const struct fileio_poller *fp, struct region *h, uint64_t at)
+static bool fbuf_wants(const struct file_poller *fp, struct region *h, uint64_t at)
 {
 	struct fbuf_map *m = atomic_load_explicit(&h->fbuf, memory_order_acquire);
-	int32_t e = m ? m->slot[(at >> FBUF_WIN_SHIFT) * nrings + fp->idx] : 0;
+	int32_t e = m ? m->slot[(at >> FBUF_WIN_SHIFT) * file_nrings + fp->idx] : 0;
 
 	return !e || (e < 0 &&
 		      e != fbuf_refused(atomic_load_explicit(&fbuf_epoch, memory_order_relaxed)));
@@ -405,18 +406,18 @@ static void fbuf_release(struct region *reg)
 	if (!m)
 		return;
 	for (uint64_t w = 0; w < m->nwin; w++)
-		for (unsigned r = 0; r < nrings; r++) {
-			size_t at = w * nrings + r;
+		for (unsigned r = 0; r < file_nrings; r++) {
+			size_t at = w * file_nrings + r;
 			int32_t e = m->slot[at];
 
 			if (e <= 0)
 				continue;
-			io_uring_register_buffers_update_tag(&rings[r]->ring, (unsigned)(e - 1),
-							     &none, NULL, 1);
-			pthread_mutex_lock(&slot_lock);
-			rings[r]->fbuf_used[e - 1] = false;
+			io_uring_register_buffers_update_tag(&file_rings[r]->ring,
+							     (unsigned)(e - 1), &none, NULL, 1);
+			pthread_mutex_lock(&file_slot_lock);
+			file_rings[r]->fbuf_used[e - 1] = false;
 			fbuf_uncharge(m->client[at], fbuf_len(reg, w));
-			pthread_mutex_unlock(&slot_lock);
+			pthread_mutex_unlock(&file_slot_lock);
 			released = true;
 		}
 	if (released)
@@ -426,21 +427,21 @@ static void fbuf_release(struct region *reg)
 
 /* ---- the data path (poller) ---- */
 
-static void op_finish(struct fileio_poller *fp, struct file_op *op)
+static void op_finish(struct file_poller *fp, struct file_op *op)
 {
 	xfer_op_finish(fp->p, &op->o, op->status);
 	op_list_put(&fp->ops, &op->node);
 }
 
-static void op_enqueue(struct fileio_poller *fp, struct file_op *op)
+static void op_enqueue(struct file_poller *fp, struct file_op *op)
 {
 	op->queued = true;
 	op_list_push(&fp->ops, &op->node);
 }
 
-static void fileio_submit(struct poller *p, const struct xfer *x)
+static void file_submit(struct poller *p, const struct xfer *x)
 {
-	struct fileio_poller *fp = p->eng[ENGINE_file];
+	struct file_poller *fp = p->eng[ENGINE_file];
 	struct queue *q = x->q;
 	const struct dp_desc *d = x->d;
 	struct region *local = x->ra, *target = x->rb;
@@ -490,7 +491,7 @@ static void fileio_submit(struct poller *p, const struct xfer *x)
 static uint32_t slice_len(const struct file_op *op, const struct file_region *f, uint64_t at,
 			  bool *direct)
 {
-	uint64_t left = op->o.len - at, n = left < fio_cfg.slice ? left : fio_cfg.slice;
+	uint64_t left = op->o.len - at, n = left < file_cfg.slice ? left : file_cfg.slice;
 	uint64_t pos = op->pos + at, a = f->off_align > page_size ? f->off_align : page_size;
 
 	*direct = false;
@@ -506,7 +507,7 @@ static uint32_t slice_len(const struct file_op *op, const struct file_region *f,
 	return (uint32_t)n;
 }
 
-static void slice_prep(struct fileio_poller *fp, struct file_slice *s)
+static void slice_prep(struct file_poller *fp, struct file_slice *s)
 {
 	struct file_op *op = s->op;
 	struct file_region *f = op->file->eng[ENGINE_file];
@@ -558,7 +559,7 @@ static int slice_errno(int res)
 
 /* The slice is over (done, failed or cancelled): it, and its staging
  * buffer, go back; the op completes with its last slice. */
-static void slice_finish(struct fileio_poller *fp, struct file_slice *s)
+static void slice_finish(struct file_poller *fp, struct file_slice *s)
 {
 	struct file_op *op = s->op;
 
@@ -574,7 +575,7 @@ static void slice_finish(struct fileio_poller *fp, struct file_slice *s)
 /* The GPU stage of a slice: GPU -> buffer before its write, buffer -> GPU
  * after its read. The slice waits on the GPU list; a copy that cannot
  * start fails the op (-EIO). */
-static void gpu_stage(struct fileio_poller *fp, struct file_slice *s)
+static void gpu_stage(struct file_poller *fp, struct file_slice *s)
 {
 	struct file_op *op = s->op;
 	uint8_t *gpu = op->mem + s->off;
@@ -595,7 +596,7 @@ static void gpu_stage(struct fileio_poller *fp, struct file_slice *s)
 
 /* Slices whose GPU copy finished go on: to the file (a write), or out
  * (a read). A stage that failed fails its op with -EIO. */
-static int gpu_reap(struct fileio_poller *fp)
+static int gpu_reap(struct file_poller *fp)
 {
 	struct file_slice **pp = &fp->gpu_head, *s;
 	int n = 0;
@@ -621,7 +622,7 @@ static int gpu_reap(struct fileio_poller *fp)
 	return n;
 }
 
-static void slice_done(struct fileio_poller *fp, struct file_slice *s, int res)
+static void slice_done(struct file_poller *fp, struct file_slice *s, int res)
 {
 	struct file_op *op = s->op;
 	struct file_region *f = op->file->eng[ENGINE_file];
@@ -667,11 +668,11 @@ static void slice_done(struct fileio_poller *fp, struct file_slice *s, int res)
 
 /* Hands out slices round robin, one per op per turn, until the depth is
  * used up. Ops that failed or whose queue is closing leave the list. */
-static int fill(struct fileio_poller *fp)
+static int fill(struct file_poller *fp)
 {
 	int n = 0;
 
-	while (op_list_busy(&fp->ops) && fp->inflight < fio_cfg.depth) {
+	while (op_list_busy(&fp->ops) && fp->inflight < file_cfg.depth) {
 		struct file_op *op = (struct file_op *)op_list_pop(&fp->ops);
 		struct file_slice *s;
 
@@ -720,7 +721,7 @@ static int fill(struct fileio_poller *fp)
 	return n;
 }
 
-static int reap(struct fileio_poller *fp)
+static int reap(struct file_poller *fp)
 {
 	struct io_uring_cqe *cqe;
 	unsigned head, n = 0;
@@ -738,20 +739,20 @@ static int reap(struct fileio_poller *fp)
 
 /* One system call at most: posts what was prepared and, when the kernel
  * flagged task work (COOP_TASKRUN), lets it post the completions. */
-static void kick(struct fileio_poller *fp)
+static void kick(struct file_poller *fp)
 {
 	if (io_uring_sq_ready(&fp->ring) ||
 	    IO_URING_READ_ONCE(*fp->ring.sq.kflags) & IORING_SQ_TASKRUN) {
 		/* A failed submission leaves the SQEs in the SQ: the next
-		 * loop's kick posts them (fileio_busy keeps the poller up). */
+		 * loop's kick posts them (file_busy keeps the poller up). */
 		if (!DP_FAULT(URING_SUBMIT))
 			io_uring_submit_and_get_events(&fp->ring);
 	}
 }
 
-static int fileio_progress(struct poller *p)
+static int file_progress(struct poller *p)
 {
-	struct fileio_poller *fp = p->eng[ENGINE_file];
+	struct file_poller *fp = p->eng[ENGINE_file];
 	int work;
 
 	if (!fp || (!fp->inflight && !op_list_busy(&fp->ops)))
@@ -767,16 +768,16 @@ static int fileio_progress(struct poller *p)
 	return work;
 }
 
-static bool fileio_busy(const struct poller *p)
+static bool file_busy(const struct poller *p)
 {
-	const struct fileio_poller *fp = p->eng[ENGINE_file];
+	const struct file_poller *fp = p->eng[ENGINE_file];
 
 	return fp && (fp->inflight || op_list_busy(&fp->ops));
 }
 
-static void fileio_cancel_all(struct poller *p)
+static void file_cancel_all(struct poller *p)
 {
-	struct fileio_poller *fp = p->eng[ENGINE_file];
+	struct file_poller *fp = p->eng[ENGINE_file];
 
 	if (!fp)
 		return;
@@ -803,7 +804,7 @@ static void fileio_cancel_all(struct poller *p)
 
 /* The last reference to a region: a file region's fds and slots, or a host
  * region's fixed-buffer slots if file I/O registered it. */
-static void fileio_region_close(struct region *reg)
+static void file_region_release(struct region *reg)
 {
 	if (reg->kind == REGION_FILE && reg->eng[ENGINE_file])
 		file_region_close(reg);
@@ -813,12 +814,12 @@ static void fileio_region_close(struct region *reg)
 
 const struct engine file_engine = {
 	.name = "file",
-	.init = fileio_init,
-	.fini = fileio_fini,
-	.submit = fileio_submit,
-	.progress = fileio_progress,
-	.busy = fileio_busy,
-	.cancel_all = fileio_cancel_all,
+	.init = file_init,
+	.fini = file_fini,
+	.submit = file_submit,
+	.progress = file_progress,
+	.busy = file_busy,
+	.cancel_all = file_cancel_all,
 	.region_msgs = file_region_msgs,
-	.region_close = fileio_region_close,
+	.region_close = file_region_release,
 };

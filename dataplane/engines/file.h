@@ -13,30 +13,30 @@
  * cache. Completions are reaped in the poller loop; no thread of ours ever
  * blocks in a read or a write. docs/files.md is the user's view.
  *
- * Threads: fileio_init/fini at start-up and exit; fileio_region_* on the
- * control thread (fileio_region_close also on a poller, through the last
- * region_put); fileio_submit/progress/busy/cancel_all on the poller that
+ * Threads: file_init/fini at start-up and exit; file_region_* on the
+ * control thread (file_region_release also on a poller, through the last
+ * region_put); file_submit/progress/busy/cancel_all on the poller that
  * owns the state.
  *
  * Code: file_region.c (file regions), file.c (the io_uring engine);
  * file_internal.h between them.
  */
-#ifndef DP_FILEIO_H
-#define DP_FILEIO_H
+#ifndef DP_FILE_H
+#define DP_FILE_H
 
 #include <limits.h>
 #include <stdbool.h>
 
 #include "dp_internal.h"
 
-struct fileio_config {
+struct file_config {
 	unsigned depth;	     /* --io-depth: slices in flight per poller */
 	size_t slice;	     /* --io-slice: bytes per read/write */
 	size_t staging;	     /* --staging: pinned staging pool for GPU targets */
 	size_t max_pinned;   /* --max-pinned-mb: fixed-buffer bytes per client */
 	char root[PATH_MAX]; /* --file-root; "" = dp_open_file is refused */
 };
-extern struct fileio_config fio_cfg;
+extern struct file_config file_cfg;
 
 /* A file region's state (region->eng[ENGINE_file] of a REGION_FILE region). */
 struct file_region {
@@ -67,4 +67,4 @@ static inline bool fileio_access_ok(const struct region *r, unsigned need)
 	return r->kind != REGION_FILE || (f->access & need) == need;
 }
 
-#endif /* DP_FILEIO_H */
+#endif /* DP_FILE_H */

@@ -34,12 +34,12 @@ struct file_op;	   /* a transfer (file.c) */
 struct file_slice; /* one read or write of it (file.c) */
 
 /* A poller's ring and what goes through it (poller->eng[ENGINE_file]). */
-struct fileio_poller {
+struct file_poller {
 	struct io_uring ring;
 	unsigned inflight;		  /* slices owned by the kernel (or prepared for it) */
 	struct op_list ops;		  /* ops with bytes to issue, round robin; spare ops */
-	struct file_slice *slices, *free; /* fio_cfg.depth of them */
-	/* Staging for GPU transfers: pinned buffers of fio_cfg.slice bytes. */
+	struct file_slice *slices, *free; /* file_cfg.depth of them */
+	/* Staging for GPU transfers: pinned buffers of file_cfg.slice bytes. */
 	struct poller *p;
 	uint8_t *stage_mem, **bufs;
 	unsigned nbufs, nfree;			 /* buffers, of which free (bufs[0..nfree)) */
@@ -48,22 +48,22 @@ struct fileio_poller {
 	/* Fixed buffers: this ring's index in a host region's window map, the
 	 * registrations still allowed in this loop (one: a loop stalls for
 	 * at most one window's pinning), and the slots in use (under
-	 * slot_lock: a region's last reference frees them on any thread). */
+	 * file_slot_lock: a region's last reference frees them on any thread). */
 	unsigned idx;
 	unsigned fbuf_budget;
 	bool fbuf_used[FBUF_SLOTS];
 };
 
 /* file.c: the rings, one per poller (none: io_uring is unavailable and
- * file regions are refused), set up before the pollers run. fixed_files:
+ * file regions are refused), set up before the pollers run. file_fixed_files:
  * every ring has a sparse table of FILE_SLOTS. */
-extern struct fileio_poller *rings[DP_MAX_POLLERS];
-extern unsigned nrings;
-extern bool fixed_files;
+extern struct file_poller *file_rings[DP_MAX_POLLERS];
+extern unsigned file_nrings;
+extern bool file_fixed_files;
 
 /* file_region.c: guards the registered-file slots, and file.c's
  * fixed-buffer slots (fbuf_used) and per-client pinned bytes too. */
-extern pthread_mutex_t slot_lock;
+extern pthread_mutex_t file_slot_lock;
 
 /* file_region.c: --file-root opened (0, or -errno, logged) and closed, at
  * the engine's start-up and exit; a file region's fds and slots at its

@@ -22,20 +22,20 @@
 #include "file_internal.h"
 
 static int root_fd = -1;
-pthread_mutex_t slot_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t file_slot_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool slot_used[FILE_SLOTS];
 
-/* ---- --file-root (main thread, from fileio_init and fileio_fini) ---- */
+/* ---- --file-root (main thread, from file_init and file_fini) ---- */
 
 int file_root_open(void)
 {
 	int rc;
 
-	if (fio_cfg.root[0]) {
-		root_fd = open(fio_cfg.root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (file_cfg.root[0]) {
+		root_fd = open(file_cfg.root, O_PATH | O_DIRECTORY | O_CLOEXEC);
 		if (root_fd < 0) {
 			rc = -errno;
-			log_err("--file-root %s: %s", fio_cfg.root, strerror(errno));
+			log_err("--file-root %s: %s", file_cfg.root, strerror(errno));
 			return rc;
 		}
 	}
@@ -62,27 +62,28 @@ static int slot_get(int fd)
 	int slot = -1, none = -1;
 	unsigned r;
 
-	if (!fixed_files || fd < 0)
+	if (!file_fixed_files || fd < 0)
 		return -1;
-	pthread_mutex_lock(&slot_lock);
+	pthread_mutex_lock(&file_slot_lock);
 	for (int i = 0; i < FILE_SLOTS && slot < 0; i++)
 		if (!slot_used[i]) {
 			slot_used[i] = true;
 			slot = i;
 		}
-	pthread_mutex_unlock(&slot_lock);
+	pthread_mutex_unlock(&file_slot_lock);
 	if (slot < 0)
 		return -1;
-	for (r = 0; r < nrings; r++)
-		if (io_uring_register_files_update(&rings[r]->ring, (unsigned)slot, &fd, 1) != 1)
+	for (r = 0; r < file_nrings; r++)
+		if (io_uring_register_files_update(&file_rings[r]->ring, (unsigned)slot, &fd, 1) !=
+		    1)
 			break;
-	if (r == nrings)
+	if (r == file_nrings)
 		return slot;
 	while (r--)
-		io_uring_register_files_update(&rings[r]->ring, (unsigned)slot, &none, 1);
-	pthread_mutex_lock(&slot_lock);
+		io_uring_register_files_update(&file_rings[r]->ring, (unsigned)slot, &none, 1);
+	pthread_mutex_lock(&file_slot_lock);
 	slot_used[slot] = false;
-	pthread_mutex_unlock(&slot_lock);
+	pthread_mutex_unlock(&file_slot_lock);
 	return -1;
 }
 
@@ -92,11 +93,11 @@ static void slot_put(int slot)
 
 	if (slot < 0)
 		return;
-	for (unsigned r = 0; r < nrings; r++)
-		io_uring_register_files_update(&rings[r]->ring, (unsigned)slot, &none, 1);
-	pthread_mutex_lock(&slot_lock);
+	for (unsigned r = 0; r < file_nrings; r++)
+		io_uring_register_files_update(&file_rings[r]->ring, (unsigned)slot, &none, 1);
+	pthread_mutex_lock(&file_slot_lock);
 	slot_used[slot] = false;
-	pthread_mutex_unlock(&slot_lock);
+	pthread_mutex_unlock(&file_slot_lock);
 }
 
 /* The same open file, opened again through its /proc link: same inode,
@@ -278,7 +279,7 @@ static int file_region_open(struct region *reg, int fd, const char *path, uint64
 		rc = -EINVAL;
 		goto err;
 	}
-	if (!nrings) {
+	if (!file_nrings) {
 		rc = -ENOTSUP;
 		goto err;
 	}
