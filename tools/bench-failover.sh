@@ -96,7 +96,7 @@ awk '
 function v(k,   i) { for (i = 1; i < NF; i++) if ($i == k) return $(i + 1); return "?" }
 BEGIN {
 	print "Rail failover, two tcp rails over veth, queue depth 64, bytes verified (ms; p50 / max over the cuts)"
-	printf "| cut | op | size | cuts | failed | re-posted | taken out | back to 90%% of one rail | longest descriptor | rail back after restore (max) |\n"
+	printf "| cut | op | size | cuts | failed | re-posted | taken out | back to 90%% of one rail | longest descriptor | rail back after restore: max (within 1 s) |\n"
 	printf "|---|---|---|---|---|---|---|---|---|---|\n"
 }
 {
@@ -104,7 +104,7 @@ BEGIN {
 		$1 == "down" ? "link down" : "100% loss", $2, $3 == 1048576 ? "1 MiB" : "64 KiB",
 		v("cuts"), v("failed"), v("bad") == 0 ? "" : " (" v("bad") " bad bytes)", v("reposted"),
 		v("detect_p50"), v("detect_max"), v("recover_p50"), v("recover_max"),
-		v("longest_p50"), v("longest_max"), v("back_max"), v("back"), v("cuts")
+		v("longest_p50"), v("longest_max"), v("back_max"), v("back_1s"), v("cuts")
 }' "$dir/rows"
 awk '
 function v(k,   i) { for (i = 1; i < NF; i++) if ($i == k) return $(i + 1); return "?" }

@@ -297,16 +297,19 @@ static void cuts(void)
 
 	for (unsigned i = 0; i < n; i++) {
 		struct dp_stats_rail r = rail_now();
-		uint64_t tc = now_ns(), to, tr, tb, half, m0, rc = 0;
+		uint64_t tc = now_ns(), to, tr, tb, b0, half, m0, rc = 0;
 		uint32_t maxlat = 0;
 
 		sh(o.cut);
 		to = wait_rail(true, r.outs, 0, o.cut_ms);
 		while (now_ns() < tc + (uint64_t)o.cut_ms * 1000000)
 			usleep(1000);
+		/* (counted before the restore: the rail may answer
+		 * while the command still runs) */
+		b0 = rail_now().backs;
 		tr = now_ns();
 		sh(o.restore);
-		tb = wait_rail(false, 0, rail_now().backs, 10000);
+		tb = wait_rail(false, 0, b0, 10000);
 		/* The rails left carry alone in the cut's second half. */
 		m0 = ms_of(tc);
 		half = o.cut_ms / 2;
@@ -340,15 +343,19 @@ static void cuts(void)
 		double r50 = pct(rec, n, 0.5), rmax = pct(rec, n, 1);
 		double l50 = pct(lng, n, 0.5), lmax = pct(lng, n, 1);
 		double bmax = pct(back, nback, 1);
+		unsigned in1s = 0;
+
+		for (unsigned i = 0; i < nback; i++)
+			in1s += back[i] <= 1000;
 
 		printf("SUMMARY %s %llu cuts %u failed %llu bad %llu reposted %llu detect_p50 %.1f "
 		       "detect_max %.1f recover_p50 %.0f recover_max %.0f longest_p50 %.1f "
-		       "longest_max %.1f back %u back_max %.0f alone %.2f\n",
+		       "longest_max %.1f back %u back_1s %u back_max %.0f alone %.2f\n",
 		       o.op == DP_OP_READ ? "READ" : "WRITE", (unsigned long long)o.size, n,
 		       (unsigned long long)atomic_load(&L.failed),
 		       (unsigned long long)atomic_load(&L.bad),
 		       (unsigned long long)(rail_now().reposted - r0), d50, dmax, r50, rmax, l50,
-		       lmax, nback, bmax, a);
+		       lmax, nback, in1s, bmax, a);
 	}
 }
 

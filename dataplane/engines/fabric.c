@@ -296,8 +296,8 @@ static unsigned op_rail(const struct fab_op *op, unsigned k, unsigned n)
  * per busy second, its measured throughput. A rail with posts out none of
  * which has completed for FAB_STALL_GAPS times the slowest healthy rail's
  * time per slice to that peer, or twice the longest gap a healthy rail
- * showed lately (stall_deadline: at least FAB_STALL_MIN_NS, at most half
- * the fabric timeout), while another rail to the same peer completed
+ * showed lately (up to FAB_STALL_LEARNED_MAX_NS; stall_deadline: at least
+ * FAB_STALL_MIN_NS, at most half the fabric timeout), while another rail to the same peer completed
  * meanwhile or had nothing out (every new slice went to the stalled one),
  * is taken out of that peer's stripe: its posts of open transfers get twins
  * on the healthy rails (RMA READs and WRITEs of the same bytes to the same
@@ -335,6 +335,9 @@ static unsigned op_rail(const struct fab_op *op, unsigned k, unsigned n)
  */
 #define FAB_STALL_GAPS 8
 #define FAB_STALL_MIN_NS 30000000ull
+/* What the longest gaps lately may add: past it, a rail that completes
+ * nothing while another completes is taken out however noisy the host. */
+#define FAB_STALL_LEARNED_MAX_NS 120000000ull
 #define FAB_PROBE_EVERY_NS 50000000ull
 
 /* The poller's slot for @pr: its own, or the least recently used of four
@@ -580,8 +583,9 @@ static void rail_back(struct fab_poller *fp, struct peer_health *ph, unsigned r,
 
 /* The deadline of a rail of @ph with posts out and none completing: 8
  * times the slowest healthy rail's smoothed time per slice, twice the
- * longest gap any healthy rail showed lately, at least FAB_STALL_MIN_NS,
- * at most half the fabric timeout. */
+ * longest gap any healthy rail showed lately (up to
+ * FAB_STALL_LEARNED_MAX_NS), at least FAB_STALL_MIN_NS, at most half the
+ * fabric timeout. */
 static uint64_t stall_deadline(const struct peer_health *ph, unsigned n, uint64_t now)
 {
 	uint64_t g = 0, w = 0, d;
@@ -595,6 +599,8 @@ static uint64_t stall_deadline(const struct peer_health *ph, unsigned n, uint64_
 			w = worst_recent(&ph->r[r], now);
 	}
 	d = FAB_STALL_GAPS * g;
+	if (2 * w > FAB_STALL_LEARNED_MAX_NS)
+		w = FAB_STALL_LEARNED_MAX_NS / 2;
 	if (d < 2 * w)
 		d = 2 * w;
 	if (d < FAB_STALL_MIN_NS)
