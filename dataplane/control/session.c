@@ -474,7 +474,7 @@ static int map_insert(struct session_cli *s, uint64_t va, uint64_t len, struct s
 
 static void batch_issue(struct session_cli *s);
 struct open_ctx;
-static void open_end(struct open_ctx *o, int rc);
+static void open_part_done(struct open_ctx *o);
 
 static void batch_start(struct session_cli *s)
 {
@@ -512,7 +512,7 @@ static void batch_end(struct session_cli *s)
 		struct open_ctx *o = s->opening;
 
 		s->opening = NULL;
-		open_end(o, 0);
+		open_part_done(o);
 	}
 	if (s->refreshed) {
 		void (*fn)(void *) = s->refreshed;
@@ -710,6 +710,9 @@ struct open_ctx {
 	void *arg;
 	uint64_t va, len; /* the first member the port described, if any */
 	uint32_t members; /* how many the session has */
+	/* What the open still waits for: the first member's mapping, and
+	 * the batch that asks for the others (both at once). */
+	unsigned parts;
 };
 
 static void open_end(struct open_ctx *o, int rc)
@@ -724,24 +727,32 @@ static void open_end(struct open_ctx *o, int rc)
 	free(o);
 }
 
-/* The open's answer: the session's other registrations are asked for
- * now, and the handle is granted once they are in (a registration made
- * later, or one that cannot be reached now, is asked about at its first
- * use). */
+/* One of what the open waits for is done; the handle is granted after
+ * the last. */
+static void open_part_done(struct open_ctx *o)
+{
+	if (!--o->parts)
+		open_end(o, 0);
+}
+
+/* The open's answer: the session's other registrations are asked for now,
+ * beside the first one's mapping, and the handle is granted once they are
+ * in (a registration made later, or one that cannot be reached now, is
+ * asked about at its first use). One after the other, they were four
+ * exchanges with a service of this host where a named open makes two. */
 static void open_prefetch(struct open_ctx *o)
 {
 	struct session_cli *s = o->s;
 	unsigned n = o->members < SESSION_ASKS ? o->members : SESSION_ASKS;
 
-	if (n <= 1) {
-		open_end(o, 0);
+	if (n <= 1)
 		return;
-	}
 	pthread_mutex_lock(&s->lock);
 	for (unsigned i = 1; i < n && s->nask < SESSION_ASKS; i++)
 		s->asks[s->nask++] = (struct ask){.idx = i + 1};
 	atomic_fetch_add(&s->asked, 1);
 	pthread_mutex_unlock(&s->lock);
+	o->parts++;
 	s->opening = o;
 	batch_start(s);
 }
@@ -753,7 +764,7 @@ static void on_first_member(void *arg, int rc, struct segment *seg)
 
 	if (!rc)
 		map_insert(o->s, o->va, o->len, seg);
-	open_prefetch(o);
+	open_part_done(o);
 }
 
 static void on_ping(void *arg, int rc, const struct dp_rpc_lookup_reply *r, int *fds, unsigned nfds)
@@ -768,9 +779,14 @@ static void on_ping(void *arg, int rc, const struct dp_rpc_lookup_reply *r, int 
 		o->va = r->va;
 		o->len = r->len;
 		o->members = r->members;
-		if (segment_resolve_reply(r->server_name, r->member, r, on_first_member, o) ==
+		o->parts = 1;
+		open_prefetch(o);
+		/* -ENOMEM (on_first_member not called): the member is asked
+		 * about at its first use. */
+		if (segment_resolve_reply(r->server_name, r->member, r, on_first_member, o) !=
 		    SEGMENT_PENDING)
-			return;
+			open_part_done(o);
+		return;
 	}
 	open_end(o, rc);
 }
