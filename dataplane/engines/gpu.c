@@ -268,6 +268,7 @@ struct page_lane {
 	unsigned *count;
 	uint32_t seq;
 	uint64_t asked_ns; /* the stream last asked about an overdue batch */
+	bool recount;	   /* the counts to zero again on the next stream */
 	/* The account, logged when the poller stops: launches, pages in
 	 * them, the poller's time launching, and launch to seen done. */
 	uint64_t launches, launched, launch_ns, wait_ns;
@@ -1202,19 +1203,22 @@ static cudaError_t lane_signals(struct page_lane *l)
 	return err;
 }
 
-/* Drops the lane's stream after an error that failed every batch on it. */
+/* Drops the lane's stream after an error that failed every batch on it;
+ * a kernel stopped half way may have left its count: zeroed again, on the
+ * next stream, before its first launch. */
 static void pages_reset(struct page_lane *l)
 {
 	if (l->stream)
 		cudaStreamDestroy(l->stream);
 	l->stream = NULL;
+	l->recount = true;
 	cudaGetLastError();
 }
 
 /* Launches batch @b of @l on device @dev: the page kernel over its table,
  * storing the batch's sequence number into its slot's flag at the end. A
- * failure fails its pages with -EIO and resets the lane's stream, as a
- * failed copy does. */
+ * failure fails its pages with -EIO; the stream stays (batches launched
+ * before may still run on it). */
 static void batch_launch(struct poller *p, struct gpu_poller *g, int dev, struct page_lane *l,
 			 struct page_batch *b)
 {
@@ -1227,6 +1231,10 @@ static void batch_launch(struct poller *p, struct gpu_poller *g, int dev, struct
 		err = cudaStreamCreateWithPriority(&l->stream, cudaStreamNonBlocking, prio_pages);
 	if (err == cudaSuccess && !l->flag)
 		err = lane_signals(l);
+	else if (err == cudaSuccess && l->recount &&
+		 (err = cudaMemsetAsync(l->count, 0, GPU_BATCH_SLOTS * sizeof(*l->count),
+					l->stream)) == cudaSuccess)
+		l->recount = false;
 	if (err == cudaSuccess) {
 		if (!++l->seq) /* 0 is no launch */
 			l->seq = 1;
@@ -1266,7 +1274,9 @@ static int pages_launch(struct poller *p, struct gpu_poller *g, int dev, struct 
 		if (l->next == l->fill) {
 			/* The filling batch: at once on an idle lane, else once
 			 * it is worth a launch and a launch slot is free. */
-			if (l->next != l->head &&
+			bool full = b->n == GPU_BATCH_MAX || b->bytes >= GPU_BATCH_BYTES;
+
+			if (l->next != l->head && !full &&
 			    (l->next - l->head >= GPU_BATCH_INFLIGHT ||
 			     (b->n < GPU_BATCH_GO && b->bytes < GPU_BATCH_GO_BYTES)))
 				break;
@@ -1294,13 +1304,13 @@ static inline bool batch_seen(const struct page_lane *l, const struct page_batch
 /*
  * Batches of @l seen done, oldest first (one stream: in order). The head
  * overdue: the stream is asked (at most every GPU_BATCH_OVERDUE_NS): idle,
- * the head is done (its flag is late to be seen, not missing); an error (a
+ * every launched batch is done (a flag late to be seen, not missing); an error (a
  * kernel that faulted stores no flag), every launched batch not seen done
  * fails with -EIO and the stream is dropped. Returns the pages completed.
  */
 static int pages_reap(struct poller *p, struct gpu_poller *g, int dev, struct page_lane *l)
 {
-	bool failed = false;
+	bool failed = false, idle = false;
 	int done = 0;
 
 	for (; l->head != l->next; l->head++) {
@@ -1310,7 +1320,7 @@ static int pages_reap(struct poller *p, struct gpu_poller *g, int dev, struct pa
 		if (!b->seq) /* failed at its launch, ended there */
 			continue;
 		seen = batch_seen(l, b);
-		if (!seen && !failed) {
+		if (!seen && !failed && !idle) {
 			uint64_t now = dp_now_ns();
 			cudaError_t err;
 
@@ -1318,9 +1328,11 @@ static int pages_reap(struct poller *p, struct gpu_poller *g, int dev, struct pa
 			    now - l->asked_ns < GPU_BATCH_OVERDUE_NS)
 				break;
 			l->asked_ns = now;
-			err = cudaStreamQuery(l->stream);
+			err = DP_FAULT_CUDA_DONE(cudaStreamQuery(l->stream));
 			if (err == cudaErrorNotReady)
 				break;
+			/* Idle: every batch launched on it is done. */
+			idle = err == cudaSuccess;
 			if (err != cudaSuccess) {
 				log_err("gpu: batch of %u pages on device %d failed: %s", b->n, dev,
 					cudaGetErrorString(err));

@@ -83,6 +83,8 @@ extern "C" cudaError_t gpu_pages_launch_signal(const struct gpu_page *tab, unsig
 {
 	if (!n)
 		return cudaSuccess;
+	// An error an earlier call left pending is not this launch's.
+	(void)cudaGetLastError();
 	gpu_pages_kernel_signal<<<n, PAGE_THREADS, 0, s>>>(tab, n, count, flag, seq);
 	return cudaGetLastError();
 }
@@ -91,6 +93,7 @@ extern "C" cudaError_t gpu_pages_launch(const struct gpu_page *tab, unsigned n, 
 {
 	if (!n)
 		return cudaSuccess;
+	(void)cudaGetLastError();
 	gpu_pages_kernel<<<n, PAGE_THREADS, 0, s>>>(tab);
 	return cudaGetLastError();
 }
