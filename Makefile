@@ -117,7 +117,9 @@ TEST_LIBS := $(shell pkg-config --libs criterion 2>/dev/null)
 RING_SRCS := ring/ring.c
 COMMON_SRCS := $(wildcard common/*.c)
 CLIENT_SRCS := $(wildcard libclient/*.c) $(COMMON_SRCS)
-SERVICE_SRCS := $(wildcard dataplane/*.c dataplane/*/*.c) $(COMMON_SRCS)
+# The gpu engine's operations: gpu_cuda.c in a CUDA build, gpu_none.c without.
+GPU_NOT := $(if $(filter 1,$(CUDA)),dataplane/engines/gpu_none.c,dataplane/engines/gpu_cuda.c)
+SERVICE_SRCS := $(filter-out $(GPU_NOT),$(wildcard dataplane/*.c dataplane/*/*.c)) $(COMMON_SRCS)
 # The helper library every test binary links (tests/helpers.h declares it).
 HELPER_SRCS := $(wildcard tests/helpers_*.c)
 TEST_SRCS := $(filter-out $(HELPER_SRCS),$(wildcard tests/*.c))

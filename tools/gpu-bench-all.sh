@@ -29,7 +29,7 @@ nvidia-smi -L >>"$L" 2>&1
 mkdir -p /tmp/gpu-bench-all-logs
 t 120 env SVC_LOG=info KEEP_LOGS=/tmp/gpu-bench-all-logs sh "$B/bench-gpu.sh" "$B" pages
 t 120 env SVC_LOG=info KEEP_LOGS=/tmp/gpu-bench-all-logs sh "$B/bench-gpu.sh" "$B" pages --depth 4096
-# The pages lane's account of each run (gpu.c: batches, pages a batch, launch cost).
+# The pages lane's account of each run (gpu_cuda.c: batches, pages a batch, launch cost).
 grep -h "page batches" /tmp/gpu-bench-all-logs/*.log >>"$L" 2>/dev/null
 t 70 python3 "$B/bench-serving.py" "$B" --gpu
 t 45 env A_CPU=1 B_CPU=2 C_CPU=3 SPIN=1000000 ROUNDS=3 sh "$B/bench-fabric.sh" "$B" shm

@@ -101,7 +101,7 @@ enum engine_id {
  * from the kinds of its two regions. */
 enum region_kind {
 	REGION_HOST, /* a client's memfd, mapped here */
-	REGION_CUDA, /* GPU memory opened from a CUDA IPC handle (gpu.c) */
+	REGION_CUDA, /* GPU memory opened from a CUDA IPC handle (gpu_cuda.c) */
 	REGION_FILE, /* a file, read and written through io_uring */
 	REGION_VM,   /* memory of a client process, through process_vm_readv/writev (vm.c) */
 };

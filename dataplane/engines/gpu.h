@@ -15,13 +15,14 @@
  * high-priority one, so that a 4 KiB copy never queues behind a 1 GiB one,
  * larger ones to a low-priority one, batches of pages to one between (one
  * kernel launch per batch, seen done through a flag the kernel stores in
- * pinned host memory: gpu.c, "Batches of pages").
+ * pinned host memory: gpu_cuda.c, "Batches of pages").
  *
  * Threads: init, gpu_region_open and the engine's region hooks run on the
  * control thread (region_close also on a poller, through the last
  * region_put); submit and progress on the poller that owns the state.
  * Without DP_HAVE_CUDA the engine only says so: no device, GPU registration
- * answers -ENODEV.
+ * answers -ENODEV (gpu_none.c, which the Makefile builds instead of
+ * gpu_cuda.c; one engine table, gpu.c's).
  */
 #ifndef DP_GPU_H
 #define DP_GPU_H

@@ -2,7 +2,7 @@
 /*
  * gpu_pages.h - one kernel that copies a batch of pages between GPU memory
  * of one device (gpu_pages.cu, built only with CUDA): the gpu engine's
- * batches of small GPU <-> GPU copies (gpu.c), and gpu-bench's raw peer.
+ * batches of small GPU <-> GPU copies (gpu_cuda.c), and gpu-bench's raw peer.
  * C and C++ alike.
  */
 #ifndef DP_GPU_PAGES_H

@@ -128,7 +128,7 @@ static void accepted(const struct dp_msg_hdr *h, const uint8_t *payload, size_t 
 		str_ok(p.sop.session, sizeof(p.sop.session), 0);
 		break;
 	case DP_MSG_REGION_REGISTER_CUDA_VMM: {
-		/* What gpu.c maps: pieces side by side, the range inside them. */
+		/* What gpu_cuda.c maps: pieces side by side, the range inside them. */
 		uint64_t end = 0;
 
 		if (plen != sizeof(p.vm) || !p.vm.npieces ||
