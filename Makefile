@@ -179,6 +179,10 @@ deps-bench: deps
 
 # ---- objects and libraries ----
 $(B)/obj/dataplane/%.o: CFLAGS += $(DP_INC)
+# The tests and tools that use a service header say which folder it is in
+# here, not by a ../ path: what else of the service they reach is named.
+$(B)/obj/tests/fabric_rpc.o: CFLAGS += -Idataplane/control
+$(B)/obj/tests/fabric_topo.o $(B)/obj/tools/gpu-bench.o: CFLAGS += -Idataplane/engines
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../dataplane/control/auth.h"
+#include "auth.h"
 #include "dp_stats.h"
 #include "helpers.h"
 

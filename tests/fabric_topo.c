@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../dataplane/engines/topo.h"
+#include "topo.h"
 
 static char root[64];
 

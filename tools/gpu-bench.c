@@ -184,7 +184,7 @@ int main(int argc, char **argv)
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
-#include "../dataplane/engines/gpu_pages.h"
+#include "gpu_pages.h"
 
 #define MiB (1ull << 20)
 
