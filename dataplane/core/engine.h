@@ -28,6 +28,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "dp_internal.h"
 
@@ -76,7 +77,20 @@ struct xfer_run {
 	struct region *ra, *rb; /* the client's local region, the target's */
 	bool write;		/* WRITE: ra -> rb; READ: rb -> ra */
 	uint32_t path;		/* DP_CQE_F_LOCAL or DP_CQE_F_SAME_HOST */
+	/* The run's key: word 0 of its descriptors (opcode, flags,
+	 * reserved0, region) and their segment. */
+	uint64_t key0;
+	uint32_t key1;
 };
+
+/* Whether @d belongs to run @r (its first descriptor always does). */
+static inline bool xfer_run_has(const struct xfer_run *r, const struct dp_desc *d)
+{
+	uint64_t w;
+
+	memcpy(&w, d, sizeof(w));
+	return w == r->key0 && d->segment == r->key1;
+}
 
 /*
  * A kind of memory an engine brings: the control message that registers it
@@ -113,10 +127,11 @@ struct engine {
 	 * what is owed later. progress returns the work done (0: idle). */
 	void (*submit)(struct poller *p, const struct xfer *x);
 	/* Optional, for runs of descriptors @r describes: takes the longest
-	 * prefix of d[0..n) that it moves, each descriptor's offsets and
-	 * length checked against both regions as desc_resolve would (one out
-	 * of range, or one the engine cannot take now, ends the prefix and
-	 * takes the general path); returns how many it took, each owed its
+	 * prefix of d[0..n) that it moves, each descriptor of the run
+	 * (xfer_run_has; d[0] is) with its offsets and length checked against
+	 * both regions as desc_resolve would (one of another run, out of
+	 * range, or one the engine cannot take now, ends the prefix and takes
+	 * the general path); returns how many it took, each owed its
 	 * completion as after submit. 0: d[0] takes the general path. */
 	int (*submit_run)(struct poller *p, const struct xfer_run *r, const struct dp_desc *d,
 			  int n);

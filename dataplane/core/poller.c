@@ -454,10 +454,15 @@ static bool fast_lookup(struct queue *q, const struct dp_desc *d, struct fast_ru
 	if (f->engine != ENGINE_host) {
 		if (!engines[f->engine]->submit_run)
 			return false;
-		f->run = (struct xfer_run){
-			.q = q, .ra = local, .rb = target, .write = f->write, .path = f->path};
 		f->key0 = desc_word(d, 0);
 		f->key1 = d->segment;
+		f->run = (struct xfer_run){.q = q,
+					   .ra = local,
+					   .rb = target,
+					   .write = f->write,
+					   .path = f->path,
+					   .key0 = f->key0,
+					   .key1 = f->key1};
 		return true;
 	}
 	f->dbase = f->write ? target->base : local->base;
@@ -551,21 +556,20 @@ static __attribute__((always_inline)) inline int fast_loop(struct queue *q, cons
 }
 
 /*
- * A run for another engine (its submit_run): the descriptors of the run's
- * key, after the segment's liveness check made once for them all; the
- * engine checks each one's offsets and length and takes what it can.
+ * A run for another engine (its submit_run), after the segment's liveness
+ * check made once for it; the engine takes the run's descriptors
+ * (xfer_run_has) from the rest of the burst, each one's offsets and length
+ * checked, and stops at the first it cannot take.
  */
 static int fast_engine_run(struct poller *p, struct queue *q, const struct dp_desc *d, int n,
 			   struct fast_run *f)
 {
-	int m = 1, k;
+	int k;
 
-	while (m < n && desc_word(&d[m], 0) == f->key0 && d[m].segment == f->key1)
-		m++;
 	if (atomic_load_explicit(&f->seg->dead, memory_order_acquire) ||
 	    (f->same && !samehost_alive(f->same)))
 		return 0;
-	k = engines[f->engine]->submit_run(p, &f->run, d, m);
+	k = engines[f->engine]->submit_run(p, &f->run, d, n);
 	q->ctr.submitted += (uint64_t)k;
 	return k;
 }

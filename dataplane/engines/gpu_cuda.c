@@ -1341,7 +1341,8 @@ int gpu_submit_run(struct poller *p, const struct xfer_run *r, const struct dp_d
 	int k;
 
 	if (rdst->kind != REGION_CUDA || rsrc->kind != REGION_CUDA ||
-	    rdst->device != rsrc->device || (n == 1 && !q->inflight) || !(g = gpu_poller_get(p)))
+	    rdst->device != rsrc->device || (!q->inflight && (n == 1 || !xfer_run_has(r, &d[1]))) ||
+	    !(g = gpu_poller_get(p)))
 		return 0;
 	l = &g->dev[rdst->device].pages;
 	for (k = 0; k < n; k++) {
@@ -1351,10 +1352,11 @@ int gpu_submit_run(struct poller *p, const struct xfer_run *r, const struct dp_d
 		uint64_t len = e->len;
 		struct page_batch *b;
 
-		/* desc_resolve's range checks, as subtractions. */
-		if (e->notify || !len || len > GPU_SMALL_MAX || len > rdst->len ||
-		    doff > rdst->len - len || len > rsrc->len || soff > rsrc->len - len ||
-		    !(b = batch_room(l, len)))
+		/* Another run's, then desc_resolve's range checks, as
+		 * subtractions. */
+		if ((k && !xfer_run_has(r, e)) || e->notify || !len || len > GPU_SMALL_MAX ||
+		    len > rdst->len || doff > rdst->len - len || len > rsrc->len ||
+		    soff > rsrc->len - len || !(b = batch_room(l, len)))
 			break;
 		batch_put(b, rdst->base + doff, rsrc->base + soff, len, q, e->user_data,
 			  e->submit_ns, flags, NULL);
